@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources: cluster, add-ons and the per-job DistributedJob."""

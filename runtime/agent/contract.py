@@ -1,0 +1,112 @@
+"""The one place that names every environment variable, port, label and route both halves use.
+
+The Pulumi components (``components/``) import these names instead of repeating strings, and the
+agent reads and writes them. Standard library only.
+
+Conventions borrowed:
+    * torchrun (``torch.distributed.run``): ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``,
+      ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``GROUP_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
+      ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``.
+    * JAX (``jax.distributed.initialize`` cluster detection): ``JAX_COORDINATOR_ADDRESS``,
+      ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, ``JAX_LOCAL_DEVICE_IDS``.
+    * TensorFlow (``tf.distribute.cluster_resolver.TFConfigClusterResolver``): ``TF_CONFIG``.
+    * Kubernetes: Indexed Job ``JOB_COMPLETION_INDEX``, StatefulSet pod name ordinal suffix,
+      ``app.kubernetes.io/*`` recommended labels.
+"""
+
+from __future__ import annotations
+
+# --- Environment contract of every user process (DESIGN.md, "Environment contract") ---------
+WORLD_SIZE = "WORLD_SIZE"
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+NODE_RANK = "NODE_RANK"
+GROUP_RANK = "GROUP_RANK"
+NODE_WORLD_SIZE = "NODE_WORLD_SIZE"
+GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"
+POD_IPS = "POD_IPS"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
+TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+TORCHELASTIC_MAX_RESTARTS = "TORCHELASTIC_MAX_RESTARTS"
+JAX_COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
+JAX_NUM_PROCESSES = "JAX_NUM_PROCESSES"
+JAX_PROCESS_ID = "JAX_PROCESS_ID"
+JAX_LOCAL_DEVICE_IDS = "JAX_LOCAL_DEVICE_IDS"
+TF_CONFIG = "TF_CONFIG"
+# trainplane's own per-process variables.
+TRAINPLANE_GENERATION = "TRAINPLANE_GENERATION"
+TRAINPLANE_WORLD_FILE = "TRAINPLANE_WORLD_FILE"
+
+# --- Agent settings, read by ``python -m runtime.agent`` (pods) -------------------------------
+JOB_NAME = "TRAINPLANE_JOB"
+TOKEN = "TRAINPLANE_TOKEN"  # noqa: S105 - the variable's name, not a secret
+WORKERS = "TRAINPLANE_WORKERS"
+NUM_PROC = "TRAINPLANE_NUM_PROC"
+NODE_RANK_SETTING = "TRAINPLANE_NODE_RANK"
+COORDINATOR_HOST = "TRAINPLANE_COORDINATOR"
+AGENT_PORT_SETTING = "TRAINPLANE_AGENT_PORT"
+BIND_ADDRESS = "TRAINPLANE_BIND_ADDRESS"
+ADVERTISE_ADDRESS = "TRAINPLANE_ADVERTISE_ADDRESS"
+QUORUM_WORKERS = "TRAINPLANE_QUORUM_WORKERS"
+QUORUM_TIMEOUT = "TRAINPLANE_QUORUM_TIMEOUT"
+MAX_RESTARTS = "TRAINPLANE_MAX_RESTARTS"
+DISTRIBUTION = "TRAINPLANE_DISTRIBUTION"
+MODE = "TRAINPLANE_MODE"
+LOG_DIR = "TRAINPLANE_LOG_DIR"
+MONITOR_MEMBERS = "TRAINPLANE_MONITOR_MEMBERS"
+MIN_WORKERS = "TRAINPLANE_MIN_WORKERS"
+MAX_WORKERS = "TRAINPLANE_MAX_WORKERS"
+ENTRYPOINT = "TRAINPLANE_ENTRYPOINT"  # JSON list: the user command after the interpreter
+# Set by the downward API in pods.
+POD_IP = "POD_IP"
+POD_NAME = "POD_NAME"
+POD_NAMESPACE = "POD_NAMESPACE"
+# Set by Kubernetes for Indexed Jobs.
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+
+# --- Ports -------------------------------------------------------------------------------------
+AGENT_PORT = 32300
+"""The agent's HTTP port (TCP). Same number as Kubetorch's server port."""
+DEFAULT_MASTER_PORT = 29500
+"""torch.distributed's conventional rendezvous port (TCP), torchrun's default."""
+AGENT_PORT_NAME = "agent"
+MASTER_PORT_NAME = "rendezvous"
+
+# --- HTTP routes and headers -------------------------------------------------------------------
+ROUTE_HEALTHZ = "/healthz"
+ROUTE_INFO = "/info"
+ROUTE_MEMBERS = "/members"
+ROUTE_CALL = "/call"
+ROUTE_EXEC = "/exec"
+ROUTE_WORLD = "/world"
+AUTH_HEADER = "Authorization"
+AUTH_SCHEME = "Bearer"
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Default cap on an HTTP request body, bytes; larger bodies get 413."""
+
+# --- Kubernetes labels and annotations ---------------------------------------------------------
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB = "trainplane.dev/job"
+APP_NAME = "trainplane"
+
+# --- The runtime bundle inside a pod -----------------------------------------------------------
+BUNDLE_MOUNT_PATH = "/opt/trainplane"
+"""Where the runtime bundle ConfigMap is mounted; it is put on PYTHONPATH."""
+AGENT_MODULE = "runtime.agent"
+"""Run as ``python3 -m runtime.agent`` with the bundle on PYTHONPATH."""
+
+# --- Exit codes of the agent and the local launcher ---------------------------------------------
+EXIT_OK = 0
+EXIT_USAGE = 2
+"""Bad command-line input (argparse's convention)."""
+EXIT_RENDEZVOUS = 3
+"""Quorum not met, coordinator unreachable, or the world could not be formed."""
+EXIT_INTERRUPTED_BASE = 128
+"""Stopped by a signal: 128 + signal number, the shell's convention."""
