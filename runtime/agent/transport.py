@@ -79,7 +79,7 @@ class AgentServer(ThreadingHTTPServer):
 
     def start(self) -> threading.Thread:
         """Serve in a daemon thread; returns it."""
-        thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)
+        thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="agent-http", daemon=True)
         thread.start()
         return thread
 
