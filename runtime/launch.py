@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quorum-workers", type=int, default=None, help="nodes needed to start; default all")
     p.add_argument("--quorum-timeout", type=float, default=60.0, help="seconds to wait for quorum; default 60")
     p.add_argument("--max-restarts", type=int, default=0, help="restarts of the whole job after a failure")
+    p.add_argument("--min-workers", type=int, default=None,
+                   help="elastic: continue while at least this many nodes remain (losing a node shrinks the world)")
+    p.add_argument("--max-workers", type=int, default=None, help="elastic: admit late nodes up to this many")
+    p.add_argument("--no-monitor-members", dest="monitor_members", action="store_false",
+                   help="do not raise WorkerMembershipChanged in user processes (runtime.membership.poll works)")
+    p.add_argument("--heartbeat-ttl", type=float, default=3.0,
+                   help="seconds without a heartbeat before a node is dead; default 3")
     p.add_argument("--master-port", type=int, default=contract.DEFAULT_MASTER_PORT,
                    help=f"rendezvous port on node 0; default {contract.DEFAULT_MASTER_PORT}, 0 picks a free one")
     p.add_argument("--log-dir", default=None, help="directory for per-rank logs; default a temporary directory")
@@ -86,6 +93,11 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         (ns.quorum_timeout > 0, f"--quorum-timeout: must be a positive number of seconds (got {ns.quorum_timeout})"),
         (ns.max_restarts >= 0, f"--max-restarts: must be 0 or more (got {ns.max_restarts})"),
         (0 <= ns.master_port <= 65535, f"--master-port: must be from 1 to 65535, or 0 for any (got {ns.master_port})"),
+        (ns.min_workers is None or 1 <= ns.min_workers <= ns.workers,
+         f"--min-workers: must be from 1 to --workers ({ns.workers}) (got {ns.min_workers})"),
+        (ns.max_workers is None or ns.max_workers >= ns.workers,
+         f"--max-workers: must be at least --workers ({ns.workers}) (got {ns.max_workers})"),
+        (ns.heartbeat_ttl >= 1.0, f"--heartbeat-ttl: must be at least 1 second (got {ns.heartbeat_ttl})"),
         (ns.grace_period >= 0, f"--grace-period: must be 0 or more seconds (got {ns.grace_period})"),
         (ns.module or Path(ns.script).is_file(), f"SCRIPT: no such file {ns.script!r} (use -m for a module)"),
     )
@@ -156,10 +168,15 @@ def agent_env(
         contract.LOG_DIR: os.path.join(log_dir, f"node-{node_id}"),
         contract.GRACE_PERIOD: str(ns.grace_period),
         contract.DIE_WITH_PARENT: "true",
+        contract.MONITOR_MEMBERS: "true" if ns.monitor_members else "false",
+        contract.HEARTBEAT_TTL: str(ns.heartbeat_ttl),
+        contract.VERDICT_FILE: os.path.join(log_dir, "verdict.json"),
         "PYTHONPATH": os.pathsep.join(p for p in (RUNTIME_ROOT, os.environ.get("PYTHONPATH", "")) if p),
     })
-    if ns.quorum_workers is not None:
-        env[contract.QUORUM_WORKERS] = str(ns.quorum_workers)
+    for name, value in ((contract.QUORUM_WORKERS, ns.quorum_workers), (contract.MIN_WORKERS, ns.min_workers),
+                        (contract.MAX_WORKERS, ns.max_workers)):
+        if value is not None:
+            env[name] = str(value)
     return env
 
 
@@ -177,19 +194,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log_dir = ns.log_dir or os.path.join(tempfile.gettempdir(), "trainplane", job)
     print(f"[trainplane] job {job}: {ns.workers} node(s) x {ns.num_proc} process(es) on "
           f"{', '.join(sorted(set(lp.addresses)))}; logs in {log_dir}", file=sys.stderr, flush=True)
+    os.makedirs(log_dir, exist_ok=True)
     agents = [
         subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE],
                          env=agent_env(ns, lp, i, job, token, log_dir), stdin=subprocess.DEVNULL)
         for i in range(ns.workers)
     ]
-    return supervise(agents)
+    return supervise(agents, os.path.join(log_dir, "verdict.json"))
 
 
-def supervise(agents: Sequence[subprocess.Popen[bytes]]) -> int:
+def supervise(agents: Sequence[subprocess.Popen[bytes]], verdict_file: str) -> int:
     """Wait for the agents, forwarding SIGINT/SIGTERM; return the job's exit code.
 
-    Node 0's agent decides the verdict; once it has exited, the others get ``AGENT_EXIT_GRACE``
-    seconds before they are killed, so no agent outlives the launcher.
+    The coordinator decides the verdict and every agent still in the job writes it to
+    ``verdict_file``; it gives the exit code. Without one (agents killed), the first non-zero agent
+    exit code counts. Once node 0's agent has exited, the others get ``AGENT_EXIT_GRACE`` seconds
+    before they are killed, so no agent outlives the launcher.
     """
     received: list[int] = []
 
@@ -213,5 +233,9 @@ def supervise(agents: Sequence[subprocess.Popen[bytes]]) -> int:
         time.sleep(0.05)
     if received:
         return contract.EXIT_INTERRUPTED_BASE + received[0]
-    codes = [exit_status(a.returncode) for a in agents]
-    return codes[0] or next((c for c in codes if c), 0)
+    try:
+        with open(verdict_file) as f:
+            return int(json.load(f)["exit_code"])
+    except (OSError, ValueError, KeyError):
+        codes = [exit_status(a.returncode) for a in agents]
+        return next((c for c in codes if c), 0)

@@ -1,35 +1,44 @@
 """The agent: one per node (pod). Performs what the coordinator decides and supervises processes.
 
 All state changes happen on the main thread, which consumes one event queue: worlds pushed by the
-coordinator, process exits, signals. HTTP handler threads only validate and enqueue (the
-coordinator's decisions are taken under a lock and their actions enqueued too). Standard library only.
+coordinator, process exits, signals, heartbeat outcomes. HTTP handler threads only validate and
+enqueue (the coordinator's decisions are taken under a lock and their actions enqueued too); the
+heartbeat thread only sends and enqueues, so a heartbeat failure can never touch training.
+Standard library only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TextIO, Union
+from typing import Any, Callable, Iterable, Optional, TextIO, Union
 
-from runtime.agent import contract
+from runtime.agent import contract, topology
 from runtime.agent.bootstrap import die_with_parent
 from runtime.agent.coordinator import Action, Coordinator, Push, Rejected, Say
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
+from runtime.agent.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.membership import DELIVERY_SIGNAL
 from runtime.agent.procs import LocalProcesses, ProcExit
 from runtime.agent.resolver import Resolver
 from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import AgentServer, HttpError, Request, Response, request_json
-from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, TERMINAL, Failure, Node, World, process_env
+from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, Failure, Node, World, process_env
 
 TICK = 0.1
 """Seconds between time-driven checks of the main loop."""
 WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered worker waits for a world beyond the quorum timeout."""
+HEARTBEAT_LOG_EVERY = 20
+"""After the first failed heartbeat in a row, log only every this many more."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,18 @@ class _FatalEvent:
     exit_code: int
 
 
-_Event = Union[_WorldEvent, _SignalEvent, _ActionsEvent, _FatalEvent, ProcExit]
+@dataclass(frozen=True)
+class _RejoinEvent:
+    reason: str
+
+
+@dataclass(frozen=True)
+class _CoordinatorLostEvent:
+    coordinator: tuple[int, str, int]
+    silent_for: float
+
+
+_Event = Union[_WorldEvent, _SignalEvent, _ActionsEvent, _FatalEvent, _RejoinEvent, _CoordinatorLostEvent, ProcExit]
 
 
 class Agent:
@@ -77,15 +97,19 @@ class Agent:
         self._resolver = resolver or Resolver(settings.resolve)
         self._log = log
         self._clock = clock
+        self._timing = HeartbeatTiming(settings.heartbeat_interval, settings.heartbeat_ttl)
         self._events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._coordinator = Coordinator(settings, clock()) if settings.is_coordinator else None
-        self._coordinator_addr = ""
+        self._coordinator_addr: tuple[str, int] = ("", settings.coordinator_port)
+        self._children = Liveness()
         self.world: Optional[World] = None
         self._procs: Optional[LocalProcesses] = None
         self._exits: dict[int, ProcExit] = {}
-        self._reported: set[int] = set()
+        self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
+        self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-")
         self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.num_proc)
         self._server = AgentServer(
             (settings.bind_address, settings.agent_port),
@@ -122,6 +146,7 @@ class Agent:
                 "generation": world.generation if world else 0,
                 "status": world.status if world else "forming",
                 "mode": self.settings.mode,
+                "coordinator": self._coordinator is not None,
             },
         )
 
@@ -129,19 +154,22 @@ class Agent:
         if self._coordinator is None:
             raise HttpError(404, "membership is served by the coordinator (node 0)")
         with self._lock:
-            return Response(200, self._coordinator.snapshot())
+            return Response(200, self._coordinator.snapshot(self._clock()))
 
     def _route_put_members(self, request: Request) -> Response:
-        if self._coordinator is None:
-            raise HttpError(404, "registration goes to the coordinator (node 0)")
         body = request.body
         try:
             node = Node(int(body["node_id"]), str(body["addr"]), int(body["port"]), int(body["num_proc"]))
             state = str(body.get("state", "joining"))
             generation = int(body.get("generation", 0))
             failure = Failure.from_json(body["failure"]) if body.get("failure") else None
-        except (KeyError, TypeError, ValueError) as exc:
+            ages = {int(k): float(v) for k, v in (body.get("ages") or {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HttpError(400, f"bad membership body: {exc!r}") from None
+        if state == "alive":
+            return self._heartbeat_from(node.node_id, generation, ages)
+        if self._coordinator is None:
+            raise HttpError(404, "registration goes to the coordinator")
         with self._lock:
             try:
                 if state == "joining":
@@ -152,10 +180,31 @@ class Agent:
                     )
             except Rejected as exc:
                 raise HttpError(exc.status, str(exc)) from None
-            snapshot = self._coordinator.snapshot()
+            world = self._coordinator.world
         if actions:
             self._events.put(_ActionsEvent(tuple(actions)))
-        return Response(200, snapshot)
+        return Response(200, {"generation": world.generation if world else 0})
+
+    def _heartbeat_from(self, node_id: int, generation: int, ages: dict[int, float]) -> Response:
+        """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent)."""
+        now = self._clock()
+        if self._coordinator is not None:
+            with self._lock:
+                try:
+                    self._coordinator.heartbeat(node_id, ages, now)
+                except Rejected as exc:
+                    raise HttpError(exc.status, str(exc)) from None
+                world = self._coordinator.world
+        else:
+            world = self.world
+            if world is None or not any(n.node_id == node_id for n in world.nodes):
+                raise HttpError(409, f"node {node_id} is not in this node's world; register again")
+            self._children.beat(node_id, now)
+            self._children.merge(ages, now)
+        reply: dict[str, Any] = {"generation": world.generation if world else 0}
+        if world is not None and generation != world.generation:
+            reply["world"] = world.to_json()
+        return Response(200, reply)
 
     def _route_world(self, request: Request) -> Response:
         try:
@@ -182,15 +231,18 @@ class Agent:
                     actions = self._coordinator.register(self.node, self._clock())
                 self._perform(actions)
             else:
-                threading.Thread(target=self._register, name="register", daemon=True).start()
+                self._start_registration()
+                threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
             return self._loop()
         finally:
+            self._stopping.set()
             if self._procs is not None:
                 self._procs.stop(self.settings.grace_period)
             for pusher in self._pushers:
                 pusher.join(timeout=5.0)
             self._server.shutdown()
             self._server.server_close()
+            shutil.rmtree(self._run_dir, ignore_errors=True)
 
     def _loop(self) -> int:
         deadline = self._clock() + self.settings.quorum_timeout + WORLD_WAIT_MARGIN
@@ -216,17 +268,20 @@ class Agent:
         if isinstance(event, _WorldEvent):
             return self._on_world(event.world)
         if isinstance(event, ProcExit):
-            self._on_exit(event)
-            return None
+            return self._on_exit(event)
         if isinstance(event, _ActionsEvent):
             self._perform(event.actions)
             return None
         if isinstance(event, _SignalEvent):
             return self._on_signal(event.signum)
+        if isinstance(event, _RejoinEvent):
+            return self._on_rejoin(event.reason)
+        if isinstance(event, _CoordinatorLostEvent):
+            return self._on_coordinator_lost(event)
         self.say(event.message)
         return event.exit_code
 
-    def _perform(self, actions: Any) -> None:
+    def _perform(self, actions: Iterable[Action]) -> None:
         for action in actions:
             if isinstance(action, Say):
                 self.say(action.message)
@@ -242,55 +297,121 @@ class Agent:
             thread = threading.Thread(target=self._send_world, args=(node, body), daemon=True)
             thread.start()
             self._pushers.append(thread)
+        self._pushers = [t for t in self._pushers if t.is_alive()]
 
     def _send_world(self, node: Node, body: dict[str, Any]) -> None:
         try:
-            request_json(node.addr, node.port, "POST", contract.ROUTE_WORLD, self.settings.token, body)
+            request_json(node.addr, node.port, "POST", contract.ROUTE_WORLD, self.settings.token, body,
+                         timeout=self._timing.ttl)
         except TransportError as exc:
             self.say(f"could not send generation {body['generation']} to node {node.node_id}: {exc}")
 
     def _in(self, world: World) -> bool:
         return any(n.node_id == self.settings.node_id for n in world.nodes)
 
+    # --- worlds --------------------------------------------------------------------------------
+
     def _on_world(self, world: World) -> Optional[int]:
-        current = self.world
-        if current is not None and world.generation < current.generation:
-            return None
-        if current is not None and world.generation == current.generation and current.status in TERMINAL:
+        previous = self.world
+        if previous is not None and (
+            world.generation < previous.generation
+            or (world.generation == previous.generation and previous.status in TERMINAL)
+        ):
             return None
         self.world = world
+        if world.coordinator[1]:
+            self._coordinator_addr = (world.coordinator[1], world.coordinator[2])
         if world.status in TERMINAL:
             return self._finish(world)
         if not self._in(world):
+            if self._procs is not None:
+                self._procs.stop(self.settings.grace_period)
+                self._procs = None
+            return self._on_rejoin(f"generation {world.generation} does not include this node")
+        same_epoch = (
+            previous is not None and previous.status == RUNNING and self._in(previous)
+            and previous.restart_count == world.restart_count and self._procs is not None
+        )
+        if same_epoch and previous is not None:
+            self._deliver(previous, world)
             return None
         if self._procs is not None:
             self._procs.stop(self.settings.grace_period)
         self._start(world)
         return None
 
+    def _world_file(self, local_rank: int) -> str:
+        return os.path.join(self._run_dir, f"world-{local_rank}.json")
+
+    def _write_world_file(self, local_rank: int, state: dict[str, Any]) -> None:
+        path = self._world_file(local_rank)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, path)
+
+    def _change_state(self, previous: World, world: World, local_rank: int) -> dict[str, Any]:
+        before = [n.addr for n in previous.nodes]
+        after = [n.addr for n in world.nodes]
+        return {
+            "generation": world.generation,
+            "env": process_env(world, world.node_rank_of(self.settings.node_id), local_rank),
+            "added_ips": [a for a in after if a not in before],
+            "removed_ips": [a for a in before if a not in after],
+            "previous_ips": before,
+            "current_ips": after,
+        }
+
+    def _deliver(self, previous: World, world: World) -> None:
+        """Tell this node's live processes about the new world (file, then signal)."""
+        if self._procs is None:
+            return
+        for local_rank in range(self.settings.num_proc):
+            self._write_world_file(local_rank, self._change_state(previous, world, local_rank))
+            if self.settings.monitor_members:
+                self._procs.send(local_rank, DELIVERY_SIGNAL)
+
     def _start(self, world: World) -> None:
         node_rank = world.node_rank_of(self.settings.node_id)
         base = dict(os.environ)
-        envs = [{**base, **process_env(world, node_rank, i)} for i in range(self.settings.num_proc)]
+        envs = []
+        for i in range(self.settings.num_proc):
+            self._write_world_file(i, self._change_state(world, world, i))
+            envs.append({
+                **base, **process_env(world, node_rank, i),
+                contract.TRAINPLANE_WORLD_FILE: self._world_file(i),
+                contract.MONITOR_MEMBERS: "true" if self.settings.monitor_members else "false",
+            })
         log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
         self._exits = {}
         self._procs = LocalProcesses(
             world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
             self._events.put, log_dir,
         )
-        if world.generation == 1 or world.restart_count:
-            self.say(
-                f"generation {world.generation}: node rank {node_rank} of {len(world.nodes)}, "
-                f"ranks {world.first_rank(node_rank)}..{world.first_rank(node_rank) + self.settings.num_proc - 1} "
-                f"of {world.world_size}, master {world.master_addr}:{world.master_port}"
-            )
+        self.say(
+            f"generation {world.generation}: node rank {node_rank} of {len(world.nodes)}, "
+            f"ranks {world.first_rank(node_rank)}..{world.first_rank(node_rank) + self.settings.num_proc - 1} "
+            f"of {world.world_size}, master {world.master_addr}:{world.master_port}"
+        )
         self._procs.start()
 
-    def _on_exit(self, event: ProcExit) -> None:
+    # --- process exits -------------------------------------------------------------------------
+
+    def _on_exit(self, event: ProcExit) -> Optional[int]:
         world = self.world
-        if world is None or event.generation != world.generation or event.requested or world.status != RUNNING:
-            return
+        procs = self._procs
+        if world is None or procs is None or event.generation != procs.generation or event.requested:
+            return None
         self._exits[event.local_rank] = event
+        done = len(self._exits) == self.settings.num_proc
+        if self._coordinator_lost:
+            if event.exit_code != 0 or done:
+                self.say(f"rank {event.rank} exited with code {event.exit_code} while the coordinator is "
+                         f"unreachable; stopping this node")
+                return event.exit_code or max(e.exit_code for e in self._exits.values())
+            return None
+        if world.status != RUNNING:
+            return None
         if event.exit_code != 0:
             failure = Failure(
                 rank=event.rank, node_id=self.settings.node_id, local_rank=event.local_rank,
@@ -298,8 +419,9 @@ class Agent:
                 addr=self.settings.advertise_address,
             )
             self._report(world.generation, FAILED, failure=failure.to_json())
-        elif len(self._exits) == self.settings.num_proc and all(e.exit_code == 0 for e in self._exits.values()):
+        elif done and all(e.exit_code == 0 for e in self._exits.values()):
             self._report(world.generation, SUCCEEDED)
+        return None
 
     def _report(self, generation: int, state: str, **extra: Any) -> None:
         body = {**self._member_body(), "generation": generation, "state": state, **extra}
@@ -309,11 +431,10 @@ class Agent:
         threading.Thread(target=self._send_report, args=(body,), daemon=True).start()
 
     def _send_report(self, body: dict[str, Any]) -> None:
+        host, port = self._coordinator_addr
         try:
-            request_json(
-                self._coordinator_addr or self.settings.coordinator, self.settings.coordinator_port,
-                "PUT", contract.ROUTE_MEMBERS, self.settings.token, body,
-            )
+            request_json(host or self.settings.coordinator, port, "PUT", contract.ROUTE_MEMBERS,
+                         self.settings.token, body, timeout=self._timing.ttl)
         except TransportError as exc:
             self.say(f"could not report {body['state']} to the coordinator: {exc}")
 
@@ -324,10 +445,16 @@ class Agent:
     def _finish(self, world: World) -> int:
         if self._procs is not None:
             self._procs.stop(self.settings.grace_period)
-        if world.status == FAILED and not self.settings.is_coordinator:
-            self.say(f"job failed: {world.message.split(';')[0] if world.message else 'see node 0'}")
-        elif world.status != SUCCEEDED and not self.settings.is_coordinator:
-            self.say(f"job {world.status}: {world.message}")
+        if self._coordinator is None:
+            if world.status == FAILED:
+                self.say(f"job failed: {world.message.split(';')[0] if world.message else 'see the coordinator'}")
+            elif world.status == STOPPED:
+                self.say(f"job stopped: {world.message}")
+        if self.settings.verdict_file:
+            tmp = f"{self.settings.verdict_file}.{self.settings.node_id}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"status": world.status, "exit_code": world.exit_code, "message": world.message}, f)
+            os.replace(tmp, self.settings.verdict_file)
         return world.exit_code
 
     def _on_signal(self, signum: int) -> int:
@@ -338,7 +465,7 @@ class Agent:
             self._procs.stop(self.settings.grace_period)
         if self._coordinator is not None:
             with self._lock:
-                actions = self._coordinator.stop(f"node 0 received {name}", code)
+                actions = self._coordinator.stop(f"the coordinator received {name}", code)
             self._perform(a for a in actions if isinstance(a, Push) and self._others(a))
         elif self.world is not None and self.world.status == RUNNING:
             body = {**self._member_body(), "generation": self.world.generation, "state": "stopped",
@@ -349,38 +476,141 @@ class Agent:
     def _others(self, push: Push) -> bool:
         return any(n.node_id != self.settings.node_id for n in push.targets)
 
-    # --- registration (worker thread) ------------------------------------------------------------
+    # --- membership: rejoin and coordinator loss -------------------------------------------------
+
+    def _on_rejoin(self, reason: str) -> Optional[int]:
+        if self._procs is not None:
+            self._procs.stop(self.settings.grace_period)
+            self._procs = None
+        if not self.settings.elastic:
+            self.say(f"removed from the job ({reason}); the job is not elastic, so this node stops")
+            return contract.EXIT_RENDEZVOUS
+        self.say(f"{reason}: registering again")
+        self.world = None
+        if self._coordinator is not None:
+            with self._lock:
+                actions = self._coordinator.register(self.node, self._clock())
+            self._perform(actions)
+        else:
+            self._start_registration()
+        return None
+
+    def _on_coordinator_lost(self, event: _CoordinatorLostEvent) -> Optional[int]:
+        world = self.world
+        lost_id, addr, _ = event.coordinator
+        if world is None or world.coordinator != event.coordinator or self._coordinator is not None:
+            return None
+        survivors = [n for n in world.nodes if n.node_id != lost_id]
+        if not self.settings.elastic or not survivors:
+            self._coordinator_lost = True
+            self.say(f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s; "
+                     f"training continues, and this node stops when its processes end")
+            return None
+        successor = min(survivors, key=lambda n: n.node_id)
+        if successor.node_id != self.settings.node_id:
+            return None
+        self.say(f"the coordinator (node {lost_id} at {addr}) is lost; node {self.settings.node_id} takes over")
+        coordinator = Coordinator(self.settings, self._clock(), world=world)
+        with self._lock:
+            self._coordinator = coordinator
+            actions = coordinator.lose(lost_id, f"coordinator node {lost_id} lost")
+        self._perform(actions)
+        return None
+
+    # --- registration and heartbeats (background threads) ---------------------------------------
+
+    def _start_registration(self) -> None:
+        threading.Thread(target=self._register, name="register", daemon=True).start()
 
     def _register(self) -> None:
         """Resolve the coordinator and register, retrying with backoff until the quorum timeout."""
         s = self.settings
         deadline = self._clock() + s.quorum_timeout
-        try:
-            self._coordinator_addr = self._resolver.resolve(s.coordinator, s.quorum_timeout)
-        except RendezvousError as exc:
-            self._events.put(_FatalEvent(str(exc), contract.EXIT_RENDEZVOUS))
-            return
+        host, port = self._coordinator_addr
+        if not host:
+            try:
+                host = self._resolver.resolve(s.coordinator, s.quorum_timeout)
+            except RendezvousError as exc:
+                self._events.put(_FatalEvent(str(exc), contract.EXIT_RENDEZVOUS))
+                return
+            self._coordinator_addr = (host, port)
         delay = 0.05
         body = {**self._member_body(), "state": "joining"}
-        while True:
+        while not self._stopping.is_set():
             try:
-                request_json(self._coordinator_addr, s.coordinator_port, "PUT", contract.ROUTE_MEMBERS, s.token, body)
+                request_json(host, port, "PUT", contract.ROUTE_MEMBERS, s.token, body)
                 return
             except Unauthorized as exc:
                 message = f"the coordinator refused this node's token: {exc}"
                 self._events.put(_FatalEvent(message, contract.EXIT_RENDEZVOUS))
                 return
             except TransportError as exc:
-                if exc.status is not None and exc.status != 503:
+                if exc.status is not None:
                     self._events.put(_FatalEvent(f"registration refused: {exc}", contract.EXIT_RENDEZVOUS))
                     return
                 if self._clock() + delay > deadline:
-                    self._events.put(
-                        _FatalEvent(
-                            f"coordinator {s.coordinator}:{s.coordinator_port} unreachable for "
-                            f"{s.quorum_timeout:g} s: {exc}", contract.EXIT_RENDEZVOUS,
-                        )
-                    )
+                    self._events.put(_FatalEvent(
+                        f"coordinator {host}:{port} unreachable for {s.quorum_timeout:g} s: {exc}",
+                        contract.EXIT_RENDEZVOUS,
+                    ))
                     return
-            time.sleep(delay)
+            self._stopping.wait(delay)
             delay = min(delay * 2, 1.0)
+
+    def _heartbeat_target(self, world: World) -> tuple[str, int]:
+        """This node's parent in the liveness tree, or the coordinator."""
+        position = world.node_rank_of(self.settings.node_id)
+        up = topology.parent(position, len(world.nodes), self.settings.tree_fanout, self.settings.tree_threshold)
+        if up is None or world.nodes[up].node_id == world.coordinator[0] or not topology.is_tree(
+            len(world.nodes), self.settings.tree_threshold
+        ):
+            return self._coordinator_addr
+        return world.nodes[up].addr, world.nodes[up].port
+
+    def _heartbeat_loop(self) -> None:
+        """Beat to the parent (or coordinator) until the agent stops. Never raises, never blocks training."""
+        interval = 0.0
+        generation = 0
+        last_ok = self._clock()
+        failures = 0
+        direct = False
+        lost_sent: Optional[tuple[int, str, int]] = None
+        while not self._stopping.wait(interval or self._timing.interval):
+            world = self.world
+            now = self._clock()
+            if world is None or world.status != RUNNING or not self._in(world) or self._coordinator is not None:
+                interval, last_ok = 0.0, now
+                continue
+            if world.generation != generation:
+                generation, interval = world.generation, 0.0
+            host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
+            current = {n.node_id for n in world.nodes}
+            ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if k in current}
+            body = {**self._member_body(), "generation": world.generation, "state": "alive", "ages": ages}
+            try:
+                reply = request_json(host, port, "PUT", contract.ROUTE_MEMBERS, self.settings.token, body,
+                                     timeout=self._timing.cap)
+            except TransportError as exc:
+                if exc.status == 409:
+                    self._events.put(_RejoinEvent(f"the coordinator no longer counts this node ({exc})"))
+                    interval = self._timing.interval
+                    continue
+                failures += 1
+                if failures == 1 or failures % HEARTBEAT_LOG_EVERY == 0:
+                    self.say(f"heartbeat to {host}:{port} failed ({failures} in a row): {exc}")
+                direct = (host, port) != self._coordinator_addr
+                interval = self._timing.next_interval(interval)
+                silent = self._clock() - last_ok
+                if silent > self._timing.ttl and not direct and lost_sent != world.coordinator:
+                    lost_sent = world.coordinator
+                    self._events.put(_CoordinatorLostEvent(world.coordinator, silent))
+                continue
+            if failures:
+                self.say(f"heartbeat to {host}:{port} recovered after {failures} failure(s)")
+            failures, direct, last_ok = 0, False, self._clock()
+            interval = self._timing.next_interval(interval)
+            if "world" in reply:
+                try:
+                    self._events.put(_WorldEvent(World.from_json(reply["world"])))
+                except (KeyError, TypeError, ValueError) as exc:
+                    self.say(f"ignoring a malformed world in a heartbeat reply: {exc!r}")

@@ -2,7 +2,8 @@
 
 Usage (by the agent): ``python -u -m runtime.agent.bootstrap SCRIPT [ARGS...]`` or
 ``python -u -m runtime.agent.bootstrap -m MODULE [ARGS...]``. It ties the process's life to its
-agent (Linux parent-death signal), then runs the user's code as ``__main__`` exactly as
+agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``),
+then runs the user's code as ``__main__`` exactly as
 ``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
 """
 
@@ -13,6 +14,8 @@ import runpy
 import signal
 import sys
 from typing import Sequence
+
+from runtime.agent import contract, membership
 
 _PR_SET_PDEATHSIG = 1
 
@@ -52,4 +55,8 @@ def run(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     die_with_parent()
+    if os.environ.get(contract.MONITOR_MEMBERS, "true") == "false":
+        membership.ignore()
+    else:
+        membership.install()
     run(sys.argv[1:])

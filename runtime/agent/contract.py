@@ -63,6 +63,11 @@ ENTRYPOINT = "TRAINPLANE_ENTRYPOINT"  # JSON list: the user command after the in
 GRACE_PERIOD = "TRAINPLANE_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL at teardown
 DIE_WITH_PARENT = "TRAINPLANE_DIE_WITH_PARENT"  # local mode: exit when the launcher dies
 RESOLVE = "TRAINPLANE_RESOLVE"  # JSON object host name -> address, consulted before DNS
+HEARTBEAT_INTERVAL = "TRAINPLANE_HEARTBEAT_INTERVAL"  # seconds, first interval after a change
+HEARTBEAT_TTL = "TRAINPLANE_HEARTBEAT_TTL"  # seconds: dead after one TTL, removed after two
+TREE_THRESHOLD = "TRAINPLANE_TREE_THRESHOLD"  # nodes at or above which fan-out and liveness use a tree
+TREE_FANOUT = "TRAINPLANE_TREE_FANOUT"  # children per node in tree mode
+VERDICT_FILE = "TRAINPLANE_VERDICT_FILE"  # local mode: where agents write the job's final verdict (JSON)
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"

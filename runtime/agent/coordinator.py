@@ -1,17 +1,25 @@
-"""The coordinator's decisions: registration, quorum, world generations, job verdicts.
+"""The coordinator's decisions: registration, quorum, liveness, world generations, job verdicts.
 
 Pure state machine: methods take the current time and return actions (``Push`` a world to nodes,
 ``Say`` something to the log); the agent performs them. No I/O here, so every decision is unit
 testable with a fake clock. Standard library only.
+
+Fixed-size jobs (torchrun semantics): losing a node, silently or by a failing process, fails the
+generation; it restarts as a new generation while ``max_restarts`` allows, else the job fails with
+the earliest failure as root cause. Elastic jobs (``min_workers``/``max_workers``): a lost node is
+removed and the survivors continue in a new generation, ranks re-packed densely in node order, as
+long as ``min_workers`` remain; a node that registers after the world formed is admitted at the next
+generation, up to ``max_workers``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import QuorumTimeout
+from runtime.agent.heartbeat import Liveness
 from runtime.agent.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
@@ -20,6 +28,8 @@ LAST_CALL = 1.0
 (torchrun's ``last_call_timeout`` idea, shorter)."""
 PROGRESS_EVERY = 5.0
 """Seconds between repeated quorum progress lines."""
+EXIT_NODE_LOST = 1
+"""Exit code of a fixed-size job that lost a node without a failing process to blame."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,7 @@ Action = Union[Push, Say]
 
 
 class Rejected(Exception):
-    """A registration the coordinator refuses; ``status`` is the HTTP status to answer with."""
+    """A request the coordinator refuses; ``status`` is the HTTP status to answer with."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -49,23 +59,34 @@ class Rejected(Exception):
 
 
 class Coordinator:
-    """Rendezvous and job state on node 0.
+    """Rendezvous, membership and job state on the coordinating node.
 
     Args:
-        settings: node 0's agent settings (workers, quorum, timeouts, restarts, job id).
+        settings: the coordinator's agent settings (workers, quorum, elasticity, timeouts, job id).
         now: the current monotonic time, seconds.
+        world: a world to take over (coordinator failover); ``None`` to start a rendezvous.
     """
 
-    def __init__(self, settings: AgentSettings, now: float) -> None:
+    def __init__(self, settings: AgentSettings, now: float, world: Optional[World] = None) -> None:
         self._s = settings
+        self._ttl = settings.heartbeat_ttl
         self._started = now
+        self._last_tick = now
         self._quorum_at: Optional[float] = None
         self._last_progress = -PROGRESS_EVERY
         self._progress_count = -1
+        self.liveness = Liveness()
         self.members: dict[int, Node] = {}
-        self.world: Optional[World] = None
+        self._dead: dict[int, float] = {}
+        self.world: Optional[World] = world
+        self._epoch = world.generation if world else 1
         self._states: dict[int, str] = {}
         self._failures: list[Failure] = []
+        if world is not None:
+            for n in world.nodes:
+                self.members[n.node_id] = n
+                self.liveness.beat(n.node_id, now)
+                self._states[n.node_id] = RUNNING
 
     # --- registration and quorum ---------------------------------------------------------------
 
@@ -73,122 +94,207 @@ class Coordinator:
         """A node asks to join.
 
         Raises:
-            Rejected: the node id is outside the job (400), or the world has already formed without
-                it (409).
+            Rejected: the node id is outside the job (400), the job has ended (409), or the world
+                formed without it and the job is not elastic or already at ``max_workers`` (409).
         """
-        if not 0 <= node.node_id < self._s.workers:
-            raise Rejected(400, f"node rank {node.node_id} is outside this job's 0..{self._s.workers - 1}")
-        if self.world is not None:
-            if any(n == node for n in self.world.nodes):
-                return []
-            raise Rejected(
-                409, f"the world formed at generation {self.world.generation} without node {node.node_id}"
-            )
+        if not 0 <= node.node_id < self._s.max_nodes:
+            raise Rejected(400, f"node rank {node.node_id} is outside this job's 0..{self._s.max_nodes - 1}")
+        world = self.world
+        if world is None:
+            self.members[node.node_id] = node
+            self._dead.pop(node.node_id, None)
+            if len(self.members) >= self._s.quorum and self._quorum_at is None:
+                self._quorum_at = now
+            return self.tick(now)
+        if world.status != RUNNING:
+            raise Rejected(409, f"the job has ended ({world.status})")
+        if node in world.nodes:
+            self.liveness.beat(node.node_id, now)
+            return []
+        in_world = any(n.node_id == node.node_id for n in world.nodes)
+        if not self._s.elastic or (not in_world and len(world.nodes) >= self._s.max_nodes):
+            raise Rejected(409, f"the world formed at generation {world.generation} without node {node.node_id}")
         self.members[node.node_id] = node
-        if len(self.members) >= self._s.quorum and self._quorum_at is None:
-            self._quorum_at = now
-        return self.tick(now)
+        self._dead.pop(node.node_id, None)
+        self.liveness.beat(node.node_id, now)
+        nodes = nodes_from([*(n for n in world.nodes if n.node_id != node.node_id), node])
+        return self._change(world, nodes, f"node {node.node_id} ({node.addr}) joined")
 
     def tick(self, now: float) -> list[Action]:
-        """Time-driven decisions: progress lines, forming the world, quorum timeout."""
-        if self.world is not None:
+        """Time-driven decisions: quorum progress, forming the world, quorum timeout, dead nodes."""
+        if now - self._last_tick > self._ttl / 2:
+            self.liveness.grace(now)  # this host stalled (e.g. SIGSTOP): don't blame the others
+        self._last_tick = now
+        world = self.world
+        if world is None:
+            return self._tick_forming(now)
+        for node_id, since in list(self._dead.items()):
+            if now - since > self._ttl:
+                self._dead.pop(node_id)
+                self.members.pop(node_id, None)
+                self.liveness.forget(node_id)
+        if world.status != RUNNING:
             return []
+        for n in world.nodes:
+            if n.node_id != self._s.node_id and self.liveness.age(n.node_id, now) > self._ttl:
+                self._dead[n.node_id] = now
+                return self.lose(n.node_id, f"node {n.node_id} ({n.addr}) sent no heartbeat for {self._ttl:g} s")
+        return []
+
+    def _tick_forming(self, now: float) -> list[Action]:
         actions: list[Action] = []
         count = len(self.members)
         if count != self._progress_count or now - self._last_progress >= PROGRESS_EVERY:
             self._progress_count, self._last_progress = count, now
             actions.append(Say(f"{count}/{self._s.workers} nodes registered (quorum {self._s.quorum})"))
-        if count == self._s.workers or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):
-            return [*actions, self._form()]
+        if count >= self._s.workers or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):
+            self.world = self._world(nodes_from(self.members.values()), 0)
+            self._begin_epoch(self.world)
+            for n in self.world.nodes:
+                self.liveness.beat(n.node_id, now)
+            return [*actions, Push(self.world, self.world.nodes)]
         if now - self._started >= self._s.quorum_timeout:
             missing = [i for i in range(self._s.workers) if i not in self.members]
             error = QuorumTimeout(missing, count, self._s.quorum, self._s.quorum_timeout)
-            world = self._new_world(0).finished(FAILED, str(error), contract.EXIT_RENDEZVOUS)
+            world = self._world(nodes_from(self.members.values()), 0).finished(
+                FAILED, str(error), contract.EXIT_RENDEZVOUS
+            )
             self.world = world
             return [*actions, Say(str(error)), Push(world, world.nodes)]
         return actions
 
-    def _new_world(self, restart_count: int) -> World:
-        generation = self.world.generation + 1 if self.world else 1
+    def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
         return World(
             job=self._s.job,
-            generation=generation,
+            generation=self.world.generation + 1 if self.world else 1,
             restart_count=restart_count,
             max_restarts=self._s.max_restarts,
-            nodes=nodes_from(self.members.values()),
+            nodes=nodes,
             master_port=self._s.master_port,
             distribution=self._s.distribution,
+            coordinator=(self._s.node_id, self._s.advertise_address, self._s.agent_port),
         )
 
-    def _form(self) -> Push:
-        self.world = self._new_world(0)
-        self._states = {n.node_id: RUNNING for n in self.world.nodes}
-        return Push(self.world, self.world.nodes)
+    def _begin_epoch(self, world: World) -> None:
+        self._epoch = world.generation
+        self._states = {n.node_id: RUNNING for n in world.nodes}
+        self._failures = []
 
-    # --- reports from nodes ----------------------------------------------------------------------
+    # --- liveness and reports --------------------------------------------------------------------
+
+    def heartbeat(self, node_id: int, ages: Mapping[int, float], now: float) -> None:
+        """A member (or an aggregating parent, with its subtree's ``node_id -> age``) is alive.
+
+        Raises:
+            Rejected: 409 when ``node_id`` is not in the current world (it should re-register).
+        """
+        world = self.world
+        if world is None or not any(n.node_id == node_id for n in world.nodes):
+            raise Rejected(409, f"node {node_id} is not in the current world; register again")
+        self.liveness.beat(node_id, now)
+        current = {n.node_id for n in world.nodes}
+        self.liveness.merge({k: v for k, v in ages.items() if k in current}, now)
 
     def report(
         self, node_id: int, generation: int, state: str, failure: Optional[Failure] = None, message: str = ""
     ) -> list[Action]:
-        """A node's processes changed state for ``generation``.
+        """A node's processes changed state.
 
         Args:
             node_id: the reporting node.
-            generation: the generation the report is about; stale reports are ignored.
+            generation: the generation the node was in; reports from before the current restart
+                epoch are stale and ignored.
             state: ``succeeded`` (all its processes exited 0), ``failed`` (one exited non-zero;
                 ``failure`` says which) or ``stopped`` (the node is shutting down; ``message`` says why).
             failure: the failing process, for ``failed``.
             message: the reason, for ``stopped``.
         """
         world = self.world
-        if world is None or world.status != RUNNING or generation != world.generation:
-            return []
-        if node_id not in self._states:
+        if world is None or world.status != RUNNING or generation < self._epoch or node_id not in self._states:
             return []
         if state == SUCCEEDED:
             self._states[node_id] = SUCCEEDED
-            if all(s == SUCCEEDED for s in self._states.values()):
+            if all(self._states.get(n.node_id) == SUCCEEDED for n in world.nodes):
                 self.world = world.finished(SUCCEEDED, "every rank exited 0", contract.EXIT_OK)
                 return [Say("job succeeded: every rank exited 0"), Push(self.world, world.nodes)]
             return []
         if state == FAILED and failure is not None:
-            self._failures.append(failure)
-            return self._after_failure(world, failure.describe())
+            return self.lose(node_id, failure.describe(), failure, alive=True)
         if state == STOPPED:
-            self._failures.append(
-                Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=contract.EXIT_INTERRUPTED_BASE)
-            )
-            return self._after_failure(world, f"node {node_id} stopped: {message}")
+            return self.lose(node_id, f"node {node_id} stopped: {message}", alive=True)
         return []
 
-    def _after_failure(self, world: World, reason: str) -> list[Action]:
+    def lose(self, node_id: int, reason: str, failure: Optional[Failure] = None, alive: bool = False) -> list[Action]:
+        """A node is gone: elastic jobs continue without it, fixed-size jobs restart or fail.
+
+        Args:
+            node_id: the lost node.
+            reason: what happened, for the log and the verdict.
+            failure: the failing process, when a process exit caused the loss.
+            alive: the node's agent is still up (it reported), so it is told the new world too.
+        """
+        world = self.world
+        if world is None or not any(n.node_id == node_id for n in world.nodes):
+            return []
+        survivors = tuple(n for n in world.nodes if n.node_id != node_id)
+        if self._s.elastic and len(survivors) >= self._s.min_nodes:
+            self._states.pop(node_id, None)
+            lost = tuple(n for n in world.nodes if n.node_id == node_id) if alive else ()
+            return self._change(world, survivors, reason, extra_targets=lost)
+        self._failures.append(
+            failure or Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=EXIT_NODE_LOST, addr=reason)
+        )
         if world.restart_count < self._s.max_restarts:
-            self.world = replace(self._new_world(world.restart_count + 1), nodes=world.nodes)
-            self._states = {n.node_id: RUNNING for n in world.nodes}
-            self._failures = []
+            self.world = self._world(world.nodes, world.restart_count + 1)
+            self._begin_epoch(self.world)
             return [
                 Say(f"{reason}\nrestarting ({self.world.restart_count}/{self._s.max_restarts}) "
                     f"as generation {self.world.generation}"),
                 Push(self.world, world.nodes),
             ]
         cause = min(self._failures, key=lambda f: (f.timestamp, f.rank))
-        exit_code = cause.exit_code or 1
-        message = cause.describe() if cause.rank >= 0 else reason
-        self.world = world.finished(FAILED, message, exit_code, cause if cause.rank >= 0 else None)
+        known = cause.rank >= 0
+        message = cause.describe() if known else reason
+        self.world = world.finished(FAILED, message, cause.exit_code or 1, cause if known else None)
         return [Say(f"job failed: {message}"), Push(self.world, world.nodes)]
 
+    def _change(
+        self, world: World, nodes: tuple[Node, ...], reason: str, extra_targets: tuple[Node, ...] = ()
+    ) -> list[Action]:
+        """A membership change: same restart epoch, new generation, ranks re-packed."""
+        self.world = self._world(nodes, world.restart_count)
+        for n in nodes:
+            self._states.setdefault(n.node_id, RUNNING)
+        return [
+            Say(f"{reason}; generation {self.world.generation}: {len(nodes)} node(s), "
+                f"world size {self.world.world_size}"),
+            Push(self.world, nodes + extra_targets),
+        ]
+
     def stop(self, message: str, exit_code: int) -> list[Action]:
-        """Node 0 is shutting down (signal): stop every node."""
+        """The coordinator is shutting down (signal): stop every node."""
         nodes = self.world.nodes if self.world else nodes_from(self.members.values())
-        base = self.world or self._new_world(0)
+        base = self.world or self._world(nodes, 0)
         self.world = replace(base, nodes=nodes).finished(STOPPED, message, exit_code)
         return [Push(self.world, nodes)]
 
     # --- views -----------------------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        """The membership view served at ``GET /members``."""
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """The membership view served at ``GET /members``: node rank, address, state, last seen."""
         world = self.world
+        in_world = {n.node_id: i for i, n in enumerate(world.nodes)} if world else {}
+        members = []
+        for n in nodes_from(self.members.values()):
+            if n.node_id in self._dead:
+                state = "dead"
+            else:
+                state = self._states.get(n.node_id, RUNNING) if n.node_id in in_world else "registered"
+            members.append({
+                "node_id": n.node_id, "node_rank": in_world.get(n.node_id), "addr": n.addr, "port": n.port,
+                "num_proc": n.num_proc, "state": state,
+                "last_seen_s": round(self.liveness.age(n.node_id, now), 3) if n.node_id in in_world else None,
+            })
         return {
             "job": self._s.job,
             "workers": self._s.workers,
@@ -196,9 +302,5 @@ class Coordinator:
             "registered": sorted(self.members),
             "generation": world.generation if world else 0,
             "status": world.status if world else "forming",
-            "members": [
-                {"node_id": n.node_id, "addr": n.addr, "port": n.port, "num_proc": n.num_proc,
-                 "state": self._states.get(n.node_id, "registered")}
-                for n in nodes_from(self.members.values())
-            ],
+            "members": members,
         }

@@ -8,7 +8,8 @@ Tree::
     │   └── QuorumTimeout                  quorum not met in time; names the missing node ids
     ├── TransportError                     an HTTP exchange between agents failed
     │   └── Unauthorized                   401: missing or wrong job token
-    └── JobFailed                          batch job ended with a failing rank
+    ├── JobFailed                          batch job ended with a failing rank
+    └── WorkerMembershipChanged            the world changed; raised in user code
 """
 
 from __future__ import annotations
@@ -79,3 +80,41 @@ class JobFailed(TrainplaneError):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class WorkerMembershipChanged(TrainplaneError):
+    """The set of nodes changed: a node was lost or admitted and a new generation began.
+
+    Raised in the main thread of every user process (with ``os.environ`` already describing the new
+    world: WORLD_SIZE, RANK, MASTER_ADDR, POD_IPS, ...) so that user code can re-initialise its
+    process group and continue; also returned by ``runtime.membership.poll``. Addresses are node (pod)
+    addresses, as in ``POD_IPS``.
+
+    Attributes:
+        added_ips: addresses that joined, in node-rank order.
+        removed_ips: addresses that left, in previous node-rank order.
+        previous_ips: all addresses before the change, in node-rank order.
+        current_ips: all addresses after the change, in node-rank order.
+        generation: the new world generation.
+    """
+
+    def __init__(
+        self,
+        added_ips: Sequence[str],
+        removed_ips: Sequence[str],
+        previous_ips: Sequence[str],
+        current_ips: Sequence[str],
+        generation: int,
+    ) -> None:
+        self.added_ips = list(added_ips)
+        self.removed_ips = list(removed_ips)
+        self.previous_ips = list(previous_ips)
+        self.current_ips = list(current_ips)
+        self.generation = generation
+        super().__init__(
+            f"worker membership changed at generation {generation}: added {self.added_ips or 'none'}, "
+            f"removed {self.removed_ips or 'none'}; now {len(self.current_ips)} node(s)"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[list[str], list[str], list[str], list[str], int]]:
+        return (type(self), (self.added_ips, self.removed_ips, self.previous_ips, self.current_ips, self.generation))

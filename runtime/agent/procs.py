@@ -187,6 +187,17 @@ class LocalProcesses:
         """Whether any process is still running."""
         return any(p.poll() is None for p in self._procs)
 
+    def send(self, local_rank: int, sig: int) -> bool:
+        """Send ``sig`` to one process (not its group) if it is still running; whether it was sent."""
+        proc = self._procs[local_rank]
+        if proc.poll() is not None:
+            return False
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
     def stop(self, grace: float) -> None:
         """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all.
 

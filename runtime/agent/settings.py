@@ -49,6 +49,14 @@ class AgentSettings:
         grace_period: seconds between SIGTERM and SIGKILL at teardown.
         die_with_parent: exit when the parent process (the local launcher) dies.
         resolve: host name to address overrides consulted before DNS (tests, local mode).
+        min_workers: elastic jobs: the fewest nodes the job may continue with; ``None`` with
+            ``max_workers`` also ``None`` means a fixed-size job, where losing a node fails it.
+        max_workers: elastic jobs: the most nodes that may be admitted; node ids range below it.
+        heartbeat_interval: seconds between heartbeats right after a change (then backed off).
+        heartbeat_ttl: seconds without a heartbeat before a node is dead; removed after twice this.
+        tree_threshold: at or above this many nodes, fan-out and liveness aggregation use a tree.
+        tree_fanout: children per node in the tree.
+        verdict_file: local mode: path where the agent writes the job's final verdict as JSON.
     """
 
     job: str
@@ -73,17 +81,33 @@ class AgentSettings:
     grace_period: float = 5.0
     die_with_parent: bool = False
     resolve: Mapping[str, str] = field(default_factory=dict)
+    min_workers: Optional[int] = None
+    max_workers: Optional[int] = None
+    heartbeat_interval: float = 0.25
+    heartbeat_ttl: float = 3.0
+    tree_threshold: int = 100
+    tree_fanout: int = 50
+    verdict_file: Optional[str] = None
 
     def __post_init__(self) -> None:
         _require(bool(self.job), contract.JOB_NAME, self.job, "set a non-empty job name")
         _require(bool(self.token), contract.TOKEN, "<empty>", "set the job's bearer token")
         _require(self.workers >= 1, contract.WORKERS, self.workers, "use 1 or more nodes")
         _require(
-            0 <= self.node_id < self.workers,
+            0 <= self.node_id < self.max_nodes,
             contract.NODE_RANK_SETTING,
             self.node_id,
-            f"use a node rank from 0 to {self.workers - 1}",
+            f"use a node rank from 0 to {self.max_nodes - 1}",
         )
+        _require(self.heartbeat_interval > 0, contract.HEARTBEAT_INTERVAL, self.heartbeat_interval, "use seconds > 0")
+        _require(
+            self.heartbeat_ttl >= 4 * self.heartbeat_interval,
+            contract.HEARTBEAT_TTL,
+            self.heartbeat_ttl,
+            f"use at least 4 x the heartbeat interval ({4 * self.heartbeat_interval:g} s)",
+        )
+        _require(self.tree_threshold >= 2, contract.TREE_THRESHOLD, self.tree_threshold, "use 2 or more nodes")
+        _require(self.tree_fanout >= 2, contract.TREE_FANOUT, self.tree_fanout, "use 2 or more children")
         _require(self.num_proc >= 1, contract.NUM_PROC, self.num_proc, "use 1 or more processes per node")
         _require(bool(self.entrypoint), contract.ENTRYPOINT, list(self.entrypoint), "name a script or -m module")
         for name, port in (
@@ -97,6 +121,12 @@ class AgentSettings:
             contract.QUORUM_WORKERS,
             self.quorum_workers,
             f"use a quorum from 1 to the number of nodes ({self.workers})",
+        )
+        _require(
+            1 <= self.min_nodes <= self.workers <= self.max_nodes,
+            contract.MIN_WORKERS,
+            f"{self.min_workers}..{self.max_workers} with {self.workers} workers",
+            "use min_workers <= workers <= max_workers",
         )
         _require(self.quorum_timeout > 0, contract.QUORUM_TIMEOUT, self.quorum_timeout, "use seconds > 0")
         _require(self.max_restarts >= 0, contract.MAX_RESTARTS, self.max_restarts, "use 0 or more")
@@ -114,6 +144,21 @@ class AgentSettings:
         return self.workers if self.quorum_workers is None else self.quorum_workers
 
     @property
+    def elastic(self) -> bool:
+        """Whether the world may shrink and grow (``min_workers`` or ``max_workers`` set)."""
+        return self.min_workers is not None or self.max_workers is not None
+
+    @property
+    def min_nodes(self) -> int:
+        """The fewest nodes the job may run with."""
+        return self.quorum if self.min_workers is None else self.min_workers
+
+    @property
+    def max_nodes(self) -> int:
+        """The most nodes the job may have."""
+        return self.workers if self.max_workers is None else self.max_workers
+
+    @property
     def is_coordinator(self) -> bool:
         """Node 0 coordinates."""
         return self.node_id == 0
@@ -122,9 +167,10 @@ class AgentSettings:
     def from_env(cls, env: Mapping[str, str]) -> AgentSettings:
         """Read settings from environment variables named in ``contract.py``.
 
-        Node id: ``TRAINPLANE_NODE_RANK``, else ``JOB_COMPLETION_INDEX`` (Indexed Job), else the
-        ordinal suffix of ``POD_NAME`` (StatefulSet), else ``RANK`` (set by the Kubeflow training
-        operator on PyTorchJob replicas: Master 0, Worker i+1). Coordinator: ``TRAINPLANE_COORDINATOR``
+        Node id: ``TRAINPLANE_NODE_RANK``, else ``JOB_COMPLETION_INDEX`` (Indexed Job), else ``RANK``
+        (set by the Kubeflow training operator on PyTorchJob replicas: Master 0, Worker i+1; read
+        before the pod name, since ``<job>-worker-0`` ends in 0), else the ordinal suffix of
+        ``POD_NAME`` (StatefulSet). Coordinator: ``TRAINPLANE_COORDINATOR``
         (``host`` or ``host:port``), else the operator's ``MASTER_ADDR``.
 
         Raises:
@@ -145,7 +191,6 @@ class AgentSettings:
         bind = env.get(contract.BIND_ADDRESS)
         if bind is None:
             bind = advertise if _is_loopback(advertise) else ""
-        quorum = env.get(contract.QUORUM_WORKERS)
         return cls(
             job=env.get(contract.JOB_NAME, ""),
             token=env.get(contract.TOKEN, ""),
@@ -159,7 +204,7 @@ class AgentSettings:
             advertise_address=advertise,
             bind_address=bind,
             master_port=_int(env, contract.MASTER_PORT, contract.DEFAULT_MASTER_PORT),
-            quorum_workers=_parse_int(contract.QUORUM_WORKERS, quorum) if quorum else None,
+            quorum_workers=_optional_int(env, contract.QUORUM_WORKERS),
             quorum_timeout=_float(env, contract.QUORUM_TIMEOUT, 300.0),
             max_restarts=_int(env, contract.MAX_RESTARTS, 0),
             distribution=env.get(contract.DISTRIBUTION, "spmd"),
@@ -169,6 +214,13 @@ class AgentSettings:
             grace_period=_float(env, contract.GRACE_PERIOD, 5.0),
             die_with_parent=_bool(env, contract.DIE_WITH_PARENT, False),
             resolve=_resolve(env.get(contract.RESOLVE, "")),
+            min_workers=_optional_int(env, contract.MIN_WORKERS),
+            max_workers=_optional_int(env, contract.MAX_WORKERS),
+            heartbeat_interval=_float(env, contract.HEARTBEAT_INTERVAL, 0.25),
+            heartbeat_ttl=_float(env, contract.HEARTBEAT_TTL, 3.0),
+            tree_threshold=_int(env, contract.TREE_THRESHOLD, 100),
+            tree_fanout=_int(env, contract.TREE_FANOUT, 50),
+            verdict_file=env.get(contract.VERDICT_FILE) or None,
         )
 
 
@@ -187,6 +239,11 @@ def _parse_int(name: str, text: str) -> int:
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
     text = env.get(name)
     return default if text in (None, "") else _parse_int(name, text)
+
+
+def _optional_int(env: Mapping[str, str], name: str) -> Optional[int]:
+    text = env.get(name)
+    return None if text in (None, "") else _parse_int(name, text)
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -214,11 +271,11 @@ def _node_id(env: Mapping[str, str]) -> int:
     for name in (contract.NODE_RANK_SETTING, contract.JOB_COMPLETION_INDEX):
         if env.get(name):
             return _parse_int(name, env[name])
+    if env.get(contract.RANK):
+        return _parse_int(contract.RANK, env[contract.RANK])
     match = _ORDINAL.search(env.get(contract.POD_NAME, ""))
     if match:
         return int(match.group(1))
-    if env.get(contract.RANK):
-        return _parse_int(contract.RANK, env[contract.RANK])
     raise ConfigError(
         f"cannot tell this node's rank: set {contract.NODE_RANK_SETTING}, or run as an Indexed Job "
         f"({contract.JOB_COMPLETION_INDEX}), a StatefulSet ({contract.POD_NAME} ending in -N) or a PyTorchJob"

@@ -109,6 +109,8 @@ class World:
         cause: for ``failed``, the root cause; for ``stopped``/rendezvous errors, ``None``.
         message: human-readable reason for a terminal status.
         exit_code: the exit code every agent should end with for a terminal status.
+        coordinator: ``(node_id, addr, port)`` of the agent coordinating this world; it changes
+            when the coordinator fails over.
     """
 
     job: str
@@ -122,6 +124,7 @@ class World:
     cause: Failure | None = None
     message: str = ""
     exit_code: int = 0
+    coordinator: tuple[int, str, int] = (0, "", 0)
 
     @property
     def world_size(self) -> int:
@@ -170,6 +173,7 @@ class World:
             "cause": self.cause.to_json() if self.cause else None,
             "message": self.message,
             "exit_code": self.exit_code,
+            "coordinator": list(self.coordinator),
         }
 
     @classmethod
@@ -196,7 +200,13 @@ class World:
             cause=Failure.from_json(cause) if cause else None,
             message=str(data.get("message", "")),
             exit_code=int(data.get("exit_code", 0)),
+            coordinator=_coordinator(data.get("coordinator") or (0, "", 0)),
         )
+
+
+def _coordinator(value: Sequence[Any]) -> tuple[int, str, int]:
+    node_id, addr, port = value
+    return int(node_id), str(addr), int(port)
 
 
 def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]:

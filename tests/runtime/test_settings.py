@@ -24,6 +24,7 @@ BASE = {
         ({contract.JOB_COMPLETION_INDEX: "3"}, 3),
         ({contract.POD_NAME: "myjob-worker-1"}, 1),
         ({contract.RANK: "2"}, 2),
+        ({contract.POD_NAME: "ddp-worker-0", contract.RANK: "1"}, 1),
     ],
 )
 def test_node_identity_sources(extra: dict, node_id: int):

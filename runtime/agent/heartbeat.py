@@ -1,0 +1,76 @@
+"""Heartbeat timing and liveness bookkeeping. Pure logic; the agent does the sending.
+
+Timing: a node beats every ``interval`` seconds while the world is new, doubling after each
+successful beat once membership is stable, capped at ``ttl / 4`` so that, even with one level of
+aggregation in between (a child's beat waiting up to one cap at its parent), a live member is
+always seen well within the stale TTL. Failed beats back off the same way under the same cap.
+
+Liveness: every time is the *receiver's* monotonic clock. An aggregating parent forwards, for each
+descendant, how many seconds ago it last heard from it (an age, a duration), never a timestamp, so
+no two hosts' clocks are ever compared (unlike torchrun's keep-alives, judged on another host's
+clock). Past one TTL a member is dead; past two it is removed from the membership list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class HeartbeatTiming:
+    """Heartbeat settings, seconds.
+
+    Attributes:
+        interval: first interval after a change.
+        ttl: a member not heard from for this long is dead; for twice this long, removed.
+    """
+
+    interval: float = 0.25
+    ttl: float = 3.0
+
+    @property
+    def cap(self) -> float:
+        """The longest interval between beats: a quarter of the TTL."""
+        return self.ttl / 4
+
+    def next_interval(self, previous: float) -> float:
+        """The interval after ``previous`` (0 for the first beat): doubled, within [interval, cap]."""
+        if previous <= 0:
+            return min(self.interval, self.cap)
+        return min(previous * 2, self.cap)
+
+
+class Liveness:
+    """When each member was last heard from, on this host's monotonic clock."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, float] = {}
+
+    def beat(self, node_id: int, now: float, age: float = 0.0) -> None:
+        """Record that ``node_id`` was alive ``age`` seconds before ``now``; older news is ignored."""
+        seen = now - max(0.0, age)
+        if seen > self._seen.get(node_id, float("-inf")):
+            self._seen[node_id] = seen
+
+    def merge(self, ages: Mapping[int, float], now: float) -> None:
+        """Record a batch of ``node_id -> age`` forwarded by an aggregating child."""
+        for node_id, age in ages.items():
+            self.beat(node_id, now, age)
+
+    def ages(self, now: float) -> dict[int, float]:
+        """``node_id -> seconds since last heard``, for forwarding to a parent."""
+        return {node_id: now - seen for node_id, seen in self._seen.items()}
+
+    def age(self, node_id: int, now: float) -> float:
+        """Seconds since ``node_id`` was last heard from; infinity if never."""
+        return now - self._seen.get(node_id, float("-inf"))
+
+    def forget(self, node_id: int) -> None:
+        """Drop a member."""
+        self._seen.pop(node_id, None)
+
+    def grace(self, now: float) -> None:
+        """Treat every member as just heard from (after this host itself stalled)."""
+        for node_id in self._seen:
+            self._seen[node_id] = now
