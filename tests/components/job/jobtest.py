@@ -6,7 +6,7 @@ import copy
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jsonschema
 import kubernetes_validate
@@ -67,7 +67,7 @@ def _strict(node: Any) -> Any:
     return node
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def crd_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
     """A strict validator for ``kind`` at ``api_version``, from the published CRD's openAPIV3Schema."""
     group, version = api_version.split("/")
@@ -132,9 +132,9 @@ class RecordingMonitor(MockMonitor):
     def __init__(self, mocks: Mocks) -> None:
         super().__init__(mocks)
         self.registrations: dict[str, Registration] = {}
-        self._mocks = mocks
+        self.recorded_inputs = mocks.inputs
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method name
+    def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
         if request.type != STACK_TYPE:
             self.registrations[request.name] = Registration(
@@ -146,7 +146,7 @@ class RecordingMonitor(MockMonitor):
                 provider=request.provider,
                 delete_before_replace=request.deleteBeforeReplace,
                 replace_on_changes=list(request.replaceOnChanges),
-                inputs=self._mocks.inputs.get(request.name, {}),
+                inputs=self.recorded_inputs.get(request.name, {}),
             )
         return response
 
@@ -168,18 +168,20 @@ class Deployment:
         return next(r for r in self.registrations.values() if r.type == "trainplane:job:DistributedJob")
 
 
-def deploy(program: Callable[[], dict[str, pulumi.Output[Any]]]) -> Deployment:
+def deploy(
+    program: Callable[[], dict[str, pulumi.Output[Any]]], monitor: Optional[RecordingMonitor] = None
+) -> Deployment:
     """Run ``program`` under fresh mocks and wait until every resource has registered.
 
     Args:
         program: builds resources and returns named Outputs to resolve.
+        monitor: the monitor to record into (to inspect it when ``program`` raises); a fresh one by default.
 
     Returns:
         The registrations and the resolved outputs (with which of them are secret).
     """
-    mocks = Mocks()
-    monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, preview=False, monitor=monitor)
+    monitor = monitor or RecordingMonitor(Mocks())
+    pulumi.runtime.set_mocks(monitor.mocks, preview=False, monitor=monitor)
     resolved: dict[str, Any] = {}
     secret: set[str] = set()
 

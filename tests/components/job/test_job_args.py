@@ -72,7 +72,11 @@ INVALID = [
     ({"labels": {"-team": "ml"}}, "labels['-team']", "not a label name"),
     ({"labels": {"trainplane.dev/job": "other"}}, "labels['trainplane.dev/job']", "is set by trainplane"),
     ({"node_selector": {"gpu": None}}, "node_selector['gpu']", "not a label value"),
-    ({"tolerations": [{"key": "a", "effects": "NoSchedule"}]}, "tolerations[0]", "not a Kubernetes Toleration"),
+    (
+        {"tolerations": [{"key": "a", "effects": "NoSchedule"}]},
+        "tolerations[0]",
+        "not a Kubernetes Toleration",
+    ),
     ({"tolerations": {"key": "a"}}, "tolerations", "must be a list of dicts"),
     ({"service_account": "Trainer"}, "service_account", "not a valid name"),
     ({"working_dir": "src"}, "working_dir", "absolute path"),
@@ -107,8 +111,11 @@ def test_invalid_args_name_field_value_and_fix(overrides: dict[str, Any], field:
         ("a" * 61, {"workers": 11}, "shorten it to 60"),  # "<name>-10"
         ("a" * 53, {"mode": "service"}, "shorten it to 52"),  # StatefulSet revision-hash label
         ("a" * 55, {"backend": "pytorchjob"}, "shorten it to 54"),  # "<name>-worker-1"
-        ("a" * 54, {"backend": "pytorchjob", "workers": 2, "min_workers": 1, "max_workers": 11},
-         "shorten it to 53"),  # "<name>-worker-10", from max_workers
+        (
+            "a" * 54,
+            {"backend": "pytorchjob", "workers": 2, "min_workers": 1, "max_workers": 11},
+            "shorten it to 53",
+        ),  # "<name>-worker-10", from max_workers
     ],
 )
 def test_job_name_must_be_dns1035_and_fit_derived_names(
@@ -137,7 +144,9 @@ def test_derived_values() -> None:
     args = job_args(workers=4, gpus=8, num_proc="auto", args=["--epochs", "3"])
     assert (args.procs_per_node, args.quorum, args.elastic, args.max_nodes) == (8, 4, False, 4)
     assert args.entrypoint == ("train.py", "--epochs", "3")
-    elastic = job_args(script=None, module="pkg.train", workers=3, quorum_workers=2, min_workers=2, max_workers=6)
+    elastic = job_args(
+        script=None, module="pkg.train", workers=3, quorum_workers=2, min_workers=2, max_workers=6
+    )
     assert (elastic.quorum, elastic.elastic, elastic.max_nodes) == (2, True, 6)
     assert elastic.entrypoint == ("-m", "pkg.train")
 

@@ -21,7 +21,8 @@ BACKENDS = {
     "indexed-job": ({}, ("batch/v1", "Job")),
     "pytorchjob": ({"backend": "pytorchjob"}, ("kubeflow.org/v1", "PyTorchJob")),
     "pytorchjob-elastic": (
-        {"backend": "pytorchjob", "min_workers": 1, "max_workers": 4}, ("kubeflow.org/v1", "PyTorchJob")
+        {"backend": "pytorchjob", "min_workers": 1, "max_workers": 4},
+        ("kubeflow.org/v1", "PyTorchJob"),
     ),
     "statefulset": ({"mode": "service"}, ("apps/v1", "StatefulSet")),
 }
@@ -35,13 +36,29 @@ GANGS = {
     "kueue-queue": {"gang_scheduler": "kueue", "queue": "team-a"},
     "kueue-cluster-queue": {"gang_scheduler": "kueue", "cluster_queue": "gpu-pool"},
 }
-COMMON_KINDS = {("v1", "Secret"), ("v1", "ConfigMap"), ("v1", "Service"), ("networking.k8s.io/v1", "NetworkPolicy")}
+COMMON_KINDS = {
+    ("v1", "Secret"),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+}
 FULL = {
-    "workers": 3, "quorum_workers": 2, "gpus": 2, "num_proc": "auto", "cpus": 7.5, "memory": "60Gi",
-    "shm_size": "8Gi", "tolerations": [{"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
-    "node_selector": {"nvidia.com/gpu.present": "true"}, "env": {"NCCL_DEBUG": "INFO"},
-    "labels": {"team": "ml"}, "service_account": "trainer", "working_dir": "/workspace",
-    "image_pull_policy": "IfNotPresent", "log_dir": "/var/log/trainplane", "namespace": "research",
+    "workers": 3,
+    "quorum_workers": 2,
+    "gpus": 2,
+    "num_proc": "auto",
+    "cpus": 7.5,
+    "memory": "60Gi",
+    "shm_size": "8Gi",
+    "tolerations": [{"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+    "node_selector": {"nvidia.com/gpu.present": "true"},
+    "env": {"NCCL_DEBUG": "INFO"},
+    "labels": {"team": "ml"},
+    "service_account": "trainer",
+    "working_dir": "/workspace",
+    "image_pull_policy": "IfNotPresent",
+    "log_dir": "/var/log/trainplane",
+    "namespace": "research",
     "allow_from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "clients"}}}],
     "args": ["--epochs", "3"],
 }
@@ -114,7 +131,11 @@ def test_indexed_job_shape() -> None:
     body = workload(job)
     spec = body["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 4, 4)
-    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (0, 3600, 600)
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (
+        0,
+        3600,
+        600,
+    )
     assert spec["podFailurePolicy"]["rules"][0]["action"] == "Ignore"
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == job.names.service == "demo"
@@ -134,25 +155,47 @@ def test_pod_runs_the_agent_with_the_env_contract() -> None:
     assert env[contract.TOKEN] == {"secretKeyRef": {"name": "demo-token", "key": "token"}}
     assert env["PYTHONPATH"] == contract.BUNDLE_MOUNT_PATH
     assert json.loads(env[contract.ENTRYPOINT]) == ["train.py", "--epochs", "3"]
-    assert {k: env[k] for k in (
-        contract.JOB_NAME, contract.WORKERS, contract.NUM_PROC, contract.COORDINATOR_HOST,
-        contract.AGENT_PORT_SETTING, contract.MASTER_PORT, contract.QUORUM_WORKERS, contract.QUORUM_TIMEOUT,
-        contract.MAX_RESTARTS, contract.DISTRIBUTION, contract.MODE, contract.MONITOR_MEMBERS,
-    )} == {
-        contract.JOB_NAME: "demo", contract.WORKERS: "2", contract.NUM_PROC: "2",
-        contract.COORDINATOR_HOST: "demo-0.demo", contract.AGENT_PORT_SETTING: str(contract.AGENT_PORT),
-        contract.MASTER_PORT: str(contract.DEFAULT_MASTER_PORT), contract.QUORUM_WORKERS: "2",
-        contract.QUORUM_TIMEOUT: "90.5", contract.MAX_RESTARTS: "2", contract.DISTRIBUTION: "spmd",
-        contract.MODE: "batch", contract.MONITOR_MEMBERS: "false",
+    assert {
+        k: env[k]
+        for k in (
+            contract.JOB_NAME,
+            contract.WORKERS,
+            contract.NUM_PROC,
+            contract.COORDINATOR_HOST,
+            contract.AGENT_PORT_SETTING,
+            contract.MASTER_PORT,
+            contract.QUORUM_WORKERS,
+            contract.QUORUM_TIMEOUT,
+            contract.MAX_RESTARTS,
+            contract.DISTRIBUTION,
+            contract.MODE,
+            contract.MONITOR_MEMBERS,
+        )
+    } == {
+        contract.JOB_NAME: "demo",
+        contract.WORKERS: "2",
+        contract.NUM_PROC: "2",
+        contract.COORDINATOR_HOST: "demo-0.demo",
+        contract.AGENT_PORT_SETTING: str(contract.AGENT_PORT),
+        contract.MASTER_PORT: str(contract.DEFAULT_MASTER_PORT),
+        contract.QUORUM_WORKERS: "2",
+        contract.QUORUM_TIMEOUT: "90.5",
+        contract.MAX_RESTARTS: "2",
+        contract.DISTRIBUTION: "spmd",
+        contract.MODE: "batch",
+        contract.MONITOR_MEMBERS: "false",
     }
     assert contract.MIN_WORKERS not in env and contract.LOG_DIR not in env
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in template["spec"]["volumes"]}
     assert volumes[mounts[contract.BUNDLE_MOUNT_PATH]]["configMap"]["name"] == "demo-runtime"
-    assert volumes[mounts[contract.BUNDLE_MOUNT_PATH]]["configMap"]["items"] == [dict(i) for i in BUNDLE.items]
+    assert volumes[mounts[contract.BUNDLE_MOUNT_PATH]]["configMap"]["items"] == [
+        dict(i) for i in BUNDLE.items
+    ]
     assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
-        contract.AGENT_PORT_NAME: contract.AGENT_PORT, contract.MASTER_PORT_NAME: contract.DEFAULT_MASTER_PORT,
+        contract.AGENT_PORT_NAME: contract.AGENT_PORT,
+        contract.MASTER_PORT_NAME: contract.DEFAULT_MASTER_PORT,
     }
     labels = template["metadata"]["labels"]
     assert labels["sidecar.istio.io/inject"] == "false"
@@ -170,7 +213,11 @@ def test_gpu_pod_resources_and_toleration() -> None:
         "requests": {"cpu": "7500m", "memory": "60Gi"},
         "limits": {"memory": "60Gi", "nvidia.com/gpu": "2"},
     }
-    assert template["spec"]["tolerations"][-1] == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    assert template["spec"]["tolerations"][-1] == {
+        "key": "nvidia.com/gpu",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
     assert template["spec"]["tolerations"][0]["key"] == "team"
     assert template["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert template["spec"]["serviceAccountName"] == "trainer"
@@ -178,10 +225,15 @@ def test_gpu_pod_resources_and_toleration() -> None:
     assert (container["workingDir"], container["imagePullPolicy"]) == ("/workspace", "IfNotPresent")
     env = env_of(template)
     assert (env[contract.NUM_PROC], env[contract.QUORUM_WORKERS], env[contract.LOG_DIR]) == (
-        "2", "2", "/var/log/trainplane")
+        "2",
+        "2",
+        "/var/log/trainplane",
+    )
     assert env["NCCL_DEBUG"] == "INFO"
     assert next(v for v in template["spec"]["volumes"] if v["name"] == "dshm")["emptyDir"] == {
-        "medium": "Memory", "sizeLimit": "8Gi"}
+        "medium": "Memory",
+        "sizeLimit": "8Gi",
+    }
     assert template["metadata"]["labels"]["team"] == "ml"
 
 
@@ -191,7 +243,9 @@ def test_headless_service() -> None:
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
-        contract.AGENT_PORT_NAME: contract.AGENT_PORT, contract.MASTER_PORT_NAME: contract.DEFAULT_MASTER_PORT}
+        contract.AGENT_PORT_NAME: contract.AGENT_PORT,
+        contract.MASTER_PORT_NAME: contract.DEFAULT_MASTER_PORT,
+    }
     pod_labels = templates(render())[0]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
@@ -203,7 +257,10 @@ def test_network_policy_admits_only_job_pods_and_allowed_clients_on_agent_port()
     assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert policy["ingress"] == [{"from": [{"podSelector": policy["podSelector"]}]}]
     with_clients = kind_of(render(**FULL), "NetworkPolicy")["spec"]["ingress"]
-    assert with_clients[1] == {"from": FULL["allow_from"], "ports": [{"port": contract.AGENT_PORT, "protocol": "TCP"}]}
+    assert with_clients[1] == {
+        "from": FULL["allow_from"],
+        "ports": [{"port": contract.AGENT_PORT, "protocol": "TCP"}],
+    }
 
 
 def test_statefulset_for_service_mode() -> None:
@@ -213,7 +270,10 @@ def test_statefulset_for_service_mode() -> None:
     assert (spec["podManagementPolicy"], spec["replicas"], spec["serviceName"]) == ("Parallel", 3, "demo")
     assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
     container = spec["template"]["spec"]["containers"][0]
-    assert container["readinessProbe"]["httpGet"] == {"path": contract.ROUTE_HEALTHZ, "port": contract.AGENT_PORT_NAME}
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": contract.ROUTE_HEALTHZ,
+        "port": contract.AGENT_PORT_NAME,
+    }
     assert container["livenessProbe"]["httpGet"]["path"] == contract.ROUTE_HEALTHZ
     assert spec["template"]["spec"]["restartPolicy"] == "Always"
     assert "annotations" not in body["metadata"], "a plain StatefulSet is awaited (readiness)"
@@ -225,24 +285,38 @@ def test_statefulset_for_service_mode() -> None:
 
 
 def test_pytorchjob_follows_operator_rules() -> None:
-    job = render(backend="pytorchjob", workers=3, num_proc=4, ttl_seconds_after_finished=60,
-                 active_deadline_seconds=7200)
+    job = render(
+        backend="pytorchjob",
+        workers=3,
+        num_proc=4,
+        ttl_seconds_after_finished=60,
+        active_deadline_seconds=7200,
+    )
     spec = workload(job)["spec"]
     assert spec["nprocPerNode"] == "4"
     replicas = spec["pytorchReplicaSpecs"]
     assert {k: v["replicas"] for k, v in replicas.items()} == {"Master": 1, "Worker": 2}
-    assert spec["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 0, "activeDeadlineSeconds": 7200,
-                                 "ttlSecondsAfterFinished": 60}
+    assert spec["runPolicy"] == {
+        "cleanPodPolicy": "Running",
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": 7200,
+        "ttlSecondsAfterFinished": 60,
+    }
     for replica in replicas.values():
         container = replica["template"]["spec"]["containers"][0]
         assert container["name"] == "pytorch"
-        assert {"name": "pytorchjob-port", "containerPort": contract.DEFAULT_MASTER_PORT, "protocol": "TCP"} in (
-            container["ports"])
+        assert {
+            "name": "pytorchjob-port",
+            "containerPort": contract.DEFAULT_MASTER_PORT,
+            "protocol": "TCP",
+        } in (container["ports"])
         env = env_of(replica["template"])
         # The operator's MASTER_ADDR/MASTER_PORT/RANK name node 0 and the node rank.
         assert contract.COORDINATOR_HOST not in env and contract.MASTER_PORT not in env
         assert contract.NODE_RANK_SETTING not in env
-    assert job.names.coordinator_url == f"http://demo-master-0.default.svc.cluster.local:{contract.AGENT_PORT}"
+    assert (
+        job.names.coordinator_url == f"http://demo-master-0.default.svc.cluster.local:{contract.AGENT_PORT}"
+    )
     assert "Worker" not in workload(render(backend="pytorchjob", workers=1))["spec"]["pytorchReplicaSpecs"]
 
 
@@ -256,7 +330,8 @@ def test_elastic_pytorchjob_is_worker_only_with_elastic_policy() -> None:
     assert env[contract.COORDINATOR_HOST] == "demo-worker-0"
     assert env[contract.MASTER_PORT] == str(contract.DEFAULT_MASTER_PORT)
     assert env[contract.NODE_RANK_SETTING] == {
-        "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}
+        "fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}
+    }
     assert (env[contract.MIN_WORKERS], env[contract.MAX_WORKERS]) == ("1", "4")
 
 
@@ -264,12 +339,21 @@ def test_elastic_pytorchjob_is_worker_only_with_elastic_policy() -> None:
     ("mutate", "fragment"),
     [
         (lambda s: s["pytorchReplicaSpecs"].pop("Master"), "Worker-only job without elasticPolicy"),
-        (lambda s: s["pytorchReplicaSpecs"]["Master"].update(replicas=2), "Master.replicas must be exactly 1"),
+        (
+            lambda s: s["pytorchReplicaSpecs"]["Master"].update(replicas=2),
+            "Master.replicas must be exactly 1",
+        ),
         (lambda s: s["pytorchReplicaSpecs"]["Worker"].update(replicas=0), "Worker.replicas must be >= 1"),
-        (lambda s: s["pytorchReplicaSpecs"].update(Launcher=s["pytorchReplicaSpecs"]["Worker"]),
-         r"replica types \['Launcher'\] are not allowed"),
-        (lambda s: s["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="agent"),
-         "only configures a container named 'pytorch'"),
+        (
+            lambda s: s["pytorchReplicaSpecs"].update(Launcher=s["pytorchReplicaSpecs"]["Worker"]),
+            r"replica types \['Launcher'\] are not allowed",
+        ),
+        (
+            lambda s: s["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(
+                name="agent"
+            ),
+            "only configures a container named 'pytorch'",
+        ),
         (lambda s: s["runPolicy"].update(cleanPodPolicy="None"), "cleanPodPolicy must be 'Running'"),
     ],
 )
@@ -283,7 +367,7 @@ def test_operator_rules_reject_bad_pytorchjobs(mutate: Any, fragment: str) -> No
 def test_operator_rules_reject_non_dns1035_name() -> None:
     body = copy.deepcopy(workload(render(backend="pytorchjob")))
     body["metadata"]["name"] = "Demo.Job"
-    with pytest.raises(OperatorRuleError, match="metadata.name='Demo.Job'"):
+    with pytest.raises(OperatorRuleError, match=r"metadata\.name='Demo\.Job'"):
         check_pytorchjob(body)
 
 
@@ -325,8 +409,10 @@ def test_custom_scheduler_name_wins() -> None:
     ("gang", "policy"),
     [
         ({"gang_scheduler": "volcano", "queue": "research"}, {"minAvailable": 2, "queue": "research"}),
-        ({"gang_scheduler": "scheduler-plugins", "quorum_timeout": 60}, {"minAvailable": 2,
-                                                                         "scheduleTimeoutSeconds": 60}),
+        (
+            {"gang_scheduler": "scheduler-plugins", "quorum_timeout": 60},
+            {"minAvailable": 2, "scheduleTimeoutSeconds": 60},
+        ),
     ],
 )
 def test_pytorchjob_gang_goes_through_the_operator(gang: dict[str, Any], policy: dict[str, Any]) -> None:
@@ -363,8 +449,12 @@ def test_manifest_flags() -> None:
     job = render(backend="pytorchjob", gang_scheduler="kueue", cluster_queue="gpu-pool")
     flags = {m.role: (m.custom, m.replace) for m in job.manifests}
     assert flags == {
-        "token": (False, False), "runtime": (False, False), "service": (False, False),
-        "localqueue": (True, False), "pytorchjob": (True, True), "network-policy": (False, False),
+        "token": (False, False),
+        "runtime": (False, False),
+        "service": (False, False),
+        "localqueue": (True, False),
+        "pytorchjob": (True, True),
+        "network-policy": (False, False),
     }
     assert {m.role: m.replace for m in render().manifests}["indexed-job"] is True
     assert {m.role: m.replace for m in render(mode="service").manifests}["statefulset"] is False

@@ -75,8 +75,11 @@ def test_digest_changes_with_content(tmp_path: Path) -> None:
 
 def test_oversize_bundle_fails_naming_size_and_largest_file(tmp_path: Path) -> None:
     root = make_tree(tmp_path, {**AGENT_TREE, "runtime/agent/huge.py": "#" * 2000})
-    with pytest.raises(BundleError, match=r"over the ConfigMap limit of 1000 bytes; largest files: "
-                                          r"runtime__agent__huge\.py \(2000 bytes\)"):
+    with pytest.raises(
+        BundleError,
+        match=r"over the ConfigMap limit of 1000 bytes; largest files: "
+        r"runtime__agent__huge\.py \(2000 bytes\)",
+    ):
         build_bundle(root, limit=1000)
 
 
