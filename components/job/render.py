@@ -44,13 +44,6 @@ class RenderedJob:
     names: JobNames
     manifests: tuple[Manifest, ...]
 
-    def by_role(self, role: str) -> Manifest:
-        """The manifest with ``role``. Raises KeyError if the job has none."""
-        for manifest in self.manifests:
-            if manifest.role == role:
-                return manifest
-        raise KeyError(role)
-
 
 def token_secret(names: JobNames, labels: dict[str, str], token: Any) -> dict[str, Any]:
     """The Secret holding the job token (a string, or a Pulumi Output of one)."""
