@@ -447,14 +447,14 @@ def test_secret_holds_the_token() -> None:
 
 def test_manifest_flags() -> None:
     job = render(backend="pytorchjob", gang_scheduler="kueue", cluster_queue="gpu-pool")
-    flags = {m.role: (m.custom, m.replace) for m in job.manifests}
+    flags = {m.role: (m.custom, m.replace, m.after_previous) for m in job.manifests}
     assert flags == {
-        "token": (False, False),
-        "runtime": (False, False),
-        "service": (False, False),
-        "localqueue": (True, False),
-        "pytorchjob": (True, True),
-        "network-policy": (False, False),
+        "token": (False, False, False),
+        "runtime": (False, False, False),
+        "service": (False, False, False),
+        "localqueue": (True, False, False),
+        "pytorchjob": (True, True, True),
+        "network-policy": (False, False, False),
     }
     assert {m.role: m.replace for m in render().manifests}["indexed-job"] is True
     assert {m.role: m.replace for m in render(mode="service").manifests}["statefulset"] is False

@@ -85,15 +85,18 @@ def test_children_parents_and_inputs(backend: str, gang: str) -> None:
     assert all(name.startswith("demo-") for name in children)
 
     rendered = render_job("demo", job_args(**overrides), PASSWORD, build_bundle())
+    earlier: list[str] = []
     for manifest in rendered.manifests:
         child = children[f"demo-{manifest.role}"]
         assert unsecret(child.inputs) == manifest.body, f"{manifest.role} inputs differ from the builder's"
-        if manifest.custom:
-            assert result.outputs["addon"] in child.dependencies, f"{manifest.role} must wait for its CRD"
-        else:
-            assert result.outputs["addon"] not in child.dependencies
+        assert (result.outputs["addon"] in child.dependencies) is manifest.custom, "only CRs wait for their CRD"
         assert child.delete_before_replace is manifest.replace
         assert child.replace_on_changes == (["spec"] if manifest.replace else [])
+        if manifest.role == backend:
+            assert set(earlier) <= set(child.dependencies), "the workload waits for everything before it"
+        else:
+            assert not set(earlier) & set(child.dependencies)
+        earlier.append(child.urn)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
