@@ -73,7 +73,15 @@ class _CoordinatorLostEvent:
     silent_for: float
 
 
-_Event = Union[_WorldEvent, _SignalEvent, _ActionsEvent, _FatalEvent, _RejoinEvent, _CoordinatorLostEvent, ProcExit]
+@dataclass(frozen=True)
+class _CoordinatorBackEvent:
+    failures: int
+
+
+_Event = Union[
+    _WorldEvent, _SignalEvent, _ActionsEvent, _FatalEvent, _RejoinEvent, _CoordinatorLostEvent,
+    _CoordinatorBackEvent, ProcExit,
+]
 
 
 class Agent:
@@ -278,6 +286,10 @@ class Agent:
             return self._on_rejoin(event.reason)
         if isinstance(event, _CoordinatorLostEvent):
             return self._on_coordinator_lost(event)
+        if isinstance(event, _CoordinatorBackEvent):
+            self.say(f"the coordinator answers again after {event.failures} failed heartbeat(s)")
+            self._coordinator_lost = False
+            return None
         self.say(event.message)
         return event.exit_code
 
@@ -606,7 +618,8 @@ class Agent:
                     self._events.put(_CoordinatorLostEvent(world.coordinator, silent))
                 continue
             if failures:
-                self.say(f"heartbeat to {host}:{port} recovered after {failures} failure(s)")
+                self._events.put(_CoordinatorBackEvent(failures))
+                lost_sent = None
             failures, direct, last_ok = 0, False, self._clock()
             interval = self._timing.next_interval(interval)
             if "world" in reply:

@@ -50,21 +50,33 @@ def poll() -> Optional[WorkerMembershipChanged]:
     )
 
 
+class _Gate:
+    """Counts callers of :func:`wait`: while any waits, the handler leaves the change to them."""
+
+    deferring = 0
+
+
 def wait(timeout: float, interval: float = 0.05) -> Optional[WorkerMembershipChanged]:
     """Wait up to ``timeout`` seconds for a membership change; apply and return it, or ``None``.
 
     For code that caught a collective's error (a peer vanished) and wants the agent's account of
-    the new world before re-initialising.
+    the new world before re-initialising. The change is returned, never raised, while waiting.
     """
     deadline = time.monotonic() + timeout
-    while True:
-        change = poll()
-        if change is not None or time.monotonic() >= deadline:
-            return change
-        time.sleep(interval)
+    _Gate.deferring += 1
+    try:
+        while True:
+            change = poll()
+            if change is not None or time.monotonic() >= deadline:
+                return change
+            time.sleep(interval)
+    finally:
+        _Gate.deferring -= 1
 
 
 def _handler(_signum: int, _frame: object) -> None:
+    if _Gate.deferring:
+        return
     change = poll()
     if change is not None:
         raise change
