@@ -1,0 +1,227 @@
+"""Membership for real: heartbeats, failure detection, delivery into user code, elastic worlds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, LocalJob, processes_with, project_env, wait_until
+
+# A user process that records every membership change it is told about, then exits when the file
+# named by its first argument appears. With a second argument "poll", it polls instead of catching.
+RECORDER = """
+import json, os, sys, time
+import runtime
+out, stop = sys.argv[1], sys.argv[2]
+mode = sys.argv[3] if len(sys.argv) > 3 else "catch"
+events = []
+path = os.path.join(out, "node-%s-pid-%d.json" % (os.environ["NODE_RANK"], os.getpid()))
+def record(change, how):
+    events.append({"t": time.time(), "how": how, "generation": change.generation, "removed": change.removed_ips,
+                   "added": change.added_ips, "current": change.current_ips, "rank": os.environ["RANK"],
+                   "world_size": os.environ["WORLD_SIZE"], "master": os.environ["MASTER_ADDR"]})
+    with open(path, "w") as f:
+        json.dump(events, f)
+with open(path, "w") as f:
+    json.dump(events, f)
+if os.environ["RANK"] == os.environ.get("CRASH_RANK") and os.environ["TRAINPLANE_GENERATION"] == "1":
+    time.sleep(1.0)
+    with open(os.path.join(out, "crash-time"), "w") as f:
+        f.write(repr(time.time()))
+    sys.exit(5)
+while not os.path.exists(stop):
+    try:
+        time.sleep(0.02)
+        if mode == "poll":
+            change = runtime.membership.poll()
+            if change is not None:
+                record(change, "poll")
+    except runtime.WorkerMembershipChanged as change:
+        record(change, "raised")
+"""
+
+
+def events(out: Path) -> dict[str, list[dict]]:
+    return {p.name: json.loads(p.read_text() or "[]") for p in out.glob("node-*.json")}
+
+
+@pytest.fixture
+def recorder(tmp_path: Path):
+    out = tmp_path / "events"
+    out.mkdir()
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    return script, out, tmp_path / "stop"
+
+
+def all_told(out: Path, expected: int, generation: int) -> bool:
+    told = [e for evs in events(out).values() for e in evs if e["generation"] >= generation]
+    return len(told) >= expected
+
+
+def test_crashing_process_is_told_to_every_other_node_by_the_fast_path(tmp_path: Path, recorder):
+    script, out, stop = recorder
+    # A 10 s TTL: if the news travelled by heartbeat expiry it could not arrive within it.
+    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=3,
+                   TRAINPLANE_MIN_WORKERS="2", TRAINPLANE_HEARTBEAT_TTL="10", CRASH_RANK="2")
+    try:
+        assert wait_until((out / "crash-time").exists, timeout=30)
+        assert wait_until(lambda: all_told(out, 2, 2), timeout=10)
+        crashed_at = float((out / "crash-time").read_text())
+        told = [e for evs in events(out).values() for e in evs if e["generation"] == 2]
+        assert {e["how"] for e in told} == {"raised"}
+        assert all(e["removed"] == ["127.0.0.12"] and e["world_size"] == "2" for e in told)
+        assert max(e["t"] for e in told) - crashed_at < 10
+        stop.touch()
+        codes = job.wait(timeout=30)
+        assert codes[0] == 0 and codes[1] == 0
+    finally:
+        job.close()
+
+
+def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder):
+    script, out, stop = recorder
+    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
+    try:
+        assert wait_until(lambda: len(events(out)) == 3, timeout=30)
+        victims = job.children(2)
+        killed_at = time.time()
+        job.agents[2].kill()
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: all_told(out, 2, 2), timeout=15)
+        told = [e for evs in events(out).values() for e in evs if e["generation"] == 2]
+        assert all(e["removed"] == ["127.0.0.12"] for e in told)
+        assert max(e["t"] for e in told) - killed_at < 2 * 3.0  # within two TTLs of the default 3 s
+        snapshot = job.members()
+        assert snapshot["generation"] == 2
+        assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 1]
+        stop.touch()
+        assert job.agents[0].wait(timeout=30) == 0
+    finally:
+        job.close()
+
+
+def test_sigstopped_agent_is_dead_within_the_ttl_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
+    script, out, stop = recorder
+    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
+    try:
+        assert wait_until(lambda: len(events(out)) == 3, timeout=30)
+        job.agents[1].send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        assert wait_until(lambda: job.members()["generation"] == 2, timeout=10)
+        detected_after = time.monotonic() - stopped_at
+        snapshot = job.members()
+        assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 2]
+        assert {m["node_id"]: m["state"] for m in snapshot["members"]}[1] == "dead"
+        assert detected_after < 2 * 3.0
+        job.agents[1].send_signal(signal.SIGCONT)
+        assert wait_until(lambda: job.members()["generation"] >= 3, timeout=15)
+        assert wait_until(lambda: len([m for m in job.members()["members"] if m["node_rank"] is not None]) == 3,
+                          timeout=15)
+        snapshot = job.members()
+        ids = [m["node_id"] for m in snapshot["members"]]
+        assert ids == [0, 1, 2]
+        assert [m["node_rank"] for m in snapshot["members"]] == [0, 1, 2]
+        assert all(m["state"] == "running" for m in snapshot["members"])
+        assert "registering again" in job.log(1)
+        stop.touch()
+        codes = job.wait(timeout=30)
+        assert codes == {0: 0, 1: 0, 2: 0}
+    finally:
+        job.close()
+
+
+def test_a_late_node_is_admitted_and_the_world_grows(tmp_path: Path, recorder):
+    script, out, stop = recorder
+    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=2, TRAINPLANE_MAX_WORKERS="3")
+    try:
+        assert wait_until(lambda: len(events(out)) == 2, timeout=30)
+        job.add(2)
+        assert wait_until(lambda: all_told(out, 2, 2), timeout=15)
+        told = [e for evs in events(out).values() for e in evs if e["generation"] == 2]
+        assert all(e["added"] == ["127.0.0.12"] and e["world_size"] == "3" for e in told)
+        assert wait_until(lambda: len(events(out)) == 3, timeout=15)
+        assert [m["node_rank"] for m in job.members()["members"]] == [0, 1, 2]
+        stop.touch()
+        assert job.wait(timeout=30) == {0: 0, 1: 0, 2: 0}
+    finally:
+        job.close()
+
+
+def test_monitor_members_off_delivers_no_exception_but_polling_sees_the_change(tmp_path: Path, recorder):
+    script, out, stop = recorder
+    job = LocalJob(tmp_path, [str(script), str(out), str(stop), "poll"], workers=2, TRAINPLANE_MAX_WORKERS="3",
+                   TRAINPLANE_MONITOR_MEMBERS="false")
+    try:
+        assert wait_until(lambda: len(events(out)) == 2, timeout=30)
+        job.add(2)
+        assert wait_until(lambda: all_told(out, 2, 2), timeout=15)
+        told = [e for evs in events(out).values() for e in evs if e["generation"] == 2]
+        assert {e["how"] for e in told} == {"poll"}
+        stop.touch()
+        assert job.wait(timeout=30) == {0: 0, 1: 0, 2: 0}
+    finally:
+        job.close()
+
+
+def test_training_continues_while_the_heartbeat_endpoint_is_unreachable(tmp_path: Path):
+    params = tmp_path / "params"
+    entry = [str(ROOT / "examples/ddp_digits.py"), "--epochs", "10", "--params-out", str(params),
+             "--checkpoint", str(tmp_path / "ckpt.pt")]
+    job = LocalJob(tmp_path, entry, workers=2, TRAINPLANE_NUM_PROC="2")
+    try:
+        assert wait_until(lambda: "generation 1" in job.log(1), timeout=30)
+        job.agents[0].send_signal(signal.SIGSTOP)  # node 0's agent: the heartbeat endpoint
+        assert wait_until(lambda: "heartbeat to" in job.log(1), timeout=10)
+        assert wait_until(lambda: "unreachable" in job.log(1), timeout=10)
+        job.agents[0].send_signal(signal.SIGCONT)
+        assert job.wait(timeout=240) == {0: 0, 1: 0}
+        ranks = [json.loads(p.read_text()) for p in sorted(params.glob("rank-*.json"))]
+        assert len(ranks) == 4 and len({r["params"] for r in ranks}) == 1
+        assert "the coordinator answers again" in job.log(1)
+    finally:
+        job.close()
+
+
+def test_elastic_digits_survives_losing_a_node(tmp_path: Path):
+    ckpt = tmp_path / "ckpt.pt"
+    result = tmp_path / "result.json"
+    proc_args = ["--workers", "3", "--num-proc", "1", "--min-workers", "2", "--master-port", "0",
+                 "--job-name", f"elastic-{os.getpid()}", str(ROOT / "examples/elastic_digits.py"),
+                 "--epochs", "12", "--checkpoint", str(ckpt), "--result", str(result)]
+    launcher = subprocess.Popen([sys.executable, "-m", "runtime", "launch", *proc_args], cwd=ROOT, env=project_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(ckpt.exists, timeout=120)
+        node2 = [p for p in processes_with(f"elastic-{os.getpid()}") if _node_of(p) == "2"]
+        assert node2
+        for pid in node2:
+            os.kill(pid, signal.SIGKILL)
+        out, err = launcher.communicate(timeout=240)
+        assert launcher.returncode == 0, err[-3000:]
+        final = json.loads(result.read_text())
+        assert final["world_size"] == 2 and final["accuracy"] >= 0.90
+        assert "WorkerMembershipChanged" in out or "membership changed" in out
+        assert "generation 2: world size 2" in out
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def _node_of(pid: int) -> str:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    for item in env:
+        if item.startswith(b"TRAINPLANE_NODE_RANK="):
+            return item.split(b"=", 1)[1].decode()
+    return ""
