@@ -27,7 +27,7 @@ from runtime.agent.coordinator import Action, Coordinator, Push, Rejected, Say
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership import DELIVERY_SIGNAL
-from runtime.agent.procs import LocalProcesses, ProcExit
+from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor
 from runtime.agent.resolver import Resolver
 from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import AgentServer, HttpError, Request, Response, request_json
@@ -92,6 +92,8 @@ class Agent:
         resolver: the name-resolution seam (defaults to DNS with ``settings.resolve`` overrides).
         log: text stream for the agent's own messages.
         clock: monotonic clock, seconds.
+        spawner: the process-spawner seam; builds the supervisor of one generation's processes
+            (default :class:`LocalProcesses`; benchmarks pass one that runs nothing).
     """
 
     def __init__(
@@ -100,8 +102,10 @@ class Agent:
         resolver: Optional[Resolver] = None,
         log: TextIO = sys.stderr,
         clock: Callable[[], float] = time.monotonic,
+        spawner: Spawner = LocalProcesses,
     ) -> None:
         self.settings = settings
+        self._spawner = spawner
         self._resolver = resolver or Resolver(settings.resolve)
         self._log = log
         self._clock = clock
@@ -113,7 +117,7 @@ class Agent:
         self._coordinator_addr: tuple[str, int] = ("", settings.coordinator_port)
         self._children = Liveness()
         self.world: Optional[World] = None
-        self._procs: Optional[LocalProcesses] = None
+        self._procs: Optional[Supervisor] = None
         self._exits: dict[int, ProcExit] = {}
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
@@ -155,6 +159,7 @@ class Agent:
                 "status": world.status if world else "forming",
                 "mode": self.settings.mode,
                 "coordinator": self._coordinator is not None,
+                "requests_served": self._server.requests_served,
             },
         )
 
@@ -230,8 +235,9 @@ class Agent:
         """Serve, join the world, run processes until a verdict; return the exit code."""
         if self.settings.die_with_parent:
             die_with_parent(signal.SIGTERM)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, _frame: self._events.put(_SignalEvent(signum)))
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda signum, _frame: self._events.put(_SignalEvent(signum)))
         self._server.start()
         try:
             if self._coordinator is not None:
@@ -396,7 +402,7 @@ class Agent:
             })
         log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
         self._exits = {}
-        self._procs = LocalProcesses(
+        self._procs = self._spawner(
             world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
             self._events.put, log_dir,
         )

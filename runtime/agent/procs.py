@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Callable, Mapping, Optional, Sequence
+from typing import IO, BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
 
@@ -91,6 +91,25 @@ class _Output:
         if self._log:
             with self._lock:
                 self._log.close()
+
+
+class Supervisor(Protocol):
+    """What the agent needs of the thing running its user processes (the process-spawner seam)."""
+
+    generation: int
+
+    def start(self) -> None:
+        """Start every process."""
+
+    def stop(self, grace: float) -> None:
+        """Stop every process: SIGTERM, then SIGKILL after ``grace`` seconds."""
+
+    def send(self, local_rank: int, sig: int) -> bool:
+        """Signal one process; whether it was still running."""
+
+
+Spawner = Callable[..., Supervisor]
+"""Builds a :class:`Supervisor` with :class:`LocalProcesses`' constructor arguments."""
 
 
 class LocalProcesses:

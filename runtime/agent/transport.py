@@ -75,7 +75,14 @@ class AgentServer(ThreadingHTTPServer):
         self.token = token
         self.routes = routes
         self.max_body = max_body
+        self.requests_served = 0
+        self._count_lock = threading.Lock()
         super().__init__(address, _RequestHandler)
+
+    def count_request(self) -> None:
+        """Count one request (any route, any status); read back as ``requests_served``."""
+        with self._count_lock:
+            self.requests_served += 1
 
     def start(self) -> threading.Thread:
         """Serve in a daemon thread; returns it."""
@@ -109,6 +116,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
+        self.server.count_request()
         path = self.path.split("?", 1)[0]
         try:
             response = self._handle(method, path)

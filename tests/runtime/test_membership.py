@@ -14,39 +14,6 @@ import pytest
 
 from tests.conftest import ROOT, LocalJob, processes_with, project_env, wait_until
 
-# A user process that records every membership change it is told about, then exits when the file
-# named by its first argument appears. With a second argument "poll", it polls instead of catching.
-RECORDER = """
-import json, os, sys, time
-import runtime
-out, stop = sys.argv[1], sys.argv[2]
-mode = sys.argv[3] if len(sys.argv) > 3 else "catch"
-events = []
-path = os.path.join(out, "node-%s-pid-%d.json" % (os.environ["NODE_RANK"], os.getpid()))
-def record(change, how):
-    events.append({"t": time.time(), "how": how, "generation": change.generation, "removed": change.removed_ips,
-                   "added": change.added_ips, "current": change.current_ips, "rank": os.environ["RANK"],
-                   "world_size": os.environ["WORLD_SIZE"], "master": os.environ["MASTER_ADDR"]})
-    with open(path, "w") as f:
-        json.dump(events, f)
-with open(path, "w") as f:
-    json.dump(events, f)
-if os.environ["RANK"] == os.environ.get("CRASH_RANK") and os.environ["TRAINPLANE_GENERATION"] == "1":
-    time.sleep(1.0)
-    with open(os.path.join(out, "crash-time"), "w") as f:
-        f.write(repr(time.time()))
-    sys.exit(5)
-while not os.path.exists(stop):
-    try:
-        time.sleep(0.02)
-        if mode == "poll":
-            change = runtime.membership.poll()
-            if change is not None:
-                record(change, "poll")
-    except runtime.WorkerMembershipChanged as change:
-        record(change, "raised")
-"""
-
 
 def events(out: Path) -> dict[str, list[dict]]:
     return {p.name: json.loads(p.read_text() or "[]") for p in out.glob("node-*.json")}
@@ -56,9 +23,7 @@ def events(out: Path) -> dict[str, list[dict]]:
 def recorder(tmp_path: Path):
     out = tmp_path / "events"
     out.mkdir()
-    script = tmp_path / "recorder.py"
-    script.write_text(RECORDER)
-    return script, out, tmp_path / "stop"
+    return ROOT / "bench" / "recorder.py", out, tmp_path / "stop"
 
 
 def all_told(out: Path, expected: int, generation: int) -> bool:

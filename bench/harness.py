@@ -1,0 +1,149 @@
+"""Benchmark and test harness: agents started by hand, and lightweight agents that run no processes.
+
+``LocalJob`` starts real agent processes (real user processes) one by one, so a benchmark or test
+can add, stop or kill single nodes. ``python -m bench.harness host ...`` hosts many lightweight
+agents in one OS process: the real ``Agent`` (HTTP server, heartbeats, coordinator) with a
+process-spawner that runs nothing, for measuring the control plane at 1,000+ nodes on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from runtime.agent.agent import Agent
+from runtime.agent.settings import AgentSettings
+from runtime.agent.transport import request_json
+from runtime.launch import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def project_env(**extra: str) -> dict[str, str]:
+    """The current environment with the repository on PYTHONPATH, plus ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+class LocalJob:
+    """Agents started by hand (no launcher), so a test can add, stop or kill single nodes.
+
+    Args:
+        tmp_path: working directory for logs.
+        entrypoint: the user command after the interpreter.
+        workers: initial nodes; node ``i`` listens on 127.0.0.(10+i).
+        settings: extra agent settings (contract env names to values).
+    """
+
+    def __init__(self, tmp_path: Path, entrypoint: list[str], workers: int, **settings: str) -> None:
+        self.tmp_path = tmp_path
+        self.token = secrets.token_urlsafe(16)
+        self.job = f"job-{secrets.token_hex(4)}"
+        self.port = free_port("127.0.0.1")
+        self.settings = {
+            "TRAINPLANE_JOB": self.job, "TRAINPLANE_TOKEN": self.token, "TRAINPLANE_WORKERS": str(workers),
+            "TRAINPLANE_NUM_PROC": "1", "TRAINPLANE_ENTRYPOINT": json.dumps(entrypoint),
+            "TRAINPLANE_COORDINATOR": f"127.0.0.10:{self.port}", "TRAINPLANE_AGENT_PORT": str(self.port),
+            "MASTER_PORT": str(free_port("127.0.0.10", [self.port])), "TRAINPLANE_GRACE_PERIOD": "2",
+            **settings,
+        }
+        self.agents: dict[int, subprocess.Popen[str]] = {}
+        for node_id in range(workers):
+            self.add(node_id)
+
+    def address(self, node_id: int) -> str:
+        return f"127.0.0.{10 + node_id}"
+
+    def add(self, node_id: int) -> subprocess.Popen[str]:
+        env = project_env(**self.settings, TRAINPLANE_NODE_RANK=str(node_id),
+                          TRAINPLANE_ADVERTISE_ADDRESS=self.address(node_id))
+        log = open(self.tmp_path / f"agent-{node_id}.log", "w")  # noqa: SIM115 - the agent owns it
+        self.agents[node_id] = subprocess.Popen([sys.executable, "-m", "runtime.agent"], cwd=ROOT, env=env,
+                                                stdout=log, stderr=subprocess.STDOUT, text=True)
+        return self.agents[node_id]
+
+    def log(self, node_id: int) -> str:
+        return (self.tmp_path / f"agent-{node_id}.log").read_text()
+
+    def members(self) -> dict[str, Any]:
+        """The coordinator's membership snapshot."""
+        return request_json("127.0.0.10", self.port, "GET", "/members", self.token)
+
+    def children(self, node_id: int) -> list[int]:
+        """Pids of the user processes of a node's agent."""
+        pid = self.agents[node_id].pid
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+    def wait(self, timeout: float) -> dict[int, int]:
+        return {i: a.wait(timeout=timeout) for i, a in self.agents.items()}
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+
+
+class NullProcesses:
+    """A process supervisor that runs nothing: the lightweight agents' spawner seam."""
+
+    def __init__(self, generation: int, *_args: object, **_kwargs: object) -> None:
+        self.generation = generation
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def stop(self, grace: float) -> None:
+        """Nothing to stop."""
+
+    def send(self, local_rank: int, sig: int) -> bool:
+        """Pretend every process is alive."""
+        return True
+
+
+def lightweight_address(node_id: int) -> str:
+    """A distinct loopback address for each of up to 65,000 lightweight nodes."""
+    return f"127.1.{node_id // 250}.{node_id % 250 + 1}"
+
+
+def host(args: argparse.Namespace) -> None:
+    """Run lightweight agents ``first .. first+count-1`` in this process until killed."""
+    settings = json.loads(args.settings)
+    agents = []
+    for node_id in range(args.first, args.first + args.count):
+        s = AgentSettings(
+            **settings, node_id=node_id, advertise_address=lightweight_address(node_id),
+            bind_address=lightweight_address(node_id), coordinator=lightweight_address(0),
+        )
+        agents.append(Agent(s, log=open(os.devnull, "w"), spawner=NullProcesses))  # noqa: SIM115
+    threads = [threading.Thread(target=a.run, daemon=True) for a in agents]
+    for t in threads:
+        t.start()
+    print("ready", flush=True)
+    for t in threads:
+        t.join()
+
+
+def main() -> None:
+    """``python -m bench.harness host --first F --count C --settings JSON``."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    h = sub.add_parser("host", help="host lightweight agents")
+    h.add_argument("--first", type=int, required=True)
+    h.add_argument("--count", type=int, required=True)
+    h.add_argument("--settings", required=True, help="AgentSettings fields shared by all nodes, as JSON")
+    args = p.parse_args()
+    host(args)
+
+
+if __name__ == "__main__":
+    main()

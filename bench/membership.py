@@ -1,0 +1,171 @@
+"""Membership: time from a fault to every surviving process being told, and coordinator heartbeat load.
+
+Detection, with real agents and real user processes (bench/recorder.py), 3 nodes, elastic:
+  crash  a user process exits non-zero (its time is written by the process itself),
+  kill   a node's agent and its processes get SIGKILL (a silent node loss),
+  stop   a node's agent gets SIGSTOP (a hang, not a crash).
+The time runs from the fault to the last survivor's record of the WorkerMembershipChanged.
+
+Load, with lightweight agents (the real Agent with a spawner that runs no processes, several per
+OS process): heartbeat requests per second that the coordinator receives at 16, 128 and 1,024 nodes,
+over a window after membership has settled, per node.
+
+References: torchrun declares a node dead 15 s after its last keep-alive; Probing after 25 s
+(removed after 50 s). Targets: crash <= 1,000 ms, kill and stop <= 5,000 ms, load <= 0.1
+requests/s per node at 1,024 nodes. Last line:
+``membership crash_ms=... kill_ms=... stop_ms=... load_rps_per_node_1024=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
+from bench.harness import ROOT, LocalJob, lightweight_address, project_env  # noqa: E402
+from runtime.agent.transport import request_json  # noqa: E402
+
+TORCHRUN_DEAD_S = 15.0
+PROBING_DEAD_S = 25.0
+RECORDER = ROOT / "bench" / "recorder.py"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` every 10 ms until true or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def told_times(out: Path, generation: int) -> list[float]:
+    """Wall times at which processes recorded a change to ``generation`` or later."""
+    times = []
+    for p in out.glob("node-*.json"):
+        try:
+            events = json.loads(p.read_text() or "[]")
+        except ValueError:
+            continue
+        times.extend(e["t"] for e in events if e["generation"] >= generation)
+    return times
+
+
+def detection_trial(kind: str, tmp: Path) -> float:
+    """One fault of ``kind`` in a fresh 3-node elastic job; milliseconds until both survivors knew."""
+    out = tmp / "events"
+    out.mkdir()
+    stop = tmp / "stop"
+    extra = {"CRASH_RANK": "2", "CRASH_AFTER": "1.5"} if kind == "crash" else {}
+    job = LocalJob(tmp, [str(RECORDER), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2", **extra)
+    try:
+        if not wait_for(lambda: len(list(out.glob("node-*.json"))) == 3, 60):
+            raise RuntimeError(f"{kind}: processes did not start")
+        if kind == "crash":
+            if not wait_for((out / "crash-time").exists, 30):
+                raise RuntimeError("crash: no crash recorded")
+            fault_at = float((out / "crash-time").read_text())
+        elif kind == "kill":
+            children = job.children(2)
+            fault_at = time.time()
+            job.agents[2].kill()
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+        else:
+            fault_at = time.time()
+            job.agents[2].send_signal(signal.SIGSTOP)
+        if not wait_for(lambda: len(told_times(out, 2)) >= 2, 30):
+            raise RuntimeError(f"{kind}: survivors were not told within 30 s")
+        return (max(told_times(out, 2)[:2]) - fault_at) * 1000
+    finally:
+        if job.agents[2].poll() is None:
+            job.agents[2].send_signal(signal.SIGCONT)
+        stop.touch()
+        job.close()
+
+
+def load_trial(nodes: int, window: float, hosts: int) -> float:
+    """Heartbeat requests per second per node received by the coordinator of ``nodes`` lightweight agents."""
+    token = secrets.token_urlsafe(16)
+    settings = {
+        "job": "load", "token": token, "workers": nodes, "num_proc": 1, "entrypoint": ["none.py"],
+        "agent_port": 32300, "coordinator_port": 32300, "quorum_timeout": 120.0,
+    }
+    procs = []
+    per_host = -(-(nodes - 1) // hosts)
+    plan = [(0, 1)] + [(first, min(per_host, nodes - first)) for first in range(1, nodes, per_host)]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = project_env(TMPDIR=tmp)
+        try:
+            for first, count in plan:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "bench.harness", "host", "--first", str(first), "--count", str(count),
+                     "--settings", json.dumps(settings)],
+                    cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                ))
+            coordinator = lightweight_address(0)
+
+            def formed() -> bool:
+                try:
+                    return request_json(coordinator, 32300, "GET", "/members", token)["status"] == "running"
+                except OSError:
+                    return False
+                except Exception:
+                    return False
+
+            if not wait_for(formed, 180):
+                raise RuntimeError(f"{nodes} lightweight nodes did not form a world")
+            time.sleep(3.0)  # let the heartbeat intervals back off to their cap
+            before = request_json(coordinator, 32300, "GET", "/info", token)["requests_served"]
+            time.sleep(window)
+            after = request_json(coordinator, 32300, "GET", "/info", token)["requests_served"]
+            snapshot = request_json(coordinator, 32300, "GET", "/members", token)
+            if snapshot["generation"] != 1:
+                print(f"  warning: {nodes} nodes: generation moved to {snapshot['generation']} "
+                      f"(the machine could not keep every heartbeat within the TTL)", flush=True)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    return (after - before - 1) / window / nodes
+
+
+def main() -> None:
+    """Run the trials and print the summary lines."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer trials and shorter windows (under 60 s)")
+    args = p.parse_args()
+    trials = 1 if args.quick else 3
+    window = 3.0 if args.quick else 6.0
+    print(f"reference: torchrun declares a node dead after {TORCHRUN_DEAD_S * 1000:.0f} ms; "
+          f"Probing after {PROBING_DEAD_S * 1000:.0f} ms", flush=True)
+    medians = {}
+    for kind in ("crash", "kill", "stop"):
+        times = []
+        for _ in range(trials):
+            with tempfile.TemporaryDirectory() as tmp:
+                times.append(detection_trial(kind, Path(tmp)))
+        medians[kind] = statistics.median(times)
+        print(f"{kind:>5}: told all survivors in " + ", ".join(f"{t:.0f}" for t in times) + " ms", flush=True)
+    loads = {}
+    for nodes in (16, 128, 1024):
+        loads[nodes] = load_trial(nodes, window, hosts=4 if nodes > 100 else 1)
+        print(f"load: {nodes} nodes -> {loads[nodes]:.3f} requests/s per node at the coordinator "
+              f"({loads[nodes] * nodes:.1f} requests/s)", flush=True)
+    print(f"membership crash_ms={medians['crash']:.0f} kill_ms={medians['kill']:.0f} "
+          f"stop_ms={medians['stop']:.0f} load_rps_per_node_1024={loads[1024]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
