@@ -1,1 +1,5 @@
 """Pulumi ComponentResources: cluster, add-ons and the per-job DistributedJob."""
+
+from components.job import DistributedJob, DistributedJobArgs
+
+__all__ = ["DistributedJob", "DistributedJobArgs"]

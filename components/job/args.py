@@ -1,0 +1,375 @@
+"""``DistributedJobArgs``: what to run and how, validated on construction.
+
+Every check raises :class:`~components.job.errors.InvalidJobArgs` naming the field, the value and the
+fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from components.job import checks
+from components.job.errors import InvalidJobArgs
+from runtime.agent import contract
+
+DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
+MODES = ("batch", "service")
+INDEXED_JOB = "indexed-job"
+PYTORCHJOB = "pytorchjob"
+STATEFULSET = "statefulset"
+BACKENDS = (INDEXED_JOB, PYTORCHJOB, STATEFULSET)
+BATCH_BACKENDS = (INDEXED_JOB, PYTORCHJOB)
+NO_GANG = "none"
+VOLCANO = "volcano"
+SCHEDULER_PLUGINS = "scheduler-plugins"
+KUEUE = "kueue"
+GANG_SCHEDULERS = (NO_GANG, VOLCANO, SCHEDULER_PLUGINS, KUEUE)
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+PEER_KEYS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+PROCESS_ENV = (
+    contract.WORLD_SIZE, contract.RANK, contract.LOCAL_RANK, contract.LOCAL_WORLD_SIZE,
+    contract.NODE_RANK, contract.GROUP_RANK, contract.NODE_WORLD_SIZE, contract.GROUP_WORLD_SIZE,
+    contract.POD_IPS, contract.MASTER_ADDR, contract.MASTER_PORT, contract.TORCHELASTIC_RUN_ID,
+    contract.TORCHELASTIC_RESTART_COUNT, contract.TORCHELASTIC_MAX_RESTARTS,
+    contract.JAX_COORDINATOR_ADDRESS, contract.JAX_NUM_PROCESSES, contract.JAX_PROCESS_ID,
+    contract.JAX_LOCAL_DEVICE_IDS, contract.TF_CONFIG,
+    contract.POD_IP, contract.POD_NAME, contract.POD_NAMESPACE, contract.JOB_COMPLETION_INDEX,
+    "PYTHONPATH",
+)
+"""Variables the component or the agent sets; user ``env`` may not override them."""
+RESERVED_ENV_PREFIX = "TRAINPLANE_"
+OWNED_LABELS = (
+    contract.LABEL_NAME, contract.LABEL_INSTANCE, contract.LABEL_COMPONENT, contract.LABEL_PART_OF,
+    contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
+)
+STATEFULSET_NAME_MAX = 52
+"""A StatefulSet's pods carry ``controller-revision-hash: <name>-<10-char hash>``, a 63-char label."""
+
+
+@dataclass(frozen=True)
+class DistributedJobArgs:
+    """Settings of one distributed training job.
+
+    Attributes:
+        image: container image; any image with ``python3`` (3.9+) works, the agent is mounted.
+        script: path of the training script inside the image (relative to ``working_dir``).
+            Exactly one of ``script`` and ``module``.
+        module: importable module to run as ``python -m module``.
+        args: arguments passed to the script or module.
+        workers: number of nodes (pods), >= 1.
+        num_proc: processes per node, or ``"auto"`` for one per GPU (needs ``gpus >= 1``).
+        cpus: CPU request per pod, cores (``0.5`` = 500m); ``None`` requests nothing.
+        memory: memory request and limit per pod, a Kubernetes quantity such as ``"16Gi"``.
+        gpus: NVIDIA GPUs per pod (``nvidia.com/gpu`` limit), a whole number.
+        distribution: which framework's variables to set: one of :data:`DISTRIBUTIONS`.
+        mode: ``batch`` (run to completion) or ``service`` (keep processes alive for calls).
+        backend: workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for
+            service; ``None`` picks ``indexed-job`` for batch and ``statefulset`` for service.
+        quorum_workers: nodes that must register before the world starts; ``None`` = all workers.
+        quorum_timeout: seconds the coordinator waits for quorum before failing.
+        monitor_members: deliver membership changes into user processes.
+        min_workers: elastic lower bound on nodes; set together with ``max_workers``.
+        max_workers: elastic upper bound on nodes.
+        max_restarts: world restarts after a failure before the job fails.
+        active_deadline_seconds: batch only: seconds before Kubernetes stops the job.
+        ttl_seconds_after_finished: batch only: seconds before a finished job is deleted.
+        gang_scheduler: ``none``, ``volcano``, ``scheduler-plugins`` or ``kueue``.
+        queue: Volcano queue, or the existing Kueue LocalQueue to submit to.
+        cluster_queue: Kueue only: create a LocalQueue for this job pointing at this ClusterQueue.
+        scheduler_name: pod ``schedulerName``; defaults to the gang scheduler's own.
+        namespace: namespace of every object.
+        env: extra environment for the agent and the user processes.
+        labels: extra labels on every object and pod.
+        node_selector: pod ``nodeSelector``.
+        tolerations: pod tolerations (Kubernetes Toleration dicts), added to the GPU toleration.
+        service_account: pod service account; ``None`` mounts no API token.
+        shm_size: size limit of the memory-backed ``/dev/shm``, a quantity; ``None`` = no limit
+            (the pod's memory limit still applies).
+        working_dir: container working directory (absolute); ``None`` keeps the image's.
+        image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; ``None`` = Kubernetes default.
+        agent_port: the agent's HTTP port (TCP).
+        master_port: the torch.distributed rendezvous port on node 0 (TCP).
+        log_dir: where the agent writes per-process logs in the pod (absolute); ``None`` = its default.
+        allow_from: extra NetworkPolicy peers (NetworkPolicyPeer dicts) admitted to the agent port,
+            e.g. the namespace a client calls from; the job's own pods are always admitted.
+        cluster_domain: the cluster's DNS domain, for the FQDN outputs.
+
+    Raises:
+        InvalidJobArgs: on construction, for the first field that is invalid.
+    """
+
+    image: str
+    script: Optional[str] = None
+    module: Optional[str] = None
+    args: Sequence[str] = ()
+    workers: int = 1
+    num_proc: Union[int, str] = 1
+    cpus: Optional[float] = None
+    memory: Optional[str] = None
+    gpus: int = 0
+    distribution: str = "spmd"
+    mode: str = "batch"
+    backend: Optional[str] = None
+    quorum_workers: Optional[int] = None
+    quorum_timeout: float = 300.0
+    monitor_members: bool = True
+    min_workers: Optional[int] = None
+    max_workers: Optional[int] = None
+    max_restarts: int = 0
+    active_deadline_seconds: Optional[int] = None
+    ttl_seconds_after_finished: Optional[int] = None
+    gang_scheduler: str = NO_GANG
+    queue: Optional[str] = None
+    cluster_queue: Optional[str] = None
+    scheduler_name: Optional[str] = None
+    namespace: str = "default"
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    service_account: Optional[str] = None
+    shm_size: Optional[str] = None
+    working_dir: Optional[str] = None
+    image_pull_policy: Optional[str] = None
+    agent_port: int = contract.AGENT_PORT
+    master_port: int = contract.DEFAULT_MASTER_PORT
+    log_dir: Optional[str] = None
+    allow_from: Sequence[Mapping[str, Any]] = ()
+    cluster_domain: str = "cluster.local"
+
+    def __post_init__(self) -> None:
+        """Freeze the collections and validate every field.
+
+        Raises:
+            InvalidJobArgs: the first invalid field, with its value and the fix.
+        """
+        for name in ("env", "labels", "node_selector"):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+        for name in ("args", "tolerations", "allow_from"):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                object.__setattr__(self, name, tuple(value))
+        _validate_program(self)
+        _validate_size(self)
+        _validate_modes(self)
+        _validate_elastic(self)
+        _validate_scheduling(self)
+        _validate_pod(self)
+        _validate_network(self)
+
+    @property
+    def workload_backend(self) -> str:
+        """The backend to render: ``backend`` or the mode's default."""
+        if self.backend is not None:
+            return self.backend
+        return STATEFULSET if self.mode == "service" else INDEXED_JOB
+
+    @property
+    def procs_per_node(self) -> int:
+        """Processes per node, with ``"auto"`` resolved to the GPU count."""
+        return self.gpus if self.num_proc == "auto" else int(self.num_proc)
+
+    @property
+    def quorum(self) -> int:
+        """Nodes needed to start: ``quorum_workers`` or every worker."""
+        return self.workers if self.quorum_workers is None else self.quorum_workers
+
+    @property
+    def elastic(self) -> bool:
+        """Whether ``min_workers``/``max_workers`` are set."""
+        return self.min_workers is not None
+
+    @property
+    def max_nodes(self) -> int:
+        """The most pods the job can ever have: ``max_workers`` when elastic, else ``workers``."""
+        return self.max_workers if self.max_workers is not None else self.workers
+
+    @property
+    def entrypoint(self) -> tuple[str, ...]:
+        """The user command after the interpreter, as the agent's ``TRAINPLANE_ENTRYPOINT`` wants it."""
+        head = (self.script,) if self.script is not None else ("-m", str(self.module))
+        return (*head, *self.args)
+
+
+def validate_job_name(name: str, args: DistributedJobArgs) -> None:
+    """Check the job name: an RFC 1035 label short enough for every name derived from it.
+
+    Derived names: Indexed Job pod host names ``<name>-<index>`` (63 characters), StatefulSet
+    revision-hash labels ``<name>-<hash>`` (the name at most 52), PyTorchJob pods and Services
+    ``<name>-worker-<index>`` (63, the operator's DNS-1035 rule).
+
+    Raises:
+        InvalidJobArgs: the name breaks the rule or is too long for ``args``.
+    """
+    checks.require_dns1035("name", name, max_name_length(args))
+
+
+def max_name_length(args: DistributedJobArgs) -> int:
+    """The longest job name whose derived names still fit, characters."""
+    index_digits = len(str(args.max_nodes - 1))
+    backend = args.workload_backend
+    if backend == PYTORCHJOB:
+        return checks.MAX_LABEL - len("-worker-") - index_digits
+    if backend == STATEFULSET:
+        return STATEFULSET_NAME_MAX
+    return checks.MAX_LABEL - 1 - index_digits
+
+
+def _validate_program(a: DistributedJobArgs) -> None:
+    if not isinstance(a.image, str) or not a.image or any(c.isspace() for c in a.image):
+        raise InvalidJobArgs("image", a.image, "must be a non-empty image reference without spaces",
+                             'pass e.g. "python:3.11-slim"')
+    if (a.script is None) == (a.module is None):
+        raise InvalidJobArgs("script", a.script, f"exactly one of script and module is needed (module="
+                             f"{a.module!r})", "set script to a .py path or module to a dotted module name")
+    if a.script is not None and (not isinstance(a.script, str) or not a.script):
+        raise InvalidJobArgs("script", a.script, "must be a non-empty path", 'pass e.g. "train.py"')
+    if a.module is not None and (not isinstance(a.module, str) or not MODULE_NAME.match(a.module)):
+        raise InvalidJobArgs("module", a.module, "not a dotted module name", 'pass e.g. "pkg.train"')
+    if not isinstance(a.args, tuple) or not all(isinstance(x, str) for x in a.args):
+        raise InvalidJobArgs("args", a.args, "must be a list of strings", 'quote numbers: ["--epochs", "3"]')
+
+
+def _validate_size(a: DistributedJobArgs) -> None:
+    checks.require_int("workers", a.workers, 1)
+    checks.require_int("gpus", a.gpus, 0)
+    if a.num_proc == "auto":
+        if a.gpus == 0:
+            raise InvalidJobArgs("num_proc", a.num_proc, "'auto' means one process per GPU but gpus=0",
+                                 "set gpus >= 1 or give num_proc as an int")
+    else:
+        checks.require_int("num_proc", a.num_proc, 1)
+    if a.cpus is not None:
+        checks.require_positive_number("cpus", a.cpus)
+    if a.memory is not None:
+        checks.require_quantity("memory", a.memory)
+    if a.shm_size is not None:
+        checks.require_quantity("shm_size", a.shm_size)
+
+
+def _validate_modes(a: DistributedJobArgs) -> None:
+    checks.require_choice("distribution", a.distribution, DISTRIBUTIONS)
+    checks.require_choice("mode", a.mode, MODES)
+    if a.backend is not None:
+        checks.require_choice("backend", a.backend, BACKENDS)
+    backend = a.workload_backend
+    if a.mode == "service" and backend != STATEFULSET:
+        raise InvalidJobArgs("backend", backend, "service mode needs a long-running backend; "
+                             "Jobs and PyTorchJobs end when their processes exit",
+                             f'use backend="{STATEFULSET}" (or leave backend unset)')
+    if a.mode == "batch" and backend == STATEFULSET:
+        raise InvalidJobArgs("backend", backend, "a StatefulSet restarts its pods forever, so a batch "
+                             "job would never finish",
+                             f'use "{INDEXED_JOB}" or "{PYTORCHJOB}", or mode="service"')
+    if not isinstance(a.monitor_members, bool):
+        raise InvalidJobArgs("monitor_members", a.monitor_members, "must be a bool", "pass True or False")
+    checks.require_int("max_restarts", a.max_restarts, 0)
+    checks.require_positive_number("quorum_timeout", a.quorum_timeout)
+    for name, minimum in (("active_deadline_seconds", 1), ("ttl_seconds_after_finished", 0)):
+        value = getattr(a, name)
+        if value is None:
+            continue
+        if a.mode != "batch":
+            raise InvalidJobArgs(name, value, "applies to batch jobs only", "unset it in service mode")
+        checks.require_int(name, value, minimum)
+
+
+def _validate_elastic(a: DistributedJobArgs) -> None:
+    if a.quorum_workers is not None:
+        checks.require_int("quorum_workers", a.quorum_workers, 1)
+        if a.quorum_workers > a.workers:
+            raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"exceeds workers={a.workers}, so "
+                                 "quorum could never be met", f"use at most {a.workers}")
+    if (a.min_workers is None) != (a.max_workers is None):
+        raise InvalidJobArgs("min_workers" if a.max_workers is None else "max_workers",
+                             a.min_workers if a.max_workers is None else a.max_workers,
+                             "elastic bounds come in pairs",
+                             "set both min_workers and max_workers, or neither")
+    if a.min_workers is None or a.max_workers is None:
+        return
+    checks.require_int("min_workers", a.min_workers, 1)
+    checks.require_int("max_workers", a.max_workers, 1)
+    if a.min_workers > a.max_workers:
+        raise InvalidJobArgs("min_workers", a.min_workers, f"exceeds max_workers={a.max_workers}",
+                             "make min_workers <= max_workers")
+    if not a.min_workers <= a.workers <= a.max_workers:
+        raise InvalidJobArgs("workers", a.workers, f"outside min_workers..max_workers = "
+                             f"{a.min_workers}..{a.max_workers}", "start with a node count inside the bounds")
+
+
+def _validate_scheduling(a: DistributedJobArgs) -> None:
+    checks.require_choice("gang_scheduler", a.gang_scheduler, GANG_SCHEDULERS)
+    if a.queue is not None:
+        checks.require_dns1123_subdomain("queue", a.queue)
+    if a.cluster_queue is not None:
+        checks.require_dns1123_subdomain("cluster_queue", a.cluster_queue)
+        if a.gang_scheduler != KUEUE:
+            raise InvalidJobArgs("cluster_queue", a.cluster_queue, "is a Kueue setting",
+                                 f'set gang_scheduler="{KUEUE}" or unset cluster_queue')
+    if a.gang_scheduler == KUEUE and (a.queue is None) == (a.cluster_queue is None):
+        raise InvalidJobArgs("queue", a.queue, "Kueue needs exactly one of queue (an existing LocalQueue) "
+                             f"and cluster_queue (cluster_queue={a.cluster_queue!r})",
+                             "set queue to a LocalQueue in the namespace, or cluster_queue to a ClusterQueue")
+    if a.queue is not None and a.gang_scheduler in (NO_GANG, SCHEDULER_PLUGINS):
+        raise InvalidJobArgs("queue", a.queue, f"gang_scheduler={a.gang_scheduler!r} has no queues",
+                             f'unset queue, or use gang_scheduler="{VOLCANO}" or "{KUEUE}"')
+    if a.scheduler_name is not None:
+        checks.require_dns1123_subdomain("scheduler_name", a.scheduler_name)
+
+
+def _validate_pod(a: DistributedJobArgs) -> None:
+    checks.require_dns1123_label("namespace", a.namespace)
+    if not isinstance(a.env, Mapping):
+        raise InvalidJobArgs("env", a.env, "must be a mapping of names to values", "pass a dict")
+    for key, value in a.env.items():
+        checks.require_env_name(f"env[{key!r}]", key)
+        if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
+            raise InvalidJobArgs(f"env[{key!r}]", value, "is set by trainplane",
+                                 "remove it; use the matching DistributedJobArgs field instead")
+        if not isinstance(value, str):
+            raise InvalidJobArgs(f"env[{key!r}]", value, "environment values are strings", "quote it")
+    checks.require_labels("labels", a.labels)
+    for key in a.labels:
+        if key in OWNED_LABELS:
+            raise InvalidJobArgs(f"labels[{key!r}]", a.labels[key], "is set by trainplane", "remove it")
+    checks.require_labels("node_selector", a.node_selector)
+    _require_list("tolerations", a.tolerations)
+    for i, toleration in enumerate(a.tolerations):
+        if not isinstance(toleration, Mapping) or not set(toleration) <= TOLERATION_KEYS:
+            raise InvalidJobArgs(f"tolerations[{i}]", toleration, "not a Kubernetes Toleration",
+                                 f"use a dict with keys from {sorted(TOLERATION_KEYS)}")
+    if a.service_account is not None:
+        checks.require_dns1123_subdomain("service_account", a.service_account)
+    for name in ("working_dir", "log_dir"):
+        if getattr(a, name) is not None:
+            checks.require_absolute_path(name, getattr(a, name))
+    if a.image_pull_policy is not None:
+        checks.require_choice("image_pull_policy", a.image_pull_policy, PULL_POLICIES)
+
+
+def _validate_network(a: DistributedJobArgs) -> None:
+    for name in ("agent_port", "master_port"):
+        checks.require_int(name, getattr(a, name), 1)
+        if getattr(a, name) > 65535:
+            raise InvalidJobArgs(name, getattr(a, name), "is not a TCP port", "use 1..65535")
+    if a.agent_port == a.master_port:
+        raise InvalidJobArgs("master_port", a.master_port, "equals agent_port", "give them different ports")
+    _require_list("allow_from", a.allow_from)
+    for i, peer in enumerate(a.allow_from):
+        if not isinstance(peer, Mapping) or not peer or not set(peer) <= PEER_KEYS:
+            raise InvalidJobArgs(f"allow_from[{i}]", peer, "not a NetworkPolicyPeer",
+                                 f"use a dict with keys from {sorted(PEER_KEYS)}")
+    checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)
+
+
+def _require_list(name: str, value: Any) -> None:
+    if not isinstance(value, tuple):
+        raise InvalidJobArgs(name, value, "must be a list of dicts", "pass a list (or tuple)")

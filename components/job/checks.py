@@ -1,0 +1,153 @@
+"""Syntax checks for Kubernetes names, labels and quantities, raising :class:`InvalidJobArgs`.
+
+Each check takes the argument's name (for the message) and its value, and returns nothing: it either
+passes or raises with the field, the value and the fix. The rules are the API server's own
+(``k8s.io/apimachinery/pkg/util/validation``), so a bad value fails at preview instead of at apply.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from components.job.errors import InvalidJobArgs
+
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+MAX_LABEL = 63
+MAX_SUBDOMAIN = 253
+
+
+def require_int(field: str, value: Any, minimum: int) -> None:
+    """Require a whole number (not a bool) no smaller than ``minimum``.
+
+    Raises:
+        InvalidJobArgs: ``value`` is not an int, or is below ``minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJobArgs(field, value, "must be a whole number", f"pass an int >= {minimum}")
+    if value < minimum:
+        raise InvalidJobArgs(field, value, f"must be >= {minimum}", f"pass an int >= {minimum}")
+
+
+def require_positive_number(field: str, value: Any) -> None:
+    """Require an int or float greater than zero (not a bool).
+
+    Raises:
+        InvalidJobArgs: ``value`` is not a number or is <= 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidJobArgs(field, value, "must be a number > 0", "pass a positive int or float")
+
+
+def require_choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Require one of ``choices``.
+
+    Raises:
+        InvalidJobArgs: ``value`` is not one of them.
+    """
+    if value not in choices:
+        raise InvalidJobArgs(field, value, "unknown value", f"use one of {', '.join(choices)}")
+
+
+def require_dns1035(field: str, value: Any, max_length: int = MAX_LABEL) -> None:
+    """Require an RFC 1035 label (Service and PyTorchJob names): ``[a-z]([-a-z0-9]*[a-z0-9])?``.
+
+    Raises:
+        InvalidJobArgs: wrong type, pattern, or longer than ``max_length`` characters.
+    """
+    _require_pattern(field, value, DNS1035_LABEL, max_length, "lower-case letters, digits and '-', "
+                     "starting with a letter and ending with a letter or digit")
+
+
+def require_dns1123_label(field: str, value: Any) -> None:
+    """Require an RFC 1123 label (namespace names), at most 63 characters.
+
+    Raises:
+        InvalidJobArgs: wrong type, pattern or length.
+    """
+    _require_pattern(field, value, DNS1123_LABEL, MAX_LABEL,
+                     "lower-case letters, digits and '-', starting and ending with a letter or digit")
+
+
+def require_dns1123_subdomain(field: str, value: Any) -> None:
+    """Require an RFC 1123 subdomain (most object names), at most 253 characters.
+
+    Raises:
+        InvalidJobArgs: wrong type, pattern or length.
+    """
+    _require_pattern(field, value, DNS1123_SUBDOMAIN, MAX_SUBDOMAIN,
+                     "dot-separated lower-case labels of letters, digits and '-'")
+
+
+def require_quantity(field: str, value: Any) -> None:
+    """Require a Kubernetes resource quantity such as ``"512Mi"``, ``"8Gi"`` or ``"1.5"``.
+
+    Raises:
+        InvalidJobArgs: not a string in quantity syntax.
+    """
+    if not isinstance(value, str) or not QUANTITY.match(value):
+        raise InvalidJobArgs(field, value, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"')
+
+
+def require_absolute_path(field: str, value: Any) -> None:
+    """Require an absolute POSIX path (paths inside the container).
+
+    Raises:
+        InvalidJobArgs: not a string starting with ``/``.
+    """
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise InvalidJobArgs(field, value, "must be an absolute path in the container", 'start it with "/"')
+
+
+def require_labels(field: str, labels: Any) -> None:
+    """Require a mapping of valid label keys to valid label values.
+
+    Raises:
+        InvalidJobArgs: not a mapping, or a key or value breaks the label syntax.
+    """
+    if not isinstance(labels, Mapping):
+        raise InvalidJobArgs(field, labels, "must be a mapping of label keys to values", "pass a dict")
+    for key, value in labels.items():
+        _require_label_key(f"{field}[{key!r}]", key)
+        if not isinstance(value, str) or (value and not _is_label_name(value)):
+            raise InvalidJobArgs(f"{field}[{key!r}]", value, "not a label value",
+                                 "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
+
+
+def require_env_name(field: str, name: Any) -> None:
+    """Require a valid container environment variable name.
+
+    Raises:
+        InvalidJobArgs: empty, not a string, or containing characters Kubernetes rejects.
+    """
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        raise InvalidJobArgs(field, name, "not an environment variable name",
+                             "use letters, digits, '_', '-' or '.', not starting with a digit")
+
+
+def _require_label_key(field: str, key: Any) -> None:
+    if not isinstance(key, str):
+        raise InvalidJobArgs(field, key, "label keys are strings", "pass a str key")
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > MAX_SUBDOMAIN or not DNS1123_SUBDOMAIN.match(prefix)):
+        raise InvalidJobArgs(field, key, "the prefix before '/' is not a DNS subdomain",
+                             'use a prefix such as "example.com/"')
+    if not _is_label_name(name):
+        raise InvalidJobArgs(field, key, "not a label name",
+                             "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
+
+
+def _is_label_name(name: str) -> bool:
+    return len(name) <= MAX_LABEL and LABEL_NAME.match(name) is not None
+
+
+def _require_pattern(field: str, value: Any, pattern: re.Pattern[str], max_length: int, rule: str) -> None:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise InvalidJobArgs(field, value, "not a valid name", f"use {rule}")
+    if len(value) > max_length:
+        raise InvalidJobArgs(field, value, f"is {len(value)} characters long", f"shorten it to {max_length}")

@@ -1,0 +1,118 @@
+"""``DistributedJob``: the Pulumi ComponentResource that deploys one training job.
+
+The class is thin: :func:`~components.job.render.render_job` decides every object, this module only
+turns the manifests into Pulumi resources under one parent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+
+from components.job.args import DistributedJobArgs, validate_job_name
+from components.job.bundle import build_bundle
+from components.job.render import Manifest, render_job
+
+RESOURCE_TYPE = "trainplane:job:DistributedJob"
+TOKEN_LENGTH = 48
+"""Characters of the job token: alphanumeric, about 285 bits."""
+
+RESOURCE_CLASSES: dict[tuple[str, str], Callable[..., pulumi.CustomResource]] = {
+    ("v1", "Secret"): k8s.core.v1.Secret,
+    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("v1", "Service"): k8s.core.v1.Service,
+    ("batch/v1", "Job"): k8s.batch.v1.Job,
+    ("apps/v1", "StatefulSet"): k8s.apps.v1.StatefulSet,
+    ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
+    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
+}
+TOP_LEVEL_ARGS = {"metadata": "metadata", "spec": "spec", "data": "data", "stringData": "string_data",
+                  "type": "type"}
+
+
+class DistributedJob(pulumi.ComponentResource):
+    """One distributed training job: token Secret, runtime ConfigMap, headless Service, workload,
+    gang-scheduling objects, NetworkPolicy and (service mode) PodDisruptionBudget.
+
+    Attributes:
+        job_name: the job's Kubernetes name.
+        namespace: its namespace.
+        service_fqdn: the headless Service's fully qualified DNS name.
+        coordinator_url: base URL of node 0's agent (``http://<host>:<agent port>``).
+        token: the job token (a Pulumi secret); clients send it as ``Authorization: Bearer``.
+        resources: the Kubernetes children by role (``token``, ``runtime``, ``service``, the
+            backend, ``podgroup``, ``localqueue``, ``network-policy``, ``pdb``).
+    """
+
+    job_name: pulumi.Output[str]
+    namespace: pulumi.Output[str]
+    service_fqdn: pulumi.Output[str]
+    coordinator_url: pulumi.Output[str]
+    token: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: DistributedJobArgs,
+        opts: Optional[pulumi.ResourceOptions] = None,
+        crd_dependencies: Sequence[pulumi.Resource] = (),
+    ) -> None:
+        """Create the job.
+
+        Args:
+            name: the job name, also its Kubernetes name: a DNS-1035 label short enough for the
+                names derived from it (see :func:`~components.job.args.validate_job_name`).
+            args: what to run and how.
+            opts: Pulumi options; pass ``provider=`` a ``kubernetes.Provider`` to target a cluster
+                other than the ambient one. Children inherit it.
+            crd_dependencies: resources the custom resources (PyTorchJob, PodGroup, LocalQueue)
+                depend on, typically the add-ons that install their CRDs.
+
+        Raises:
+            InvalidJobArgs: the name is invalid or too long for ``args``.
+            BundleError: the agent's sources cannot be read or exceed the ConfigMap limit.
+            OperatorRuleError: a rendered PyTorchJob would break a training-operator rule.
+        """
+        validate_job_name(name, args)
+        bundle = build_bundle()
+        super().__init__(RESOURCE_TYPE, name, None, opts)
+        password = random.RandomPassword(
+            f"{name}-token-value", length=TOKEN_LENGTH, special=False,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        rendered = render_job(name, args, password.result, bundle)
+        self.resources = {m.role: self._create(name, m, crd_dependencies) for m in rendered.manifests}
+        names = rendered.names
+        self.job_name = pulumi.Output.from_input(names.job)
+        self.namespace = pulumi.Output.from_input(names.namespace)
+        self.service_fqdn = pulumi.Output.from_input(names.service_fqdn)
+        self.coordinator_url = pulumi.Output.from_input(names.coordinator_url)
+        self.token = pulumi.Output.secret(password.result)
+        self.register_outputs({
+            "job_name": self.job_name,
+            "namespace": self.namespace,
+            "service_fqdn": self.service_fqdn,
+            "coordinator_url": self.coordinator_url,
+            "token": self.token,
+        })
+
+    def _create(
+        self, name: str, manifest: Manifest, crd_dependencies: Sequence[pulumi.Resource]
+    ) -> pulumi.CustomResource:
+        body = manifest.body
+        opts = pulumi.ResourceOptions(
+            parent=self,
+            depends_on=list(crd_dependencies) if manifest.custom else None,
+            delete_before_replace=manifest.replace or None,
+            replace_on_changes=["spec"] if manifest.replace else None,
+        )
+        resource_name = f"{name}-{manifest.role}"
+        kwargs: dict[str, Any] = {arg: body[key] for key, arg in TOP_LEVEL_ARGS.items() if key in body}
+        if manifest.custom:
+            return k8s.apiextensions.CustomResource(
+                resource_name, api_version=body["apiVersion"], kind=body["kind"], opts=opts, **kwargs
+            )
+        return RESOURCE_CLASSES[(body["apiVersion"], body["kind"])](resource_name, opts=opts, **kwargs)

@@ -1,0 +1,72 @@
+"""The job's network objects: headless Service, NetworkPolicy, and (service mode) PodDisruptionBudget."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from components.job.args import DistributedJobArgs
+from components.job.naming import JobNames
+from components.job.pod import pod_selector
+from runtime.agent import contract
+
+
+def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> dict[str, Any]:
+    """A headless Service over the job's pods, publishing not-ready addresses.
+
+    Pods register with the coordinator before any readiness probe passes, so their DNS records
+    must exist from the start (``publishNotReadyAddresses: true``).
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": names.service, "namespace": names.namespace, "labels": dict(labels)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": pod_selector(names),
+            "ports": [
+                {"name": contract.AGENT_PORT_NAME, "port": args.agent_port,
+                 "targetPort": args.agent_port, "protocol": "TCP"},
+                {"name": contract.MASTER_PORT_NAME, "port": args.master_port,
+                 "targetPort": args.master_port, "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def network_policy(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> dict[str, Any]:
+    """Ingress to the job's pods from the job's own pods only, plus ``allow_from`` on the agent port.
+
+    The job's pods reach each other on every port: collective backends (NCCL, Gloo) open data
+    connections on ephemeral ports beyond the rendezvous port. Egress is not restricted.
+    """
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {"matchLabels": pod_selector(names)}}]}]
+    if args.allow_from:
+        ingress.append({
+            "from": [dict(peer) for peer in args.allow_from],
+            "ports": [{"port": args.agent_port, "protocol": "TCP"}],
+        })
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": names.job, "namespace": names.namespace, "labels": dict(labels)},
+        "spec": {
+            "podSelector": {"matchLabels": pod_selector(names)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
+def disruption_budget(
+    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]
+) -> Optional[dict[str, Any]]:
+    """In service mode, a PodDisruptionBudget keeping ``quorum`` pods up through voluntary disruptions."""
+    if args.mode != "service":
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": names.job, "namespace": names.namespace, "labels": dict(labels)},
+        "spec": {"minAvailable": args.quorum, "selector": {"matchLabels": pod_selector(names)}},
+    }

@@ -1,0 +1,215 @@
+"""The pod every backend runs: the agent as the container command, its env contract, volumes and resources."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from components.job.args import DistributedJobArgs
+from components.job.bundle import RuntimeBundle
+from components.job.gang import GangPlacement
+from components.job.naming import JobNames
+from runtime.agent import contract
+
+AGENT_CONTAINER = "agent"
+BUNDLE_VOLUME = "trainplane-runtime"
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"  # noqa: S108 - the shared-memory mount, not a temp file
+TOKEN_KEY = "token"  # noqa: S105 - the Secret's key, not a secret
+GPU_RESOURCE = "nvidia.com/gpu"
+ISTIO_INJECT_LABEL = "sidecar.istio.io/inject"
+BUNDLE_DIGEST_ANNOTATION = "trainplane.dev/bundle-sha256"
+MANAGED_BY = "pulumi"
+NODE_COMPONENT = "node"
+READ_ONLY_MODE = 0o444
+AGENT_COMMAND = ("python3", "-m", contract.AGENT_MODULE)
+
+
+@dataclass(frozen=True)
+class PodRole:
+    """The parts of a pod that differ between backends.
+
+    Attributes:
+        restart_policy: ``Never`` for batch workloads, ``Always`` for a StatefulSet.
+        container_name: the agent container's name (the training operator requires ``pytorch``).
+        rendezvous_port_name: name of the ``master_port`` container port (the operator reads its own).
+        subdomain: pod ``subdomain`` (Indexed Jobs: the headless Service, so pods get DNS names).
+        set_master_port: whether to set ``MASTER_PORT`` (the operator sets it when there is a Master).
+        node_rank_from: ``valueFrom`` of ``TRAINPLANE_NODE_RANK``, when the rank comes from a label.
+        probes: readiness and liveness probes on the agent's ``/healthz`` (service mode).
+    """
+
+    restart_policy: str
+    container_name: str = AGENT_CONTAINER
+    rendezvous_port_name: str = contract.MASTER_PORT_NAME
+    subdomain: Optional[str] = None
+    set_master_port: bool = True
+    node_rank_from: Optional[Mapping[str, Any]] = None
+    probes: bool = False
+
+
+def common_labels(names: JobNames, args: DistributedJobArgs, component: str) -> dict[str, str]:
+    """The ``app.kubernetes.io/*`` labels, the job label and the user's labels."""
+    return {
+        **args.labels,
+        contract.LABEL_NAME: contract.APP_NAME,
+        contract.LABEL_INSTANCE: names.job,
+        contract.LABEL_COMPONENT: component,
+        contract.LABEL_PART_OF: contract.APP_NAME,
+        contract.LABEL_MANAGED_BY: MANAGED_BY,
+        contract.LABEL_JOB: names.job,
+    }
+
+
+def pod_selector(names: JobNames) -> dict[str, str]:
+    """Labels that select exactly the job's pods."""
+    return {contract.LABEL_JOB: names.job, contract.LABEL_COMPONENT: NODE_COMPONENT}
+
+
+def cpu_quantity(cores: float) -> str:
+    """Cores as a Kubernetes CPU quantity: ``2`` for 2.0, ``500m`` for 0.5."""
+    return str(int(cores)) if float(cores).is_integer() else f"{round(cores * 1000)}m"
+
+
+def seconds(value: float) -> str:
+    """A duration in seconds as an env value: ``"300"`` for whole seconds, ``"0.5"`` otherwise."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[dict[str, Any]]:
+    """The agent's environment: downward API, the bundle path, its settings, then the user's env."""
+    env: list[dict[str, Any]] = [
+        _field_env(contract.POD_IP, "status.podIP"),
+        _field_env(contract.POD_NAME, "metadata.name"),
+        _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
+        {"name": "PYTHONPATH", "value": contract.BUNDLE_MOUNT_PATH},
+        {"name": contract.JOB_NAME, "value": names.job},
+        {"name": contract.TOKEN,
+         "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
+    ]
+    settings: dict[str, Optional[str]] = {
+        contract.WORKERS: str(args.workers),
+        contract.NUM_PROC: str(args.procs_per_node),
+        contract.COORDINATOR_HOST: names.coordinator_env,
+        contract.AGENT_PORT_SETTING: str(args.agent_port),
+        contract.MASTER_PORT: str(args.master_port) if role.set_master_port else None,
+        contract.QUORUM_WORKERS: str(args.quorum),
+        contract.QUORUM_TIMEOUT: seconds(args.quorum_timeout),
+        contract.MAX_RESTARTS: str(args.max_restarts),
+        contract.DISTRIBUTION: args.distribution,
+        contract.MODE: args.mode,
+        contract.MONITOR_MEMBERS: "true" if args.monitor_members else "false",
+        contract.MIN_WORKERS: None if args.min_workers is None else str(args.min_workers),
+        contract.MAX_WORKERS: None if args.max_workers is None else str(args.max_workers),
+        contract.LOG_DIR: args.log_dir,
+        contract.ENTRYPOINT: json.dumps(list(args.entrypoint)),
+    }
+    env += [{"name": k, "value": v} for k, v in settings.items() if v is not None]
+    if role.node_rank_from is not None:
+        env.append({"name": contract.NODE_RANK_SETTING, "valueFrom": dict(role.node_rank_from)})
+    env += [{"name": k, "value": v} for k, v in args.env.items()]
+    return env
+
+
+def resources(args: DistributedJobArgs) -> dict[str, dict[str, Any]]:
+    """Requests and limits: CPU requested only (no throttling), memory requested and capped, GPUs limited."""
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    if args.cpus is not None:
+        requests["cpu"] = cpu_quantity(args.cpus)
+    if args.memory is not None:
+        requests["memory"] = limits["memory"] = args.memory
+    if args.gpus > 0:
+        limits[GPU_RESOURCE] = str(args.gpus)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def container(names: JobNames, args: DistributedJobArgs, role: PodRole) -> dict[str, Any]:
+    """The one container: ``python3 -m runtime.agent`` with the bundle and ``/dev/shm`` mounted."""
+    body: dict[str, Any] = {
+        "name": role.container_name,
+        "image": args.image,
+        "command": list(AGENT_COMMAND),
+        "env": agent_env(names, args, role),
+        "ports": [
+            {"name": contract.AGENT_PORT_NAME, "containerPort": args.agent_port, "protocol": "TCP"},
+            {"name": role.rendezvous_port_name, "containerPort": args.master_port, "protocol": "TCP"},
+        ],
+        "volumeMounts": [
+            {"name": BUNDLE_VOLUME, "mountPath": contract.BUNDLE_MOUNT_PATH, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+        ],
+    }
+    limits = resources(args)
+    if limits:
+        body["resources"] = limits
+    if args.working_dir is not None:
+        body["workingDir"] = args.working_dir
+    if args.image_pull_policy is not None:
+        body["imagePullPolicy"] = args.image_pull_policy
+    if role.probes:
+        probe = {"httpGet": {"path": contract.ROUTE_HEALTHZ, "port": contract.AGENT_PORT_NAME}}
+        body["readinessProbe"] = {**probe, "periodSeconds": 5, "failureThreshold": 3}
+        body["livenessProbe"] = {**probe, "periodSeconds": 10, "failureThreshold": 6}
+    return body
+
+
+def volumes(names: JobNames, args: DistributedJobArgs, bundle: RuntimeBundle) -> list[dict[str, Any]]:
+    """The runtime bundle laid out by ``items``, and a memory-backed ``/dev/shm``."""
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if args.shm_size is not None:
+        shm["sizeLimit"] = args.shm_size
+    return [
+        {"name": BUNDLE_VOLUME, "configMap": {
+            "name": names.runtime_configmap,
+            "items": [dict(item) for item in bundle.items],
+            "defaultMode": READ_ONLY_MODE,
+        }},
+        {"name": SHM_VOLUME, "emptyDir": shm},
+    ]
+
+
+def tolerations(args: DistributedJobArgs) -> list[dict[str, Any]]:
+    """The user's tolerations, plus the GPU node taint's when the pod asks for GPUs."""
+    out = [dict(t) for t in args.tolerations]
+    if args.gpus > 0:
+        out.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    return out
+
+
+def pod_template(
+    names: JobNames, args: DistributedJobArgs, role: PodRole, bundle: RuntimeBundle, gang: GangPlacement
+) -> dict[str, Any]:
+    """The PodTemplateSpec every backend uses, varied by ``role`` and ``gang``.
+
+    Pods carry the job labels (plus the gang's), Istio injection off, and the bundle digest as an
+    annotation so a changed agent rolls the workload.
+    """
+    labels = {**common_labels(names, args, NODE_COMPONENT), **gang.pod_labels, ISTIO_INJECT_LABEL: "false"}
+    spec: dict[str, Any] = {
+        "restartPolicy": role.restart_policy,
+        "containers": [container(names, args, role)],
+        "volumes": volumes(names, args, bundle),
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": args.service_account is not None,
+    }
+    optional = {
+        "serviceAccountName": args.service_account,
+        "schedulerName": gang.scheduler_name,
+        "subdomain": role.subdomain,
+        "nodeSelector": dict(args.node_selector) or None,
+        "tolerations": tolerations(args) or None,
+    }
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    return {
+        "metadata": {
+            "labels": labels,
+            "annotations": {BUNDLE_DIGEST_ANNOTATION: bundle.digest, **gang.pod_annotations},
+        },
+        "spec": spec,
+    }
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
