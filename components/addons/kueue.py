@@ -150,10 +150,10 @@ class KueueArgs:
                         f"use a defined flavor: {sorted(flavors)}",
                     )
         cluster_queues = {q.name for q in self.cluster_queues}
-        for local in self.local_queues:
+        for i, local in enumerate(self.local_queues):
             if local.cluster_queue not in cluster_queues:
                 raise ArgumentError(
-                    f"local_queues.{local.name}.cluster_queue",
+                    f"local_queues[{i}].cluster_queue",
                     local.cluster_queue,
                     f"use a defined one: {sorted(cluster_queues)}",
                 )

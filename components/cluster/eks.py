@@ -149,10 +149,10 @@ class EksGpuClusterArgs:
                 f"list {MIN_ZONES} or more zones for the created VPC, or give vpc_id and subnets",
             )
         subnet_cidrs(self.vpc_cidr, len(self.availability_zones))
-        for group in self.gpu_node_groups:
+        for i, group in enumerate(self.gpu_node_groups):
             if group.efa and group.availability_zone not in self.availability_zones:
                 raise ArgumentError(
-                    "availability_zone",
+                    f"gpu_node_groups[{i}].availability_zone",
                     group.availability_zone,
                     f"pick one of availability_zones {list(self.availability_zones)} for group {group.name}",
                 )

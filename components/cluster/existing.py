@@ -15,6 +15,8 @@ from components.errors import ArgumentError
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 """kubectl's default kubeconfig file, used when no kubeconfig is given."""
+CONTENT_PLACEHOLDER = "<kubeconfig content>"
+"""Shown in errors instead of kubeconfig content, which holds credentials."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ def load_kubeconfig(args: ExistingClusterArgs) -> str:
         ArgumentError: The file does not exist, is not a kubeconfig, or lacks ``args.context``.
     """
     source = args.kubeconfig or DEFAULT_KUBECONFIG
+    shown = CONTENT_PLACEHOLDER if is_content(source) else source
     if is_content(source):
         content = source
     else:
@@ -72,9 +75,9 @@ def load_kubeconfig(args: ExistingClusterArgs) -> str:
     try:
         parsed = yaml.safe_load(content)
     except yaml.YAMLError as exc:
-        raise ArgumentError("kubeconfig", source, f"not valid YAML ({exc}); give a kubeconfig") from exc
+        raise ArgumentError("kubeconfig", shown, f"not valid YAML ({exc}); give a kubeconfig") from exc
     if not isinstance(parsed, dict) or not isinstance(parsed.get("contexts"), list):
-        raise ArgumentError("kubeconfig", source, "has no 'contexts' list; give a kubeconfig file")
+        raise ArgumentError("kubeconfig", shown, "has no 'contexts' list; give a kubeconfig file")
     names = [entry.get("name") for entry in parsed["contexts"] if isinstance(entry, dict)]
     if args.context is not None and args.context not in names:
         raise ArgumentError(
