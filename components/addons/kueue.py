@@ -76,16 +76,18 @@ class ClusterQueueArgs:
         for flavor, resources in self.quotas.items():
             if not isinstance(resources, Mapping) or not resources:
                 raise ArgumentError(
-                    f"quotas.{flavor}", resources, 'map resource names to quantities, e.g. {"cpu": "8"}'
+                    f'quotas["{flavor}"]', resources, 'map resource names to quantities, e.g. {"cpu": "8"}'
                 )
             for resource, quantity in resources.items():
                 if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
                     raise ArgumentError(
-                        f"quotas.{flavor}.{resource}", quantity, "use a quantity such as 8, 500m or 64Gi"
+                        f'quotas["{flavor}"]["{resource}"]',
+                        quantity,
+                        "use a quantity such as 8, 500m or 64Gi",
                     )
             if covered is not None and set(resources) != covered:
                 raise ArgumentError(
-                    f"quotas.{flavor}",
+                    f'quotas["{flavor}"]',
                     sorted(resources),
                     f"quote the same resources as the other flavors: {sorted(covered)}",
                 )
@@ -141,11 +143,11 @@ class KueueArgs:
         _unique("cluster_queues", [q.name for q in self.cluster_queues])
         _unique("local_queues", [f"{q.namespace}/{q.name}" for q in self.local_queues])
         flavors = {f.name for f in self.flavors}
-        for queue in self.cluster_queues:
+        for i, queue in enumerate(self.cluster_queues):
             for flavor in queue.quotas:
                 if flavor not in flavors:
                     raise ArgumentError(
-                        f"cluster_queues.{queue.name}.quotas",
+                        f"cluster_queues[{i}].quotas",
                         flavor,
                         f"use a defined flavor: {sorted(flavors)}",
                     )
