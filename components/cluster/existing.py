@@ -31,7 +31,7 @@ class ExistingClusterArgs:
             ``runtime.agent.contract``); jobs asking for GPUs are refused otherwise.
 
     Raises:
-        ArgumentError: ``kubeconfig`` or ``context`` is given but blank.
+        ArgumentError: ``kubeconfig`` or ``context`` is given but blank, or ``gpu_nodes`` is not a bool.
     """
 
     kubeconfig: Optional[str] = None
@@ -42,6 +42,8 @@ class ExistingClusterArgs:
         for field in ("kubeconfig", "context"):
             if getattr(self, field) is not None:
                 validate.text(field, getattr(self, field))
+        if not isinstance(self.gpu_nodes, bool):
+            raise ArgumentError("gpu_nodes", self.gpu_nodes, "use true or false")
 
 
 def is_content(kubeconfig: str) -> bool:

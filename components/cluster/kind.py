@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -28,6 +29,8 @@ class KindClusterArgs:
             ``kind-<cluster_name>``.
         workers: Worker nodes besides the control plane. With 0, the control plane runs pods.
         node_image: ``kindest/node`` image for every node; ``None`` uses the kind CLI's default.
+        load_images: Local Docker images to copy onto every node after creation
+            (``kind load docker-image``), so jobs can run images that are in no registry.
 
     Raises:
         ArgumentError: A field is invalid; the message names it, the value and the fix.
@@ -36,12 +39,19 @@ class KindClusterArgs:
     cluster_name: str = "trainplane"
     workers: int = 2
     node_image: Optional[str] = None
+    load_images: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         validate.dns_label("cluster_name", self.cluster_name)
+        object.__setattr__(self, "load_images", validate.strings("load_images", self.load_images))
         validate.integer("workers", self.workers, minimum=0)
         if self.node_image is not None:
             validate.text("node_image", self.node_image)
+
+    @property
+    def gpu_nodes(self) -> bool:
+        """Always False: kind nodes expose no GPUs here."""
+        return False
 
 
 def kind_config(args: KindClusterArgs) -> dict[str, Any]:
@@ -62,7 +72,8 @@ class KindCluster(pulumi.ComponentResource):
     """A kind cluster on the machine running ``pulumi up`` (needs the ``kind`` CLI and Docker).
 
     ``kind create cluster`` runs on create, ``kind delete cluster`` on destroy; a changed config
-    replaces the cluster. The kubeconfig is read back with ``kind get kubeconfig``.
+    replaces the cluster. The kubeconfig is read back with ``kind get kubeconfig``, and the
+    ``load_images`` are copied in with ``kind load docker-image``.
 
     Attributes:
         provider: Kubernetes provider for the cluster.
@@ -70,12 +81,11 @@ class KindCluster(pulumi.ComponentResource):
         gpu_nodes: Always ``False``: kind nodes expose no GPUs here.
     """
 
-    gpu_nodes = False
-
     def __init__(
         self, name: str, args: KindClusterArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
         super().__init__("trainplane:cluster:KindCluster", name, None, opts)
+        self.gpu_nodes = args.gpu_nodes
         config = yaml.safe_dump(kind_config(args), sort_keys=False)
         cluster = shlex.quote(args.cluster_name)
         create = local.Command(
@@ -95,6 +105,13 @@ class KindCluster(pulumi.ComponentResource):
                 parent=self, depends_on=[create], additional_secret_outputs=["stdout"]
             ),
         )
+        for i, image in enumerate(args.load_images):
+            local.Command(
+                f"{name}-load-{i}",
+                create=f"kind load docker-image {shlex.quote(image)} --name {cluster}",
+                triggers=[create.id, image],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[create]),
+            )
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(read.stdout)
         self.provider = k8s.Provider(
             f"{name}-provider", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
