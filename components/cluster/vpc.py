@@ -94,7 +94,7 @@ def create_public_network(name: str, vpc_cidr: str, zones: Sequence[str], parent
             opts=child,
         )
         aws.ec2.RouteTableAssociation(
-            f"{name}-public-{zone}", subnet_id=subnet.id, route_table_id=routes.id, opts=child
+            f"{name}-public-{zone}-routes", subnet_id=subnet.id, route_table_id=routes.id, opts=child
         )
         subnet_ids.append(subnet.id)
     return Network(vpc_id=vpc.id, public_subnet_ids=subnet_ids, private_subnet_ids=[])
