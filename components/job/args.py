@@ -33,40 +33,20 @@ PEER_KEYS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 PROCESS_ENV = (
-    contract.WORLD_SIZE,
-    contract.RANK,
-    contract.LOCAL_RANK,
-    contract.LOCAL_WORLD_SIZE,
-    contract.NODE_RANK,
-    contract.GROUP_RANK,
-    contract.NODE_WORLD_SIZE,
-    contract.GROUP_WORLD_SIZE,
-    contract.POD_IPS,
-    contract.MASTER_ADDR,
-    contract.MASTER_PORT,
-    contract.TORCHELASTIC_RUN_ID,
-    contract.TORCHELASTIC_RESTART_COUNT,
-    contract.TORCHELASTIC_MAX_RESTARTS,
-    contract.JAX_COORDINATOR_ADDRESS,
-    contract.JAX_NUM_PROCESSES,
-    contract.JAX_PROCESS_ID,
-    contract.JAX_LOCAL_DEVICE_IDS,
-    contract.TF_CONFIG,
-    contract.POD_IP,
-    contract.POD_NAME,
-    contract.POD_NAMESPACE,
-    contract.JOB_COMPLETION_INDEX,
+    contract.WORLD_SIZE, contract.RANK, contract.LOCAL_RANK, contract.LOCAL_WORLD_SIZE,
+    contract.NODE_RANK, contract.GROUP_RANK, contract.NODE_WORLD_SIZE, contract.GROUP_WORLD_SIZE,
+    contract.POD_IPS, contract.MASTER_ADDR, contract.MASTER_PORT, contract.TORCHELASTIC_RUN_ID,
+    contract.TORCHELASTIC_RESTART_COUNT, contract.TORCHELASTIC_MAX_RESTARTS,
+    contract.JAX_COORDINATOR_ADDRESS, contract.JAX_NUM_PROCESSES, contract.JAX_PROCESS_ID,
+    contract.JAX_LOCAL_DEVICE_IDS, contract.TF_CONFIG,
+    contract.POD_IP, contract.POD_NAME, contract.POD_NAMESPACE, contract.JOB_COMPLETION_INDEX,
     "PYTHONPATH",
 )
 """Variables the component or the agent sets; user ``env`` may not override them."""
 RESERVED_ENV_PREFIX = "TRAINPLANE_"
 OWNED_LABELS = (
-    contract.LABEL_NAME,
-    contract.LABEL_INSTANCE,
-    contract.LABEL_COMPONENT,
-    contract.LABEL_PART_OF,
-    contract.LABEL_MANAGED_BY,
-    contract.LABEL_JOB,
+    contract.LABEL_NAME, contract.LABEL_INSTANCE, contract.LABEL_COMPONENT, contract.LABEL_PART_OF,
+    contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
 )
 STATEFULSET_NAME_MAX = 52
 """A StatefulSet's pods carry ``controller-revision-hash: <name>-<10-char hash>``, a 63-char label."""
@@ -245,19 +225,11 @@ def max_name_length(args: DistributedJobArgs) -> int:
 
 def _validate_program(a: DistributedJobArgs) -> None:
     if not isinstance(a.image, str) or not a.image or any(c.isspace() for c in a.image):
-        raise InvalidJobArgs(
-            "image",
-            a.image,
-            "must be a non-empty image reference without spaces",
-            'pass e.g. "python:3.11-slim"',
-        )
+        raise InvalidJobArgs("image", a.image, "must be a non-empty image reference without spaces",
+                             'pass e.g. "python:3.11-slim"')
     if (a.script is None) == (a.module is None):
-        raise InvalidJobArgs(
-            "script",
-            a.script,
-            f"exactly one of script and module is needed (module={a.module!r})",
-            "set script to a .py path or module to a dotted module name",
-        )
+        raise InvalidJobArgs("script", a.script, f"exactly one of script and module is needed (module="
+                             f"{a.module!r})", "set script to a .py path or module to a dotted module name")
     if a.script is not None and (not isinstance(a.script, str) or not a.script):
         raise InvalidJobArgs("script", a.script, "must be a non-empty path", 'pass e.g. "train.py"')
     if a.module is not None and (not isinstance(a.module, str) or not MODULE_NAME.match(a.module)):
@@ -271,12 +243,8 @@ def _validate_size(a: DistributedJobArgs) -> None:
     checks.require_int("gpus", a.gpus, 0)
     if a.num_proc == "auto":
         if a.gpus == 0:
-            raise InvalidJobArgs(
-                "num_proc",
-                a.num_proc,
-                "'auto' means one process per GPU but gpus=0",
-                "set gpus >= 1 or give num_proc as an int",
-            )
+            raise InvalidJobArgs("num_proc", a.num_proc, "'auto' means one process per GPU but gpus=0",
+                                 "set gpus >= 1 or give num_proc as an int")
     else:
         checks.require_int("num_proc", a.num_proc, 1)
     if a.cpus is not None:
@@ -294,19 +262,13 @@ def _validate_modes(a: DistributedJobArgs) -> None:
         checks.require_choice("backend", a.backend, BACKENDS)
     backend = a.workload_backend
     if a.mode == "service" and backend != STATEFULSET:
-        raise InvalidJobArgs(
-            "backend",
-            backend,
-            "service mode needs a long-running backend; Jobs and PyTorchJobs end when their processes exit",
-            f'use backend="{STATEFULSET}" (or leave backend unset)',
-        )
+        raise InvalidJobArgs("backend", backend, "service mode needs a long-running backend; "
+                             "Jobs and PyTorchJobs end when their processes exit",
+                             f'use backend="{STATEFULSET}" (or leave backend unset)')
     if a.mode == "batch" and backend == STATEFULSET:
-        raise InvalidJobArgs(
-            "backend",
-            backend,
-            "a StatefulSet restarts its pods forever, so a batch job would never finish",
-            f'use "{INDEXED_JOB}" or "{PYTORCHJOB}", or mode="service"',
-        )
+        raise InvalidJobArgs("backend", backend, "a StatefulSet restarts its pods forever, so a batch "
+                             "job would never finish",
+                             f'use "{INDEXED_JOB}" or "{PYTORCHJOB}", or mode="service"')
     if not isinstance(a.monitor_members, bool):
         raise InvalidJobArgs("monitor_members", a.monitor_members, "must be a bool", "pass True or False")
     checks.require_int("max_restarts", a.max_restarts, 0)
@@ -324,37 +286,23 @@ def _validate_elastic(a: DistributedJobArgs) -> None:
     if a.quorum_workers is not None:
         checks.require_int("quorum_workers", a.quorum_workers, 1)
         if a.quorum_workers > a.workers:
-            raise InvalidJobArgs(
-                "quorum_workers",
-                a.quorum_workers,
-                f"exceeds workers={a.workers}, so quorum could never be met",
-                f"use at most {a.workers}",
-            )
+            raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"exceeds workers={a.workers}, so "
+                                 "quorum could never be met", f"use at most {a.workers}")
     if (a.min_workers is None) != (a.max_workers is None):
-        raise InvalidJobArgs(
-            "min_workers" if a.max_workers is None else "max_workers",
-            a.min_workers if a.max_workers is None else a.max_workers,
-            "elastic bounds come in pairs",
-            "set both min_workers and max_workers, or neither",
-        )
+        raise InvalidJobArgs("min_workers" if a.max_workers is None else "max_workers",
+                             a.min_workers if a.max_workers is None else a.max_workers,
+                             "elastic bounds come in pairs",
+                             "set both min_workers and max_workers, or neither")
     if a.min_workers is None or a.max_workers is None:
         return
     checks.require_int("min_workers", a.min_workers, 1)
     checks.require_int("max_workers", a.max_workers, 1)
     if a.min_workers > a.max_workers:
-        raise InvalidJobArgs(
-            "min_workers",
-            a.min_workers,
-            f"exceeds max_workers={a.max_workers}",
-            "make min_workers <= max_workers",
-        )
+        raise InvalidJobArgs("min_workers", a.min_workers, f"exceeds max_workers={a.max_workers}",
+                             "make min_workers <= max_workers")
     if not a.min_workers <= a.workers <= a.max_workers:
-        raise InvalidJobArgs(
-            "workers",
-            a.workers,
-            f"outside min_workers..max_workers = {a.min_workers}..{a.max_workers}",
-            "start with a node count inside the bounds",
-        )
+        raise InvalidJobArgs("workers", a.workers, f"outside min_workers..max_workers = "
+                             f"{a.min_workers}..{a.max_workers}", "start with a node count inside the bounds")
 
 
 def _validate_scheduling(a: DistributedJobArgs) -> None:
@@ -364,27 +312,15 @@ def _validate_scheduling(a: DistributedJobArgs) -> None:
     if a.cluster_queue is not None:
         checks.require_dns1123_subdomain("cluster_queue", a.cluster_queue)
         if a.gang_scheduler != KUEUE:
-            raise InvalidJobArgs(
-                "cluster_queue",
-                a.cluster_queue,
-                "is a Kueue setting",
-                f'set gang_scheduler="{KUEUE}" or unset cluster_queue',
-            )
+            raise InvalidJobArgs("cluster_queue", a.cluster_queue, "is a Kueue setting",
+                                 f'set gang_scheduler="{KUEUE}" or unset cluster_queue')
     if a.gang_scheduler == KUEUE and (a.queue is None) == (a.cluster_queue is None):
-        raise InvalidJobArgs(
-            "queue",
-            a.queue,
-            "Kueue needs exactly one of queue (an existing LocalQueue) "
-            f"and cluster_queue (cluster_queue={a.cluster_queue!r})",
-            "set queue to a LocalQueue in the namespace, or cluster_queue to a ClusterQueue",
-        )
+        raise InvalidJobArgs("queue", a.queue, "Kueue needs exactly one of queue (an existing LocalQueue) "
+                             f"and cluster_queue (cluster_queue={a.cluster_queue!r})",
+                             "set queue to a LocalQueue in the namespace, or cluster_queue to a ClusterQueue")
     if a.queue is not None and a.gang_scheduler in (NO_GANG, SCHEDULER_PLUGINS):
-        raise InvalidJobArgs(
-            "queue",
-            a.queue,
-            f"gang_scheduler={a.gang_scheduler!r} has no queues",
-            f'unset queue, or use gang_scheduler="{VOLCANO}" or "{KUEUE}"',
-        )
+        raise InvalidJobArgs("queue", a.queue, f"gang_scheduler={a.gang_scheduler!r} has no queues",
+                             f'unset queue, or use gang_scheduler="{VOLCANO}" or "{KUEUE}"')
     if a.scheduler_name is not None:
         checks.require_dns1123_subdomain("scheduler_name", a.scheduler_name)
 
@@ -396,12 +332,8 @@ def _validate_pod(a: DistributedJobArgs) -> None:
     for key, value in a.env.items():
         checks.require_env_name(f"env[{key!r}]", key)
         if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
-            raise InvalidJobArgs(
-                f"env[{key!r}]",
-                value,
-                "is set by trainplane",
-                "remove it; use the matching DistributedJobArgs field instead",
-            )
+            raise InvalidJobArgs(f"env[{key!r}]", value, "is set by trainplane",
+                                 "remove it; use the matching DistributedJobArgs field instead")
         if not isinstance(value, str):
             raise InvalidJobArgs(f"env[{key!r}]", value, "environment values are strings", "quote it")
     checks.require_labels("labels", a.labels)
@@ -412,12 +344,8 @@ def _validate_pod(a: DistributedJobArgs) -> None:
     _require_list("tolerations", a.tolerations)
     for i, toleration in enumerate(a.tolerations):
         if not isinstance(toleration, Mapping) or not set(toleration) <= TOLERATION_KEYS:
-            raise InvalidJobArgs(
-                f"tolerations[{i}]",
-                toleration,
-                "not a Kubernetes Toleration",
-                f"use a dict with keys from {sorted(TOLERATION_KEYS)}",
-            )
+            raise InvalidJobArgs(f"tolerations[{i}]", toleration, "not a Kubernetes Toleration",
+                                 f"use a dict with keys from {sorted(TOLERATION_KEYS)}")
     if a.service_account is not None:
         checks.require_dns1123_subdomain("service_account", a.service_account)
     for name in ("working_dir", "log_dir"):
@@ -437,12 +365,8 @@ def _validate_network(a: DistributedJobArgs) -> None:
     _require_list("allow_from", a.allow_from)
     for i, peer in enumerate(a.allow_from):
         if not isinstance(peer, Mapping) or not peer or not set(peer) <= PEER_KEYS:
-            raise InvalidJobArgs(
-                f"allow_from[{i}]",
-                peer,
-                "not a NetworkPolicyPeer",
-                f"use a dict with keys from {sorted(PEER_KEYS)}",
-            )
+            raise InvalidJobArgs(f"allow_from[{i}]", peer, "not a NetworkPolicyPeer",
+                                 f"use a dict with keys from {sorted(PEER_KEYS)}")
     checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)
 
 

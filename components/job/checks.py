@@ -60,13 +60,8 @@ def require_dns1035(field: str, value: Any, max_length: int = MAX_LABEL) -> None
     Raises:
         InvalidJobArgs: wrong type, pattern, or longer than ``max_length`` characters.
     """
-    _require_pattern(
-        field,
-        value,
-        DNS1035_LABEL,
-        max_length,
-        "lower-case letters, digits and '-', starting with a letter and ending with a letter or digit",
-    )
+    _require_pattern(field, value, DNS1035_LABEL, max_length, "lower-case letters, digits and '-', "
+                     "starting with a letter and ending with a letter or digit")
 
 
 def require_dns1123_label(field: str, value: Any) -> None:
@@ -75,13 +70,8 @@ def require_dns1123_label(field: str, value: Any) -> None:
     Raises:
         InvalidJobArgs: wrong type, pattern or length.
     """
-    _require_pattern(
-        field,
-        value,
-        DNS1123_LABEL,
-        MAX_LABEL,
-        "lower-case letters, digits and '-', starting and ending with a letter or digit",
-    )
+    _require_pattern(field, value, DNS1123_LABEL, MAX_LABEL,
+                     "lower-case letters, digits and '-', starting and ending with a letter or digit")
 
 
 def require_dns1123_subdomain(field: str, value: Any) -> None:
@@ -90,13 +80,8 @@ def require_dns1123_subdomain(field: str, value: Any) -> None:
     Raises:
         InvalidJobArgs: wrong type, pattern or length.
     """
-    _require_pattern(
-        field,
-        value,
-        DNS1123_SUBDOMAIN,
-        MAX_SUBDOMAIN,
-        "dot-separated lower-case labels of letters, digits and '-'",
-    )
+    _require_pattern(field, value, DNS1123_SUBDOMAIN, MAX_SUBDOMAIN,
+                     "dot-separated lower-case labels of letters, digits and '-'")
 
 
 def require_quantity(field: str, value: Any) -> None:
@@ -130,12 +115,8 @@ def require_labels(field: str, labels: Any) -> None:
     for key, value in labels.items():
         _require_label_key(f"{field}[{key!r}]", key)
         if not isinstance(value, str) or (value and not _is_label_name(value)):
-            raise InvalidJobArgs(
-                f"{field}[{key!r}]",
-                value,
-                "not a label value",
-                "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends",
-            )
+            raise InvalidJobArgs(f"{field}[{key!r}]", value, "not a label value",
+                                 "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
 
 
 def require_env_name(field: str, name: Any) -> None:
@@ -145,12 +126,8 @@ def require_env_name(field: str, name: Any) -> None:
         InvalidJobArgs: empty, not a string, or containing characters Kubernetes rejects.
     """
     if not isinstance(name, str) or not ENV_NAME.match(name):
-        raise InvalidJobArgs(
-            field,
-            name,
-            "not an environment variable name",
-            "use letters, digits, '_', '-' or '.', not starting with a digit",
-        )
+        raise InvalidJobArgs(field, name, "not an environment variable name",
+                             "use letters, digits, '_', '-' or '.', not starting with a digit")
 
 
 def _require_label_key(field: str, key: Any) -> None:
@@ -158,16 +135,11 @@ def _require_label_key(field: str, key: Any) -> None:
         raise InvalidJobArgs(field, key, "label keys are strings", "pass a str key")
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > MAX_SUBDOMAIN or not DNS1123_SUBDOMAIN.match(prefix)):
-        raise InvalidJobArgs(
-            field, key, "the prefix before '/' is not a DNS subdomain", 'use a prefix such as "example.com/"'
-        )
+        raise InvalidJobArgs(field, key, "the prefix before '/' is not a DNS subdomain",
+                             'use a prefix such as "example.com/"')
     if not _is_label_name(name):
-        raise InvalidJobArgs(
-            field,
-            key,
-            "not a label name",
-            "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends",
-        )
+        raise InvalidJobArgs(field, key, "not a label name",
+                             "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
 
 
 def _is_label_name(name: str) -> bool:

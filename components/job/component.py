@@ -29,13 +29,8 @@ RESOURCE_CLASSES: dict[tuple[str, str], Callable[..., pulumi.CustomResource]] = 
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
 }
-TOP_LEVEL_ARGS = {
-    "metadata": "metadata",
-    "spec": "spec",
-    "data": "data",
-    "stringData": "string_data",
-    "type": "type",
-}
+TOP_LEVEL_ARGS = {"metadata": "metadata", "spec": "spec", "data": "data", "stringData": "string_data",
+                  "type": "type"}
 
 
 class DistributedJob(pulumi.ComponentResource):
@@ -85,9 +80,7 @@ class DistributedJob(pulumi.ComponentResource):
         bundle = build_bundle()
         super().__init__(RESOURCE_TYPE, name, None, opts)
         password = random.RandomPassword(
-            f"{name}-token-value",
-            length=TOKEN_LENGTH,
-            special=False,
+            f"{name}-token-value", length=TOKEN_LENGTH, special=False,
             opts=pulumi.ResourceOptions(parent=self),
         )
         rendered = render_job(name, args, password.result, bundle)
@@ -98,15 +91,13 @@ class DistributedJob(pulumi.ComponentResource):
         self.service_fqdn = pulumi.Output.from_input(names.service_fqdn)
         self.coordinator_url = pulumi.Output.from_input(names.coordinator_url)
         self.token = pulumi.Output.secret(password.result)
-        self.register_outputs(
-            {
-                "job_name": self.job_name,
-                "namespace": self.namespace,
-                "service_fqdn": self.service_fqdn,
-                "coordinator_url": self.coordinator_url,
-                "token": self.token,
-            }
-        )
+        self.register_outputs({
+            "job_name": self.job_name,
+            "namespace": self.namespace,
+            "service_fqdn": self.service_fqdn,
+            "coordinator_url": self.coordinator_url,
+            "token": self.token,
+        })
 
     def _create(
         self, name: str, manifest: Manifest, crd_dependencies: Sequence[pulumi.Resource]

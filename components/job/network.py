@@ -25,18 +25,10 @@ def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[
             "publishNotReadyAddresses": True,
             "selector": pod_selector(names),
             "ports": [
-                {
-                    "name": contract.AGENT_PORT_NAME,
-                    "port": args.agent_port,
-                    "targetPort": args.agent_port,
-                    "protocol": "TCP",
-                },
-                {
-                    "name": contract.MASTER_PORT_NAME,
-                    "port": args.master_port,
-                    "targetPort": args.master_port,
-                    "protocol": "TCP",
-                },
+                {"name": contract.AGENT_PORT_NAME, "port": args.agent_port,
+                 "targetPort": args.agent_port, "protocol": "TCP"},
+                {"name": contract.MASTER_PORT_NAME, "port": args.master_port,
+                 "targetPort": args.master_port, "protocol": "TCP"},
             ],
         },
     }
@@ -50,12 +42,10 @@ def network_policy(names: JobNames, args: DistributedJobArgs, labels: Mapping[st
     """
     ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {"matchLabels": pod_selector(names)}}]}]
     if args.allow_from:
-        ingress.append(
-            {
-                "from": [dict(peer) for peer in args.allow_from],
-                "ports": [{"port": args.agent_port, "protocol": "TCP"}],
-            }
-        )
+        ingress.append({
+            "from": [dict(peer) for peer in args.allow_from],
+            "ports": [{"port": args.agent_port, "protocol": "TCP"}],
+        })
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

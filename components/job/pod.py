@@ -85,10 +85,8 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
         {"name": "PYTHONPATH", "value": contract.BUNDLE_MOUNT_PATH},
         {"name": contract.JOB_NAME, "value": names.job},
-        {
-            "name": contract.TOKEN,
-            "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}},
-        },
+        {"name": contract.TOKEN,
+         "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
     ]
     settings: dict[str, Optional[str]] = {
         contract.WORKERS: str(args.workers),
@@ -163,14 +161,11 @@ def volumes(names: JobNames, args: DistributedJobArgs, bundle: RuntimeBundle) ->
     if args.shm_size is not None:
         shm["sizeLimit"] = args.shm_size
     return [
-        {
-            "name": BUNDLE_VOLUME,
-            "configMap": {
-                "name": names.runtime_configmap,
-                "items": [dict(item) for item in bundle.items],
-                "defaultMode": READ_ONLY_MODE,
-            },
-        },
+        {"name": BUNDLE_VOLUME, "configMap": {
+            "name": names.runtime_configmap,
+            "items": [dict(item) for item in bundle.items],
+            "defaultMode": READ_ONLY_MODE,
+        }},
         {"name": SHM_VOLUME, "emptyDir": shm},
     ]
 

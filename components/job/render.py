@@ -83,12 +83,8 @@ def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeB
     workload = workload_manifest(names, args, common_labels(names, args, "workload"), bundle, gang)
     candidates: list[tuple[str, Optional[dict[str, Any]]]] = [
         ("token", token_secret(names, common_labels(names, args, "token"), token)),
-        (
-            "runtime",
-            configmap_manifest(
-                names.runtime_configmap, names.namespace, common_labels(names, args, "runtime"), bundle
-            ),
-        ),
+        ("runtime", configmap_manifest(names.runtime_configmap, names.namespace,
+                                       common_labels(names, args, "runtime"), bundle)),
         ("service", headless_service(names, args, common_labels(names, args, "service"))),
         ("localqueue", local_queue_manifest(names, args, common_labels(names, args, "queue"))),
         ("podgroup", podgroup_manifest(names, args, common_labels(names, args, "podgroup"))),

@@ -55,10 +55,7 @@ def workload_metadata(
 
 
 def indexed_job(
-    names: JobNames,
-    args: DistributedJobArgs,
-    labels: Mapping[str, str],
-    bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """A ``batch/v1`` Indexed Job: one pod per node, node rank = ``JOB_COMPLETION_INDEX``.
@@ -72,30 +69,21 @@ def indexed_job(
         "parallelism": args.workers,
         "backoffLimit": 0,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {
-            "rules": [
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            ]
-        },
+        "podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]},
         "template": pod_template(names, args, role, bundle, gang),
     }
     if args.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = args.active_deadline_seconds
     if args.ttl_seconds_after_finished is not None:
         spec["ttlSecondsAfterFinished"] = args.ttl_seconds_after_finished
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": workload_metadata(names, args, labels, gang),
-        "spec": spec,
-    }
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": workload_metadata(names, args, labels, gang), "spec": spec}
 
 
 def stateful_set(
-    names: JobNames,
-    args: DistributedJobArgs,
-    labels: Mapping[str, str],
-    bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """An ``apps/v1`` StatefulSet for service mode: pods start in parallel, rank = ordinal."""
@@ -115,10 +103,7 @@ def stateful_set(
 
 
 def pytorch_job(
-    names: JobNames,
-    args: DistributedJobArgs,
-    labels: Mapping[str, str],
-    bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """A Kubeflow ``PyTorchJob`` following the training operator's rules.
@@ -166,12 +151,8 @@ def pytorch_job(
             "maxReplicas": args.max_workers,
             "maxRestarts": args.max_restarts,
         }
-    manifest = {
-        "apiVersion": PYTORCHJOB_API,
-        "kind": "PyTorchJob",
-        "metadata": workload_metadata(names, args, labels, gang),
-        "spec": spec,
-    }
+    manifest = {"apiVersion": PYTORCHJOB_API, "kind": "PyTorchJob",
+                "metadata": workload_metadata(names, args, labels, gang), "spec": spec}
     check_pytorchjob(manifest)
     return manifest
 
@@ -196,44 +177,34 @@ def check_pytorchjob(manifest: Mapping[str, Any]) -> None:
     replicas = spec["pytorchReplicaSpecs"]
     unknown = set(replicas) - {PYTORCH_MASTER, PYTORCH_WORKER}
     if unknown:
-        raise OperatorRuleError(
-            f"PyTorchJob {name}: replica types {sorted(unknown)} are not allowed; use Master and Worker"
-        )
+        raise OperatorRuleError(f"PyTorchJob {name}: replica types {sorted(unknown)} are not allowed; "
+                                "use Master and Worker")
     if PYTORCH_MASTER in replicas and replicas[PYTORCH_MASTER].get("replicas", 1) != 1:
-        raise OperatorRuleError(
-            f"PyTorchJob {name}: Master.replicas must be exactly 1; put the other nodes in Worker"
-        )
+        raise OperatorRuleError(f"PyTorchJob {name}: Master.replicas must be exactly 1; "
+                                "put the other nodes in Worker")
     if PYTORCH_WORKER in replicas and replicas[PYTORCH_WORKER].get("replicas", 1) < 1:
         raise OperatorRuleError(f"PyTorchJob {name}: Worker.replicas must be >= 1; drop the Worker replica")
     if PYTORCH_MASTER not in replicas and "elasticPolicy" not in spec:
-        raise OperatorRuleError(
-            f"PyTorchJob {name}: a Worker-only job without elasticPolicy gets no "
-            "MASTER_ADDR/RANK/WORLD_SIZE from the operator; add a Master replica or "
-            "set min_workers/max_workers"
-        )
+        raise OperatorRuleError(f"PyTorchJob {name}: a Worker-only job without elasticPolicy gets no "
+                                "MASTER_ADDR/RANK/WORLD_SIZE from the operator; add a Master replica or "
+                                "set min_workers/max_workers")
     for replica, body in replicas.items():
         containers = [c["name"] for c in body["template"]["spec"]["containers"]]
         if PYTORCH_CONTAINER not in containers:
-            raise OperatorRuleError(
-                f"PyTorchJob {name}: {replica} has containers {containers}; the operator "
-                f"only configures a container named {PYTORCH_CONTAINER!r}"
-            )
+            raise OperatorRuleError(f"PyTorchJob {name}: {replica} has containers {containers}; the operator "
+                                    f"only configures a container named {PYTORCH_CONTAINER!r}")
     if spec.get("runPolicy", {}).get("cleanPodPolicy") != CLEAN_POD_POLICY:
-        raise OperatorRuleError(
-            f"PyTorchJob {name}: runPolicy.cleanPodPolicy must be {CLEAN_POD_POLICY!r} "
-            "so workers stop when the Master decides the job's outcome"
-        )
+        raise OperatorRuleError(f"PyTorchJob {name}: runPolicy.cleanPodPolicy must be {CLEAN_POD_POLICY!r} "
+                                "so workers stop when the Master decides the job's outcome")
 
 
 WORKLOAD_BUILDERS = {INDEXED_JOB: indexed_job, STATEFULSET: stateful_set, PYTORCHJOB: pytorch_job}
 
 
 def workload_manifest(
-    names: JobNames,
-    args: DistributedJobArgs,
-    labels: Mapping[str, str],
-    bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """The workload of ``args.workload_backend``."""
     return WORKLOAD_BUILDERS[args.workload_backend](names, args, labels, bundle, gang)
+

@@ -27,6 +27,7 @@ from components.cluster import (
     GpuNodeGroupArgs,
     KindClusterArgs,
 )
+from components.cluster.existing import load_kubeconfig
 from components.errors import StackConfigError
 from components.job import DistributedJobArgs
 from components.job.args import KUEUE, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, validate_job_name
@@ -43,10 +44,6 @@ CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
             "kindImages": "load_images",
         },
     ),
-    "existing": (
-        ExistingClusterArgs,
-        {"kubeconfig": "kubeconfig", "kubeContext": "context", "existingGpuNodes": "gpu_nodes"},
-    ),
     "eks": (
         EksGpuClusterArgs,
         {
@@ -60,6 +57,10 @@ CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
             "systemNodes": "system_nodes",
             "gpuNodeGroups": "gpu_node_groups",
         },
+    ),
+    "existing": (
+        ExistingClusterArgs,
+        {"kubeconfig": "kubeconfig", "kubeContext": "context", "existingGpuNodes": "gpu_nodes"},
     ),
 }
 """Per cluster kind: its args class, and which config key sets which argument."""
@@ -125,7 +126,8 @@ def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
     """Build the cluster args selected by ``clusterKind`` from its flat keys.
 
     Raises:
-        StackConfigError: Unknown kind, node groups on a cluster that has none, or a bad value.
+        StackConfigError: Unknown kind, node groups on a cluster that has none, a bad value, or
+            (existing clusters) a kubeconfig that cannot be read or lacks the context.
     """
     kind = raw.get("clusterKind")
     if kind not in CLUSTER_KEYS:
@@ -142,9 +144,12 @@ def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
             for i, group in enumerate(raw.get("gpuNodeGroups") or [])
         ]
     try:
-        return cls(**kwargs)
+        args = cls(**kwargs)
+        if isinstance(args, ExistingClusterArgs):
+            load_kubeconfig(args)
     except ARGUMENT_ERRORS as exc:
         raise translate(exc, "", {arg: key for key, arg in names.items()}) from exc
+    return args
 
 
 def parse_addons(raw: Mapping[str, Any]) -> AddonsConfig:
