@@ -14,14 +14,13 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from components.job import checks
 from components.job.errors import InvalidJobArgs
 from runtime.agent import contract
+from runtime.agent.world import DISTRIBUTIONS
 
-DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
 MODES = ("batch", "service")
 INDEXED_JOB = "indexed-job"
 PYTORCHJOB = "pytorchjob"
 STATEFULSET = "statefulset"
 BACKENDS = (INDEXED_JOB, PYTORCHJOB, STATEFULSET)
-BATCH_BACKENDS = (INDEXED_JOB, PYTORCHJOB)
 NO_GANG = "none"
 VOLCANO = "volcano"
 SCHEDULER_PLUGINS = "scheduler-plugins"
@@ -67,7 +66,8 @@ class DistributedJobArgs:
         cpus: CPU request per pod, cores (``0.5`` = 500m); ``None`` requests nothing.
         memory: memory request and limit per pod, a Kubernetes quantity such as ``"16Gi"``.
         gpus: NVIDIA GPUs per pod (``nvidia.com/gpu`` limit), a whole number.
-        distribution: which framework's variables to set: one of :data:`DISTRIBUTIONS`.
+        distribution: which framework's variables to set: one of the agent's
+            :data:`runtime.agent.world.DISTRIBUTIONS` (``spmd`` sets every framework's).
         mode: ``batch`` (run to completion) or ``service`` (keep processes alive for calls).
         backend: workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for
             service; ``None`` picks ``indexed-job`` for batch and ``statefulset`` for service.

@@ -84,7 +84,9 @@ class DistributedJob(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         rendered = render_job(name, args, password.result, bundle)
-        self.resources = {m.role: self._create(name, m, crd_dependencies) for m in rendered.manifests}
+        self.resources: dict[str, pulumi.CustomResource] = {}
+        for manifest in rendered.manifests:
+            self.resources[manifest.role] = self._create(name, manifest, crd_dependencies)
         names = rendered.names
         self.job_name = pulumi.Output.from_input(names.job)
         self.namespace = pulumi.Output.from_input(names.namespace)
@@ -103,9 +105,12 @@ class DistributedJob(pulumi.ComponentResource):
         self, name: str, manifest: Manifest, crd_dependencies: Sequence[pulumi.Resource]
     ) -> pulumi.CustomResource:
         body = manifest.body
+        depends_on = list(crd_dependencies) if manifest.custom else []
+        if manifest.after_previous:
+            depends_on += self.resources.values()
         opts = pulumi.ResourceOptions(
             parent=self,
-            depends_on=list(crd_dependencies) if manifest.custom else None,
+            depends_on=depends_on,
             delete_before_replace=manifest.replace or None,
             replace_on_changes=["spec"] if manifest.replace else None,
         )

@@ -29,12 +29,15 @@ class Manifest:
             Outputs where the caller passed them (the token).
         custom: a custom resource, whose CRD an add-on installs.
         replace: a changed object must be replaced (deleted first: its name is fixed), not patched.
+        after_previous: created only once every earlier object exists (the workload: its pods need
+            the Secret, the bundle and their PodGroup or queue from the start).
     """
 
     role: str
     body: dict[str, Any]
     custom: bool = False
     replace: bool = False
+    after_previous: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,6 @@ class RenderedJob:
 
     names: JobNames
     manifests: tuple[Manifest, ...]
-
-    def by_role(self, role: str) -> Manifest:
-        """The manifest with ``role``. Raises KeyError if the job has none."""
-        for manifest in self.manifests:
-            if manifest.role == role:
-                return manifest
-        raise KeyError(role)
 
 
 def token_secret(names: JobNames, labels: dict[str, str], token: Any) -> dict[str, Any]:
@@ -98,6 +94,7 @@ def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeB
             body=body,
             custom=body["apiVersion"] not in BUILTIN_API_VERSIONS,
             replace=body["kind"] in IMMUTABLE_KINDS,
+            after_previous=role == args.workload_backend,
         )
         for role, body in candidates
         if body is not None

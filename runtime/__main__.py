@@ -1,0 +1,21 @@
+"""``python -m runtime <command>``: ``launch`` runs a job on this machine (local mode)."""
+
+from __future__ import annotations
+
+import sys
+
+from runtime import launch
+
+USAGE = "usage: python -m runtime launch [options] SCRIPT [ARGS...]   (python -m runtime launch --help)"
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch to a subcommand; 2 with a usage line for an unknown one."""
+    if not argv or argv[0] != "launch":
+        print(USAGE, file=sys.stderr)
+        return 2
+    return launch.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,55 @@
+"""Wrapper that runs inside every user process before the user's code. Standard library only.
+
+Usage (by the agent): ``python -u -m runtime.agent.bootstrap SCRIPT [ARGS...]`` or
+``python -u -m runtime.agent.bootstrap -m MODULE [ARGS...]``. It ties the process's life to its
+agent (Linux parent-death signal), then runs the user's code as ``__main__`` exactly as
+``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+from typing import Sequence
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent exits (Linux only).
+
+    On other systems this does nothing. If the parent is already gone (adopted by init), exit now.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() == 1:
+        os._exit(128 + sig)
+
+
+def run(argv: Sequence[str]) -> None:
+    """Run ``argv`` (``SCRIPT ARGS...`` or ``-m MODULE ARGS...``) as ``__main__``.
+
+    Raises:
+        SystemExit: with a usage message when ``argv`` is empty; or whatever the user code raises.
+    """
+    if not argv or (argv[0] == "-m" and len(argv) < 2):
+        raise SystemExit("usage: python -m runtime.agent.bootstrap SCRIPT [ARGS...] | -m MODULE [ARGS...]")
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    script = os.path.abspath(argv[0])
+    sys.argv = [argv[0], *argv[1:]]
+    sys.path[0] = os.path.dirname(script)
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    die_with_parent()
+    run(sys.argv[1:])

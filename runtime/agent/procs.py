@@ -1,0 +1,215 @@
+"""Supervision of one node's user processes for one generation. Standard library only.
+
+Each process runs in its own session (so teardown reaches everything it spawned), under the
+bootstrap (``runtime.agent.bootstrap``) that ties its life to the agent's. Its output is copied to
+the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log``; the last
+stderr lines are kept for the root-cause report.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, BinaryIO, Callable, Mapping, Optional, Sequence
+
+from runtime.agent import contract
+
+STDERR_TAIL_LINES = 20
+"""Lines of a failing process's stderr kept for the root-cause report."""
+RUNTIME_ROOT = str(Path(__file__).resolve().parents[2])
+"""The directory holding the ``runtime`` package; put on the user processes' PYTHONPATH."""
+
+
+@dataclass(frozen=True)
+class ProcExit:
+    """A user process ended.
+
+    Attributes:
+        generation: the world generation it belonged to.
+        local_rank: its index on this node.
+        rank: its global rank.
+        exit_code: its exit status; 128 + N when killed by signal N.
+        stderr_tail: its last stderr lines, oldest first.
+        timestamp: wall-clock time of the exit, seconds since the epoch.
+        requested: the agent had asked it to stop (teardown), so this is not a failure.
+    """
+
+    generation: int
+    local_rank: int
+    rank: int
+    exit_code: int
+    stderr_tail: tuple[str, ...]
+    timestamp: float
+    requested: bool
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: ``returncode`` itself, or 128 + N for death by signal N."""
+    return contract.EXIT_INTERRUPTED_BASE - returncode if returncode < 0 else returncode
+
+
+class _Output:
+    """Copies one process's output streams, line by line, to the agent's streams and a log file."""
+
+    def __init__(self, rank: int, log_path: Optional[Path], out: BinaryIO, err: BinaryIO, lock: threading.Lock) -> None:
+        self._prefix = f"[rank {rank}] ".encode()
+        self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
+        self._out = out
+        self._err = err
+        self._lock = lock
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._threads: list[threading.Thread] = []
+
+    def pump(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        for stream, sink, keep in ((stdout, self._out, False), (stderr, self._err, True)):
+            thread = threading.Thread(target=self._copy, args=(stream, sink, keep), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _copy(self, stream: IO[bytes], sink: BinaryIO, keep: bool) -> None:
+        with stream:
+            for line in iter(stream.readline, b""):
+                if keep:
+                    self.tail.append(line.decode(errors="replace").rstrip("\n"))
+                with self._lock:
+                    sink.write(self._prefix + line)
+                    sink.flush()
+                    if self._log:
+                        self._log.write(line)
+                        self._log.flush()
+
+    def close(self, timeout: float) -> None:
+        for thread in self._threads:
+            thread.join(timeout)
+        if self._log:
+            with self._lock:
+                self._log.close()
+
+
+class LocalProcesses:
+    """The ``num_proc`` user processes of one node for one generation.
+
+    Args:
+        generation: world generation these processes belong to.
+        first_rank: global rank of local rank 0.
+        envs: one full environment per local rank (the contract merged over the agent's env).
+        entrypoint: the user command after the interpreter (``script.py args`` or ``-m module args``).
+        on_exit: called from a watcher thread when a process ends.
+        log_dir: directory for ``rank-N.log`` files, or ``None``.
+        out: binary stream for prefixed stdout lines.
+        err: binary stream for prefixed stderr lines.
+        python: the interpreter to run.
+    """
+
+    def __init__(
+        self,
+        generation: int,
+        first_rank: int,
+        envs: Sequence[Mapping[str, str]],
+        entrypoint: Sequence[str],
+        on_exit: Callable[[ProcExit], None],
+        log_dir: Optional[str] = None,
+        out: Optional[BinaryIO] = None,
+        err: Optional[BinaryIO] = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.generation = generation
+        self._first_rank = first_rank
+        self._envs = envs
+        self._argv = [python, "-u", "-m", "runtime.agent.bootstrap", *entrypoint]
+        self._on_exit = on_exit
+        self._log_dir = Path(log_dir) if log_dir else None
+        self._out = out or sys.stdout.buffer
+        self._err = err or sys.stderr.buffer
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._stopping = threading.Event()
+        self._watchers: list[threading.Thread] = []
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids, by local rank."""
+        return [p.pid for p in self._procs]
+
+    def start(self) -> None:
+        """Start every process. Must be called from the agent's main thread (parent-death signal).
+
+        Raises:
+            OSError: a process could not be started (the ones already started keep running;
+                call :meth:`stop`).
+        """
+        if self._log_dir:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+        for local_rank, env in enumerate(self._envs):
+            rank = self._first_rank + local_rank
+            full_env = dict(env)
+            full_env["PYTHONPATH"] = os.pathsep.join(p for p in (RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
+            proc = subprocess.Popen(
+                self._argv,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            self._procs.append(proc)
+            log_path = self._log_dir / f"rank-{rank}.log" if self._log_dir else None
+            output = _Output(rank, log_path, self._out, self._err, self._lock)
+            output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
+            watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)
+            watcher.start()
+            self._watchers.append(watcher)
+
+    def _watch(self, local_rank: int, proc: subprocess.Popen[bytes], output: _Output) -> None:
+        code = proc.wait()
+        stamp = time.time()
+        output.close(timeout=2.0)
+        self._on_exit(
+            ProcExit(
+                generation=self.generation,
+                local_rank=local_rank,
+                rank=self._first_rank + local_rank,
+                exit_code=exit_status(code),
+                stderr_tail=tuple(output.tail),
+                timestamp=stamp,
+                requested=self._stopping.is_set(),
+            )
+        )
+
+    def running(self) -> bool:
+        """Whether any process is still running."""
+        return any(p.poll() is None for p in self._procs)
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all.
+
+        Safe to call more than once. Whole groups are signalled, so children the user's processes
+        started (data loader workers and the like) go too.
+        """
+        self._stopping.set()
+        self._signal_groups(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+        self._signal_groups(signal.SIGKILL)
+        for proc in self._procs:
+            proc.wait()
+        for watcher in self._watchers:
+            watcher.join(timeout=3.0)
+
+    def _signal_groups(self, sig: signal.Signals) -> None:
+        for proc in self._procs:
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue

@@ -1,0 +1,260 @@
+"""Agent settings: a frozen, validated dataclass, read from the environment at the entrypoint only.
+
+Standard library only. In pods every setting comes from env vars named in ``contract.py`` (set by the
+``DistributedJob`` component); the local launcher sets the same variables for its agent processes,
+so both paths exercise one contract.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from runtime.agent import contract
+from runtime.agent.errors import ConfigError
+from runtime.agent.world import DISTRIBUTIONS
+
+MODES = ("batch", "service")
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything one agent needs. Validated on construction.
+
+    Attributes:
+        job: job id; DNS-1123 friendly text.
+        token: the job's bearer token; every route but ``/healthz`` requires it.
+        node_id: this node's stable index, ``0 <= node_id < workers``; node 0 is the coordinator.
+        workers: nodes (pods) in the job.
+        num_proc: user processes on this node.
+        entrypoint: the user command after the interpreter, e.g. ``("train.py", "--lr", "0.1")`` or
+            ``("-m", "pkg.train")``.
+        coordinator: host name or address of node 0's agent.
+        coordinator_port: node 0's agent port (TCP).
+        agent_port: this agent's HTTP port (TCP).
+        advertise_address: the address peers reach this node at.
+        bind_address: the address the HTTP server binds; ``""`` for all interfaces.
+        master_port: torch rendezvous port on node 0 (TCP).
+        quorum_workers: nodes that must register before the world forms (default: ``workers``).
+        quorum_timeout: seconds to wait for quorum.
+        max_restarts: restarts of the whole world after a failure.
+        distribution: one of ``spmd``, ``pytorch``, ``jax``, ``tensorflow``.
+        mode: ``batch`` or ``service``.
+        log_dir: directory for per-rank log files, or ``None`` for none.
+        monitor_members: deliver membership changes into user processes.
+        grace_period: seconds between SIGTERM and SIGKILL at teardown.
+        die_with_parent: exit when the parent process (the local launcher) dies.
+        resolve: host name to address overrides consulted before DNS (tests, local mode).
+    """
+
+    job: str
+    token: str
+    node_id: int
+    workers: int
+    num_proc: int
+    entrypoint: tuple[str, ...]
+    coordinator: str
+    coordinator_port: int = contract.AGENT_PORT
+    agent_port: int = contract.AGENT_PORT
+    advertise_address: str = "127.0.0.1"
+    bind_address: str = ""
+    master_port: int = contract.DEFAULT_MASTER_PORT
+    quorum_workers: Optional[int] = None
+    quorum_timeout: float = 300.0
+    max_restarts: int = 0
+    distribution: str = "spmd"
+    mode: str = "batch"
+    log_dir: Optional[str] = None
+    monitor_members: bool = True
+    grace_period: float = 5.0
+    die_with_parent: bool = False
+    resolve: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(bool(self.job), contract.JOB_NAME, self.job, "set a non-empty job name")
+        _require(bool(self.token), contract.TOKEN, "<empty>", "set the job's bearer token")
+        _require(self.workers >= 1, contract.WORKERS, self.workers, "use 1 or more nodes")
+        _require(
+            0 <= self.node_id < self.workers,
+            contract.NODE_RANK_SETTING,
+            self.node_id,
+            f"use a node rank from 0 to {self.workers - 1}",
+        )
+        _require(self.num_proc >= 1, contract.NUM_PROC, self.num_proc, "use 1 or more processes per node")
+        _require(bool(self.entrypoint), contract.ENTRYPOINT, list(self.entrypoint), "name a script or -m module")
+        for name, port in (
+            (contract.AGENT_PORT_SETTING, self.agent_port),
+            (contract.MASTER_PORT, self.master_port),
+            (contract.COORDINATOR_HOST, self.coordinator_port),
+        ):
+            _require(1 <= port <= 65535, name, port, "use a TCP port from 1 to 65535")
+        _require(
+            1 <= self.quorum <= self.workers,
+            contract.QUORUM_WORKERS,
+            self.quorum_workers,
+            f"use a quorum from 1 to the number of nodes ({self.workers})",
+        )
+        _require(self.quorum_timeout > 0, contract.QUORUM_TIMEOUT, self.quorum_timeout, "use seconds > 0")
+        _require(self.max_restarts >= 0, contract.MAX_RESTARTS, self.max_restarts, "use 0 or more")
+        _require(
+            self.distribution in DISTRIBUTIONS,
+            contract.DISTRIBUTION,
+            self.distribution,
+            f"use one of {', '.join(DISTRIBUTIONS)}",
+        )
+        _require(self.mode in MODES, contract.MODE, self.mode, f"use one of {', '.join(MODES)}")
+
+    @property
+    def quorum(self) -> int:
+        """Nodes needed before the world forms."""
+        return self.workers if self.quorum_workers is None else self.quorum_workers
+
+    @property
+    def is_coordinator(self) -> bool:
+        """Node 0 coordinates."""
+        return self.node_id == 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AgentSettings:
+        """Read settings from environment variables named in ``contract.py``.
+
+        Node id: ``TRAINPLANE_NODE_RANK``, else ``JOB_COMPLETION_INDEX`` (Indexed Job), else the
+        ordinal suffix of ``POD_NAME`` (StatefulSet), else ``RANK`` (set by the Kubeflow training
+        operator on PyTorchJob replicas: Master 0, Worker i+1). Coordinator: ``TRAINPLANE_COORDINATOR``
+        (``host`` or ``host:port``), else the operator's ``MASTER_ADDR``.
+
+        Raises:
+            ConfigError: a variable is missing or malformed; the message names it.
+        """
+        coordinator = env.get(contract.COORDINATOR_HOST) or env.get(contract.MASTER_ADDR, "")
+        _require(
+            bool(coordinator),
+            contract.COORDINATOR_HOST,
+            "<unset>",
+            "set it to node 0's host name (e.g. <job>-0.<service>)",
+        )
+        agent_port = _int(env, contract.AGENT_PORT_SETTING, contract.AGENT_PORT)
+        host, _, port_text = coordinator.rpartition(":") if _has_port(coordinator) else (coordinator, "", "")
+        coordinator_port = _parse_int(contract.COORDINATOR_HOST, port_text) if port_text else agent_port
+        pod_ip = env.get(contract.POD_IP, "")
+        advertise = env.get(contract.ADVERTISE_ADDRESS) or pod_ip or "127.0.0.1"
+        bind = env.get(contract.BIND_ADDRESS)
+        if bind is None:
+            bind = advertise if _is_loopback(advertise) else ""
+        quorum = env.get(contract.QUORUM_WORKERS)
+        return cls(
+            job=env.get(contract.JOB_NAME, ""),
+            token=env.get(contract.TOKEN, ""),
+            node_id=_node_id(env),
+            workers=_int(env, contract.WORKERS, 1),
+            num_proc=_int(env, contract.NUM_PROC, 1),
+            entrypoint=_entrypoint(env.get(contract.ENTRYPOINT, "")),
+            coordinator=host,
+            coordinator_port=coordinator_port,
+            agent_port=agent_port,
+            advertise_address=advertise,
+            bind_address=bind,
+            master_port=_int(env, contract.MASTER_PORT, contract.DEFAULT_MASTER_PORT),
+            quorum_workers=_parse_int(contract.QUORUM_WORKERS, quorum) if quorum else None,
+            quorum_timeout=_float(env, contract.QUORUM_TIMEOUT, 300.0),
+            max_restarts=_int(env, contract.MAX_RESTARTS, 0),
+            distribution=env.get(contract.DISTRIBUTION, "spmd"),
+            mode=env.get(contract.MODE, "batch"),
+            log_dir=env.get(contract.LOG_DIR) or None,
+            monitor_members=_bool(env, contract.MONITOR_MEMBERS, True),
+            grace_period=_float(env, contract.GRACE_PERIOD, 5.0),
+            die_with_parent=_bool(env, contract.DIE_WITH_PARENT, False),
+            resolve=_resolve(env.get(contract.RESOLVE, "")),
+        )
+
+
+def _require(ok: bool, name: str, value: object, fix: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}={value!r} is invalid: {fix}")
+
+
+def _parse_int(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not a whole number") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name)
+    return default if text in (None, "") else _parse_int(name, text)
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if text in (None, ""):
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not a number of seconds") from None
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    text = env.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={text!r} is invalid: use true or false")
+
+
+def _node_id(env: Mapping[str, str]) -> int:
+    for name in (contract.NODE_RANK_SETTING, contract.JOB_COMPLETION_INDEX):
+        if env.get(name):
+            return _parse_int(name, env[name])
+    match = _ORDINAL.search(env.get(contract.POD_NAME, ""))
+    if match:
+        return int(match.group(1))
+    if env.get(contract.RANK):
+        return _parse_int(contract.RANK, env[contract.RANK])
+    raise ConfigError(
+        f"cannot tell this node's rank: set {contract.NODE_RANK_SETTING}, or run as an Indexed Job "
+        f"({contract.JOB_COMPLETION_INDEX}), a StatefulSet ({contract.POD_NAME} ending in -N) or a PyTorchJob"
+    )
+
+
+def _entrypoint(text: str) -> tuple[str, ...]:
+    if not text:
+        return ()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{contract.ENTRYPOINT}={text!r} is not JSON: use a list such as [\"train.py\"]") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{contract.ENTRYPOINT}={text!r} must be a JSON list of strings")
+    return tuple(value)
+
+
+def _resolve(text: str) -> dict[str, str]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{contract.RESOLVE}={text!r} is not JSON: use an object of host name to address") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"{contract.RESOLVE}={text!r} must map host names to addresses")
+    return value
+
+
+def _has_port(host: str) -> bool:
+    return host.count(":") == 1
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"

@@ -1,0 +1,232 @@
+"""HTTP between agents: a small authenticated JSON server and client. Standard library only.
+
+Every route but ``GET /healthz`` requires ``Authorization: Bearer <job token>``, compared with
+``hmac.compare_digest``. Request bodies are capped (413 past the cap), must be JSON objects (400
+otherwise), and need a ``Content-Length`` (411 without one).
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.client
+import json
+import socket
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from runtime.agent import contract
+from runtime.agent.errors import TransportError, Unauthorized
+
+
+@dataclass(frozen=True)
+class Request:
+    """One authenticated request as a route handler sees it.
+
+    Attributes:
+        method: ``GET``, ``PUT`` or ``POST``.
+        path: the path without query string.
+        body: the decoded JSON object (empty for GET).
+        peer: the client's address.
+    """
+
+    method: str
+    path: str
+    body: Mapping[str, Any]
+    peer: str
+
+
+@dataclass(frozen=True)
+class Response:
+    """What a route handler returns: an HTTP status and a JSON object."""
+
+    status: int
+    body: Mapping[str, Any]
+
+
+Handler = Callable[[Request], Response]
+Routes = Dict[Tuple[str, str], Handler]
+
+
+class HttpError(Exception):
+    """Raised by a route handler to answer with ``status`` and ``{"error": message}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AgentServer(ThreadingHTTPServer):
+    """A threading HTTP server that dispatches to ``routes`` after auth and body checks.
+
+    Args:
+        address: ``(host, port)`` to bind; port 0 picks a free one.
+        token: the job's bearer token.
+        routes: ``(method, path)`` to handler.
+        max_body: request body cap, bytes.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], token: str, routes: Routes, max_body: int) -> None:
+        self.token = token
+        self.routes = routes
+        self.max_body = max_body
+        super().__init__(address, _RequestHandler)
+
+    def start(self) -> threading.Thread:
+        """Serve in a daemon thread; returns it."""
+        thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="agent-http", daemon=True)
+        thread.start()
+        return thread
+
+
+def authorized(header: Optional[str], token: str) -> bool:
+    """Whether an ``Authorization`` header carries ``token``, compared in constant time."""
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    return scheme == contract.AUTH_SCHEME and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: AgentServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the default per-request stderr log."""
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            response = self._handle(method, path)
+        except HttpError as exc:
+            response = Response(exc.status, {"error": str(exc)})
+        self._reply(response)
+
+    def _handle(self, method: str, path: str) -> Response:
+        if method == "GET" and path == contract.ROUTE_HEALTHZ:
+            self._drain()
+            return Response(200, {"ok": True})
+        if not authorized(self.headers.get(contract.AUTH_HEADER), self.server.token):
+            self._drain()
+            raise HttpError(401, "missing or wrong bearer token")
+        handler = self.server.routes.get((method, path))
+        if handler is None:
+            self._drain()
+            known = any(p == path for _, p in self.server.routes)
+            raise HttpError(405 if known else 404, f"no route {method} {path}")
+        body = self._read_body() if method in ("PUT", "POST") else {}
+        return handler(Request(method, path, body, self.client_address[0]))
+
+    def _read_body(self) -> Mapping[str, Any]:
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            self.close_connection = True
+            raise HttpError(411, "Content-Length required")
+        try:
+            length = int(length_text)
+        except ValueError:
+            self.close_connection = True
+            raise HttpError(400, f"bad Content-Length {length_text!r}") from None
+        if length > self.server.max_body:
+            self.close_connection = True
+            raise HttpError(413, f"body of {length} bytes exceeds the {self.server.max_body}-byte cap")
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise HttpError(400, f"body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "body must be a JSON object")
+        return body
+
+    def _drain(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if 0 < length <= self.server.max_body:
+            self.rfile.read(length)
+        elif length:
+            self.close_connection = True
+
+    def _reply(self, response: Response) -> None:
+        data = json.dumps(response.body).encode()
+        self.send_response(response.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def request_json(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    token: str,
+    body: Optional[Mapping[str, Any]] = None,
+    timeout: float = 5.0,
+) -> dict[str, Any]:
+    """One JSON request to an agent; a new connection each time.
+
+    Args:
+        host: address or host name of the agent.
+        port: its TCP port.
+        method: HTTP method.
+        path: route.
+        token: the job token, sent as a bearer token.
+        body: JSON object to send, or ``None``.
+        timeout: socket timeout, seconds.
+
+    Returns:
+        The decoded JSON object of a 2xx response.
+
+    Raises:
+        Unauthorized: the agent answered 401.
+        TransportError: no connection, a timeout, a non-2xx status, or a body that is not JSON.
+            ``status`` is ``None`` when no response arrived.
+    """
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {contract.AUTH_HEADER: f"{contract.AUTH_SCHEME} {token}"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise TransportError(f"{method} http://{host}:{port}{path} failed: {exc}") from exc
+    finally:
+        conn.close()
+    try:
+        payload = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        raise TransportError(f"{method} {path}: response is not JSON", resp.status) from None
+    if resp.status == 401:
+        raise Unauthorized(f"{method} http://{host}:{port}{path}: 401 {payload.get('error', '')}", 401)
+    if not 200 <= resp.status < 300:
+        message = f"{method} http://{host}:{port}{path}: {resp.status} {payload.get('error', '')}"
+        raise TransportError(message, resp.status)
+    return payload
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a TCP port can be bound on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

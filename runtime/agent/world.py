@@ -1,0 +1,266 @@
+"""The running world: the frozen set of nodes of one generation, and the env contract it implies.
+
+A ``World`` is what the coordinator freezes after quorum and pushes to every agent. Everything an
+agent needs to start its processes is derived from it by pure functions, so the same world always
+gives the same ranks. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from runtime.agent import contract
+
+DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow")
+"""Distribution kinds the local agent knows. ``spmd`` sets every framework's variables."""
+
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+STOPPED = "stopped"
+TERMINAL = (SUCCEEDED, FAILED, STOPPED)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One agent (pod) in a world.
+
+    Attributes:
+        node_id: stable identity (launcher index, StatefulSet ordinal, completion index); never
+            changes for the life of the node, unlike its rank.
+        addr: the address other nodes reach it at (IP or host name).
+        port: the agent's HTTP port (TCP).
+        num_proc: user processes this node runs.
+    """
+
+    node_id: int
+    addr: str
+    port: int
+    num_proc: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The root cause of a failed generation: one process that exited non-zero.
+
+    Attributes:
+        rank: global rank of the process.
+        node_id: stable id of its node.
+        local_rank: index of the process on its node.
+        exit_code: exit status; 128 + N when killed by signal N.
+        stderr_tail: the last lines it wrote to stderr, oldest first.
+        timestamp: wall-clock time of the exit on its node, seconds since the epoch.
+        addr: its node's address.
+    """
+
+    rank: int
+    node_id: int
+    local_rank: int
+    exit_code: int
+    stderr_tail: tuple[str, ...] = ()
+    timestamp: float = 0.0
+    addr: str = ""
+
+    def describe(self) -> str:
+        """One paragraph naming the rank, the node, the exit code and the stderr tail."""
+        head = (
+            f"rank {self.rank} (node {self.node_id} at {self.addr}, local rank {self.local_rank}) "
+            f"exited with code {self.exit_code}"
+        )
+        if not self.stderr_tail:
+            return head
+        return head + "; last stderr lines:\n" + "\n".join(f"    {line}" for line in self.stderr_tail)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Failure:
+        """Rebuild from :meth:`to_json` output. Raises KeyError/TypeError on a malformed mapping."""
+        return cls(
+            rank=int(data["rank"]),
+            node_id=int(data["node_id"]),
+            local_rank=int(data["local_rank"]),
+            exit_code=int(data["exit_code"]),
+            stderr_tail=tuple(str(s) for s in data.get("stderr_tail", ())),
+            timestamp=float(data.get("timestamp", 0.0)),
+            addr=str(data.get("addr", "")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = asdict(self)
+        out["stderr_tail"] = list(self.stderr_tail)
+        return out
+
+
+@dataclass(frozen=True)
+class World:
+    """One generation of the job, as frozen by the coordinator.
+
+    Attributes:
+        job: job id (TORCHELASTIC_RUN_ID).
+        generation: increases on every change (restart, membership change); starts at 1.
+        restart_count: restarts so far (TORCHELASTIC_RESTART_COUNT).
+        max_restarts: restarts allowed.
+        nodes: the nodes in node-rank order; a node's rank is its position here.
+        master_port: the rendezvous port on node rank 0 (TCP).
+        distribution: one of :data:`DISTRIBUTIONS`.
+        status: ``running`` or a terminal status (``succeeded``, ``failed``, ``stopped``).
+        cause: for ``failed``, the root cause; for ``stopped``/rendezvous errors, ``None``.
+        message: human-readable reason for a terminal status.
+        exit_code: the exit code every agent should end with for a terminal status.
+    """
+
+    job: str
+    generation: int
+    restart_count: int
+    max_restarts: int
+    nodes: tuple[Node, ...]
+    master_port: int
+    distribution: str = "spmd"
+    status: str = RUNNING
+    cause: Failure | None = None
+    message: str = ""
+    exit_code: int = 0
+
+    @property
+    def world_size(self) -> int:
+        """Total processes: the sum of ``num_proc`` over nodes."""
+        return sum(n.num_proc for n in self.nodes)
+
+    @property
+    def master_addr(self) -> str:
+        """Address of node rank 0."""
+        return self.nodes[0].addr
+
+    def node_rank_of(self, node_id: int) -> int:
+        """The node rank (position) of a stable node id. Raises KeyError if it is not in this world."""
+        for i, n in enumerate(self.nodes):
+            if n.node_id == node_id:
+                return i
+        raise KeyError(node_id)
+
+    def first_rank(self, node_rank: int) -> int:
+        """Global rank of local rank 0 on ``node_rank``: the dense prefix sum of ``num_proc``."""
+        return sum(n.num_proc for n in self.nodes[:node_rank])
+
+    def rank_location(self, rank: int) -> tuple[int, int]:
+        """``(node_rank, local_rank)`` of a global rank. Raises IndexError past the world size."""
+        for i, n in enumerate(self.nodes):
+            if rank < n.num_proc:
+                return i, rank
+            rank -= n.num_proc
+        raise IndexError("rank out of range")
+
+    def finished(self, status: str, message: str, exit_code: int, cause: Failure | None = None) -> World:
+        """A copy of this world carrying a terminal status."""
+        return replace(self, status=status, message=message, exit_code=exit_code, cause=cause)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_json` reverses it."""
+        return {
+            "job": self.job,
+            "generation": self.generation,
+            "restart_count": self.restart_count,
+            "max_restarts": self.max_restarts,
+            "nodes": [asdict(n) for n in self.nodes],
+            "master_port": self.master_port,
+            "distribution": self.distribution,
+            "status": self.status,
+            "cause": self.cause.to_json() if self.cause else None,
+            "message": self.message,
+            "exit_code": self.exit_code,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> World:
+        """Rebuild a world. Raises KeyError, TypeError or ValueError on a malformed mapping."""
+        nodes = tuple(
+            Node(int(n["node_id"]), str(n["addr"]), int(n["port"]), int(n["num_proc"])) for n in data["nodes"]
+        )
+        if not nodes:
+            raise ValueError("a world needs at least one node")
+        status = str(data.get("status", RUNNING))
+        if status not in (RUNNING, *TERMINAL):
+            raise ValueError(f"unknown world status {status!r}")
+        cause = data.get("cause")
+        return cls(
+            job=str(data["job"]),
+            generation=int(data["generation"]),
+            restart_count=int(data["restart_count"]),
+            max_restarts=int(data["max_restarts"]),
+            nodes=nodes,
+            master_port=int(data["master_port"]),
+            distribution=str(data.get("distribution", "spmd")),
+            status=status,
+            cause=Failure.from_json(cause) if cause else None,
+            message=str(data.get("message", "")),
+            exit_code=int(data.get("exit_code", 0)),
+        )
+
+
+def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]:
+    """The environment contract of one user process (DESIGN.md, "Environment contract").
+
+    Args:
+        world: the running world.
+        node_rank: position of the process's node in ``world.nodes``.
+        local_rank: index of the process on its node, ``0 <= local_rank < num_proc``.
+
+    Returns:
+        Variable name to value. ``spmd`` sets every framework's variables; ``pytorch``, ``jax``
+        and ``tensorflow`` set the common ones plus their own.
+
+    Raises:
+        IndexError: ``node_rank`` or ``local_rank`` is outside the world.
+    """
+    node = world.nodes[node_rank]
+    if not 0 <= local_rank < node.num_proc:
+        raise IndexError(f"local_rank {local_rank} outside 0..{node.num_proc - 1}")
+    rank = world.first_rank(node_rank) + local_rank
+    world_size = world.world_size
+    master = world.master_addr
+    env = {
+        contract.WORLD_SIZE: str(world_size),
+        contract.RANK: str(rank),
+        contract.LOCAL_RANK: str(local_rank),
+        contract.LOCAL_WORLD_SIZE: str(node.num_proc),
+        contract.NODE_RANK: str(node_rank),
+        contract.GROUP_RANK: str(node_rank),
+        contract.NODE_WORLD_SIZE: str(len(world.nodes)),
+        contract.GROUP_WORLD_SIZE: str(len(world.nodes)),
+        contract.POD_IPS: ",".join(n.addr for n in world.nodes),
+        contract.MASTER_ADDR: master,
+        contract.MASTER_PORT: str(world.master_port),
+        contract.TRAINPLANE_GENERATION: str(world.generation),
+    }
+    dist = world.distribution
+    if dist in ("spmd", "pytorch"):
+        env[contract.TORCHELASTIC_RUN_ID] = world.job
+        env[contract.TORCHELASTIC_RESTART_COUNT] = str(world.restart_count)
+        env[contract.TORCHELASTIC_MAX_RESTARTS] = str(world.max_restarts)
+    if dist in ("spmd", "jax"):
+        env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.master_port}"
+        env[contract.JAX_NUM_PROCESSES] = str(world_size)
+        env[contract.JAX_PROCESS_ID] = str(rank)
+        env[contract.JAX_LOCAL_DEVICE_IDS] = str(local_rank)
+    if dist in ("spmd", "tensorflow"):
+        env[contract.TF_CONFIG] = tf_config(world, rank)
+    return env
+
+
+def tf_config(world: World, rank: int) -> str:
+    """TensorFlow's ``TF_CONFIG``: one worker entry per process, this process's index.
+
+    Process ``local_rank`` on a node listens on ``master_port + 1 + local_rank`` so that entries on
+    one host do not collide and none takes the torch rendezvous port.
+    """
+    workers: list[str] = []
+    for node in world.nodes:
+        workers.extend(f"{node.addr}:{world.master_port + 1 + i}" for i in range(node.num_proc))
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
+
+
+def nodes_from(entries: Sequence[Node]) -> tuple[Node, ...]:
+    """Nodes in node-rank order: ascending stable node id."""
+    return tuple(sorted(entries, key=lambda n: n.node_id))

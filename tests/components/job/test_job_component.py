@@ -1,0 +1,153 @@
+"""DistributedJob under Pulumi mocks: children, parents, options, inputs and outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+from jobtest import PASSWORD, Deployment, Mocks, RecordingMonitor, deploy, is_secret, job_args, unsecret
+
+from components import DistributedJob
+from components.job.bundle import build_bundle
+from components.job.errors import InvalidJobArgs
+from components.job.render import render_job
+from runtime.agent import contract
+
+BACKENDS = {
+    "indexed-job": {},
+    "pytorchjob": {"backend": "pytorchjob"},
+    "statefulset": {"mode": "service"},
+}
+GANGS = {
+    "none": {},
+    "volcano": {"gang_scheduler": "volcano", "queue": "research"},
+    "scheduler-plugins": {"gang_scheduler": "scheduler-plugins"},
+    "kueue": {"gang_scheduler": "kueue", "cluster_queue": "gpu-pool"},
+}
+WORKLOAD_TYPES = {
+    "indexed-job": "kubernetes:batch/v1:Job",
+    "pytorchjob": "kubernetes:kubeflow.org/v1:PyTorchJob",
+    "statefulset": "kubernetes:apps/v1:StatefulSet",
+}
+GANG_TYPES = {
+    "none": set(),
+    "volcano": {"kubernetes:scheduling.volcano.sh/v1beta1:PodGroup"},
+    "scheduler-plugins": {"kubernetes:scheduling.x-k8s.io/v1alpha1:PodGroup"},
+    "kueue": {"kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"},
+}
+COMMON_TYPES = {
+    "random:index/randomPassword:RandomPassword",
+    "kubernetes:core/v1:Secret",
+    "kubernetes:core/v1:ConfigMap",
+    "kubernetes:core/v1:Service",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+}
+OUTPUTS = ("job_name", "namespace", "service_fqdn", "coordinator_url", "token")
+
+
+def run_job(name: str = "demo", with_provider: bool = False, **overrides: Any) -> Deployment:
+    def program() -> dict[str, pulumi.Output[Any]]:
+        addon = k8s.core.v1.Namespace("training-operator")
+        provider = k8s.Provider("cluster") if with_provider else None
+        job = DistributedJob(
+            name,
+            job_args(**overrides),
+            opts=pulumi.ResourceOptions(provider=provider),
+            crd_dependencies=[addon],
+        )
+        extra = {"provider": pulumi.Output.concat(provider.urn, "::", provider.id)} if provider else {}
+        return {key: getattr(job, key) for key in OUTPUTS} | {"addon": addon.urn} | extra
+
+    return deploy(program)
+
+
+def expected_types(backend: str, gang: str) -> set[str]:
+    types = COMMON_TYPES | {WORKLOAD_TYPES[backend]}
+    if backend == "statefulset":
+        types.add("kubernetes:policy/v1:PodDisruptionBudget")
+    if backend != "pytorchjob" or gang == "kueue":
+        types |= GANG_TYPES[gang]
+    return types
+
+
+@pytest.mark.parametrize("gang", GANGS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_children_parents_and_inputs(backend: str, gang: str) -> None:
+    overrides = {**BACKENDS[backend], **GANGS[gang]}
+    result = run_job(**overrides)
+    component = result.component()
+    children = result.children_of(component.urn)
+    assert set(children) == set(result.registrations) - {"demo", "training-operator"}
+    assert component.parent.endswith("pulumi:pulumi:Stack::project-stack")
+    assert {r.type for r in children.values()} == expected_types(backend, gang)
+    assert all(name.startswith("demo-") for name in children)
+
+    rendered = render_job("demo", job_args(**overrides), PASSWORD, build_bundle())
+    earlier: list[str] = []
+    for manifest in rendered.manifests:
+        child = children[f"demo-{manifest.role}"]
+        assert unsecret(child.inputs) == manifest.body, f"{manifest.role} inputs differ from the builder's"
+        assert (result.outputs["addon"] in child.dependencies) is manifest.custom, "only CRs wait for their CRD"
+        assert child.delete_before_replace is manifest.replace
+        assert child.replace_on_changes == (["spec"] if manifest.replace else [])
+        if manifest.role == backend:
+            assert set(earlier) <= set(child.dependencies), "the workload waits for everything before it"
+        else:
+            assert not set(earlier) & set(child.dependencies)
+        earlier.append(child.urn)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_workload_key_fields_reach_the_engine(backend: str) -> None:
+    result = run_job(workers=3, gang_scheduler="volcano", **BACKENDS[backend])
+    workload = next(r for r in result.registrations.values() if r.type == WORKLOAD_TYPES[backend]).inputs
+    assert workload["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    if backend == "pytorchjob":
+        replicas = workload["spec"]["pytorchReplicaSpecs"]
+        assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+        assert workload["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 3
+        container = replicas["Master"]["template"]["spec"]["containers"][0]
+    else:
+        group = result.registrations["demo-podgroup"].inputs
+        assert group["spec"]["minMember"] == 3
+        pod = workload["spec"]["template"]
+        assert pod["spec"]["schedulerName"] == "volcano"
+        container = pod["spec"]["containers"][0]
+    assert container["command"] == ["python3", "-m", contract.AGENT_MODULE]
+
+
+def test_token_secret_and_outputs() -> None:
+    result = run_job(namespace="research")
+    secret = result.registrations["demo-token"].inputs
+    assert is_secret(secret["stringData"]), "the token must stay a Pulumi secret"
+    assert unsecret(secret["stringData"]) == {"token": PASSWORD}
+    password = result.registrations["demo-token-value"].inputs
+    assert (password["length"], password["special"]) == (48, False)
+    assert {k: result.outputs[k] for k in OUTPUTS} == {
+        "job_name": "demo",
+        "namespace": "research",
+        "service_fqdn": "demo.research.svc.cluster.local",
+        "coordinator_url": f"http://demo-0.demo.research.svc.cluster.local:{contract.AGENT_PORT}",
+        "token": PASSWORD,
+    }
+    assert result.secret_outputs == {"token"}
+
+
+def test_provider_from_opts_reaches_every_kubernetes_child() -> None:
+    result = run_job(with_provider=True, backend="pytorchjob", gang_scheduler="kueue", queue="team-a")
+    component = result.component()
+    for child in result.children_of(component.urn).values():
+        if child.type.startswith("kubernetes:"):
+            assert child.provider == result.outputs["provider"]
+        else:
+            assert "providers:kubernetes" not in child.provider
+    assert result.outputs["provider"].endswith("pulumi:providers:kubernetes::cluster::cluster-id")
+
+
+def test_bad_name_fails_before_anything_is_registered() -> None:
+    monitor = RecordingMonitor(Mocks())
+    with pytest.raises(InvalidJobArgs, match=r"name='Demo_Job': not a valid name"):
+        deploy(lambda: {"name": DistributedJob("Demo_Job", job_args()).job_name}, monitor)
+    assert monitor.registrations == {}

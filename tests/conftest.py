@@ -1,0 +1,68 @@
+"""Shared helpers: run the launcher and agents as real processes, inspect the process table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def project_env(**extra: str) -> dict[str, str]:
+    """The current environment with the repository on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def launch(*args: str, timeout: float = 120.0, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m runtime launch ARGS`` to completion and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "runtime", "launch", *args],
+        cwd=cwd, env=project_env(), capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose command line or environment mentions ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if marker.encode() in blob and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``condition`` until it is true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Callable[[str], Path]:
+    """Write a user script into the test's temporary directory; returns its path."""
+
+    def write(source: str, name: str = "job.py") -> Path:
+        path = tmp_path / name
+        path.write_text(source)
+        return path
+
+    return write

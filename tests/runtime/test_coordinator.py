@@ -1,0 +1,105 @@
+"""Coordinator decisions with a fake clock: quorum, last call, verdicts, restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.agent.coordinator import LAST_CALL, Coordinator, Push, Rejected, Say
+from runtime.agent.settings import AgentSettings
+from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
+
+
+def settings(**kw) -> AgentSettings:
+    base = dict(job="j", token="t", node_id=0, workers=3, num_proc=2, entrypoint=("x.py",), coordinator="c",
+                quorum_timeout=10.0)
+    return AgentSettings(**{**base, **kw})
+
+
+def node(i: int) -> Node:
+    return Node(i, f"10.0.0.{i}", 32300, 2)
+
+
+def pushes(actions) -> list[Push]:
+    return [a for a in actions if isinstance(a, Push)]
+
+
+def test_world_forms_when_every_node_registered_in_node_order():
+    c = Coordinator(settings(), now=0.0)
+    assert not pushes(c.register(node(2), 0.1))
+    assert not pushes(c.register(node(0), 0.2))
+    [push] = pushes(c.register(node(1), 0.3))
+    assert [n.node_id for n in push.world.nodes] == [0, 1, 2]
+    assert push.world.generation == 1 and push.world.status == RUNNING
+
+
+def test_partial_quorum_waits_for_the_last_call():
+    c = Coordinator(settings(quorum_workers=2), now=0.0)
+    c.register(node(0), 1.0)
+    assert not pushes(c.register(node(1), 1.0))
+    assert not pushes(c.tick(1.0 + LAST_CALL / 2))
+    [push] = pushes(c.tick(1.0 + LAST_CALL))
+    assert [n.node_id for n in push.world.nodes] == [0, 1]
+
+
+def test_quorum_timeout_fails_naming_the_missing_nodes():
+    c = Coordinator(settings(), now=0.0)
+    c.register(node(0), 0.0)
+    assert not pushes(c.tick(9.9))
+    actions = c.tick(10.0)
+    [push] = pushes(actions)
+    assert push.world.status == FAILED and push.world.exit_code == 3
+    assert "missing node ranks: 1, 2" in push.world.message
+    assert any(isinstance(a, Say) and "quorum not met" in a.message for a in actions)
+
+
+@pytest.mark.parametrize(("node_id", "status"), [(3, 400), (-1, 400)])
+def test_registration_outside_the_job_is_rejected(node_id: int, status: int):
+    c = Coordinator(settings(), now=0.0)
+    with pytest.raises(Rejected) as info:
+        c.register(Node(node_id, "x", 1, 1), 0.0)
+    assert info.value.status == status
+
+
+def test_late_node_after_the_world_formed_is_rejected_but_reregistration_is_idempotent():
+    c = Coordinator(settings(workers=2, quorum_workers=1), now=0.0)
+    c.register(node(0), 0.0)
+    c.tick(LAST_CALL)
+    assert c.register(node(0), 2.0) == []
+    with pytest.raises(Rejected) as info:
+        c.register(node(1), 2.0)
+    assert info.value.status == 409
+
+
+def formed(**kw) -> Coordinator:
+    c = Coordinator(settings(**kw), now=0.0)
+    for i in range(3):
+        c.register(node(i), 0.0)
+    return c
+
+
+def failure(rank: int, at: float) -> Failure:
+    return Failure(rank=rank, node_id=rank // 2, local_rank=rank % 2, exit_code=10 + rank, timestamp=at)
+
+
+def test_success_only_when_every_node_succeeded():
+    c = formed()
+    assert not pushes(c.report(0, 1, SUCCEEDED))
+    assert not pushes(c.report(1, 1, SUCCEEDED))
+    [push] = pushes(c.report(2, 1, SUCCEEDED))
+    assert push.world.status == SUCCEEDED and push.world.exit_code == 0
+
+
+def test_first_failure_fails_the_job_with_the_earliest_cause():
+    c = formed()
+    [push] = pushes(c.report(2, 1, FAILED, failure(5, at=2.0)))
+    assert push.world.status == FAILED and push.world.exit_code == 15 and push.world.cause.rank == 5
+    assert c.report(1, 1, FAILED, failure(3, at=1.0)) == []
+
+
+def test_stale_generation_reports_are_ignored_and_restarts_bump_the_generation():
+    c = formed(max_restarts=1)
+    [push] = pushes(c.report(1, 1, FAILED, failure(2, at=1.0)))
+    assert push.world.status == RUNNING and push.world.generation == 2 and push.world.restart_count == 1
+    assert c.report(0, 1, FAILED, failure(0, at=1.1)) == []
+    [final] = pushes(c.report(0, 2, FAILED, failure(1, at=3.0)))
+    assert final.world.status == FAILED and final.world.generation == 2 and final.world.exit_code == 11

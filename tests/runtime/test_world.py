@@ -1,0 +1,66 @@
+"""The env contract and the world's rank arithmetic, as pure functions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.agent.world import FAILED, Failure, Node, World, process_env
+
+
+def world(num_procs: tuple[int, ...] = (2, 2), distribution: str = "spmd") -> World:
+    nodes = tuple(Node(i, f"10.0.0.{i + 1}", 32300, n) for i, n in enumerate(num_procs))
+    return World("job", 1, 0, 0, nodes, 29500, distribution)
+
+
+def test_ranks_are_dense_prefix_sums_in_node_order():
+    w = world((2, 3, 1))
+    assert w.world_size == 6
+    assert [w.first_rank(i) for i in range(3)] == [0, 2, 5]
+    assert [w.rank_location(r) for r in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0)]
+    with pytest.raises(IndexError):
+        w.rank_location(6)
+
+
+@pytest.mark.parametrize(
+    ("distribution", "present", "absent"),
+    [
+        ("pytorch", {"TORCHELASTIC_RUN_ID"}, {"JAX_PROCESS_ID", "TF_CONFIG"}),
+        ("jax", {"JAX_PROCESS_ID"}, {"TORCHELASTIC_RUN_ID", "TF_CONFIG"}),
+        ("tensorflow", {"TF_CONFIG"}, {"TORCHELASTIC_RUN_ID", "JAX_PROCESS_ID"}),
+        ("spmd", {"TORCHELASTIC_RUN_ID", "JAX_PROCESS_ID", "TF_CONFIG"}, set()),
+    ],
+)
+def test_distribution_selects_framework_variables(distribution: str, present: set[str], absent: set[str]):
+    env = process_env(world(distribution=distribution), 1, 1)
+    assert env["RANK"] == "3" and env["NODE_RANK"] == "1" and env["MASTER_ADDR"] == "10.0.0.1"
+    assert present <= set(env)
+    assert not absent & set(env)
+
+
+def test_tf_config_has_one_worker_per_process_with_distinct_ports_per_host():
+    cfg = json.loads(process_env(world(), 0, 1)["TF_CONFIG"])
+    workers = cfg["cluster"]["worker"]
+    assert workers == ["10.0.0.1:29501", "10.0.0.1:29502", "10.0.0.2:29501", "10.0.0.2:29502"]
+    assert cfg["task"] == {"type": "worker", "index": 1}
+
+
+def test_local_rank_outside_the_node_is_refused():
+    with pytest.raises(IndexError):
+        process_env(world(), 0, 2)
+
+
+def test_world_round_trips_through_json_with_its_verdict():
+    cause = Failure(rank=3, node_id=1, local_rank=1, exit_code=7, stderr_tail=("boom",), timestamp=1.5, addr="a")
+    w = world().finished(FAILED, cause.describe(), 7, cause)
+    again = World.from_json(json.loads(json.dumps(w.to_json())))
+    assert again == w
+    assert "rank 3 (node 1 at a, local rank 1) exited with code 7" in again.message
+
+
+@pytest.mark.parametrize("patch", [{"nodes": []}, {"status": "weird"}, {"generation": "x"}])
+def test_malformed_world_is_refused(patch: dict):
+    data = {**world().to_json(), **patch}
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        World.from_json(data)
