@@ -65,12 +65,10 @@ CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
 }
 """Per cluster kind: its args class, and which config key sets which argument."""
 
-DEVICE_PLUGIN, TRAINING_OPERATOR, VOLCANO_ADDON, KUEUE_ADDON = (
-    "device-plugin",
-    "training-operator",
-    "volcano",
-    "kueue",
-)
+DEVICE_PLUGIN = "device-plugin"
+TRAINING_OPERATOR = "training-operator"
+VOLCANO_ADDON = "volcano"
+KUEUE_ADDON = "kueue"
 ADDONS = (DEVICE_PLUGIN, TRAINING_OPERATOR, VOLCANO_ADDON, KUEUE_ADDON)
 
 
@@ -163,20 +161,19 @@ def parse_addons(raw: Mapping[str, Any]) -> AddonsConfig:
         if name not in ADDONS:
             raise StackConfigError(full_key("addons"), name, f"use add-ons from {', '.join(ADDONS)}")
     if raw.get("kueue") is not None and KUEUE_ADDON not in names:
-        raise StackConfigError(
-            full_key("kueue"), raw["kueue"], "add kueue to trainplane:addons or remove this key"
-        )
+        raise StackConfigError(full_key("kueue"), raw["kueue"], "add kueue to trainplane:addons or remove this key")
     volcano = None
     if VOLCANO_ADDON in names:
         try:
             volcano = VolcanoArgs(queue=raw.get("volcanoQueue") or VolcanoArgs.queue)
         except ARGUMENT_ERRORS as exc:
             raise translate(exc, "", {"queue": "volcanoQueue"}) from exc
+    operator = None
+    if TRAINING_OPERATOR in names:
+        operator = TrainingOperatorArgs(gang_scheduler_name=VOLCANO_SCHEDULER if volcano else None)
     return AddonsConfig(
         device_plugin=NvidiaDevicePluginArgs() if DEVICE_PLUGIN in names else None,
-        training_operator=TrainingOperatorArgs(gang_scheduler_name=VOLCANO_SCHEDULER if volcano else None)
-        if TRAINING_OPERATOR in names
-        else None,
+        training_operator=operator,
         volcano=volcano,
         kueue=parse_kueue(raw.get("kueue") or {}) if KUEUE_ADDON in names else None,
     )
@@ -194,9 +191,7 @@ def parse_kueue(raw: Any) -> KueueArgs:
     items: dict[str, Sequence[Any]] = {}
     for key, value in raw.items():
         if key not in parts:
-            raise StackConfigError(
-                full_key(f"kueue.{key}"), value, f"unknown key; use one of {sorted(parts)}"
-            )
+            raise StackConfigError(full_key(f"kueue.{key}"), value, f"unknown key; use one of {sorted(parts)}")
         if not isinstance(value, list):
             raise StackConfigError(full_key(f"kueue.{key}"), value, "use a list of objects")
         items[key] = [build(parts[key], item, f"kueue.{key}[{i}]") for i, item in enumerate(value)]
@@ -279,9 +274,7 @@ def _check_volcano(path: str, args: DistributedJobArgs, volcano: Optional[Volcan
 
 def _check_kueue(path: str, args: DistributedJobArgs, kueue: Optional[KueueArgs]) -> None:
     if kueue is None:
-        raise StackConfigError(
-            full_key(f"{path}.gangScheduler"), args.gang_scheduler, "add kueue to trainplane:addons"
-        )
+        raise StackConfigError(full_key(f"{path}.gangScheduler"), args.gang_scheduler, "add kueue to trainplane:addons")
     if args.queue is not None and not kueue.has_local_queue(args.namespace, args.queue):
         known = [f"{q.namespace}/{q.name}" for q in kueue.local_queues] or ["none"]
         raise StackConfigError(

@@ -106,14 +106,10 @@ def config_path(field: str, rename: Mapping[str, str]) -> str:
         first = False
         return renamed or camel(name)
 
-    return "".join(
-        part if part.startswith("[") else _IDENTIFIER.sub(convert, part) for part in _BRACKETS.split(field)
-    )
+    return "".join(part if part.startswith("[") else _IDENTIFIER.sub(convert, part) for part in _BRACKETS.split(field))
 
 
-def translate(
-    exc: Union[ArgumentError, InvalidJobArgs], prefix: str, rename: Mapping[str, str]
-) -> StackConfigError:
+def translate(exc: Union[ArgumentError, InvalidJobArgs], prefix: str, rename: Mapping[str, str]) -> StackConfigError:
     """Turn an argument error into a stack config error on the matching key.
 
     Args:
@@ -152,9 +148,7 @@ def build(cls: type[T], raw: Any, path: str, drop: tuple[str, ...] = ()) -> T:
         raise StackConfigError(full_key(path), raw, f"use an object with keys from {sorted(fields)}")
     for key in raw:
         if key not in fields and key not in drop:
-            raise StackConfigError(
-                full_key(f"{path}.{key}"), raw[key], f"unknown key; use one of {sorted(fields)}"
-            )
+            raise StackConfigError(full_key(f"{path}.{key}"), raw[key], f"unknown key; use one of {sorted(fields)}")
     for key, f in fields.items():
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if required and key not in raw:

@@ -96,6 +96,6 @@ def build_stack(config: StackConfig, name: str = "trainplane") -> StackOutputs:
     }
     return StackOutputs(
         kubeconfig=cluster.kubeconfig,
-        coordinator_urls={name: job.coordinator_url for name, job in jobs.items()},
-        tokens={name: job.token for name, job in jobs.items()},
+        coordinator_urls={job_name: job.coordinator_url for job_name, job in jobs.items()},
+        tokens={job_name: job.token for job_name, job in jobs.items()},
     )

@@ -106,9 +106,7 @@ def test_add_ons_and_jobs_wait_for_everything_the_cluster_creates(deployment):
 
 
 def test_custom_resources_wait_for_the_add_on_that_installs_their_crd(deployment):
-    customs = [
-        r for r in deployment.registrations.values() if r.type.split(":")[1].split("/")[0] in CRD_GROUPS
-    ]
+    customs = [r for r in deployment.registrations.values() if r.type.split(":")[1].split("/")[0] in CRD_GROUPS]
 
     for reg in customs:
         owner = deployment.one(CRD_GROUPS[reg.type.split(":")[1].split("/")[0]])
@@ -178,3 +176,21 @@ def test_pulumi_yaml_types_every_scalar_and_list_key_with_a_valid_default():
 )
 def test_pulumi_yaml_defaults_match_the_component_defaults(key, default):
     assert project_config()[key]["default"] == default
+
+
+def test_add_ons_come_in_crd_order_when_all_are_installed(home):
+    kueue = stack_file("existing")["trainplane:kueue"]
+    deployment = run_program(
+        stack_config("local", addons=["kueue", "training-operator", "volcano", "device-plugin"], kueue=kueue)
+    )
+    volcano = deployment.one("trainplane:addons:Volcano")
+    operator = deployment.one("trainplane:addons:TrainingOperator")
+    queues = deployment.one("trainplane:addons:Kueue")
+
+    def installs(addon):
+        return {r.urn for r in deployment.descendants(addon) if r.type in INSTALLERS}
+
+    assert installs(volcano) <= set(operator.dependencies)  # the operator checks the PodGroup CRD at start-up
+    assert installs(operator) <= set(queues.dependencies)  # Kueue's PyTorchJob integration needs that CRD
+    transforms = deployment.one("kubernetes:kustomize/v2:Directory").transforms
+    assert len(transforms) == 2  # webhook-cert drift and --gang-scheduler-name=volcano
