@@ -100,8 +100,6 @@ LABEL_JOB = "trainplane.dev/job"
 APP_NAME = "trainplane"
 
 # --- GPU nodes: the cluster components set these, the job components select and tolerate them ---
-GPU_RESOURCE = "nvidia.com/gpu"
-"""Extended resource name the NVIDIA device plugin advertises; requested as a pod limit."""
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"
 """GPU nodes carry the taint ``nvidia.com/gpu=true:NoSchedule``; GPU pods tolerate it."""
