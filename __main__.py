@@ -1,6 +1,10 @@
-"""Pulumi program entrypoint: reads stack config and wires cluster, add-ons and jobs."""
+"""Pulumi program: stack config → cluster → add-ons → jobs, and the stack outputs."""
 
-raise SystemExit(
-    "trainplane: no stack configured yet: the cluster and job components have not landed. "
-    "Run a job locally with `python -m runtime launch --workers 2 --num-proc 2 examples/ddp_digits.py`."
-)
+import pulumi
+
+from components.stack import build_stack, parse_stack_config
+
+outputs = build_stack(parse_stack_config(pulumi.Config().get))
+pulumi.export("kubeconfig", outputs.kubeconfig)
+pulumi.export("coordinatorUrls", outputs.coordinator_urls)
+pulumi.export("tokens", pulumi.Output.secret(outputs.tokens))

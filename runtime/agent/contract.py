@@ -104,6 +104,13 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_JOB = "trainplane.dev/job"
 APP_NAME = "trainplane"
 
+# --- GPU nodes: the cluster components set these, the job components select and tolerate them ---
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TAINT_VALUE = "true"
+"""GPU nodes carry the taint ``nvidia.com/gpu=true:NoSchedule``; GPU pods tolerate it."""
+GPU_NODE_LABEL = "nvidia.com/gpu.present"
+"""Label ``nvidia.com/gpu.present=true`` on GPU nodes (the device plugin chart's node affinity)."""
+
 # --- The runtime bundle inside a pod -----------------------------------------------------------
 BUNDLE_MOUNT_PATH = "/opt/trainplane"
 """Where the runtime bundle ConfigMap is mounted; it is put on PYTHONPATH."""

@@ -1,0 +1,247 @@
+"""``Kueue``: job queueing (Helm, pinned) with ResourceFlavors, ClusterQueues and LocalQueues."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import pulumi
+
+from components import validate
+from components.addons.helm import helm_release
+from components.addons.objects import custom_resource
+from components.addons.versions import KUEUE
+from components.errors import ArgumentError
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+"""Kueue's storage version since v0.16 (v1beta1 is still served, deprecated)."""
+QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""A Kubernetes resource quantity (apimachinery ``resource.Quantity``), e.g. ``8``, ``500m``, ``64Gi``."""
+
+Quantity = Union[int, str]
+
+
+@dataclass(frozen=True)
+class ResourceFlavorArgs:
+    """A kind of node capacity.
+
+    Attributes:
+        name: Flavor name (a DNS label).
+        node_labels: Labels that place admitted pods on this flavor's nodes; empty for any node.
+
+    Raises:
+        ArgumentError: The name is not a DNS label or a label is not a string pair.
+    """
+
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate.dns_label("name", self.name)
+        if not isinstance(self.node_labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.node_labels.items()
+        ):
+            raise ArgumentError("node_labels", self.node_labels, "map label names to string values")
+
+
+@dataclass(frozen=True)
+class ClusterQueueArgs:
+    """A cluster-wide pool of quota.
+
+    Attributes:
+        name: Queue name (a DNS label).
+        quotas: Per flavor, the nominal quota of each resource, e.g.
+            ``{"default": {"cpu": "8", "memory": "32Gi"}}``. Every flavor must quote the same
+            resources: Kueue puts them in one resource group.
+
+    Raises:
+        ArgumentError: No quota, a quantity that is not a Kubernetes quantity, or flavors
+            quoting different resources.
+    """
+
+    name: str
+    quotas: Mapping[str, Mapping[str, Quantity]]
+
+    def __post_init__(self) -> None:
+        validate.dns_label("name", self.name)
+        if not isinstance(self.quotas, Mapping) or not self.quotas:
+            raise ArgumentError(
+                "quotas", self.quotas, 'map each flavor to its quotas, e.g. {"default": {"cpu": "8"}}'
+            )
+        covered = None
+        for flavor, resources in self.quotas.items():
+            if not isinstance(resources, Mapping) or not resources:
+                raise ArgumentError(
+                    f'quotas["{flavor}"]', resources, 'map resource names to quantities, e.g. {"cpu": "8"}'
+                )
+            for resource, quantity in resources.items():
+                if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
+                    raise ArgumentError(
+                        f'quotas["{flavor}"]["{resource}"]',
+                        quantity,
+                        "use a quantity such as 8, 500m or 64Gi",
+                    )
+            if covered is not None and set(resources) != covered:
+                raise ArgumentError(
+                    f'quotas["{flavor}"]',
+                    sorted(resources),
+                    f"quote the same resources as the other flavors: {sorted(covered)}",
+                )
+            covered = set(resources)
+
+
+@dataclass(frozen=True)
+class LocalQueueArgs:
+    """A namespace's door to a ClusterQueue; jobs name it in the ``kueue.x-k8s.io/queue-name`` label.
+
+    Attributes:
+        name: Queue name (a DNS label).
+        namespace: Namespace the jobs run in.
+        cluster_queue: The ClusterQueue it feeds.
+
+    Raises:
+        ArgumentError: A name is not a DNS label.
+    """
+
+    name: str
+    namespace: str
+    cluster_queue: str
+
+    def __post_init__(self) -> None:
+        for name in ("name", "namespace", "cluster_queue"):
+            validate.dns_label(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class KueueArgs:
+    """Settings of Kueue.
+
+    Attributes:
+        flavors: ResourceFlavors.
+        cluster_queues: ClusterQueues; each may quote only the flavors above.
+        local_queues: LocalQueues; each must feed one of the ClusterQueues above.
+        namespace: Namespace of the release.
+
+    Raises:
+        ArgumentError: Duplicate names or references to flavors or queues that are not defined.
+    """
+
+    flavors: Sequence[ResourceFlavorArgs] = ()
+    cluster_queues: Sequence[ClusterQueueArgs] = ()
+    local_queues: Sequence[LocalQueueArgs] = ()
+    namespace: str = "kueue-system"
+
+    def __post_init__(self) -> None:
+        validate.dns_label("namespace", self.namespace)
+        for name in ("flavors", "cluster_queues", "local_queues"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        _unique("flavors", [f.name for f in self.flavors])
+        _unique("cluster_queues", [q.name for q in self.cluster_queues])
+        _unique("local_queues", [f"{q.namespace}/{q.name}" for q in self.local_queues])
+        flavors = {f.name for f in self.flavors}
+        for i, queue in enumerate(self.cluster_queues):
+            for flavor in queue.quotas:
+                if flavor not in flavors:
+                    raise ArgumentError(
+                        f"cluster_queues[{i}].quotas",
+                        flavor,
+                        f"use a defined flavor: {sorted(flavors)}",
+                    )
+        cluster_queues = {q.name for q in self.cluster_queues}
+        for i, local in enumerate(self.local_queues):
+            if local.cluster_queue not in cluster_queues:
+                raise ArgumentError(
+                    f"local_queues[{i}].cluster_queue",
+                    local.cluster_queue,
+                    f"use a defined one: {sorted(cluster_queues)}",
+                )
+
+    def has_local_queue(self, namespace: str, name: str) -> bool:
+        """Whether a LocalQueue ``name`` exists in ``namespace``."""
+        return any(q.namespace == namespace and q.name == name for q in self.local_queues)
+
+
+def _unique(field_name: str, names: Sequence[str]) -> None:
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ArgumentError(field_name, duplicates, "give each one its own name")
+
+
+def resource_flavor(args: ResourceFlavorArgs) -> dict[str, Any]:
+    """Render a ResourceFlavor."""
+    spec = {"nodeLabels": dict(args.node_labels)} if args.node_labels else {}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": args.name},
+        "spec": spec,
+    }
+
+
+def cluster_queue(args: ClusterQueueArgs) -> dict[str, Any]:
+    """Render a ClusterQueue open to every namespace; one resource group covers all quoted resources."""
+    covered = sorted(next(iter(args.quotas.values())))
+    flavors = [
+        {"name": flavor, "resources": [{"name": r, "nominalQuota": resources[r]} for r in covered]}
+        for flavor, resources in args.quotas.items()
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": args.name},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": covered, "flavors": flavors}],
+        },
+    }
+
+
+def local_queue(args: LocalQueueArgs) -> dict[str, Any]:
+    """Render a LocalQueue."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": args.name, "namespace": args.namespace},
+        "spec": {"clusterQueue": args.cluster_queue},
+    }
+
+
+class Kueue(pulumi.ComponentResource):
+    """Kueue's controller and webhooks, then its flavors, cluster queues and local queues, in that order.
+
+    Attributes:
+        release: The Helm release (installs the ``kueue.x-k8s.io`` CRDs).
+    """
+
+    def __init__(self, name: str, args: KueueArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("trainplane:addons:Kueue", name, None, opts)
+        self.release = helm_release(
+            f"{name}-release", KUEUE, release_name="kueue", namespace=args.namespace, parent=self, values={}
+        )
+        flavors = [
+            custom_resource(
+                f"{name}-flavor-{f.name}", resource_flavor(f), parent=self, depends_on=[self.release]
+            )
+            for f in args.flavors
+        ]
+        queues = {
+            q.name: custom_resource(
+                f"{name}-clusterqueue-{q.name}",
+                cluster_queue(q),
+                parent=self,
+                depends_on=[self.release, *flavors],
+            )
+            for q in args.cluster_queues
+        }
+        for q in args.local_queues:
+            custom_resource(
+                f"{name}-localqueue-{q.namespace}-{q.name}",
+                local_queue(q),
+                parent=self,
+                depends_on=[self.release, queues[q.cluster_queue]],
+            )
+        self.register_outputs({})

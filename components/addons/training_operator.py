@@ -1,0 +1,144 @@
+"""``TrainingOperator``: Kubeflow Training Operator v1 (PyTorchJob and friends), pinned manifests."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import validate
+from components.addons.versions import TRAINING_OPERATOR_MANIFESTS
+
+WEBHOOK_CERT_SECRET = "training-operator-webhook-cert"  # noqa: S105 - a Secret's name, not a secret
+"""The Secret the operator fills with its self-signed webhook certificate at start-up."""
+WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
+"""The ValidatingWebhookConfiguration whose ``caBundle`` the operator patches in."""
+OPERATOR_DEPLOYMENT = "training-operator"
+OPERATOR_CONTAINER = "training-operator"
+GANG_SCHEDULER_FLAG = "--gang-scheduler-name"
+"""Operator flag: ``volcano``, or the scheduler-plugins scheduler name; unset means no gang scheduling."""
+VOLCANO_SCHEDULER = "volcano"
+
+SECRET_TYPE = "kubernetes:core/v1:Secret"  # noqa: S105 - a type token, not a secret
+WEBHOOK_TYPE = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
+DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
+
+
+@dataclass(frozen=True)
+class TrainingOperatorArgs:
+    """Settings of the training operator.
+
+    Attributes:
+        gang_scheduler_name: Value of ``--gang-scheduler-name``: ``volcano`` when Volcano is
+            installed, a scheduler-plugins scheduler name, or ``None`` for no gang scheduling.
+            The operator exits at start-up if the matching PodGroup CRD is missing.
+
+    Raises:
+        ArgumentError: ``gang_scheduler_name`` is given but blank.
+    """
+
+    gang_scheduler_name: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.gang_scheduler_name is not None:
+            validate.text("gang_scheduler_name", self.gang_scheduler_name)
+
+
+def _name(props: Any) -> Optional[str]:
+    metadata = props.get("metadata") if isinstance(props, dict) else None
+    return metadata.get("name") if isinstance(metadata, dict) else None
+
+
+def ignore_webhook_cert_drift(args: pulumi.ResourceTransformArgs) -> Optional[pulumi.ResourceTransformResult]:
+    """Resource transform: ignore the fields the operator rewrites itself.
+
+    The operator generates its webhook certificate into ``training-operator-webhook-cert`` and
+    patches the CA into the webhook configuration, so every ``pulumi up`` would otherwise show
+    (and revert) that drift.
+
+    Args:
+        args: A resource about to be registered by the manifests component.
+
+    Returns:
+        The same resource with ``ignore_changes`` set, or None for any other resource.
+    """
+    name = _name(args.props)
+    if args.type_ == SECRET_TYPE and name == WEBHOOK_CERT_SECRET:
+        ignored = ["data", "stringData"]
+    elif args.type_ == WEBHOOK_TYPE and name == WEBHOOK_CONFIGURATION:
+        ignored = ["webhooks[*].clientConfig.caBundle"]
+    else:
+        return None
+    opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(ignore_changes=ignored))
+    return pulumi.ResourceTransformResult(props=args.props, opts=opts)
+
+
+def with_gang_scheduler(deployment: dict[str, Any], scheduler: str) -> dict[str, Any]:
+    """Return a copy of the operator Deployment whose container passes ``--gang-scheduler-name``.
+
+    Args:
+        deployment: The operator Deployment as rendered from the manifests.
+        scheduler: The flag's value.
+
+    Returns:
+        The changed copy; any earlier value of the flag is replaced.
+    """
+    changed = copy.deepcopy(deployment)
+    for container in changed["spec"]["template"]["spec"]["containers"]:
+        if container.get("name") == OPERATOR_CONTAINER:
+            kept = [a for a in container.get("args", []) if not a.startswith(f"{GANG_SCHEDULER_FLAG}=")]
+            container["args"] = [*kept, f"{GANG_SCHEDULER_FLAG}={scheduler}"]
+    return changed
+
+
+def gang_scheduler_transform(scheduler: str) -> pulumi.ResourceTransform:
+    """Resource transform that sets ``--gang-scheduler-name=<scheduler>`` on the operator.
+
+    Args:
+        scheduler: The flag's value.
+
+    Returns:
+        A transform for the manifests component.
+    """
+
+    def transform(args: pulumi.ResourceTransformArgs) -> Optional[pulumi.ResourceTransformResult]:
+        if args.type_ != DEPLOYMENT_TYPE or _name(args.props) != OPERATOR_DEPLOYMENT:
+            return None
+        return pulumi.ResourceTransformResult(
+            props=with_gang_scheduler(dict(args.props), scheduler), opts=args.opts
+        )
+
+    return transform
+
+
+class TrainingOperator(pulumi.ComponentResource):
+    """The Kubeflow Training Operator v1 from its pinned standalone overlay (namespace ``kubeflow``).
+
+    Installs the ``kubeflow.org`` CRDs (PyTorchJob, ...). Pass the installed gang scheduler's
+    add-on in ``opts.depends_on`` when ``gang_scheduler_name`` is set: the operator checks for the
+    PodGroup CRD at start-up.
+
+    Attributes:
+        manifests: The kustomize component holding the operator's objects.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: Optional[TrainingOperatorArgs] = None,
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ) -> None:
+        super().__init__("trainplane:addons:TrainingOperator", name, None, opts)
+        args = args or TrainingOperatorArgs()
+        transforms = [ignore_webhook_cert_drift]
+        if args.gang_scheduler_name:
+            transforms.append(gang_scheduler_transform(args.gang_scheduler_name))
+        self.manifests = k8s.kustomize.v2.Directory(
+            f"{name}-manifests",
+            directory=TRAINING_OPERATOR_MANIFESTS,
+            opts=pulumi.ResourceOptions(parent=self, transforms=transforms),
+        )
+        self.register_outputs({})

@@ -1,0 +1,45 @@
+"""Pinned versions of everything the add-ons install, with where each pin comes from.
+
+The CRD files under ``../shared/schemas/`` that the tests validate against come from the same
+releases (Volcano v1.15.1, Kueue v0.19.2, Kubeflow Training Operator v1.9.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class HelmChart:
+    """A pinned Helm chart.
+
+    Attributes:
+        chart: Chart name in ``repository``, or a full ``oci://`` reference when ``repository`` is None.
+        version: Exact chart version.
+        repository: Classic Helm repository URL, or None for OCI charts.
+    """
+
+    chart: str
+    version: str
+    repository: Optional[str] = None
+
+
+NVIDIA_DEVICE_PLUGIN = HelmChart(
+    "nvidia-device-plugin", "0.19.0", "https://nvidia.github.io/k8s-device-plugin"
+)
+"""NVIDIA k8s-device-plugin v0.19.0 (github.com/NVIDIA/k8s-device-plugin, CHANGELOG "v0.19.0")."""
+
+VOLCANO = HelmChart("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts")
+"""Volcano v1.15.1 (github.com/volcano-sh/volcano tag v1.15.1; chart from volcano-sh/helm-charts)."""
+
+KUEUE = HelmChart("oci://registry.k8s.io/kueue/charts/kueue", "0.19.2")
+"""Kueue v0.19.2 (github.com/kubernetes-sigs/kueue tag v0.19.2; chart published to registry.k8s.io)."""
+
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+"""Newest Kubeflow Training Operator v1 tag (github.com/kubeflow/trainer, formerly training-operator)."""
+
+TRAINING_OPERATOR_MANIFESTS = (
+    f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
+)
+"""The standalone kustomize overlay of that tag (namespace ``kubeflow``), as a kustomize remote target."""

@@ -1,0 +1,356 @@
+"""Test helpers for the cluster, add-on and stack tests: stack config loading, a recording Pulumi
+mock that runs ``__main__.py``, and schema validation of rendered objects."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import runpy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import jsonschema
+import pulumi
+import yaml
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.proto import resource_pb2
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = REPO_ROOT / ".." / "shared" / "schemas"
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
+PROJECT = "trainplane"
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: "https://127.0.0.1:6443"}
+contexts:
+- name: test
+  context: {cluster: test, user: test}
+current-context: test
+users:
+- name: test
+  user: {token: test-token}
+"""
+CRD_FILES = {
+    ("kueue.x-k8s.io", "ResourceFlavor"): "kueue.x-k8s.io_resourceflavors.yaml",
+    ("kueue.x-k8s.io", "ClusterQueue"): "kueue.x-k8s.io_clusterqueues.yaml",
+    ("kueue.x-k8s.io", "LocalQueue"): "kueue.x-k8s.io_localqueues.yaml",
+    ("scheduling.volcano.sh", "Queue"): "scheduling.volcano.sh_queues.yaml",
+    ("scheduling.volcano.sh", "PodGroup"): "scheduling.volcano.sh_podgroups.yaml",
+    ("kubeflow.org", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
+}
+
+
+# --- stack config -------------------------------------------------------------------------------
+
+
+def project_config() -> dict[str, dict[str, Any]]:
+    """The ``config`` block of Pulumi.yaml."""
+    return yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())["config"]
+
+
+def stack_file(stack: str) -> dict[str, Any]:
+    """The ``config`` block of ``stacks/Pulumi.<stack>.yaml``, keys as written (namespaced)."""
+    return yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+
+
+def stack_config(stack: str, **overrides: Any) -> dict[str, str]:
+    """The config the Pulumi CLI hands the program for ``stack``.
+
+    Project defaults from Pulumi.yaml, then the stack file's values, then ``overrides`` (project
+    keys without namespace); non-strings JSON-encoded, as the CLI does.
+    """
+    defaults = {k: d["default"] for k, d in project_config().items() if "default" in d}
+    values: dict[str, Any] = {f"{PROJECT}:{k}": v for k, v in defaults.items()}
+    values.update(stack_file(stack))
+    values.update({f"{PROJECT}:{k}": v for k, v in overrides.items()})
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items() if v is not None}
+
+
+def getter(config: dict[str, str]) -> Callable[[str], Optional[str]]:
+    """``pulumi.Config().get`` over ``config``."""
+    return lambda key: config.get(f"{PROJECT}:{key}")
+
+
+# --- recording mocks ----------------------------------------------------------------------------
+
+
+@dataclass
+class Registration:
+    """One resource as the engine saw it."""
+
+    type: str
+    name: str
+    urn: str
+    parent: str
+    dependencies: list[str]
+    provider: str
+    custom: bool
+    remote: bool
+    inputs: dict[str, Any]
+    transforms: list[Any] = field(default_factory=list)
+
+
+class Mocks(pulumi.runtime.Mocks):
+    """Non-empty ids, ``metadata`` on Kubernetes objects, and the outputs the program reads."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, pulumi.runtime.MockResourceArgs] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        self.seen[args.name] = args
+        outputs = dict(args.inputs)
+        if args.typ.startswith("kubernetes:") and args.typ != "pulumi:providers:kubernetes":
+            metadata = {"name": args.name, "namespace": "default", **(outputs.get("metadata") or {})}
+            outputs["metadata"] = metadata
+        if args.typ == "eks:index:Cluster":
+            outputs["kubeconfigJson"] = json.dumps(yaml.safe_load(KUBECONFIG))
+        if args.typ == "command:local:Command":
+            outputs["stdout"] = KUBECONFIG
+        if args.typ == "aws:iam/role:Role":
+            outputs.update(arn=f"arn:aws:iam::123456789012:role/{args.name}", name=args.name)
+        if args.typ == "random:index/randomPassword:RandomPassword":
+            outputs["result"] = "mock-token"
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, None]:
+        return {}, None
+
+
+class RecordingMonitor(MockMonitor):
+    """The mock monitor, also recording each registration's parent, dependencies and provider.
+
+    It declines resource references, so a resource passed as an input (``eks.ManagedNodeGroup``'s
+    ``cluster``) arrives as its URN instead of being rehydrated on the monitor's own event loop.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(Mocks())
+        self.registrations: dict[str, Registration] = {}
+
+    def GetDeploymentInfo(self, request: Any) -> Any:
+        info = super().GetDeploymentInfo(request)
+        features = [
+            f
+            for f in info.supportedFeatures
+            if f != resource_pb2.RESOURCE_MONITOR_FEATURE_RESOURCE_REFERENCES
+        ]
+        return resource_pb2.DeploymentInfo(supportedFeatures=features)
+
+    def SupportsFeature(self, request: Any) -> Any:
+        if request.id == "resourceReferences":
+            return type("SupportsFeatureResponse", (), {"hasSupport": False})
+        return super().SupportsFeature(request)
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            seen = self.mocks.seen[request.name]
+            self.registrations[response.urn] = Registration(
+                type=request.type,
+                name=request.name,
+                urn=response.urn,
+                parent=request.parent,
+                dependencies=list(request.dependencies),
+                provider=request.provider,
+                custom=request.custom,
+                remote=request.remote,
+                inputs=seen.inputs,
+                transforms=list(seen.transforms),
+            )
+        return response
+
+
+@dataclass
+class Deployment:
+    """What a mocked program registered and the values its stack outputs resolved to."""
+
+    registrations: dict[str, Registration]
+    outputs: dict[str, Any]
+    secret_outputs: set[str]
+
+    def of_type(self, type_: str) -> list[Registration]:
+        """Registrations of ``type_``."""
+        return [r for r in self.registrations.values() if r.type == type_]
+
+    def one(self, type_: str) -> Registration:
+        """The only registration of ``type_``."""
+        (found,) = self.of_type(type_)
+        return found
+
+    def named(self, name: str) -> Registration:
+        """The only registration called ``name``."""
+        (found,) = [r for r in self.registrations.values() if r.name == name]
+        return found
+
+    def descendants(self, reg: Registration) -> list[Registration]:
+        """Every registration below ``reg``."""
+        below = [r for r in self.registrations.values() if r.parent == reg.urn]
+        return below + [d for r in below for d in self.descendants(r)]
+
+    def parent_of(self, reg: Registration) -> Optional[Registration]:
+        """``reg``'s parent, or None when it is the stack."""
+        return self.registrations.get(reg.parent)
+
+
+def deploy(program: Callable[[], Mapping[str, Any]], config: Optional[dict[str, str]] = None) -> Deployment:
+    """Run ``program`` under fresh mocks with ``config`` and wait for every registration.
+
+    Args:
+        program: Creates resources; returns named values (Outputs or plain) to resolve.
+        config: Config values by full key.
+
+    Returns:
+        The registrations and the resolved values (and which are secret).
+    """
+    monitor = RecordingMonitor()
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack="test", preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(config or {})
+    resolved: dict[str, Any] = {}
+    secret: set[str] = set()
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[Any]:
+        outputs = {k: pulumi.Output.from_input(v) for k, v in program().items()}
+
+        async def mark(name: str, out: pulumi.Output[Any]) -> None:
+            if await out.is_secret():
+                secret.add(name)
+
+        marks = [pulumi.Output.from_input(mark(n, o)) for n, o in outputs.items()]
+        return pulumi.Output.all(*outputs.values(), *marks).apply(
+            lambda values: resolved.update(zip(outputs, values[: len(outputs)]))
+        )
+
+    run()
+    return Deployment(monitor.registrations, resolved, secret)
+
+
+def run_program(config: dict[str, str]) -> Deployment:
+    """Run ``__main__.py`` under mocks with ``config``; the resolved values are its stack outputs."""
+
+    def program() -> Mapping[str, Any]:
+        root = pulumi.runtime.get_root_resource()
+        root.outputs.clear()
+        runpy.run_path(str(REPO_ROOT / "__main__.py"), run_name="__main__")
+        return dict(root.outputs)
+
+    return deploy(program, config)
+
+
+# --- schemas ------------------------------------------------------------------------------------
+
+
+def _strict(node: Any) -> Any:
+    """Forbid unknown fields wherever a schema lists properties (the API server prunes them)."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items()}
+        open_ended = "additionalProperties" in out or "x-kubernetes-preserve-unknown-fields" in out
+        if "properties" in out and not open_ended:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@functools.cache
+def crd_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
+    """A strict validator for ``kind`` at ``api_version`` from the published CRD's matching version."""
+    group, version = api_version.split("/")
+    crd = yaml.safe_load((SCHEMAS / CRD_FILES[(group, kind)]).read_text())
+    entry = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    return jsonschema.Draft7Validator(_strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"])))
+
+
+def validate_custom(obj: dict[str, Any]) -> None:
+    """Validate a custom object against its CRD schema.
+
+    Raises:
+        jsonschema.ValidationError: It does not match.
+    """
+    crd_validator(obj["apiVersion"], obj["kind"]).validate(obj)
+
+
+def _closed(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "additionalProperties": False, **extra}
+
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_PATCHES_6902 = {
+    "type": "array",
+    "items": _closed(
+        {k: {"type": "string"} for k in ("group", "version", "kind", "patch")},
+        required=["group", "version", "kind", "patch"],
+    ),
+}
+KIND_CLUSTER_SCHEMA = _closed(
+    {
+        "kind": {"const": "Cluster"},
+        "apiVersion": {"const": "kind.x-k8s.io/v1alpha4"},
+        "name": {"type": "string"},
+        "nodes": {
+            "type": "array",
+            "items": _closed(
+                {
+                    "role": {"enum": ["control-plane", "worker"]},
+                    "image": {"type": "string"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "extraMounts": {
+                        "type": "array",
+                        "items": _closed(
+                            {
+                                "containerPath": {"type": "string"},
+                                "hostPath": {"type": "string"},
+                                "readOnly": {"type": "boolean"},
+                                "selinuxRelabel": {"type": "boolean"},
+                                "propagation": {"enum": ["None", "HostToContainer", "Bidirectional"]},
+                            }
+                        ),
+                    },
+                    "extraPortMappings": {
+                        "type": "array",
+                        "items": _closed(
+                            {
+                                "containerPort": {"type": "integer"},
+                                "hostPort": {"type": "integer"},
+                                "listenAddress": {"type": "string"},
+                                "protocol": {"enum": ["TCP", "UDP", "SCTP"]},
+                            }
+                        ),
+                    },
+                    "gpus": {"type": "string"},
+                    "kubeadmConfigPatches": _STRINGS,
+                    "kubeadmConfigPatchesJSON6902": _PATCHES_6902,
+                }
+            ),
+        },
+        "networking": _closed(
+            {
+                "ipFamily": {"enum": ["ipv4", "ipv6", "dual"]},
+                "apiServerPort": {"type": "integer"},
+                "apiServerAddress": {"type": "string"},
+                "podSubnet": {"type": "string"},
+                "serviceSubnet": {"type": "string"},
+                "disableDefaultCNI": {"type": "boolean"},
+                "kubeProxyMode": {"enum": ["iptables", "ipvs", "nftables", "none"]},
+                "dnsSearch": _STRINGS,
+            }
+        ),
+        "featureGates": {"type": "object", "additionalProperties": {"type": "boolean"}},
+        "runtimeConfig": {"type": "object", "additionalProperties": {"type": "string"}},
+        "kubeadmConfigPatches": _STRINGS,
+        "kubeadmConfigPatchesJSON6902": _PATCHES_6902,
+        "containerdConfigPatches": _STRINGS,
+        "containerdConfigPatchesJSON6902": _STRINGS,
+    },
+    required=["kind", "apiVersion"],
+)
+"""kind's ``Cluster`` config, transcribed from sigs.k8s.io/kind ``pkg/apis/config/v1alpha4/types.go``.
+
+Closed objects everywhere: kind decodes its config strictly and rejects unknown fields.
+"""

@@ -1,0 +1,349 @@
+"""Stack config parsing: good stack files parse; bad values fail at preview naming the config key,
+the value and the fix."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from components.addons.training_operator import VOLCANO_SCHEDULER
+from components.cluster import EksGpuClusterArgs, ExistingClusterArgs, KindClusterArgs
+from components.errors import StackConfigError
+from components.stack import parse_stack_config
+from tests.components.clustertest import KUBECONFIG, getter, run_program, stack_config, stack_file
+
+LOCAL_JOB = stack_file("local")["trainplane:jobs"][0]
+GPU_GROUP = stack_file("aws-gpu")["trainplane:gpuNodeGroups"][0]
+KUEUE = stack_file("existing")["trainplane:kueue"]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """A HOME with a ~/.kube/config: the existing stack reads kubectl's default kubeconfig."""
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text(KUBECONFIG)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
+
+
+def parse(stack: str, **overrides):
+    return parse_stack_config(getter(stack_config(stack, **overrides)))
+
+
+def job(**changes):
+    return [{**copy.deepcopy(LOCAL_JOB), **changes}]
+
+
+def test_local_stack_is_kind_with_volcano_and_the_digits_job():
+    config = parse("local")
+
+    assert config.cluster == KindClusterArgs(workers=2, load_images=("trainplane-examples:dev",))
+    assert config.addons.volcano.queue == "trainplane"
+    assert config.addons.device_plugin is None and config.addons.kueue is None
+    assert [(j.name, j.args.workers, j.args.num_proc, j.args.gang_scheduler) for j in config.jobs] == [
+        ("digits", 2, 2, "volcano")
+    ]
+
+
+def test_aws_gpu_stack_is_eks_with_a_gpu_group_and_a_gpu_job():
+    config = parse("aws-gpu")
+
+    assert isinstance(config.cluster, EksGpuClusterArgs)
+    assert config.cluster.gpu_node_groups[0].instance_types == ("g5.2xlarge",)
+    assert config.addons.device_plugin is not None
+    assert config.jobs[0].args.gpus == 1
+
+
+def test_existing_stack_runs_a_pytorchjob_through_kueue():
+    config = parse("existing")
+
+    assert config.cluster == ExistingClusterArgs()
+    assert config.addons.training_operator.gang_scheduler_name is None
+    assert config.addons.kueue.has_local_queue("default", "trainplane")
+    assert (config.jobs[0].args.workload_backend, config.jobs[0].args.gang_scheduler) == (
+        "pytorchjob",
+        "kueue",
+    )
+
+
+def test_training_operator_gang_flag_follows_volcano():
+    config = parse("local", addons=["volcano", "training-operator"])
+
+    assert config.addons.training_operator.gang_scheduler_name == VOLCANO_SCHEDULER
+
+
+BAD_CONFIGS = [
+    pytest.param(
+        "local",
+        {"clusterKind": "gke"},
+        "trainplane:clusterKind",
+        "'gke'",
+        "use one of kind, eks, existing",
+        id="unknown cluster kind",
+    ),
+    pytest.param(
+        "aws-gpu",
+        {"gpuNodeGroups": [{**GPU_GROUP, "instanceTypes": []}]},
+        "trainplane:gpuNodeGroups[0].instanceTypes",
+        "[]",
+        "list at least one value",
+        id="GPU node group without instance types",
+    ),
+    pytest.param(
+        "aws-gpu",
+        {"gpuNodeGroups": [{k: v for k, v in GPU_GROUP.items() if k != "instanceTypes"}]},
+        "trainplane:gpuNodeGroups[0].instanceTypes",
+        "None",
+        "set it; it is required",
+        id="GPU node group missing instance types",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job(gpus=1, numProc="auto")},
+        "trainplane:jobs[0].gpus",
+        "1",
+        "the cluster has no GPU nodes: add a GPU node group",
+        id="GPU job on a cluster without GPU nodes",
+    ),
+    pytest.param(
+        "aws-gpu",
+        {"gpuNodeGroups": None, "jobs": job(gpus=1)},
+        "trainplane:jobs[0].gpus",
+        "1",
+        "add a GPU node group to trainplane:gpuNodeGroups",
+        id="GPU job on eks without a GPU node group",
+    ),
+    pytest.param(
+        "existing",
+        {"jobs": job(gangScheduler="kueue", queue="research")},
+        "trainplane:jobs[0].queue",
+        "'research'",
+        "no LocalQueue 'research' in namespace 'default' .* add it to trainplane:kueue.localQueues",
+        id="Kueue queue referenced but not configured",
+    ),
+    pytest.param(
+        "existing",
+        {"jobs": job(gangScheduler="kueue", queue="trainplane", namespace="ml")},
+        "trainplane:jobs[0].queue",
+        "'trainplane'",
+        "in namespace 'ml'",
+        id="Kueue queue in another namespace",
+    ),
+    pytest.param(
+        "existing",
+        {"jobs": job(gangScheduler="kueue", queue=None, clusterQueue="gpus")},
+        "trainplane:jobs[0].clusterQueue",
+        "'gpus'",
+        "use a ClusterQueue from trainplane:kueue.clusterQueues",
+        id="Kueue cluster queue not configured",
+    ),
+    pytest.param(
+        "local",
+        {"addons": [], "jobs": job(gangScheduler="kueue")},
+        "trainplane:jobs[0].gangScheduler",
+        "'kueue'",
+        "add kueue to trainplane:addons",
+        id="Kueue job without Kueue",
+    ),
+    pytest.param(
+        "local",
+        {"addons": []},
+        "trainplane:jobs[0].gangScheduler",
+        "'volcano'",
+        "add volcano to trainplane:addons",
+        id="Volcano job without Volcano",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job(queue="research")},
+        "trainplane:jobs[0].queue",
+        "'research'",
+        "use a Volcano queue the stack has: trainplane, default",
+        id="Volcano queue not configured",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job(backend="pytorchjob", gangScheduler="none", queue=None)},
+        "trainplane:jobs[0].backend",
+        "'pytorchjob'",
+        "add training-operator to trainplane:addons",
+        id="PyTorchJob without the training operator",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job(gangScheduler="scheduler-plugins", queue=None)},
+        "trainplane:jobs[0].gangScheduler",
+        "'scheduler-plugins'",
+        "does not install scheduler-plugins",
+        id="scheduler-plugins on a cluster trainplane made",
+    ),
+    pytest.param(
+        "local",
+        {"addons": ["volcano", "slurm"]},
+        "trainplane:addons",
+        "'slurm'",
+        "use add-ons from device-plugin, training-operator, volcano, kueue",
+        id="unknown add-on",
+    ),
+    pytest.param(
+        "local",
+        {"kueue": KUEUE},
+        "trainplane:kueue",
+        "",
+        "add kueue to trainplane:addons",
+        id="Kueue queues without Kueue",
+    ),
+    pytest.param(
+        "existing",
+        {"kueue": {**KUEUE, "cohorts": []}},
+        "trainplane:kueue.cohorts",
+        "[]",
+        "unknown key; use one of",
+        id="unknown kueue key",
+    ),
+    pytest.param(
+        "existing",
+        {"kueue": {**KUEUE, "localQueues": [{**KUEUE["localQueues"][0], "clusterQueue": "x"}]}},
+        "trainplane:kueue.localQueues[0].clusterQueue",
+        "'x'",
+        r"use a defined one: \['trainplane'\]",
+        id="local queue feeding an unknown cluster queue",
+    ),
+    pytest.param(
+        "existing",
+        {"kueue": {**KUEUE, "clusterQueues": [{"name": "q", "quotas": {"default": {"cpu": "x"}}}]}},
+        'trainplane:kueue.clusterQueues[0].quotas["default"]["cpu"]',
+        "'x'",
+        "use a quantity",
+        id="bad Kueue quota",
+    ),
+    pytest.param(
+        "local",
+        {"kindWorkers": "two"},
+        "trainplane:kindWorkers",
+        "'two'",
+        "use a whole number",
+        id="kind workers not a number",
+    ),
+    pytest.param(
+        "local",
+        {"kindWorkers": -1},
+        "trainplane:kindWorkers",
+        "-1",
+        "use a whole number >= 0",
+        id="negative kind workers",
+    ),
+    pytest.param(
+        "local",
+        {"clusterName": "My_Cluster"},
+        "trainplane:clusterName",
+        "'My_Cluster'",
+        "lower-case",
+        id="cluster name not a DNS label",
+    ),
+    pytest.param(
+        "local",
+        {"gpuNodeGroups": [GPU_GROUP]},
+        "trainplane:gpuNodeGroups",
+        "",
+        "only eks clusters",
+        id="node groups on kind",
+    ),
+    pytest.param(
+        "aws-gpu",
+        {"availabilityZones": ["us-west-2a"]},
+        "trainplane:availabilityZones",
+        "",
+        "list 2 or more zones",
+        id="one availability zone",
+    ),
+    pytest.param(
+        "aws-gpu",
+        {"gpuNodeGroups": [{**GPU_GROUP, "efa": True}]},
+        "trainplane:gpuNodeGroups[0].availabilityZone",
+        "None",
+        "name the placement group's zone",
+        id="EFA without a zone",
+    ),
+    pytest.param(
+        "aws-gpu",
+        {"gpuNodeGroups": [{**GPU_GROUP, "efa": True, "availabilityZone": "eu-west-1a"}]},
+        "trainplane:gpuNodeGroups[0].availabilityZone",
+        "'eu-west-1a'",
+        "pick one of availability_zones",
+        id="EFA zone outside the VPC",
+    ),
+    pytest.param(
+        "aws-gpu",
+        {"gpuNodeGroups": [{**GPU_GROUP, "gpus": 8}]},
+        "trainplane:gpuNodeGroups[0].gpus",
+        "8",
+        "unknown key",
+        id="unknown node group key",
+    ),
+    pytest.param(
+        "existing",
+        {"kubeconfig": "/nonexistent/config"},
+        "trainplane:kubeconfig",
+        "'/nonexistent/config'",
+        "no file at /nonexistent/config",
+        id="missing kubeconfig file",
+    ),
+    pytest.param(
+        "existing",
+        {"kubeconfig": KUBECONFIG, "kubeContext": "prod"},
+        "trainplane:kubeContext",
+        "'prod'",
+        "use one of the kubeconfig's contexts: test",
+        id="unknown context",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job(workers=0)},
+        "trainplane:jobs[0].workers",
+        "0",
+        "pass an int >= 1",
+        id="job with no workers",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job(numproc=2)},
+        "trainplane:jobs[0].numproc",
+        "2",
+        "unknown key; use one of",
+        id="misspelt job key",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job(name="Digits")},
+        "trainplane:jobs[0].name",
+        "'Digits'",
+        "",
+        id="job name not DNS-1035",
+    ),
+    pytest.param(
+        "local",
+        {"jobs": job() + job()},
+        "trainplane:jobs[1].name",
+        "'digits'",
+        "its own name",
+        id="duplicate job name",
+    ),
+    pytest.param(
+        "local", {"jobs": {"digits": LOCAL_JOB}}, "trainplane:jobs", "", "use a list", id="jobs not a list"
+    ),
+]
+
+
+@pytest.mark.parametrize(("stack", "overrides", "key", "value", "fix"), BAD_CONFIGS)
+def test_bad_config_fails_naming_key_value_and_fix(stack, overrides, key, value, fix):
+    with pytest.raises(StackConfigError, match=rf"^{re.escape(key)} = {re.escape(value)}.*{fix}") as caught:
+        parse(stack, **overrides)
+    assert caught.value.key == key
+
+
+def test_bad_config_stops_the_program_before_any_resource_is_registered():
+    with pytest.raises(StackConfigError, match="trainplane:clusterKind"):
+        run_program(stack_config("local", clusterKind="gke"))
