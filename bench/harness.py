@@ -124,7 +124,7 @@ def host(args: argparse.Namespace) -> None:
             **settings, node_id=node_id, advertise_address=lightweight_address(node_id),
             bind_address=lightweight_address(node_id), coordinator=lightweight_address(0),
         )
-        agents.append(Agent(s, log=open(os.devnull, "w"), spawner=NullProcesses))  # noqa: SIM115
+        agents.append(Agent(s, log=open(os.environ.get("BENCH_AGENT_LOG", os.devnull), "a"), spawner=NullProcesses))  # noqa: SIM115
     threads = [threading.Thread(target=a.run, daemon=True) for a in agents]
     for t in threads:
         t.start()

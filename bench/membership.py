@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
-from bench.harness import ROOT, LocalJob, lightweight_address, project_env  # noqa: E402
-from runtime.agent.transport import request_json  # noqa: E402
+from bench.harness import ROOT, LocalJob, lightweight_address, project_env
+from runtime.agent.errors import TransportError
+from runtime.agent.transport import request_json
 
 TORCHRUN_DEAD_S = 15.0
 PROBING_DEAD_S = 25.0
@@ -100,7 +101,8 @@ def load_trial(nodes: int, window: float, hosts: int) -> float:
     token = secrets.token_urlsafe(16)
     settings = {
         "job": "load", "token": token, "workers": nodes, "num_proc": 1, "entrypoint": ["none.py"],
-        "agent_port": 32300, "coordinator_port": 32300, "quorum_timeout": 120.0,
+        "agent_port": 32300, "coordinator_port": 32300, "quorum_timeout": 120.0, "distribution": "pytorch",
+        "min_workers": 1,
     }
     procs = []
     per_host = -(-(nodes - 1) // hosts)
@@ -116,16 +118,17 @@ def load_trial(nodes: int, window: float, hosts: int) -> float:
                 ))
             coordinator = lightweight_address(0)
 
-            def formed() -> bool:
+            def settled() -> bool:
+                """World formed, and every member heard from (directly or aggregated) within a TTL."""
                 try:
-                    return request_json(coordinator, 32300, "GET", "/members", token)["status"] == "running"
-                except OSError:
+                    snap = request_json(coordinator, 32300, "GET", "/members", token)
+                except TransportError:
                     return False
-                except Exception:
-                    return False
+                seen = [m["last_seen_s"] for m in snap["members"]]
+                return snap["status"] == "running" and len(seen) == nodes and max(seen) < 3.0
 
-            if not wait_for(formed, 180):
-                raise RuntimeError(f"{nodes} lightweight nodes did not form a world")
+            if not wait_for(settled, 300):
+                raise RuntimeError(f"{nodes} lightweight nodes did not settle into one world")
             time.sleep(3.0)  # let the heartbeat intervals back off to their cap
             before = request_json(coordinator, 32300, "GET", "/info", token)["requests_served"]
             time.sleep(window)
@@ -145,13 +148,15 @@ def main() -> None:
     """Run the trials and print the summary lines."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer trials and shorter windows (under 60 s)")
+    p.add_argument("--nodes", type=int, nargs="+", default=[16, 128, 1024], help="load trial sizes")
+    p.add_argument("--skip-detection", action="store_true", help="only the load trials")
     args = p.parse_args()
     trials = 1 if args.quick else 3
     window = 3.0 if args.quick else 6.0
     print(f"reference: torchrun declares a node dead after {TORCHRUN_DEAD_S * 1000:.0f} ms; "
           f"Probing after {PROBING_DEAD_S * 1000:.0f} ms", flush=True)
     medians = {}
-    for kind in ("crash", "kill", "stop"):
+    for kind in () if args.skip_detection else ("crash", "kill", "stop"):
         times = []
         for _ in range(trials):
             with tempfile.TemporaryDirectory() as tmp:
@@ -159,12 +164,12 @@ def main() -> None:
         medians[kind] = statistics.median(times)
         print(f"{kind:>5}: told all survivors in " + ", ".join(f"{t:.0f}" for t in times) + " ms", flush=True)
     loads = {}
-    for nodes in (16, 128, 1024):
+    for nodes in args.nodes:
         loads[nodes] = load_trial(nodes, window, hosts=4 if nodes > 100 else 1)
         print(f"load: {nodes} nodes -> {loads[nodes]:.3f} requests/s per node at the coordinator "
               f"({loads[nodes] * nodes:.1f} requests/s)", flush=True)
-    print(f"membership crash_ms={medians['crash']:.0f} kill_ms={medians['kill']:.0f} "
-          f"stop_ms={medians['stop']:.0f} load_rps_per_node_1024={loads[1024]:.3f}")
+    fields = " ".join(f"{k}_ms={v:.0f}" for k, v in medians.items())
+    print(f"membership {fields} " + " ".join(f"load_rps_per_node_{n}={v:.3f}" for n, v in loads.items()))
 
 
 if __name__ == "__main__":

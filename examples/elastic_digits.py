@@ -118,6 +118,7 @@ def main() -> None:
     """Train to the end, re-forming the process group on every membership change."""
     args = parse_args()
     while True:
+        generation = runtime.membership.generation()
         try:
             drop_process_group()
             accuracy = train(args)
@@ -125,7 +126,7 @@ def main() -> None:
         except runtime.WorkerMembershipChanged as change:
             print(f"rank {os.environ['RANK']}: {change}", flush=True)
         except RuntimeError as error:
-            change = runtime.membership.wait(CHANGE_WAIT)
+            change = runtime.membership.wait(CHANGE_WAIT, since=generation)
             if change is None:
                 raise
             print(f"rank {os.environ['RANK']}: collective failed ({str(error).splitlines()[0]}); {change}", flush=True)

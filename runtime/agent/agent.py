@@ -34,9 +34,13 @@ from runtime.agent.transport import AgentServer, HttpError, Request, Response, r
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, Failure, Node, World, process_env
 
 TICK = 0.1
-"""Seconds between time-driven checks of the main loop."""
+"""Seconds between the coordinator's time-driven checks (liveness, quorum)."""
+WORKER_TICK = 1.0
+"""Seconds between a worker's time-driven checks (only the wait for a first world); events wake it at once."""
 WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered worker waits for a world beyond the quorum timeout."""
+PUSH_CONCURRENCY = 32
+"""Worlds in flight at once from one agent: bounded so a 1,000-node push is no thundering herd."""
 HEARTBEAT_LOG_EVERY = 20
 """After the first failed heartbeat in a row, log only every this many more."""
 
@@ -113,6 +117,7 @@ class Agent:
         self._events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._registered = threading.Event()
         self._coordinator = Coordinator(settings, clock()) if settings.is_coordinator else None
         self._coordinator_addr: tuple[str, int] = ("", settings.coordinator_port)
         self._children = Liveness()
@@ -121,6 +126,7 @@ class Agent:
         self._exits: dict[int, ProcExit] = {}
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
+        self._push_slots = threading.BoundedSemaphore(PUSH_CONCURRENCY)
         self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-")
         self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.num_proc)
         self._server = AgentServer(
@@ -254,15 +260,14 @@ class Agent:
                 self._procs.stop(self.settings.grace_period)
             for pusher in self._pushers:
                 pusher.join(timeout=5.0)
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             shutil.rmtree(self._run_dir, ignore_errors=True)
 
     def _loop(self) -> int:
         deadline = self._clock() + self.settings.quorum_timeout + WORLD_WAIT_MARGIN
         while True:
             try:
-                event = self._events.get(timeout=TICK)
+                event = self._events.get(timeout=TICK if self._coordinator is not None else WORKER_TICK)
             except queue.Empty:
                 event = None
             if event is not None:
@@ -307,7 +312,7 @@ class Agent:
                 self._push(action)
 
     def _push(self, push: Push) -> None:
-        body = push.world.to_json()
+        body = json.dumps(push.world.to_json()).encode()
         for node in push.targets:
             if node.node_id == self.settings.node_id:
                 self._events.put(_WorldEvent(push.world))
@@ -317,12 +322,13 @@ class Agent:
             self._pushers.append(thread)
         self._pushers = [t for t in self._pushers if t.is_alive()]
 
-    def _send_world(self, node: Node, body: dict[str, Any]) -> None:
+    def _send_world(self, node: Node, body: bytes) -> None:
         try:
-            request_json(node.addr, node.port, "POST", contract.ROUTE_WORLD, self.settings.token, body,
-                         timeout=self._timing.ttl)
+            with self._push_slots:
+                request_json(node.addr, node.port, "POST", contract.ROUTE_WORLD, self.settings.token, body,
+                             timeout=self._timing.ttl)
         except TransportError as exc:
-            self.say(f"could not send generation {body['generation']} to node {node.node_id}: {exc}")
+            self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {exc}")
 
     def _in(self, world: World) -> bool:
         return any(n.node_id == self.settings.node_id for n in world.nodes)
@@ -371,11 +377,12 @@ class Agent:
     def _change_state(self, previous: World, world: World, local_rank: int) -> dict[str, Any]:
         before = [n.addr for n in previous.nodes]
         after = [n.addr for n in world.nodes]
+        before_set, after_set = set(before), set(after)
         return {
             "generation": world.generation,
             "env": process_env(world, world.node_rank_of(self.settings.node_id), local_rank),
-            "added_ips": [a for a in after if a not in before],
-            "removed_ips": [a for a in before if a not in after],
+            "added_ips": [a for a in after if a not in before_set],
+            "removed_ips": [a for a in before if a not in after_set],
             "previous_ips": before,
             "current_ips": after,
         }
@@ -505,6 +512,7 @@ class Agent:
             return contract.EXIT_RENDEZVOUS
         self.say(f"{reason}: registering again")
         self.world = None
+        self._registered.clear()
         if self._coordinator is not None:
             with self._lock:
                 actions = self._coordinator.register(self.node, self._clock())
@@ -557,6 +565,7 @@ class Agent:
         while not self._stopping.is_set():
             try:
                 request_json(host, port, "PUT", contract.ROUTE_MEMBERS, s.token, body)
+                self._registered.set()
                 return
             except Unauthorized as exc:
                 message = f"the coordinator refused this node's token: {exc}"
@@ -596,15 +605,26 @@ class Agent:
         while not self._stopping.wait(interval or self._timing.interval):
             world = self.world
             now = self._clock()
-            if world is None or world.status != RUNNING or not self._in(world) or self._coordinator is not None:
+            waiting = world is None and self._registered.is_set()
+            if self._coordinator is not None or (not waiting and (
+                world is None or world.status != RUNNING or not self._in(world)
+            )):
                 interval, last_ok = 0.0, now
                 continue
-            if world.generation != generation:
-                generation, interval = world.generation, 0.0
-            host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
-            current = {n.node_id for n in world.nodes}
-            ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if k in current}
-            body = {**self._member_body(), "generation": world.generation, "state": "alive", "ages": ages}
+            if world is None:
+                # Registered, no world yet: ask once per TTL (a lost push heals; the coordinator is
+                # not flooded while a large world forms).
+                if interval < self._timing.ttl:
+                    interval = self._timing.ttl
+                    continue
+                host, port, ages, generation = *self._coordinator_addr, {}, 0
+            else:
+                if world.generation != generation:
+                    generation, interval = world.generation, 0.0
+                host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
+                current = {n.node_id for n in world.nodes}
+                ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if k in current}
+            body = {**self._member_body(), "generation": generation, "state": "alive", "ages": ages}
             try:
                 reply = request_json(host, port, "PUT", contract.ROUTE_MEMBERS, self.settings.token, body,
                                      timeout=self._timing.cap)
@@ -619,7 +639,7 @@ class Agent:
                 direct = (host, port) != self._coordinator_addr
                 interval = self._timing.next_interval(interval)
                 silent = self._clock() - last_ok
-                if silent > self._timing.ttl and not direct and lost_sent != world.coordinator:
+                if world is not None and silent > self._timing.ttl and not direct and lost_sent != world.coordinator:
                     lost_sent = world.coordinator
                     self._events.put(_CoordinatorLostEvent(world.coordinator, silent))
                 continue
@@ -627,7 +647,7 @@ class Agent:
                 self._events.put(_CoordinatorBackEvent(failures))
                 lost_sent = None
             failures, direct, last_ok = 0, False, self._clock()
-            interval = self._timing.next_interval(interval)
+            interval = self._timing.ttl if world is None else self._timing.next_interval(interval)
             if "world" in reply:
                 try:
                     self._events.put(_WorldEvent(World.from_json(reply["world"])))

@@ -185,10 +185,15 @@ class Coordinator:
     def heartbeat(self, node_id: int, ages: Mapping[int, float], now: float) -> None:
         """A member (or an aggregating parent, with its subtree's ``node_id -> age``) is alive.
 
+        A registered node still waiting for its first world may beat too (its reply carries the
+        world once formed, so a lost push heals itself).
+
         Raises:
             Rejected: 409 when ``node_id`` is not in the current world (it should re-register).
         """
         world = self.world
+        if world is None and node_id in self.members:
+            return
         if world is None or not any(n.node_id == node_id for n in world.nodes):
             raise Rejected(409, f"node {node_id} is not in the current world; register again")
         self.liveness.beat(node_id, now)

@@ -34,6 +34,18 @@ def _read() -> Optional[dict[str, Any]]:
         return None
 
 
+class _Gate:
+    """Module state: callers of :func:`wait` in progress, and the last change applied."""
+
+    deferring = 0
+    last: Optional[WorkerMembershipChanged] = None
+
+
+def generation() -> int:
+    """The world generation this process's ``os.environ`` describes."""
+    return int(os.environ.get(contract.TRAINPLANE_GENERATION, "0"))
+
+
 def poll() -> Optional[WorkerMembershipChanged]:
     """Apply a pending membership change, if any, and return it (``None`` when there is none).
 
@@ -45,23 +57,27 @@ def poll() -> Optional[WorkerMembershipChanged]:
     if state is None or int(state["generation"]) <= current:
         return None
     os.environ.update(state["env"])
-    return WorkerMembershipChanged(
+    _Gate.last = WorkerMembershipChanged(
         state["added_ips"], state["removed_ips"], state["previous_ips"], state["current_ips"], int(state["generation"])
     )
+    return _Gate.last
 
 
-class _Gate:
-    """Counts callers of :func:`wait`: while any waits, the handler leaves the change to them."""
-
-    deferring = 0
-
-
-def wait(timeout: float, interval: float = 0.05) -> Optional[WorkerMembershipChanged]:
+def wait(timeout: float, since: Optional[int] = None, interval: float = 0.05) -> Optional[WorkerMembershipChanged]:
     """Wait up to ``timeout`` seconds for a membership change; apply and return it, or ``None``.
 
     For code that caught a collective's error (a peer vanished) and wants the agent's account of
     the new world before re-initialising. The change is returned, never raised, while waiting.
+
+    Args:
+        timeout: seconds to wait.
+        since: the generation the caller's process group was built for (see :func:`generation`).
+            If a newer change was already applied, e.g. raised inside library code that swallowed
+            it, that change is returned at once.
+        interval: seconds between polls.
     """
+    if since is not None and _Gate.last is not None and _Gate.last.generation > since:
+        return _Gate.last
     deadline = time.monotonic() + timeout
     _Gate.deferring += 1
     try:

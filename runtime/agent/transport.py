@@ -7,14 +7,17 @@ otherwise), and need a ``Content-Length`` (411 without one).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import http.client
 import json
 import socket
+import socketserver
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
@@ -84,11 +87,35 @@ class AgentServer(ThreadingHTTPServer):
         with self._count_lock:
             self.requests_served += 1
 
+    def server_bind(self) -> None:
+        """Bind without ``HTTPServer``'s reverse DNS lookup of the address (``socket.getfqdn``),
+        which can take seconds per agent where reverse DNS does not answer."""
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
     def start(self) -> threading.Thread:
         """Serve in a daemon thread; returns it."""
-        thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="agent-http", daemon=True)
+        thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)
         thread.start()
         return thread
+
+    def stop(self) -> None:
+        """Stop serving now and close the socket: wakes the serving loop with a connection instead of
+        waiting out its poll interval (0.5 s)."""
+        stopper = threading.Thread(target=self.shutdown, daemon=True)
+        stopper.start()
+        host, port = self.server_address[:2]
+        while stopper.is_alive():
+            with contextlib.suppress(OSError):
+                socket.create_connection((host or "127.0.0.1", port), timeout=0.2).close()
+            stopper.join(0.02)
+        self.server_close()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away mid-reply (broken pipe, reset) is not an error worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def authorized(header: Optional[str], token: str) -> bool:
@@ -183,7 +210,7 @@ def request_json(
     method: str,
     path: str,
     token: str,
-    body: Optional[Mapping[str, Any]] = None,
+    body: Union[Mapping[str, Any], bytes, None] = None,
     timeout: float = 5.0,
 ) -> dict[str, Any]:
     """One JSON request to an agent; a new connection each time.
@@ -194,7 +221,8 @@ def request_json(
         method: HTTP method.
         path: route.
         token: the job token, sent as a bearer token.
-        body: JSON object to send, or ``None``.
+        body: JSON object to send, the same already encoded (bytes, for one body sent to many
+            agents), or ``None``.
         timeout: socket timeout, seconds.
 
     Returns:
@@ -205,7 +233,7 @@ def request_json(
         TransportError: no connection, a timeout, a non-2xx status, or a body that is not JSON.
             ``status`` is ``None`` when no response arrived.
     """
-    data = json.dumps(body).encode() if body is not None else None
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     headers = {contract.AUTH_HEADER: f"{contract.AUTH_SCHEME} {token}"}
     if data is not None:
         headers["Content-Type"] = "application/json"

@@ -7,6 +7,7 @@ gives the same ranks. Standard library only.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
@@ -160,7 +161,11 @@ class World:
         return replace(self, status=status, message=message, exit_code=exit_code, cause=cause)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict; :meth:`from_json` reverses it."""
+        """A JSON-ready dict; :meth:`from_json` reverses it. Computed once per world: do not mutate."""
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> dict[str, Any]:
         return {
             "job": self.job,
             "generation": self.generation,
