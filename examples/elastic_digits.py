@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 from pathlib import Path
@@ -109,9 +110,14 @@ def train(args: argparse.Namespace) -> Optional[float]:
 
 
 def drop_process_group() -> None:
-    """Forget the broken process group so a new one can be initialised."""
+    """Forget the broken process group so a new one can be initialised.
+
+    The collection frees what the failed generation's frames still held, so rank 0's old TCPStore
+    releases MASTER_PORT before the new one binds it.
+    """
     if dist.is_initialized():
         dist.destroy_process_group()
+    gc.collect()
 
 
 def main() -> None:

@@ -118,6 +118,7 @@ class Agent:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._registered = threading.Event()
+        self._world_deadline = float("inf")
         self._coordinator = Coordinator(settings, clock()) if settings.is_coordinator else None
         self._coordinator_addr: tuple[str, int] = ("", settings.coordinator_port)
         self._children = Liveness()
@@ -244,6 +245,9 @@ class Agent:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda signum, _frame: self._events.put(_SignalEvent(signum)))
+            # Inherited by user processes until their bootstrap installs its handler, so a change
+            # that arrives while one is still starting cannot kill it (the bootstrap then polls).
+            signal.signal(DELIVERY_SIGNAL, signal.SIG_IGN)
         self._server.start()
         try:
             if self._coordinator is not None:
@@ -264,7 +268,6 @@ class Agent:
             shutil.rmtree(self._run_dir, ignore_errors=True)
 
     def _loop(self) -> int:
-        deadline = self._clock() + self.settings.quorum_timeout + WORLD_WAIT_MARGIN
         while True:
             try:
                 event = self._events.get(timeout=TICK if self._coordinator is not None else WORKER_TICK)
@@ -278,9 +281,9 @@ class Agent:
                 with self._lock:
                     actions = self._coordinator.tick(self._clock())
                 self._perform(actions)
-            elif self.world is None and self._clock() > deadline:
+            elif self.world is None and self._clock() > self._world_deadline:
                 waited = self.settings.quorum_timeout + WORLD_WAIT_MARGIN
-                self.say(f"no world from the coordinator within {waited:g} s of starting; giving up")
+                self.say(f"no world from the coordinator within {waited:g} s of registering; giving up")
                 return contract.EXIT_RENDEZVOUS
 
     def _handle(self, event: _Event) -> Optional[int]:
@@ -510,16 +513,19 @@ class Agent:
         if not self.settings.elastic:
             self.say(f"removed from the job ({reason}); the job is not elastic, so this node stops")
             return contract.EXIT_RENDEZVOUS
-        self.say(f"{reason}: registering again")
+        self.say(f"{reason}: registering again in {self._timing.ttl:g} s")
         self.world = None
         self._registered.clear()
         if self._coordinator is not None:
-            with self._lock:
-                actions = self._coordinator.register(self.node, self._clock())
-            self._perform(actions)
+            threading.Timer(self._timing.ttl, self._register_locally).start()
         else:
-            self._start_registration()
+            self._start_registration(delay=self._timing.ttl)
         return None
+
+    def _register_locally(self) -> None:
+        with self._lock:
+            actions = self._coordinator.register(self.node, self._clock()) if self._coordinator else []
+        self._events.put(_ActionsEvent(tuple(actions)))
 
     def _on_coordinator_lost(self, event: _CoordinatorLostEvent) -> Optional[int]:
         world = self.world
@@ -545,11 +551,20 @@ class Agent:
 
     # --- registration and heartbeats (background threads) ---------------------------------------
 
-    def _start_registration(self) -> None:
-        threading.Thread(target=self._register, name="register", daemon=True).start()
+    def _start_registration(self, delay: float = 0.0) -> None:
+        """Register from a background thread after ``delay`` seconds.
 
-    def _register(self) -> None:
+        A node dropped from the world waits one TTL before it asks to come back (as Kubernetes backs
+        off a crashing container), so the survivors can re-form their process group first instead
+        of being interrupted again mid-rendezvous.
+        """
+        self._world_deadline = self._clock() + delay + self.settings.quorum_timeout + WORLD_WAIT_MARGIN
+        threading.Thread(target=self._register, args=(delay,), name="register", daemon=True).start()
+
+    def _register(self, delay: float) -> None:
         """Resolve the coordinator and register, retrying with backoff until the quorum timeout."""
+        if self._stopping.wait(delay):
+            return
         s = self.settings
         deadline = self._clock() + s.quorum_timeout
         host, port = self._coordinator_addr

@@ -59,4 +59,5 @@ if __name__ == "__main__":
         membership.ignore()
     else:
         membership.install()
+    membership.poll()  # a change that arrived while this process was starting: take it silently
     run(sys.argv[1:])

@@ -57,10 +57,12 @@ def poll() -> Optional[WorkerMembershipChanged]:
     if state is None or int(state["generation"]) <= current:
         return None
     os.environ.update(state["env"])
-    _Gate.last = WorkerMembershipChanged(
-        state["added_ips"], state["removed_ips"], state["previous_ips"], state["current_ips"], int(state["generation"])
-    )
-    return _Gate.last
+    fields = (state["added_ips"], state["removed_ips"], state["previous_ips"], state["current_ips"],
+              int(state["generation"]))
+    # A separate instance is kept: the one returned may be raised, and its traceback would keep the
+    # frames that hold the old process group (and its TCPStore's port) alive.
+    _Gate.last = WorkerMembershipChanged(*fields)
+    return WorkerMembershipChanged(*fields)
 
 
 def wait(timeout: float, since: Optional[int] = None, interval: float = 0.05) -> Optional[WorkerMembershipChanged]:
@@ -76,8 +78,10 @@ def wait(timeout: float, since: Optional[int] = None, interval: float = 0.05) ->
             it, that change is returned at once.
         interval: seconds between polls.
     """
-    if since is not None and _Gate.last is not None and _Gate.last.generation > since:
-        return _Gate.last
+    last = _Gate.last
+    if since is not None and last is not None and last.generation > since:
+        return WorkerMembershipChanged(last.added_ips, last.removed_ips, last.previous_ips, last.current_ips,
+                                       last.generation)
     deadline = time.monotonic() + timeout
     _Gate.deferring += 1
     try:
