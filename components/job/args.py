@@ -1,6 +1,6 @@
 """``DistributedJobArgs``: what to run and how, validated on construction.
 
-Every check raises :class:`~components.job.errors.InvalidJobArgs` naming the field, the value and the
+Every check raises :class:`~components.errors.InvalidJobArgs` naming the field, the value and the
 fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending.
 """
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from components.errors import InvalidJobArgs
 from components.job import checks
-from components.job.errors import InvalidJobArgs
 from runtime.agent import contract
 from runtime.agent.world import DISTRIBUTIONS
 

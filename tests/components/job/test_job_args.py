@@ -9,8 +9,8 @@ import pytest
 from jobtest import job_args
 
 from components import DistributedJobArgs
+from components.errors import InvalidJobArgs
 from components.job.args import max_name_length, validate_job_name
-from components.job.errors import InvalidJobArgs
 
 INVALID = [
     # (overrides, field, message fragment)

@@ -10,8 +10,8 @@ import pytest
 from jobtest import PASSWORD, Deployment, Mocks, RecordingMonitor, deploy, is_secret, job_args, unsecret
 
 from components import DistributedJob
+from components.errors import InvalidJobArgs
 from components.job.bundle import build_bundle
-from components.job.errors import InvalidJobArgs
 from components.job.render import render_job
 from runtime.agent import contract
 
