@@ -25,7 +25,7 @@ from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, VOLCANO
 from components.addons.volcano import volcano_queue
 from components.cluster import GpuNodeGroupArgs
 from components.cluster.eks import gpu_node_group_settings
-from tests.components.clustertest import KUBECONFIG, deploy
+from tests.components.componenttest import KUBECONFIG, deploy
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 

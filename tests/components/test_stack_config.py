@@ -12,7 +12,7 @@ from components.addons.training_operator import VOLCANO_SCHEDULER
 from components.cluster import EksGpuClusterArgs, ExistingClusterArgs, KindClusterArgs
 from components.errors import StackConfigError
 from components.stack import parse_stack_config
-from tests.components.clustertest import KUBECONFIG, getter, run_program, stack_config, stack_file
+from tests.components.componenttest import KUBECONFIG, getter, run_program, stack_config, stack_file
 
 LOCAL_JOB = stack_file("local")["trainplane:jobs"][0]
 GPU_GROUP = stack_file("aws-gpu")["trainplane:gpuNodeGroups"][0]

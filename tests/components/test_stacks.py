@@ -8,7 +8,7 @@ import pytest
 from components.addons import VolcanoArgs
 from components.cluster import EksGpuClusterArgs, ExistingClusterArgs, KindClusterArgs
 from components.stack.keys import KEY_TYPES
-from tests.components.clustertest import (
+from tests.components.componenttest import (
     KUBECONFIG,
     PROJECT,
     STACKS,

@@ -6,11 +6,11 @@ import re
 from typing import Any
 
 import pytest
-from jobtest import job_args
 
 from components import DistributedJobArgs
 from components.errors import InvalidJobArgs
 from components.job.args import max_name_length, validate_job_name
+from tests.components.componenttest import job_args
 
 INVALID = [
     # (overrides, field, message fragment)

@@ -8,13 +8,13 @@ from typing import Any
 
 import jsonschema
 import pytest
-from jobtest import TOKEN, job_args, validate_manifest
 
 from components.errors import OperatorRuleError
 from components.job.bundle import build_bundle
 from components.job.render import RenderedJob, render_job
 from components.job.workloads import check_pytorchjob
 from runtime.agent import contract
+from tests.components.componenttest import TOKEN, job_args, validate_manifest
 
 BUNDLE = build_bundle()
 BACKENDS = {

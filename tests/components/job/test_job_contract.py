@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobtest import REPO_ROOT, Deployment, deploy, job_args, unsecret
 
 from components import DistributedJob
 from components.job.bundle import materialise
 from runtime.agent import contract
 from runtime.launch import free_port
+from tests.components.componenttest import REPO_ROOT, Deployment, deploy, job_args, unsecret
 
 JOB = "ddp"
 NAMESPACE = "training"
