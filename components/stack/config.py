@@ -19,7 +19,7 @@ from components.addons import (
     TrainingOperatorArgs,
     VolcanoArgs,
 )
-from components.addons.training_operator import VOLCANO_SCHEDULER
+from components.addons.versions import VOLCANO_SCHEDULER
 from components.cluster import (
     ClusterArgs,
     EksGpuClusterArgs,

@@ -101,6 +101,17 @@ def job_args(**overrides: Any) -> DistributedJobArgs:
     return DistributedJobArgs(**base)
 
 
+def tolerates(toleration: Mapping[str, Any], taint: Any) -> bool:
+    """Whether a pod toleration (a dict) with ``operator: Exists`` tolerates an EKS node group taint
+    (``NodeGroupTaintArgs``)."""
+    effects = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+    return (
+        toleration["key"] == taint.key
+        and toleration["operator"] == "Exists"
+        and toleration.get("effect") in (None, effects[taint.effect])
+    )
+
+
 # --- recording mocks ----------------------------------------------------------------------------
 
 

@@ -71,6 +71,7 @@ def test_gpu_flavor_selects_the_gpu_nodes_the_cluster_labels():
         (lambda: ClusterQueueArgs(name="q", quotas={}), "quotas", "map each flavor"),
         (lambda: ClusterQueueArgs(name="q", quotas={"f": {"cpu": "lots"}}), 'quotas["f"]["cpu"]', "quantity"),
         (lambda: ClusterQueueArgs(name="q", quotas={"f": {"cpu": True}}), 'quotas["f"]["cpu"]', "quantity"),
+        (lambda: ClusterQueueArgs(name="q", quotas={"f": {"cpu": "-8"}}), 'quotas["f"]["cpu"]', "quantity"),
         (
             lambda: ClusterQueueArgs(name="q", quotas={"a": {"cpu": 1}, "b": {"memory": "1Gi"}}),
             'quotas["b"]',

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from components.addons.training_operator import VOLCANO_SCHEDULER
+from components.addons.versions import VOLCANO_SCHEDULER
 from components.cluster import EksGpuClusterArgs, ExistingClusterArgs, KindClusterArgs
 from components.errors import StackConfigError
 from components.stack import parse_stack_config

@@ -161,5 +161,16 @@ def test_collections_are_frozen_copies() -> None:
         args.env["NEW"] = "1"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("quantity", ["16Gi", "1.5G", ".5Gi", "512M", "1e9", "64000Ki"])
+def test_memory_takes_any_non_negative_kubernetes_quantity(quantity: str) -> None:
+    assert job_args(memory=quantity, shm_size=quantity).memory == quantity
+
+
+@pytest.mark.parametrize("quantity", ["-1Gi", "+1Gi", "16 Gi", "16GiB"])
+def test_memory_rejects_signed_or_malformed_quantities(quantity: str) -> None:
+    with pytest.raises(InvalidJobArgs, match="not a Kubernetes quantity"):
+        job_args(memory=quantity)
+
+
 def test_args_are_importable_from_package_root() -> None:
     assert DistributedJobArgs(image="img", module="m").workload_backend == "indexed-job"
