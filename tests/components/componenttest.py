@@ -86,6 +86,14 @@ def stack_config(stack: str, **overrides: Any) -> dict[str, str]:
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items() if v is not None}
 
 
+def kube_home(path: Path) -> Path:
+    """Make ``path`` a HOME whose ``~/.kube/config`` is ``KUBECONFIG`` (the existing stack reads kubectl's
+    default kubeconfig); returns ``path``."""
+    (path / ".kube").mkdir()
+    (path / ".kube" / "config").write_text(KUBECONFIG)
+    return path
+
+
 def getter(config: dict[str, str]) -> Callable[[str], Optional[str]]:
     """``pulumi.Config().get`` over ``config``."""
     return lambda key: config.get(f"{PROJECT}:{key}")
