@@ -2,7 +2,10 @@
 
 ComponentError                 base of every error this package raises
 ├── ArgumentError              a component argument is invalid: field, value, fix
-└── StackConfigError           a stack config value is invalid: config key, value, fix
+│   └── InvalidJobArgs         a DistributedJobArgs field (or the job name) is invalid: field, value, problem, fix
+├── StackConfigError           a stack config value is invalid: config key, value, fix
+├── BundleError                the runtime bundle cannot be built from runtime/agent/
+└── OperatorRuleError          a rendered PyTorchJob breaks a training-operator rule
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ class ComponentError(Exception):
 class ArgumentError(ComponentError, ValueError):
     """A component argument is invalid.
 
+    The message is ``"<field>=<value!r>: <detail>"``.
+
     Attributes:
         field: The argument's name as the component spells it (``snake_case``).
         value: The rejected value.
@@ -25,7 +30,42 @@ class ArgumentError(ComponentError, ValueError):
         self.field = field
         self.value = value
         self.fix = fix
-        super().__init__(f"{field}={value!r}: {fix}")
+        super().__init__(f"{field}={value!r}: {self.detail}")
+
+    @property
+    def detail(self) -> str:
+        """The message after ``"<field>=<value!r>: "``: what is wrong and how to fix it."""
+        return self.fix
+
+
+class InvalidJobArgs(ArgumentError):
+    """A job argument is invalid. Raised at preview time, before anything is created.
+
+    The message is ``"<field>=<value!r>: <problem>; <fix>"``.
+
+    Attributes:
+        field: The argument's name, e.g. ``"quorum_workers"``.
+        value: The rejected value.
+        problem: What is wrong with it.
+        fix: What to do instead.
+    """
+
+    def __init__(self, field: str, value: object, problem: str, fix: str) -> None:
+        """Build the error.
+
+        Args:
+            field: The argument's name.
+            value: The rejected value.
+            problem: What is wrong with it.
+            fix: What to do instead.
+        """
+        self.problem = problem
+        super().__init__(field, value, fix)
+
+    @property
+    def detail(self) -> str:
+        """``"<problem>; <fix>"``."""
+        return f"{self.problem}; {self.fix}"
 
 
 class StackConfigError(ComponentError, ValueError):
@@ -42,3 +82,11 @@ class StackConfigError(ComponentError, ValueError):
         self.value = value
         self.fix = fix
         super().__init__(f"{key} = {value!r}: {fix}")
+
+
+class BundleError(ComponentError):
+    """The runtime bundle (the agent's source files) cannot be built or does not fit a ConfigMap."""
+
+
+class OperatorRuleError(ComponentError):
+    """A rendered PyTorchJob breaks a Kubeflow training-operator rule and would be rejected or misrun."""

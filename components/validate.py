@@ -1,4 +1,8 @@
-"""Argument checks shared by the component args dataclasses; each raises ``ArgumentError``."""
+"""Argument checks shared by the component args dataclasses; each raises ``ArgumentError``.
+
+Also the one copy of the API server's syntax rules (``k8s.io/apimachinery/pkg/util/validation`` and
+``pkg/api/resource``) that every component's checks use.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,23 @@ from collections.abc import Sequence
 
 from components.errors import ArgumentError
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_LABEL_MAX = 63
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+"""RFC 1035 label: Service and PyTorchJob names."""
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+"""RFC 1123 label: namespaces and most short names."""
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""RFC 1123 subdomain: most object names."""
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+"""A label value, or a label key's name part."""
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+"""A container environment variable name."""
+_DECIMAL = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+QUANTITY = re.compile(rf"^{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE][-+]?{_DECIMAL}))?$")
+"""A non-negative resource quantity (``resource.Quantity`` without a sign), e.g. ``8``, ``500m``, ``64Gi``."""
+MAX_LABEL = 63
+"""Longest DNS label or label value, characters."""
+MAX_SUBDOMAIN = 253
+"""Longest DNS subdomain, characters."""
 
 
 def dns_label(field: str, value: object) -> str:
@@ -24,7 +43,7 @@ def dns_label(field: str, value: object) -> str:
     Raises:
         ArgumentError: ``value`` is not a lower-case DNS label of at most 63 characters.
     """
-    if not isinstance(value, str) or len(value) > _DNS_LABEL_MAX or not _DNS_LABEL.match(value):
+    if not isinstance(value, str) or len(value) > MAX_LABEL or not DNS1123_LABEL.match(value):
         raise ArgumentError(
             field,
             value,

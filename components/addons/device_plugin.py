@@ -10,7 +10,7 @@ import pulumi
 from components import validate
 from components.addons.helm import helm_release
 from components.addons.versions import NVIDIA_DEVICE_PLUGIN
-from runtime.agent import contract
+from components.gpu import gpu_toleration
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def device_plugin_values() -> dict[str, Any]:
     """
     return {
         "tolerations": [
-            {"key": contract.GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+            gpu_toleration(),
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
         ]
     }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -12,15 +11,8 @@ import pulumi
 from components import validate
 from components.addons.helm import helm_release
 from components.addons.objects import custom_resource
-from components.addons.versions import KUEUE
+from components.addons.versions import KUEUE, KUEUE_API
 from components.errors import ArgumentError
-
-API_VERSION = "kueue.x-k8s.io/v1beta2"
-"""Kueue's storage version since v0.16 (v1beta1 is still served, deprecated)."""
-QUANTITY = re.compile(
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-"""A Kubernetes resource quantity (apimachinery ``resource.Quantity``), e.g. ``8``, ``500m``, ``64Gi``."""
 
 Quantity = Union[int, str]
 
@@ -79,7 +71,7 @@ class ClusterQueueArgs:
                     f'quotas["{flavor}"]', resources, 'map resource names to quantities, e.g. {"cpu": "8"}'
                 )
             for resource, quantity in resources.items():
-                if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
+                if isinstance(quantity, bool) or not validate.QUANTITY.match(str(quantity)):
                     raise ArgumentError(
                         f'quotas["{flavor}"]["{resource}"]',
                         quantity,
@@ -175,7 +167,7 @@ def resource_flavor(args: ResourceFlavorArgs) -> dict[str, Any]:
     """Render a ResourceFlavor."""
     spec = {"nodeLabels": dict(args.node_labels)} if args.node_labels else {}
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": KUEUE_API,
         "kind": "ResourceFlavor",
         "metadata": {"name": args.name},
         "spec": spec,
@@ -190,7 +182,7 @@ def cluster_queue(args: ClusterQueueArgs) -> dict[str, Any]:
         for flavor, resources in args.quotas.items()
     ]
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": KUEUE_API,
         "kind": "ClusterQueue",
         "metadata": {"name": args.name},
         "spec": {
@@ -203,7 +195,7 @@ def cluster_queue(args: ClusterQueueArgs) -> dict[str, Any]:
 def local_queue(args: LocalQueueArgs) -> dict[str, Any]:
     """Render a LocalQueue."""
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
         "metadata": {"name": args.name, "namespace": args.namespace},
         "spec": {"clusterQueue": args.cluster_queue},

@@ -20,7 +20,6 @@ OPERATOR_DEPLOYMENT = "training-operator"
 OPERATOR_CONTAINER = "training-operator"
 GANG_SCHEDULER_FLAG = "--gang-scheduler-name"
 """Operator flag: ``volcano``, or the scheduler-plugins scheduler name; unset means no gang scheduling."""
-VOLCANO_SCHEDULER = "volcano"
 
 SECRET_TYPE = "kubernetes:core/v1:Secret"  # noqa: S105 - a type token, not a secret
 WEBHOOK_TYPE = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"

@@ -1,4 +1,5 @@
-"""Pinned versions of everything the add-ons install, with where each pin comes from.
+"""Pinned versions of everything the add-ons install, with where each pin comes from, and the API
+versions and scheduler names those releases serve (the job components render objects for them too).
 
 The CRD files under ``../shared/schemas/`` that the tests validate against come from the same
 releases (Volcano v1.15.1, Kueue v0.19.2, Kubeflow Training Operator v1.9.4).
@@ -32,9 +33,15 @@ NVIDIA_DEVICE_PLUGIN = HelmChart(
 
 VOLCANO = HelmChart("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts")
 """Volcano v1.15.1 (github.com/volcano-sh/volcano tag v1.15.1; chart from volcano-sh/helm-charts)."""
+VOLCANO_API = "scheduling.volcano.sh/v1beta1"
+"""API version of Volcano's Queue and PodGroup."""
+VOLCANO_SCHEDULER = "volcano"
+"""The scheduler name Volcano registers: pods' ``schedulerName`` and the operator's ``--gang-scheduler-name``."""
 
 KUEUE = HelmChart("oci://registry.k8s.io/kueue/charts/kueue", "0.19.2")
 """Kueue v0.19.2 (github.com/kubernetes-sigs/kueue tag v0.19.2; chart published to registry.k8s.io)."""
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+"""Kueue's storage version since v0.16 (served since v0.15; v1beta1 is still served, deprecated)."""
 
 TRAINING_OPERATOR_VERSION = "v1.9.4"
 """Newest Kubeflow Training Operator v1 tag (github.com/kubeflow/trainer, formerly training-operator)."""

@@ -10,9 +10,8 @@ import pulumi
 from components import validate
 from components.addons.helm import helm_release
 from components.addons.objects import custom_resource
-from components.addons.versions import VOLCANO
+from components.addons.versions import VOLCANO, VOLCANO_API
 
-QUEUE_API_VERSION = "scheduling.volcano.sh/v1beta1"
 BUILTIN_QUEUE = "default"
 """The queue Volcano creates itself; PodGroups without ``spec.queue`` land there."""
 
@@ -48,7 +47,7 @@ class VolcanoArgs:
 def volcano_queue(args: VolcanoArgs) -> dict[str, Any]:
     """Render the Queue: cluster-scoped, reclaimable, weighted."""
     return {
-        "apiVersion": QUEUE_API_VERSION,
+        "apiVersion": VOLCANO_API,
         "kind": "Queue",
         "metadata": {"name": args.queue},
         "spec": {"weight": args.queue_weight, "reclaimable": True},

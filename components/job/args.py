@@ -1,6 +1,6 @@
 """``DistributedJobArgs``: what to run and how, validated on construction.
 
-Every check raises :class:`~components.job.errors.InvalidJobArgs` naming the field, the value and the
+Every check raises :class:`~components.errors.InvalidJobArgs` naming the field, the value and the
 fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending.
 """
 
@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from components import validate
+from components.errors import InvalidJobArgs
 from components.job import checks
-from components.job.errors import InvalidJobArgs
 from runtime.agent import contract
 from runtime.agent.world import DISTRIBUTIONS
 
@@ -217,10 +218,10 @@ def max_name_length(args: DistributedJobArgs) -> int:
     index_digits = len(str(args.max_nodes - 1))
     backend = args.workload_backend
     if backend == PYTORCHJOB:
-        return checks.MAX_LABEL - len("-worker-") - index_digits
+        return validate.MAX_LABEL - len("-worker-") - index_digits
     if backend == STATEFULSET:
         return STATEFULSET_NAME_MAX
-    return checks.MAX_LABEL - 1 - index_digits
+    return validate.MAX_LABEL - 1 - index_digits
 
 
 def _validate_program(a: DistributedJobArgs) -> None:

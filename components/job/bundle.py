@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping, Sequence
 
-from components.job.errors import BundleError
+from components.errors import BundleError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_DIR = PurePosixPath("runtime", "agent")

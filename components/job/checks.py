@@ -2,7 +2,7 @@
 
 Each check takes the argument's name (for the message) and its value, and returns nothing: it either
 passes or raises with the field, the value and the fix. The rules are the API server's own
-(``k8s.io/apimachinery/pkg/util/validation``), so a bad value fails at preview instead of at apply.
+(:mod:`components.validate` holds them), so a bad value fails at preview instead of at apply.
 """
 
 from __future__ import annotations
@@ -10,16 +10,17 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from components.job.errors import InvalidJobArgs
-
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-MAX_LABEL = 63
-MAX_SUBDOMAIN = 253
+from components.errors import InvalidJobArgs
+from components.validate import (
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    ENV_NAME,
+    LABEL_NAME,
+    MAX_LABEL,
+    MAX_SUBDOMAIN,
+    QUANTITY,
+)
 
 
 def require_int(field: str, value: Any, minimum: int) -> None:

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from components.gpu import gpu_toleration
 from components.job.args import DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
@@ -17,7 +18,6 @@ BUNDLE_VOLUME = "trainplane-runtime"
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"  # noqa: S108 - the shared-memory mount, not a temp file
 TOKEN_KEY = "token"  # noqa: S105 - the Secret's key, not a secret
-GPU_RESOURCE = "nvidia.com/gpu"
 ISTIO_INJECT_LABEL = "sidecar.istio.io/inject"
 BUNDLE_DIGEST_ANNOTATION = "trainplane.dev/bundle-sha256"
 MANAGED_BY = "pulumi"
@@ -121,7 +121,7 @@ def resources(args: DistributedJobArgs) -> dict[str, dict[str, Any]]:
     if args.memory is not None:
         requests["memory"] = limits["memory"] = args.memory
     if args.gpus > 0:
-        limits[GPU_RESOURCE] = str(args.gpus)
+        limits[contract.GPU_RESOURCE] = str(args.gpus)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
@@ -174,7 +174,7 @@ def tolerations(args: DistributedJobArgs) -> list[dict[str, Any]]:
     """The user's tolerations, plus the GPU node taint's when the pod asks for GPUs."""
     out = [dict(t) for t in args.tolerations]
     if args.gpus > 0:
-        out.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+        out.append(gpu_toleration())
     return out
 
 

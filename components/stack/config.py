@@ -19,7 +19,7 @@ from components.addons import (
     TrainingOperatorArgs,
     VolcanoArgs,
 )
-from components.addons.training_operator import VOLCANO_SCHEDULER
+from components.addons.versions import VOLCANO_SCHEDULER
 from components.cluster import (
     ClusterArgs,
     EksGpuClusterArgs,
@@ -28,11 +28,11 @@ from components.cluster import (
     KindClusterArgs,
 )
 from components.cluster.existing import load_kubeconfig
-from components.errors import StackConfigError
+from components.errors import ArgumentError, StackConfigError
 from components.job import DistributedJobArgs
 from components.job.args import KUEUE, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, validate_job_name
 from components.stack import keys
-from components.stack.keys import ARGUMENT_ERRORS, build, full_key, translate
+from components.stack.keys import build, full_key, translate
 
 CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
     "kind": (
@@ -145,7 +145,7 @@ def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
         args = cls(**kwargs)
         if isinstance(args, ExistingClusterArgs):
             load_kubeconfig(args)
-    except ARGUMENT_ERRORS as exc:
+    except ArgumentError as exc:
         raise translate(exc, "", {arg: key for key, arg in names.items()}) from exc
     return args
 
@@ -166,7 +166,7 @@ def parse_addons(raw: Mapping[str, Any]) -> AddonsConfig:
     if VOLCANO_ADDON in names:
         try:
             volcano = VolcanoArgs(queue=raw.get("volcanoQueue") or VolcanoArgs.queue)
-        except ARGUMENT_ERRORS as exc:
+        except ArgumentError as exc:
             raise translate(exc, "", {"queue": "volcanoQueue"}) from exc
     operator = None
     if TRAINING_OPERATOR in names:
@@ -201,7 +201,7 @@ def parse_kueue(raw: Any) -> KueueArgs:
             cluster_queues=items.get("clusterQueues", ()),
             local_queues=items.get("localQueues", ()),
         )
-    except ARGUMENT_ERRORS as exc:
+    except ArgumentError as exc:
         raise translate(exc, "kueue.", {}) from exc
 
 
@@ -222,7 +222,7 @@ def parse_jobs(raw: Any) -> tuple[JobConfig, ...]:
         args = build(DistributedJobArgs, item, path, drop=("name",))
         try:
             validate_job_name(name, args)
-        except ARGUMENT_ERRORS as exc:
+        except ArgumentError as exc:
             raise translate(exc, f"{path}.", {}) from exc
         jobs.append(JobConfig(name=name, args=args))
     return tuple(jobs)

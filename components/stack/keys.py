@@ -10,10 +10,9 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar
 
 from components.errors import ArgumentError, StackConfigError
-from components.job.errors import InvalidJobArgs
 
 NAMESPACE = "trainplane"
 """The project name, which Pulumi uses as the namespace of the project's config keys."""
@@ -46,8 +45,6 @@ KEY_TYPES: dict[str, type] = {
 _TYPE_HINTS = {int: "a whole number", bool: "true or false", list: "a list", dict: "an object"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACKETS = re.compile(r"(\[[^\]]*\])")
-ARGUMENT_ERRORS = (ArgumentError, InvalidJobArgs)
-"""Errors that component args raise with ``field``, ``value`` and ``fix`` attributes."""
 
 T = TypeVar("T")
 
@@ -109,11 +106,11 @@ def config_path(field: str, rename: Mapping[str, str]) -> str:
     return "".join(part if part.startswith("[") else _IDENTIFIER.sub(convert, part) for part in _BRACKETS.split(field))
 
 
-def translate(exc: Union[ArgumentError, InvalidJobArgs], prefix: str, rename: Mapping[str, str]) -> StackConfigError:
+def translate(exc: ArgumentError, prefix: str, rename: Mapping[str, str]) -> StackConfigError:
     """Turn an argument error into a stack config error on the matching key.
 
     Args:
-        exc: An ``ArgumentError`` or ``InvalidJobArgs``.
+        exc: An ``ArgumentError`` (or its job subclass ``InvalidJobArgs``).
         prefix: Config path of the object the arguments came from, with a trailing ``.``
             (or empty for top-level keys).
         rename: Argument names whose config key is not simply their camel-case form.
@@ -121,10 +118,7 @@ def translate(exc: Union[ArgumentError, InvalidJobArgs], prefix: str, rename: Ma
     Returns:
         The error to raise, with the key, the value and what is wrong plus the fix.
     """
-    field, value = exc.field, exc.value
-    message, head = str(exc), f"{field}={value!r}: "
-    detail = message[len(head) :] if message.startswith(head) else exc.fix
-    return StackConfigError(full_key(prefix + config_path(field, rename)), value, detail)
+    return StackConfigError(full_key(prefix + config_path(exc.field, rename)), exc.value, exc.detail)
 
 
 def build(cls: type[T], raw: Any, path: str, drop: tuple[str, ...] = ()) -> T:
@@ -155,5 +149,5 @@ def build(cls: type[T], raw: Any, path: str, drop: tuple[str, ...] = ()) -> T:
             raise StackConfigError(full_key(f"{path}.{key}"), None, "set it; it is required")
     try:
         return cls(**{fields[key].name: value for key, value in raw.items() if key in fields})
-    except ARGUMENT_ERRORS as exc:
+    except ArgumentError as exc:
         raise translate(exc, f"{path}.", {}) from exc

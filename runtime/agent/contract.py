@@ -105,6 +105,8 @@ LABEL_JOB = "trainplane.dev/job"
 APP_NAME = "trainplane"
 
 # --- GPU nodes: the cluster components set these, the job components select and tolerate them ---
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource the NVIDIA device plugin advertises; GPU pods request it as a limit."""
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"
 """GPU nodes carry the taint ``nvidia.com/gpu=true:NoSchedule``; GPU pods tolerate it."""

@@ -25,7 +25,7 @@ from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, VOLCANO
 from components.addons.volcano import volcano_queue
 from components.cluster import GpuNodeGroupArgs
 from components.cluster.eks import gpu_node_group_settings
-from tests.components.clustertest import KUBECONFIG, deploy
+from tests.components.componenttest import KUBECONFIG, deploy, tolerates
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -37,19 +37,6 @@ def deploy_addon(build):
         return {}
 
     return deploy(program)
-
-
-def tolerates(toleration, taint):
-    effects = {
-        "NO_SCHEDULE": "NoSchedule",
-        "NO_EXECUTE": "NoExecute",
-        "PREFER_NO_SCHEDULE": "PreferNoSchedule",
-    }
-    return (
-        toleration["key"] == taint.key
-        and toleration["operator"] == "Exists"
-        and toleration.get("effect") in (None, effects[taint.effect])
-    )
 
 
 def test_device_plugin_is_a_pinned_release_that_does_not_wait_for_gpu_nodes():

@@ -11,7 +11,7 @@ from components.addons.kueue import cluster_queue, local_queue, resource_flavor
 from components.addons.volcano import volcano_queue
 from components.errors import ArgumentError
 from runtime.agent import contract
-from tests.components.clustertest import validate_custom
+from tests.components.componenttest import validate_manifest
 
 GPU_FLAVOR = ResourceFlavorArgs(name="gpu", node_labels={contract.GPU_NODE_LABEL: "true"})
 QUEUE = ClusterQueueArgs(
@@ -23,7 +23,7 @@ QUEUE = ClusterQueueArgs(
 def test_volcano_queue_matches_the_crd_and_is_reclaimable():
     queue = volcano_queue(VolcanoArgs(queue="research", queue_weight=3))
 
-    validate_custom(queue)
+    validate_manifest(queue)
     assert queue["metadata"] == {"name": "research"}
     assert queue["spec"] == {"weight": 3, "reclaimable": True}
 
@@ -40,7 +40,7 @@ def test_volcano_queue_matches_the_crd_and_is_reclaimable():
 )
 def test_kueue_objects_match_the_v1beta2_crds(obj):
     assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2"
-    validate_custom(obj)
+    validate_manifest(obj)
 
 
 def test_cluster_queue_admits_every_namespace_with_one_group_over_all_quoted_resources():
@@ -71,6 +71,7 @@ def test_gpu_flavor_selects_the_gpu_nodes_the_cluster_labels():
         (lambda: ClusterQueueArgs(name="q", quotas={}), "quotas", "map each flavor"),
         (lambda: ClusterQueueArgs(name="q", quotas={"f": {"cpu": "lots"}}), 'quotas["f"]["cpu"]', "quantity"),
         (lambda: ClusterQueueArgs(name="q", quotas={"f": {"cpu": True}}), 'quotas["f"]["cpu"]', "quantity"),
+        (lambda: ClusterQueueArgs(name="q", quotas={"f": {"cpu": "-8"}}), 'quotas["f"]["cpu"]', "quantity"),
         (
             lambda: ClusterQueueArgs(name="q", quotas={"a": {"cpu": 1}, "b": {"memory": "1Gi"}}),
             'quotas["b"]',
@@ -105,4 +106,4 @@ def test_validation_is_strict_and_uses_the_rendered_version():
     queue["spec"]["cohort"] = "shared"  # v1beta1's name; v1beta2 renamed it cohortName
 
     with pytest.raises(jsonschema.ValidationError, match="cohort"):
-        validate_custom(queue)
+        validate_manifest(queue)

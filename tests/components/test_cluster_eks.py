@@ -12,7 +12,7 @@ from components.cluster import EksGpuCluster, EksGpuClusterArgs, GpuNodeGroupArg
 from components.cluster.vpc import subnet_cidrs
 from components.errors import ArgumentError
 from runtime.agent import contract
-from tests.components.clustertest import KUBECONFIG, deploy
+from tests.components.componenttest import KUBECONFIG, deploy
 
 ZONES = ("us-west-2a", "us-west-2b")
 A10G = GpuNodeGroupArgs(name="a10g", instance_types=["g5.2xlarge"], min_size=0, max_size=4, desired_size=2)

@@ -7,7 +7,7 @@ import pytest
 from components.cluster import ExistingCluster, ExistingClusterArgs
 from components.cluster.existing import CONTENT_PLACEHOLDER, load_kubeconfig
 from components.errors import ArgumentError
-from tests.components.clustertest import KUBECONFIG, deploy
+from tests.components.componenttest import KUBECONFIG, deploy
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import yaml
 from components.cluster import KindCluster, KindClusterArgs
 from components.cluster.kind import kind_config
 from components.errors import ArgumentError
-from tests.components.clustertest import KIND_CLUSTER_SCHEMA, KUBECONFIG, deploy
+from tests.components.componenttest import KIND_CLUSTER_SCHEMA, KUBECONFIG, deploy
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from components.addons.training_operator import VOLCANO_SCHEDULER
+from components.addons.versions import VOLCANO_SCHEDULER
 from components.cluster import EksGpuClusterArgs, ExistingClusterArgs, KindClusterArgs
 from components.errors import StackConfigError
 from components.stack import parse_stack_config
-from tests.components.clustertest import KUBECONFIG, getter, run_program, stack_config, stack_file
+from tests.components.componenttest import KUBECONFIG, getter, kube_home, run_program, stack_config, stack_file
 
 LOCAL_JOB = stack_file("local")["trainplane:jobs"][0]
 GPU_GROUP = stack_file("aws-gpu")["trainplane:gpuNodeGroups"][0]
@@ -22,9 +22,7 @@ KUEUE = stack_file("existing")["trainplane:kueue"]
 @pytest.fixture(autouse=True)
 def home(tmp_path, monkeypatch):
     """A HOME with a ~/.kube/config: the existing stack reads kubectl's default kubeconfig."""
-    (tmp_path / ".kube").mkdir()
-    (tmp_path / ".kube" / "config").write_text(KUBECONFIG)
-    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(kube_home(tmp_path)))
     return tmp_path
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from runtime.agent import contract
-from tests.components.clustertest import REPO_ROOT, STACKS, run_program, stack_config, stack_file
+from tests.components.componenttest import REPO_ROOT, STACKS, run_program, stack_config, stack_file
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "local-stack.yml"
 PROGRAM_PACKAGES = ("pulumi", "pulumi-kubernetes", "pulumi-random", "pulumi-eks", "pulumi-aws", "pulumi-command")

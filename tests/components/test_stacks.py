@@ -8,11 +8,11 @@ import pytest
 from components.addons import VolcanoArgs
 from components.cluster import EksGpuClusterArgs, ExistingClusterArgs, KindClusterArgs
 from components.stack.keys import KEY_TYPES
-from tests.components.clustertest import (
-    KUBECONFIG,
+from tests.components.componenttest import (
     PROJECT,
     STACKS,
     Deployment,
+    kube_home,
     project_config,
     run_program,
     stack_config,
@@ -42,9 +42,7 @@ INSTALLERS = ("kubernetes:helm.sh/v3:Release", "kubernetes:kustomize/v2:Director
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
     """A HOME with a ~/.kube/config, for the existing stack, which reads kubectl's default kubeconfig."""
-    path = tmp_path_factory.mktemp("home")
-    (path / ".kube").mkdir()
-    (path / ".kube" / "config").write_text(KUBECONFIG)
+    path = kube_home(tmp_path_factory.mktemp("home"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(path))
         yield path

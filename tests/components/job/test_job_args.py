@@ -6,11 +6,11 @@ import re
 from typing import Any
 
 import pytest
-from jobtest import job_args
 
 from components import DistributedJobArgs
+from components.errors import InvalidJobArgs
 from components.job.args import max_name_length, validate_job_name
-from components.job.errors import InvalidJobArgs
+from tests.components.componenttest import job_args
 
 INVALID = [
     # (overrides, field, message fragment)
@@ -159,6 +159,17 @@ def test_collections_are_frozen_copies() -> None:
     assert args.args == ("--x",)
     with pytest.raises(TypeError):
         args.env["NEW"] = "1"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("quantity", ["16Gi", "1.5G", ".5Gi", "512M", "1e9", "64000Ki"])
+def test_memory_takes_any_non_negative_kubernetes_quantity(quantity: str) -> None:
+    assert job_args(memory=quantity, shm_size=quantity).memory == quantity
+
+
+@pytest.mark.parametrize("quantity", ["-1Gi", "+1Gi", "16 Gi", "16GiB"])
+def test_memory_rejects_signed_or_malformed_quantities(quantity: str) -> None:
+    with pytest.raises(InvalidJobArgs, match="not a Kubernetes quantity"):
+        job_args(memory=quantity)
 
 
 def test_args_are_importable_from_package_root() -> None:

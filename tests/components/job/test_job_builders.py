@@ -8,13 +8,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-from jobtest import TOKEN, job_args, validate_manifest
 
+from components.cluster import GpuNodeGroupArgs
+from components.cluster.eks import gpu_node_group_settings
+from components.errors import OperatorRuleError
 from components.job.bundle import build_bundle
-from components.job.errors import OperatorRuleError
 from components.job.render import RenderedJob, render_job
 from components.job.workloads import check_pytorchjob
 from runtime.agent import contract
+from tests.components.componenttest import TOKEN, job_args, tolerates, validate_manifest
 
 BUNDLE = build_bundle()
 BACKENDS = {
@@ -235,6 +237,14 @@ def test_gpu_pod_resources_and_toleration() -> None:
         "sizeLimit": "8Gi",
     }
     assert template["metadata"]["labels"]["team"] == "ml"
+
+
+def test_gpu_pods_tolerate_the_taint_gpu_node_groups_carry() -> None:
+    (taint,) = gpu_node_group_settings(GpuNodeGroupArgs(name="g", instance_types=["g5.xlarge"]))["taints"]
+    template = templates(render(gpus=1))[0]
+    assert any(tolerates(t, taint) for t in template["spec"]["tolerations"])
+    cpu_only = templates(render(**{**FULL, "gpus": 0, "num_proc": 1}))[0]
+    assert not any(tolerates(t, taint) for t in cpu_only["spec"]["tolerations"])
 
 
 def test_headless_service() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from components.errors import BundleError
 from components.job.bundle import (
     MAX_CONFIGMAP_BYTES,
     REPO_ROOT,
@@ -14,7 +15,6 @@ from components.job.bundle import (
     configmap_manifest,
     materialise,
 )
-from components.job.errors import BundleError
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:

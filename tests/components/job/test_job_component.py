@@ -7,13 +7,23 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-from jobtest import PASSWORD, Deployment, Mocks, RecordingMonitor, deploy, is_secret, job_args, unsecret
 
 from components import DistributedJob
+from components.errors import InvalidJobArgs
 from components.job.bundle import build_bundle
-from components.job.errors import InvalidJobArgs
 from components.job.render import render_job
 from runtime.agent import contract
+from tests.components.componenttest import (
+    PASSWORD,
+    PROJECT,
+    STACK,
+    Deployment,
+    RecordingMonitor,
+    deploy,
+    is_secret,
+    job_args,
+    unsecret,
+)
 
 BACKENDS = {
     "indexed-job": {},
@@ -44,6 +54,7 @@ COMMON_TYPES = {
     "kubernetes:core/v1:Service",
     "kubernetes:networking.k8s.io/v1:NetworkPolicy",
 }
+COMPONENT_TYPE = "trainplane:job:DistributedJob"
 OUTPUTS = ("job_name", "namespace", "service_fqdn", "coordinator_url", "token")
 
 
@@ -77,10 +88,10 @@ def expected_types(backend: str, gang: str) -> set[str]:
 def test_children_parents_and_inputs(backend: str, gang: str) -> None:
     overrides = {**BACKENDS[backend], **GANGS[gang]}
     result = run_job(**overrides)
-    component = result.component()
-    children = result.children_of(component.urn)
-    assert set(children) == set(result.registrations) - {"demo", "training-operator"}
-    assert component.parent.endswith("pulumi:pulumi:Stack::project-stack")
+    component = result.one(COMPONENT_TYPE)
+    children = result.children(component)
+    assert set(children) == {r.name for r in result.registrations.values()} - {"demo", "training-operator"}
+    assert component.parent.endswith(f"pulumi:pulumi:Stack::{PROJECT}-{STACK}")
     assert {r.type for r in children.values()} == expected_types(backend, gang)
     assert all(name.startswith("demo-") for name in children)
 
@@ -110,7 +121,7 @@ def test_workload_key_fields_reach_the_engine(backend: str) -> None:
         assert workload["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 3
         container = replicas["Master"]["template"]["spec"]["containers"][0]
     else:
-        group = result.registrations["demo-podgroup"].inputs
+        group = result.named("demo-podgroup").inputs
         assert group["spec"]["minMember"] == 3
         pod = workload["spec"]["template"]
         assert pod["spec"]["schedulerName"] == "volcano"
@@ -120,10 +131,10 @@ def test_workload_key_fields_reach_the_engine(backend: str) -> None:
 
 def test_token_secret_and_outputs() -> None:
     result = run_job(namespace="research")
-    secret = result.registrations["demo-token"].inputs
+    secret = result.named("demo-token").inputs
     assert is_secret(secret["stringData"]), "the token must stay a Pulumi secret"
     assert unsecret(secret["stringData"]) == {"token": PASSWORD}
-    password = result.registrations["demo-token-value"].inputs
+    password = result.named("demo-token-value").inputs
     assert (password["length"], password["special"]) == (48, False)
     assert {k: result.outputs[k] for k in OUTPUTS} == {
         "job_name": "demo",
@@ -137,8 +148,8 @@ def test_token_secret_and_outputs() -> None:
 
 def test_provider_from_opts_reaches_every_kubernetes_child() -> None:
     result = run_job(with_provider=True, backend="pytorchjob", gang_scheduler="kueue", queue="team-a")
-    component = result.component()
-    for child in result.children_of(component.urn).values():
+    component = result.one(COMPONENT_TYPE)
+    for child in result.children(component).values():
         if child.type.startswith("kubernetes:"):
             assert child.provider == result.outputs["provider"]
         else:
@@ -147,7 +158,7 @@ def test_provider_from_opts_reaches_every_kubernetes_child() -> None:
 
 
 def test_bad_name_fails_before_anything_is_registered() -> None:
-    monitor = RecordingMonitor(Mocks())
+    monitor = RecordingMonitor()
     with pytest.raises(InvalidJobArgs, match=r"name='Demo_Job': not a valid name"):
-        deploy(lambda: {"name": DistributedJob("Demo_Job", job_args()).job_name}, monitor)
+        deploy(lambda: {"name": DistributedJob("Demo_Job", job_args()).job_name}, monitor=monitor)
     assert monitor.registrations == {}

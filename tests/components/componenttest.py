@@ -1,5 +1,5 @@
-"""Test helpers for the cluster, add-on and stack tests: stack config loading, a recording Pulumi
-mock that runs ``__main__.py``, and schema validation of rendered objects."""
+"""Test helpers for every component test: stack config loading, job arguments, a recording Pulumi
+mock (it also runs ``__main__.py``), and schema validation of rendered objects."""
 
 from __future__ import annotations
 
@@ -13,15 +13,22 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import jsonschema
+import kubernetes_validate
 import pulumi
 import yaml
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.rpc import _special_secret_sig, _special_sig_key
+
+from components.job.args import DistributedJobArgs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO_ROOT / ".." / "shared" / "schemas"
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
 PROJECT = "trainplane"
+STACK = "test"
+"""The stack every mocked program runs in."""
+STACK_TYPE = "pulumi:pulumi:Stack"
 KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters:
@@ -35,14 +42,22 @@ users:
 - name: test
   user: {token: test-token}
 """
+TOKEN = "test-token-value"
+"""A job token for the pure builders."""
+PASSWORD = "mock-password-result"
+"""What the mocks return as a ``RandomPassword``'s ``result`` (the job token under Pulumi)."""
+KUBERNETES_VERSION = "1.33"
+"""Kubernetes version the built-in objects are validated against (kubernetes-validate, strict)."""
 CRD_FILES = {
+    ("kubeflow.org", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
     ("kueue.x-k8s.io", "ResourceFlavor"): "kueue.x-k8s.io_resourceflavors.yaml",
     ("kueue.x-k8s.io", "ClusterQueue"): "kueue.x-k8s.io_clusterqueues.yaml",
     ("kueue.x-k8s.io", "LocalQueue"): "kueue.x-k8s.io_localqueues.yaml",
     ("scheduling.volcano.sh", "Queue"): "scheduling.volcano.sh_queues.yaml",
     ("scheduling.volcano.sh", "PodGroup"): "scheduling.volcano.sh_podgroups.yaml",
-    ("kubeflow.org", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
+    ("scheduling.x-k8s.io", "PodGroup"): "scheduling.x-k8s.io_podgroups.yaml",
 }
+"""The published CRD (under ``SCHEMAS``) of each custom resource the components render."""
 
 
 # --- stack config -------------------------------------------------------------------------------
@@ -71,12 +86,57 @@ def stack_config(stack: str, **overrides: Any) -> dict[str, str]:
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items() if v is not None}
 
 
+def kube_home(path: Path) -> Path:
+    """Make ``path`` a HOME whose ``~/.kube/config`` is ``KUBECONFIG`` (the existing stack reads kubectl's
+    default kubeconfig); returns ``path``."""
+    (path / ".kube").mkdir()
+    (path / ".kube" / "config").write_text(KUBECONFIG)
+    return path
+
+
 def getter(config: dict[str, str]) -> Callable[[str], Optional[str]]:
     """``pulumi.Config().get`` over ``config``."""
     return lambda key: config.get(f"{PROJECT}:{key}")
 
 
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+def job_args(**overrides: Any) -> DistributedJobArgs:
+    """A small valid job, with ``overrides`` applied."""
+    base: dict[str, Any] = {"image": "python:3.11-slim", "script": "train.py", "workers": 2, "num_proc": 2}
+    base.update(overrides)
+    return DistributedJobArgs(**base)
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Any) -> bool:
+    """Whether a pod toleration (a dict) with ``operator: Exists`` tolerates an EKS node group taint
+    (``NodeGroupTaintArgs``)."""
+    effects = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+    return (
+        toleration["key"] == taint.key
+        and toleration["operator"] == "Exists"
+        and toleration.get("effect") in (None, effects[taint.effect])
+    )
+
+
 # --- recording mocks ----------------------------------------------------------------------------
+
+
+def is_secret(value: Any) -> bool:
+    """Whether a mock input is a Pulumi secret (serialised with the secret signature)."""
+    return isinstance(value, dict) and value.get(_special_sig_key) == _special_secret_sig
+
+
+def unsecret(value: Any) -> Any:
+    """A mock input with every secret wrapper replaced by the value inside it."""
+    if is_secret(value):
+        return unsecret(value["value"])
+    if isinstance(value, dict):
+        return {k: unsecret(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unsecret(v) for v in value]
+    return value
 
 
 @dataclass
@@ -91,18 +151,20 @@ class Registration:
     provider: str
     custom: bool
     remote: bool
+    delete_before_replace: bool
+    replace_on_changes: list[str]
     inputs: dict[str, Any]
     transforms: list[Any] = field(default_factory=list)
 
 
 class Mocks(pulumi.runtime.Mocks):
-    """Non-empty ids, ``metadata`` on Kubernetes objects, and the outputs the program reads."""
+    """Non-empty ids, ``metadata`` on Kubernetes objects, and the outputs the programs read."""
 
     def __init__(self) -> None:
-        self.seen: dict[str, pulumi.runtime.MockResourceArgs] = {}
+        self.seen: dict[tuple[str, str], pulumi.runtime.MockResourceArgs] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
-        self.seen[args.name] = args
+        self.seen[args.typ, args.name] = args
         outputs = dict(args.inputs)
         if args.typ.startswith("kubernetes:") and args.typ != "pulumi:providers:kubernetes":
             metadata = {"name": args.name, "namespace": "default", **(outputs.get("metadata") or {})}
@@ -114,7 +176,7 @@ class Mocks(pulumi.runtime.Mocks):
         if args.typ == "aws:iam/role:Role":
             outputs.update(arn=f"arn:aws:iam::123456789012:role/{args.name}", name=args.name)
         if args.typ == "random:index/randomPassword:RandomPassword":
-            outputs["result"] = "mock-token"
+            outputs["result"] = PASSWORD
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, None]:
@@ -122,7 +184,7 @@ class Mocks(pulumi.runtime.Mocks):
 
 
 class RecordingMonitor(MockMonitor):
-    """The mock monitor, also recording each registration's parent, dependencies and provider.
+    """The mock monitor, also recording each registration's parent, dependencies, provider and options.
 
     It declines resource references, so a resource passed as an input (``eks.ManagedNodeGroup``'s
     ``cluster``) arrives as its URN instead of being rehydrated on the monitor's own event loop.
@@ -148,8 +210,8 @@ class RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
-        if request.type != "pulumi:pulumi:Stack":
-            seen = self.mocks.seen[request.name]
+        if request.type != STACK_TYPE:
+            seen = self.mocks.seen[request.type, request.name]
             self.registrations[response.urn] = Registration(
                 type=request.type,
                 name=request.name,
@@ -159,6 +221,8 @@ class RecordingMonitor(MockMonitor):
                 provider=request.provider,
                 custom=request.custom,
                 remote=request.remote,
+                delete_before_replace=request.deleteBeforeReplace,
+                replace_on_changes=list(request.replaceOnChanges),
                 inputs=seen.inputs,
                 transforms=list(seen.transforms),
             )
@@ -187,9 +251,13 @@ class Deployment:
         (found,) = [r for r in self.registrations.values() if r.name == name]
         return found
 
+    def children(self, reg: Registration) -> dict[str, Registration]:
+        """The registrations whose parent is ``reg``, by name."""
+        return {r.name: r for r in self.registrations.values() if r.parent == reg.urn}
+
     def descendants(self, reg: Registration) -> list[Registration]:
         """Every registration below ``reg``."""
-        below = [r for r in self.registrations.values() if r.parent == reg.urn]
+        below = list(self.children(reg).values())
         return below + [d for r in below for d in self.descendants(r)]
 
     def parent_of(self, reg: Registration) -> Optional[Registration]:
@@ -197,18 +265,24 @@ class Deployment:
         return self.registrations.get(reg.parent)
 
 
-def deploy(program: Callable[[], Mapping[str, Any]], config: Optional[dict[str, str]] = None) -> Deployment:
+def deploy(
+    program: Callable[[], Mapping[str, Any]],
+    config: Optional[dict[str, str]] = None,
+    monitor: Optional[RecordingMonitor] = None,
+) -> Deployment:
     """Run ``program`` under fresh mocks with ``config`` and wait for every registration.
 
     Args:
         program: Creates resources; returns named values (Outputs or plain) to resolve.
         config: Config values by full key.
+        monitor: The monitor to record into, to inspect it when ``program`` raises; a fresh one by
+            default.
 
     Returns:
         The registrations and the resolved values (and which are secret).
     """
-    monitor = RecordingMonitor()
-    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack="test", preview=False, monitor=monitor)
+    monitor = monitor or RecordingMonitor()
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=STACK, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config(config or {})
     resolved: dict[str, Any] = {}
     secret: set[str] = set()
@@ -267,13 +341,16 @@ def crd_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(_strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"])))
 
 
-def validate_custom(obj: dict[str, Any]) -> None:
-    """Validate a custom object against its CRD schema.
+def validate_manifest(obj: dict[str, Any]) -> None:
+    """Validate one object: custom resources against their CRD, built-ins with kubernetes-validate (strict).
 
     Raises:
-        jsonschema.ValidationError: It does not match.
+        jsonschema.ValidationError: The object does not match its schema.
     """
-    crd_validator(obj["apiVersion"], obj["kind"]).validate(obj)
+    if (obj["apiVersion"].split("/")[0], obj["kind"]) in CRD_FILES:
+        crd_validator(obj["apiVersion"], obj["kind"]).validate(obj)
+    else:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
 def _closed(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
