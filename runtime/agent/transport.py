@@ -95,6 +95,14 @@ def authorized(header: Optional[str], token: str) -> bool:
 class _RequestHandler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def handle(self) -> None:
+        """Serve the connection's requests; a peer that hangs up (an aborted fan-out) ends it quietly."""
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default per-request stderr log."""
