@@ -1,5 +1,30 @@
 """trainplane's runtime: the in-pod agent (``runtime.agent``), the local launcher and the client.
 
 Importing this package needs the standard library only; httpx and kubernetes are imported by the
-client-side modules alone.
+client-side modules alone (``runtime.client``, ``runtime.workflow``). The exceptions user code and
+callers catch are re-exported here, e.g. ``except runtime.WorkerMembershipChanged``.
 """
+
+from runtime.agent.errors import (
+    CallCancelled,
+    CallError,
+    CallTimeout,
+    NodeFailed,
+    RemoteError,
+    TrainplaneError,
+    TransportError,
+    Unauthorized,
+    WorkerMembershipChanged,
+)
+
+__all__ = [
+    "CallCancelled",
+    "CallError",
+    "CallTimeout",
+    "NodeFailed",
+    "RemoteError",
+    "TrainplaneError",
+    "TransportError",
+    "Unauthorized",
+    "WorkerMembershipChanged",
+]

@@ -19,8 +19,9 @@ from typing import Any, Callable, Optional, TextIO, Union
 from runtime.agent import contract
 from runtime.agent.bootstrap import die_with_parent
 from runtime.agent.coordinator import Action, Coordinator, Push, Rejected, Say
+from runtime.agent.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
-from runtime.agent.procs import LocalProcesses, ProcExit
+from runtime.agent.procs import LocalProcesses, ProcExit, Supervised
 from runtime.agent.resolver import Resolver
 from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import AgentServer, HttpError, Request, Response, request_json
@@ -82,7 +83,8 @@ class Agent:
         self._coordinator = Coordinator(settings, clock()) if settings.is_coordinator else None
         self._coordinator_addr = ""
         self.world: Optional[World] = None
-        self._procs: Optional[LocalProcesses] = None
+        self._procs: Optional[Supervised] = None
+        self._service = ServiceNode(settings, lambda: self.world, self.say) if settings.mode == "service" else None
         self._exits: dict[int, ProcExit] = {}
         self._reported: set[int] = set()
         self._pushers: list[threading.Thread] = []
@@ -95,6 +97,7 @@ class Agent:
                 ("GET", contract.ROUTE_MEMBERS): self._route_get_members,
                 ("PUT", contract.ROUTE_MEMBERS): self._route_put_members,
                 ("POST", contract.ROUTE_WORLD): self._route_world,
+                **(self._service.routes() if self._service is not None else batch_mode_routes()),
             },
             contract.MAX_BODY_BYTES,
         )
@@ -122,6 +125,7 @@ class Agent:
                 "generation": world.generation if world else 0,
                 "status": world.status if world else "forming",
                 "mode": self.settings.mode,
+                "service": self._service.stats() if self._service is not None else None,
             },
         )
 
@@ -274,7 +278,7 @@ class Agent:
         envs = [{**base, **process_env(world, node_rank, i)} for i in range(self.settings.num_proc)]
         log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
         self._exits = {}
-        self._procs = LocalProcesses(
+        self._procs = self._service.workers(world, envs, log_dir) if self._service is not None else LocalProcesses(
             world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
             self._events.put, log_dir,
         )

@@ -91,7 +91,7 @@ class ServiceNode:
         settings: the agent's settings (node id, token, tree settings, pickle opt-in, grace period).
         world: returns the agent's current world (``None`` before one formed).
         say: writes one line to the agent's log.
-        executor: runs calls on this node's ranks; ``None`` until :meth:`start_workers` makes one.
+        executor: runs calls on this node's ranks; ``None`` until :meth:`workers` makes one.
         on_unreachable: called with a child node whose connection was refused (membership's probe seam).
         clock: monotonic clock, seconds.
     """
@@ -125,15 +125,17 @@ class ServiceNode:
         """The routes this node serves."""
         return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec}
 
-    def start_workers(self, world: World, envs: Sequence[Mapping[str, str]], log_dir: Optional[str]) -> WorkerPool:
-        """Start this node's long-lived worker processes for ``world``; they serve calls from now on.
+    def workers(self, world: World, envs: Sequence[Mapping[str, str]], log_dir: Optional[str]) -> WorkerPool:
+        """This node's long-lived worker processes for ``world``, not yet started; they take calls from now on.
 
-        Must be called from a thread that outlives the processes' use (the agent's main thread).
+        Args:
+            world: the generation they belong to.
+            envs: one environment per local rank (the contract merged over the agent's environment).
+            log_dir: directory for ``rank-N.log`` files, or ``None``.
         """
         node_rank = world.node_rank_of(self._settings.node_id)
         pool = WorkerPool(world.generation, node_rank, self._layout_of(world).first[node_rank], envs, self._say,
                           self._settings.grace_period, log_dir)
-        pool.start()
         self._executor = pool
         return pool
 
@@ -285,6 +287,15 @@ class ServiceNode:
                           f"{node.port}: {answer.error or answer.status}")
 
         Batch(self._connections, exchanges, self._clock() + CANCEL_TIMEOUT, self._clock).run(check)
+
+
+def batch_mode_routes() -> Routes:
+    """``/call`` and ``/exec`` for a batch-mode agent: 409, naming the setting that enables them."""
+
+    def refuse(_request: Request) -> Response:
+        raise HttpError(409, f"this job runs in batch mode; start it with {contract.MODE}=service to take calls")
+
+    return {("POST", contract.ROUTE_CALL): refuse, ("POST", contract.ROUTE_EXEC): refuse}
 
 
 class _Execution:

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Callable, Mapping, Optional, Sequence
+from typing import IO, BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
 
@@ -25,6 +25,16 @@ STDERR_TAIL_LINES = 20
 """Lines of a failing process's stderr kept for the root-cause report."""
 RUNTIME_ROOT = str(Path(__file__).resolve().parents[2])
 """The directory holding the ``runtime`` package; put on the user processes' PYTHONPATH."""
+
+
+class Supervised(Protocol):
+    """What the agent does with one generation's processes (``LocalProcesses``, ``pool.WorkerPool``)."""
+
+    def start(self) -> None:
+        """Start them. Called from the agent's main thread."""
+
+    def stop(self, grace: float) -> None:
+        """Stop them: SIGTERM, SIGKILL after ``grace`` seconds; safe to call more than once."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime.agent import contract
-from runtime.launch import free_port
+from runtime.local import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
 ENV_DUMP = """
