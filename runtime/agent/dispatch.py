@@ -117,7 +117,7 @@ class ServiceNode:
         self._inflight: dict[str, queue.SimpleQueue[_Event]] = {}
         self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._layout: Optional[_Layout] = None
-        self._counts = {"calls": 0, "execs": 0}
+        self._counts = {"calls": 0, "execs": 0, "cancels": 0}
 
     # --- wiring ----------------------------------------------------------------------------------
 
@@ -151,7 +151,7 @@ class ServiceNode:
             events.put(_Abort(error))
 
     def stats(self) -> dict[str, int]:
-        """Counters: calls taken (coordinator), execs taken, requests this node has sent."""
+        """Counters: calls taken (coordinator), execs and cancels received, requests this node has sent."""
         return {**self._counts, "requests_sent": self._connections.sent}
 
     def close(self) -> None:
@@ -215,6 +215,7 @@ class ServiceNode:
     def _route_cancel(self, call_id: Any) -> Response:
         if not isinstance(call_id, str) or not call_id:
             raise HttpError(400, "cancel must name a call id")
+        self._count("cancels")
         with self._lock:
             events = self._inflight.get(call_id)
             if events is None:

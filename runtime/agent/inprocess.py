@@ -9,10 +9,13 @@ deadlines, status checks - is the production code. Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.calls import remote_error
@@ -22,6 +25,20 @@ from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import AgentServer, Request, Response
 from runtime.agent.wire import JSON, pack_result
 from runtime.agent.world import World
+
+_context = threading.local()
+
+
+def current_rank() -> int:
+    """The global rank whose call this thread runs: what ``RANK`` is to a worker process.
+
+    Raises:
+        RuntimeError: called outside an in-process call.
+    """
+    rank = getattr(_context, "rank", None)
+    if rank is None:
+        raise RuntimeError("current_rank() is only known inside a call run by an InProcessExecutor")
+    return int(rank)
 
 
 class InProcessExecutor:
@@ -53,6 +70,7 @@ class InProcessExecutor:
 
     def _run(self, call: LocalCall, rank: int) -> None:
         invocation = call.invocation
+        _context.rank = rank
         try:
             args, kwargs = invocation.arguments()
             value = invocation.resolve()(*args, **kwargs)
@@ -62,7 +80,35 @@ class InProcessExecutor:
         except Exception as exc:  # any exception of the user's function is its result
             call.post(RankFailed(rank, remote_error(exc, rank, self._node_rank, invocation.fn)))
             return
+        finally:
+            _context.rank = None
         call.post(RankDone(rank, packed))
+
+
+class _ClosingServer(AgentServer):
+    """An ``AgentServer`` that can drop its open connections, so a stopped node looks gone to its peers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._open_lock:
+            open_now = list(self._open)
+        for sock in open_now:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class LightweightAgent:
@@ -81,7 +127,7 @@ class LightweightAgent:
         self.world: Optional[World] = None
         self.service = ServiceNode(settings, lambda: self.world, say or (lambda line: print(line, file=sys.stderr)))
         routes = {("GET", contract.ROUTE_INFO): self._route_info, **self.service.routes()}
-        self.server = AgentServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES)
+        self.server = _ClosingServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES)
 
     @property
     def port(self) -> int:
@@ -100,9 +146,10 @@ class LightweightAgent:
         self.world = world
 
     def stop(self) -> None:
-        """Stop serving and close connections."""
+        """Stop serving and drop every connection, as a node that died would."""
         self.server.shutdown()
         self.server.server_close()
+        self.server.close_connections()
         self.service.close()
 
     def _route_info(self, _request: Request) -> Response:

@@ -122,7 +122,7 @@ def unpack_pickled_arguments(payload: str) -> tuple[tuple[Any, ...], dict[str, A
     """
     try:
         args, kwargs = pickle.loads(base64.b64decode(payload, validate=True))  # noqa: S301 - see module docstring
-    except (ValueError, TypeError, pickle.UnpicklingError, EOFError) as exc:
+    except Exception as exc:  # unpickling arbitrary bytes can raise almost anything
         raise ValueError(f"pickled arguments are not an (args, kwargs) pair: {exc}") from exc
     if not isinstance(args, tuple) or not isinstance(kwargs, dict):
         raise ValueError("pickled arguments are not an (args, kwargs) pair")
