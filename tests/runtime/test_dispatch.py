@@ -47,8 +47,11 @@ class Fleet:
 
     def stop(self) -> None:
         self.client.close()
-        for agent in self.agents:
-            agent.stop()
+        stoppers = [threading.Thread(target=agent.stop) for agent in self.agents]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
 
 
 @pytest.fixture(scope="module")
