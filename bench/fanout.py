@@ -66,6 +66,15 @@ class Point:
     coordinator_cpu_ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One fleet's interleaved samples: the calls, the bare rounds and the bare exec rounds."""
+
+    call: Point
+    bare: Point
+    bare_exec: Point
+
+
 class Fleet:
     """N lightweight agents over several host processes, sharing one world.
 
@@ -129,6 +138,27 @@ class Fleet:
             raise RuntimeError("bare request failed")
         return elapsed
 
+    def bare_exec(self) -> float:
+        """Every agent's one-node ``POST /exec`` of the no-op at once from one thread (no tree); seconds.
+
+        Not a baseline the target is judged against: it shows what running the call on every node
+        costs here without any fan-out structure, to separate the tree's overhead from the per-node work.
+        """
+        answers: list[Answer] = []
+        call_id = secrets.token_hex(8)
+        exchanges = [
+            Exchange("127.0.0.1", p, "POST", contract.ROUTE_EXEC, json.dumps({
+                "call_id": call_id, "generation": 1, "invocation": {"fn": NOOP}, "timeout": 60, "nodes": [i],
+                "fanout": WIDTH}).encode())
+            for i, p in enumerate(self.ports)
+        ]
+        started = time.perf_counter()
+        Batch(self.pool, exchanges, time.monotonic() + 60).run(answers.append)
+        elapsed = time.perf_counter() - started
+        if len(answers) != self.nodes or any(a.status != 200 for a in answers):
+            raise RuntimeError("bare exec failed")
+        return elapsed
+
     def coordinator_requests(self) -> int:
         """Requests the coordinator has sent so far (its ``/info`` counters)."""
         answer = self._one(Exchange("127.0.0.1", self.ports[0], "GET", contract.ROUTE_INFO))
@@ -158,19 +188,30 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return 1000 * ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def measure(fleet: Fleet, mode: str, calls: int, warmup: int) -> Point:
-    """Time ``calls`` no-op calls (or bare rounds) after ``warmup`` untimed ones."""
-    run = fleet.bare if mode == "bare" else fleet.call
+def measure(fleet: Fleet, mode: str, calls: int, warmup: int) -> Measured:
+    """Time ``calls`` no-op calls, each followed by one bare and one bare-exec round on the same fleet.
+
+    Interleaving puts all three under the same load, which on shared cores drifts from second to second.
+    """
     for _ in range(warmup):
-        run()
-    if mode == "bare":
-        samples = [run() for _ in range(calls)]
-        return Point(fleet.nodes, mode, percentile(samples, 50), percentile(samples, 99))
-    sent, cpu = fleet.coordinator_requests(), fleet.coordinator_cpu()
-    samples = [run() for _ in range(calls)]
-    cpu_ms = 1000 * (fleet.coordinator_cpu() - cpu) / calls
+        fleet.call()
+        fleet.bare()
+        fleet.bare_exec()
+    calls_s, bare_s, exec_s, cpu_s = [], [], [], 0.0
+    sent = fleet.coordinator_requests()
+    for _ in range(calls):
+        cpu = fleet.coordinator_cpu()
+        calls_s.append(fleet.call())
+        cpu_s += fleet.coordinator_cpu() - cpu
+        bare_s.append(fleet.bare())
+        exec_s.append(fleet.bare_exec())
     requests = (fleet.coordinator_requests() - sent) / calls
-    return Point(fleet.nodes, mode, percentile(samples, 50), percentile(samples, 99), requests, cpu_ms)
+
+    def point(name: str, samples: list[float]) -> Point:
+        return Point(fleet.nodes, name, percentile(samples, 50), percentile(samples, 99))
+
+    call = Point(fleet.nodes, mode, percentile(calls_s, 50), percentile(calls_s, 99), requests, 1000 * cpu_s / calls)
+    return Measured(call, point("bare", bare_s), point("bare_exec", exec_s))
 
 
 @dataclass(frozen=True)
@@ -246,7 +287,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer calls per point (under a minute)")
     p.add_argument("--nodes", default="8,64,256,1024", help="comma-separated node counts; 1024 must be one")
-    p.add_argument("--hosts", type=int, default=7, help="OS processes for the non-coordinator agents")
+    p.add_argument("--agents-per-host", type=int, default=64,
+                   help="lightweight agents per OS process (the coordinator always has its own); default 64")
     p.add_argument("--rtt-ms", type=float, default=ASSUMED_RTT_MS, help="network round trip the model assumes")
     p.add_argument("--host", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -256,29 +298,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sizes = [int(n) for n in args.nodes.split(",")]
     if 1024 not in sizes:
         p.error("--nodes must include 1024 (the summary line reports it)")
-    calls = {n: (10 if args.quick else (200 if n <= 64 else 100)) for n in sizes}
-    warmup = 3 if args.quick else 10
+    calls = {n: (5 if n >= 1024 else 8) if args.quick else (100 if n <= 64 else 50) for n in sizes}
+    warmup = 2 if args.quick else 5
     load = os.getloadavg()[0]
-    print(f"fanout setup cpus={os.cpu_count()} load_avg_1m={load:.1f} hosts={args.hosts}+1 width={WIDTH} "
-          f"quick={args.quick}", flush=True)
-    points: dict[tuple[int, str], Point] = {}
+    print(f"fanout setup cpus={os.cpu_count()} load_avg_1m={load:.1f} agents_per_host={args.agents_per_host} "
+          f"width={WIDTH} quick={args.quick}", flush=True)
+    points: dict[tuple[int, str], Measured] = {}
     for n in sizes:
+        hosts = min(n - 1, max(2, -(-(n - 1) // args.agents_per_host)))
         for mode, threshold in (("flat", FLAT_THRESHOLD), ("tree", 1)):
-            fleet = Fleet(n, min(args.hosts, max(1, n - 1)), threshold)
+            fleet = Fleet(n, hosts, threshold)
             try:
-                points[n, mode] = measure(fleet, mode, calls[n], warmup)
-                if mode == "flat":
-                    points[n, "bare"] = measure(fleet, "bare", calls[n], warmup)
+                m = points[n, mode] = measure(fleet, mode, calls[n], warmup)
             finally:
                 fleet.stop()
-        for mode in ("flat", "tree", "bare"):
-            pt = points[n, mode]
-            extra = (f" coordinator_requests={pt.coordinator_requests:g} coordinator_cpu_ms={pt.coordinator_cpu_ms:.1f}"
-                     if mode != "bare" else "")
-            print(f"fanout nodes={n} mode={mode} p50_ms={pt.p50_ms:.2f} p99_ms={pt.p99_ms:.2f}{extra}", flush=True)
+            print(f"fanout nodes={n} mode={mode} p50_ms={m.call.p50_ms:.2f} p99_ms={m.call.p99_ms:.2f} "
+                  f"bare_p50_ms={m.bare.p50_ms:.2f} bare_p99_ms={m.bare.p99_ms:.2f} "
+                  f"bare_exec_p50_ms={m.bare_exec.p50_ms:.2f} ratio_vs_bare={m.call.p50_ms / m.bare.p50_ms:.2f} "
+                  f"coordinator_requests={m.call.coordinator_requests:g} "
+                  f"coordinator_cpu_ms={m.call.coordinator_cpu_ms:.1f} host_processes={hosts}+1 calls={calls[n]}",
+                  flush=True)
     small = Fleet(2, 1, FLAT_THRESHOLD)
     try:
-        model = run_model(small, points[1024, "flat"], points[1024, "tree"], 20 if args.quick else 200)
+        model = run_model(small, points[1024, "flat"].call, points[1024, "tree"].call, 20 if args.quick else 200)
     finally:
         small.stop()
     print(f"model base_ms={model.base_ms:.3f} hop_ms={model.hop_ms:.3f} per_child_us={1000 * model.per_child_ms:.1f} "
@@ -286,7 +328,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for n in (1000, 10_000):
         print(f"model separate_hosts nodes={n} flat_ms={model.predict(n, False, args.rtt_ms):.1f} "
               f"tree_ms={model.predict(n, True, args.rtt_ms):.1f}", flush=True)
-    tree, flat, bare = points[1024, "tree"], points[1024, "flat"], points[1024, "bare"]
+    tree, flat, bare = points[1024, "tree"].call, points[1024, "flat"].call, points[1024, "tree"].bare
     ratio = tree.p50_ms / bare.p50_ms
     print(f"target ratio_vs_bare<={TARGET_RATIO:g}: {'met' if ratio <= TARGET_RATIO else 'MISSED'} ({ratio:.2f}); "
           f"coordinator_requests<={WIDTH}: {'met' if tree.coordinator_requests <= WIDTH else 'MISSED'} "

@@ -39,6 +39,8 @@ class Channel:
         self._sock = sock
         self._send_lock = threading.Lock()
         self._buffer = bytearray()
+        self._poller = select.poll()  # not select(): it cannot watch descriptors numbered 1024 or more
+        self._poller.register(sock, select.POLLIN)
 
     def fileno(self) -> int:
         """The socket's file descriptor (for ``select``)."""
@@ -72,10 +74,9 @@ class Channel:
             message = self._take()
             if message is not None:
                 return message
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
             try:
-                readable, _, _ = select.select([self._sock], [], [], wait)
-                if not readable:
+                if not self._poller.poll(wait):
                     return None
                 chunk = self._sock.recv(1 << 16)
             except (OSError, ValueError) as exc:

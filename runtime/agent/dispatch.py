@@ -55,7 +55,26 @@ class _Abort:
     error: TrainplaneError
 
 
-_Event = Union[RankDone, RankFailed, Answer, _Abort]
+@dataclass(frozen=True)
+class _ChildFailed:
+    """A child answered with an error, or did not answer."""
+
+    error: TrainplaneError
+
+
+@dataclass(frozen=True)
+class _ChildTimedOut:
+    """A child's subtree missed its deadline; these ranks had not answered."""
+
+    pending_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _ChildrenDone:
+    """Every child has answered."""
+
+
+_Event = Union[RankDone, RankFailed, _Abort, _ChildFailed, _ChildTimedOut, _ChildrenDone]
 
 
 @dataclass(frozen=True)
@@ -67,10 +86,11 @@ class Results:
 
 
 class _Layout:
-    """Node rank to global ranks for one world, computed once (prefix sums)."""
+    """One world's lookups, computed once: node id to node rank, node rank to global ranks."""
 
     def __init__(self, world: World) -> None:
         self.world = world
+        self.node_rank = {node.node_id: i for i, node in enumerate(world.nodes)}
         self.first: list[int] = []
         total = 0
         for node in world.nodes:
@@ -133,8 +153,9 @@ class ServiceNode:
             envs: one environment per local rank (the contract merged over the agent's environment).
             log_dir: directory for ``rank-N.log`` files, or ``None``.
         """
-        node_rank = world.node_rank_of(self._settings.node_id)
-        pool = WorkerPool(world.generation, node_rank, self._layout_of(world).first[node_rank], envs, self._say,
+        layout = self._layout_of(world)
+        node_rank = layout.node_rank[self._settings.node_id]
+        pool = WorkerPool(world.generation, node_rank, layout.first[node_rank], envs, self._say,
                           self._settings.grace_period, log_dir)
         self._executor = pool
         return pool
@@ -162,8 +183,7 @@ class ServiceNode:
 
     def route_call(self, request: Request) -> Response:
         """``POST /call``: run a call on the job (coordinator only)."""
-        world = self._running_world()
-        me = world.node_rank_of(self._settings.node_id)
+        world, me = self._running_world()
         if me != 0:
             coordinator = world.nodes[0]
             raise HttpError(409, f"calls go to the coordinator (node rank 0) at {coordinator.addr}:{coordinator.port}")
@@ -195,12 +215,11 @@ class ServiceNode:
         """``POST /exec``: run a call on this node and its subtree, or cancel one."""
         if "cancel" in request.body:
             return self._route_cancel(request.body["cancel"])
-        world = self._running_world()
+        world, me = self._running_world()
         exec_request = ExecRequest.from_json(request.body, self._settings.allow_pickle)
         if exec_request.generation != world.generation:
             raise HttpError(409, f"call planned for generation {exec_request.generation}, this node is at "
                                  f"generation {world.generation}")
-        me = world.node_rank_of(self._settings.node_id)
         if exec_request.nodes[0] != me:
             raise HttpError(400, f"an exec for node rank {exec_request.nodes[0]} reached node rank {me}")
         if max(exec_request.nodes) >= len(world.nodes):
@@ -230,15 +249,19 @@ class ServiceNode:
         with self._lock:
             self._counts[name] += 1
 
-    def _running_world(self) -> World:
+    def _running_world(self) -> tuple[World, int]:
+        """The running world and this node's rank in it.
+
+        Raises:
+            HttpError: 503 when there is no running world with this node in it.
+        """
         world = self._world()
         if world is None or world.status != RUNNING:
             raise HttpError(503, "the job has no running world yet (still forming, or finished); retry shortly")
-        try:
-            world.node_rank_of(self._settings.node_id)
-        except KeyError:
-            raise HttpError(503, f"node {self._settings.node_id} is not in generation {world.generation}") from None
-        return world
+        me = self._layout_of(world).node_rank.get(self._settings.node_id)
+        if me is None:
+            raise HttpError(503, f"node {self._settings.node_id} is not in generation {world.generation}")
+        return world, me
 
     def _layout_of(self, world: World) -> _Layout:
         layout = self._layout
@@ -300,7 +323,12 @@ def batch_mode_routes() -> Routes:
 
 
 class _Execution:
-    """One call's run through one node: start local ranks and children, merge, cancel on failure."""
+    """One call's run through one node: start local ranks and children, merge, cancel on failure.
+
+    Children's successful answers are merged by the fan-out thread as they arrive; the waiting
+    handler thread is woken only for what changes the outcome (a failure, a timeout report, the last
+    child answering), so a node with many children does not pay a thread hand-off per child.
+    """
 
     def __init__(self, node: ServiceNode, world: World, request: ExecRequest, plan: Plan,
                  deadline: Optional[float], events: queue.SimpleQueue[_Event]) -> None:
@@ -311,10 +339,13 @@ class _Execution:
         self._deadline = deadline
         self._events = events
         layout = node._layout_of(world)
-        me = world.node_rank_of(node._settings.node_id)
-        self._local_ranks = layout.ranks([me]) if plan.local else []
+        self._me = layout.node_rank[node._settings.node_id]
+        self._local_ranks = layout.ranks([self._me]) if plan.local else []
         self._children = [world.nodes[sub[0]] for sub in plan.subtrees]
         self._child_ranks = [layout.ranks(sub) for sub in plan.subtrees]
+        self._merge_lock = threading.Lock()
+        self._child_values: dict[int, Any] = {}
+        self._answered: set[int] = set()
 
     def run(self) -> Union[Results, TrainplaneError]:
         node, request = self._node, self._request
@@ -322,15 +353,14 @@ class _Execution:
         executor = node._executor
         if self._local_ranks:
             if executor is None:
-                return NodeFailed(self._world.node_rank_of(node._settings.node_id), node._settings.advertise_address,
-                                  "this node has no worker processes yet")
+                return NodeFailed(self._me, node._settings.advertise_address, "this node has no worker processes yet")
             executor.submit(LocalCall(request.call_id, request.invocation, self._events.put))
         values: dict[int, Any] = {}
         pending_local = set(self._local_ranks)
-        pending_children = set(range(len(self._children)))
+        children_open = bool(self._children)
         reported: set[int] = set()
         error: Optional[TrainplaneError] = None
-        while (pending_local or pending_children) and error is None:
+        while (pending_local or children_open) and error is None:
             event = self._next_event()
             if event is None:
                 break
@@ -338,29 +368,28 @@ class _Execution:
                 if event.rank in pending_local:
                     pending_local.discard(event.rank)
                     values[event.rank] = event.value
-            elif isinstance(event, (RankFailed, _Abort)):
+            elif isinstance(event, (RankFailed, _Abort, _ChildFailed)):
                 error = event.error
-            elif event.index in pending_children:
-                pending_children.discard(event.index)
-                outcome = self._read_child(event)
-                if isinstance(outcome, CallTimeout):
-                    reported.update(outcome.pending_ranks)
-                elif isinstance(outcome, TrainplaneError):
-                    error = outcome
-                else:
-                    values.update(outcome)
-        if error is None and not (pending_local or pending_children or reported):
+            elif isinstance(event, _ChildTimedOut):
+                reported.update(event.pending_ranks)
+            else:
+                children_open = False
+        with self._merge_lock:
+            values.update(self._child_values)
+            unanswered = [i for i in range(len(self._children)) if i not in self._answered]
+            self._answered.update(range(len(self._children)))
+        if error is None and not (pending_local or unanswered or reported):
             ranks = tuple(sorted(values))
             return Results(ranks, tuple(values[r] for r in ranks))
         if pending_local and executor is not None:
             executor.cancel(request.call_id)
         if batch is not None:
             batch.abort()
-        node._send_cancels([self._children[i] for i in sorted(pending_children)], request.call_id)
+        node._send_cancels([self._children[i] for i in unanswered], request.call_id)
         if error is not None:
             return error
         pending = pending_local | reported
-        for i in pending_children:
+        for i in unanswered:
             pending.update(self._child_ranks[i])
         return CallTimeout(request.timeout, pending, request.invocation.fn)
 
@@ -379,16 +408,39 @@ class _Execution:
         if not self._children:
             return None
         node, request = self._node, self._request
-        timeout = node._child_timeout(self._deadline)
-        invocation = request.invocation.to_json()
-        exchanges = []
-        for child, subtree in zip(self._children, self._plan.subtrees):
-            body = {"call_id": request.call_id, "generation": request.generation, "invocation": invocation,
-                    "timeout": timeout, "nodes": list(subtree), "fanout": request.fanout}
-            exchanges.append(Exchange(child.addr, child.port, "POST", contract.ROUTE_EXEC, json.dumps(body).encode()))
+        head = json.dumps({"call_id": request.call_id, "generation": request.generation,
+                           "invocation": request.invocation.to_json(), "timeout": node._child_timeout(self._deadline),
+                           "fanout": request.fanout})
+        exchanges = [
+            Exchange(child.addr, child.port, "POST", contract.ROUTE_EXEC,
+                     f'{head[:-1]}, "nodes": {json.dumps(list(subtree))}}}'.encode())
+            for child, subtree in zip(self._children, self._plan.subtrees)
+        ]
         batch = Batch(node._connections, exchanges, self._deadline, node._clock)
-        threading.Thread(target=batch.run, args=(self._events.put,), name="fanout", daemon=True).start()
+        threading.Thread(target=batch.run, args=(self._on_answer,), name="fanout", daemon=True).start()
         return batch
+
+    def _on_answer(self, answer: Answer) -> None:
+        """Fan-out thread: merge a successful answer; wake the handler for anything else, or the last one.
+
+        A child still out at the deadline stays unanswered: the handler reports its ranks as pending.
+        """
+        if answer.timed_out:
+            return
+        outcome = self._read_child(answer)
+        with self._merge_lock:
+            if answer.index in self._answered:
+                return
+            self._answered.add(answer.index)
+            if isinstance(outcome, dict):
+                self._child_values.update(outcome)
+            last = len(self._answered) == len(self._children)
+        if isinstance(outcome, CallTimeout):
+            self._events.put(_ChildTimedOut(outcome.pending_ranks))
+        elif isinstance(outcome, TrainplaneError):
+            self._events.put(_ChildFailed(outcome))
+        if last:
+            self._events.put(_ChildrenDone())
 
     def _read_child(self, answer: Answer) -> Union[dict[int, Any], TrainplaneError]:
         child = self._children[answer.index]

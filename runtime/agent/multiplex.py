@@ -64,6 +64,7 @@ class Answer:
         body: the decoded JSON object (empty when there was none, or it was not an object).
         error: why no usable response arrived (empty when ``status`` is set and the body parsed).
         refused: the connection was refused, so the request certainly did not start.
+        timed_out: the batch's deadline passed first.
     """
 
     index: int
@@ -71,6 +72,7 @@ class Answer:
     body: dict[str, Any] = field(default_factory=dict)
     error: str = ""
     refused: bool = False
+    timed_out: bool = False
 
 
 class ConnectionPool:
@@ -95,11 +97,7 @@ class ConnectionPool:
                 if not idle:
                     return None
                 sock = idle.pop()
-            try:
-                readable, _, _ = select.select([sock], [], [], 0)
-            except (OSError, ValueError):
-                readable = [sock]
-            if not readable:
+            if not _readable(sock, 0.0):
                 return sock
             sock.close()
 
@@ -124,6 +122,17 @@ class ConnectionPool:
         for socks in idle.values():
             for sock in socks:
                 sock.close()
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether ``sock`` is readable (data, end of stream or an error) within ``timeout`` seconds.
+
+    ``poll``, not ``select``: ``select`` cannot watch descriptors numbered 1024 or more, which an agent
+    with a thousand peers has.
+    """
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
 
 
 class _Flight:
@@ -203,7 +212,7 @@ class Batch:
             if not self._aborted:
                 for flight in list(flights.values()):
                     self._drop(flight, selector)
-                    on_answer(Answer(flight.index, None, error="no answer before the deadline"))
+                    on_answer(Answer(flight.index, None, error="no answer before the deadline", timed_out=True))
                 flights.clear()
         finally:
             for flight in flights.values():
@@ -307,26 +316,21 @@ class Batch:
                 self._drop(flight, selector)
                 return Answer(flight.index, None, error=f"{self._peer(flight)} sent an oversized response head")
             return None
-        lines = bytes(data[:end]).decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
+        head = bytes(data[:end + 2]).lower()
         try:
-            status = int(rest.split(" ", 1)[0])
-            length = int(headers.get("content-length", "0"))
+            status = int(head[9:12])
+            at = head.find(b"\r\ncontent-length:")
+            length = int(head[at + 17:head.index(b"\r\n", at + 17)]) if at >= 0 else 0
         except ValueError:
             self._drop(flight, selector)
             return Answer(flight.index, None, error=f"{self._peer(flight)} sent a malformed response head")
         if len(data) < end + 4 + length:
             return None
         raw = bytes(data[end + 4:end + 4 + length])
-        sock = flight.sock
-        selector.unregister(sock)
-        flight.sock = None
+        sock, flight.sock = flight.sock, None
         if sock is not None:
-            if version == "HTTP/1.1" and headers.get("connection", "").lower() != "close":
+            selector.unregister(sock)
+            if head.startswith(b"http/1.1 ") and b"\r\nconnection: close\r\n" not in head:
                 self._pool.checkin(flight.exchange.host, flight.exchange.port, sock)
             else:
                 sock.close()
