@@ -96,6 +96,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
+    wbufsize = -1  # buffered: head and body leave in one send (http.server flushes after each request)
 
     def handle(self) -> None:
         """Serve the connection's requests; a peer that hangs up (an aborted fan-out) ends it quietly."""
