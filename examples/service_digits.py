@@ -1,8 +1,8 @@
 """Service mode on one machine: deploy a job, train in several calls, then evaluate.
 
-::
+From the repository root (or anywhere once the package is installed with ``pip install -e .``)::
 
-    python examples/service_digits.py --workers 2 --num-proc 2
+    PYTHONPATH=. python examples/service_digits.py --workers 2 --num-proc 2
 
 The workflow API starts local agents in service mode; each call runs ``train`` on every rank of the
 same long-lived processes, so the DDP model keeps training from call to call, and ``evaluate`` reads
