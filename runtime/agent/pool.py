@@ -27,6 +27,8 @@ POLL = 0.05
 """Seconds between checks of a running call's cancellation and of its process, while waiting."""
 EXIT_REPORT_WAIT = 2.0
 """Seconds to wait for a dead process's exit status (and stderr tail) before reporting without it."""
+HELLO_TIMEOUT = 120.0
+"""Seconds a new worker process may take to say hello (it does so before importing any user code)."""
 
 
 class _Control:
@@ -190,6 +192,8 @@ class _Slot:
         if control.cancelled_at is not None:
             return
         channel = self._channel if self.ready else self._spawn()
+        if control.cancelled_at is not None:
+            return
         if channel is None:
             call.post(RankFailed(self.rank, self._unavailable()))
             return
@@ -222,7 +226,7 @@ class _Slot:
             if cancelled_at is not None and self._pool.clock() - cancelled_at > self._pool.grace:
                 self._pool.say(f"rank {self.rank} did not stop within {self._pool.grace:g} s of cancelling call "
                                f"{call.call_id}; replacing its process (its state is lost)")
-                self._replace()
+                self._spawn()
                 return
 
     def _on_death(self, call: LocalCall) -> None:
@@ -236,7 +240,7 @@ class _Slot:
             f"the worker process exited with code {code} during the call", tail, call.invocation.fn,
         )))
         self._pool.say(f"rank {self.rank}: worker process exited with code {code} during a call; starting a new one")
-        self._replace()
+        self._spawn()
 
     def _event(self, message: Mapping[str, object]) -> RankEvent:
         if message.get("ok"):
@@ -294,6 +298,7 @@ class _Slot:
         return self._await_hello(self._channel)
 
     def _await_hello(self, channel: Channel) -> Optional[Channel]:
+        deadline = self._pool.clock() + HELLO_TIMEOUT
         while not self._stopping:
             try:
                 message = channel.recv(timeout=POLL)
@@ -304,6 +309,11 @@ class _Slot:
                 return channel
             if self._exited.is_set():
                 break
+            if self._pool.clock() > deadline:
+                self._retire()
+                self._broken = f"it did not say hello within {HELLO_TIMEOUT:g} s and was stopped"
+                self._pool.say(f"rank {self.rank}: {self._broken}")
+                return None
         self._exited.wait(EXIT_REPORT_WAIT)
         exit_info = self._exit
         tail = "; ".join(exit_info.stderr_tail[-5:]) if exit_info else ""
@@ -312,9 +322,6 @@ class _Slot:
         if not self._stopping:
             self._pool.say(f"rank {self.rank}: {self._broken}")
         return None
-
-    def _replace(self) -> None:
-        self._spawn()
 
     def _retire(self) -> None:
         with self._lock:

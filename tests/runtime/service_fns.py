@@ -63,3 +63,11 @@ def unserialisable() -> object:
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """The arguments received, with this rank."""
     return {"rank": rank(), "args": list(args), "kwargs": kwargs}
+
+
+def mark_then_sleep(path: str, sleep: float = 60.0) -> int:
+    """Create ``path`` (so a test knows the call is running), then sleep."""
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(sleep)
+    return rank()
