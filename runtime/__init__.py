@@ -1,11 +1,33 @@
 """trainplane's runtime: the in-pod agent (``runtime.agent``), the local launcher and the client.
 
 Importing this package needs the standard library only; httpx and kubernetes are imported by the
-client-side modules alone. User code sees :class:`WorkerMembershipChanged` and :mod:`membership`
-(``runtime.membership.poll()`` / ``wait()``) from here.
+client-side modules alone (``runtime.client``, ``runtime.workflow``). The exceptions user code and
+callers catch are re-exported here, e.g. ``except runtime.WorkerMembershipChanged``, and
+:mod:`membership` (``runtime.membership.poll()`` / ``wait()``) for code that prefers safe points.
 """
 
 from runtime.agent import membership
-from runtime.agent.errors import WorkerMembershipChanged
+from runtime.agent.errors import (
+    CallCancelled,
+    CallError,
+    CallTimeout,
+    NodeFailed,
+    RemoteError,
+    TrainplaneError,
+    TransportError,
+    Unauthorized,
+    WorkerMembershipChanged,
+)
 
-__all__ = ["WorkerMembershipChanged", "membership"]
+__all__ = [
+    "CallCancelled",
+    "CallError",
+    "CallTimeout",
+    "NodeFailed",
+    "RemoteError",
+    "TrainplaneError",
+    "TransportError",
+    "Unauthorized",
+    "WorkerMembershipChanged",
+    "membership",
+]

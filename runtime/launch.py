@@ -1,35 +1,28 @@
 """Local mode: ``python -m runtime launch`` runs one agent process per node on loopback addresses.
 
-Each node gets its own address (127.0.0.2, 127.0.0.3, ... where the OS routes all of 127.0.0.0/8 to
-loopback, as Linux does; otherwise 127.0.0.1 with one port per node) and runs the same agent a pod
-runs, configured through the same environment variables. The launcher's exit code is the job's.
-Flag names follow torchrun where they overlap (``--nnodes``, ``--nproc-per-node``, ``--max-restarts``,
-``--master-port``, ``--log-dir``). Standard library only.
+Batch mode (default) runs SCRIPT on every rank; the launcher's exit code is the job's. Service mode
+(``--mode service``) starts the long-lived processes, writes the coordinator's URL and token to
+``<log-dir>/connection.json`` (mode 0600) for ``runtime.client.JobClient.from_file``, and serves
+calls until interrupted. Flag names follow torchrun where they overlap (``--nnodes``,
+``--nproc-per-node``, ``--max-restarts``, ``--master-port``, ``--log-dir``). Agents are started by
+``runtime.local``. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import secrets
-import signal
-import subprocess
 import sys
-import tempfile
-import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Optional, Sequence
 
+from runtime import local
 from runtime.agent import contract
-from runtime.agent.procs import RUNTIME_ROOT, exit_status
-from runtime.agent.transport import port_is_free
+from runtime.agent.errors import RendezvousError
+from runtime.agent.settings import MODES
 from runtime.agent.world import DISTRIBUTIONS
 
-AGENT_EXIT_GRACE = 10.0
-"""Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
+SERVICE_READY_TIMEOUT_MARGIN = 30.0
+"""Seconds beyond the quorum timeout a service job may take to report ready."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", "--nnodes", dest="workers", type=int, default=1, help="nodes (agents); default 1")
     p.add_argument("--num-proc", "--nproc-per-node", dest="num_proc", type=int, default=1,
                    help="processes per node; default 1")
+    p.add_argument("--mode", choices=MODES, default="batch",
+                   help="batch runs SCRIPT on every rank (default); service keeps processes up for calls")
     p.add_argument("--distribution", choices=DISTRIBUTIONS, default="spmd",
                    help="which framework's variables to set; spmd sets all (default)")
     p.add_argument("--quorum-workers", type=int, default=None, help="nodes needed to start; default all")
@@ -62,29 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", default=None, help="directory for per-rank logs; default a temporary directory")
     p.add_argument("--job-name", default=None, help="job id (TORCHELASTIC_RUN_ID); default local-<random>")
     p.add_argument("--grace-period", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--tree-threshold", type=int, default=contract.DEFAULT_TREE_THRESHOLD,
+                   help=f"service mode: calls to this many nodes or more travel a tree; "
+                        f"default {contract.DEFAULT_TREE_THRESHOLD}")
+    p.add_argument("--tree-fanout", type=int, default=contract.DEFAULT_TREE_FANOUT,
+                   help=f"service mode: children per node in a tree; default {contract.DEFAULT_TREE_FANOUT}")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="service mode: accept pickled arguments from token holders (default: JSON only)")
     p.add_argument("-m", "--module", action="store_true", help="run SCRIPT as a module, like python -m")
-    p.add_argument("script", metavar="SCRIPT", help="the training script (or module with -m)")
+    p.add_argument("script", metavar="SCRIPT", nargs="?", help="batch mode: the training script (or module with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
     return p
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
-    """Where each node's agent listens.
-
-    Attributes:
-        addresses: one loopback address per node, by node id.
-        ports: one agent port per node, by node id.
-        master_port: rendezvous port on node 0.
-    """
-
-    addresses: tuple[str, ...]
-    ports: tuple[int, ...]
-    master_port: int
-
-
 def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     """Check flag values; calls ``parser.error`` (exit 2) naming the flag and the fix."""
+    batch = ns.mode == "batch"
     checks = (
         (ns.workers >= 1, f"--workers: must be 1 or more (got {ns.workers})"),
         (ns.num_proc >= 1, f"--num-proc: must be 1 or more (got {ns.num_proc})"),
@@ -99,85 +87,31 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
          f"--max-workers: must be at least --workers ({ns.workers}) (got {ns.max_workers})"),
         (ns.heartbeat_ttl >= 1.0, f"--heartbeat-ttl: must be at least 1 second (got {ns.heartbeat_ttl})"),
         (ns.grace_period >= 0, f"--grace-period: must be 0 or more seconds (got {ns.grace_period})"),
-        (ns.module or Path(ns.script).is_file(), f"SCRIPT: no such file {ns.script!r} (use -m for a module)"),
+        (ns.tree_threshold >= 1, f"--tree-threshold: must be 1 or more (got {ns.tree_threshold})"),
+        (ns.tree_fanout >= 2, f"--tree-fanout: must be 2 or more (got {ns.tree_fanout})"),
+        (not batch or ns.script is not None, "SCRIPT: batch mode needs a script (or -m module)"),
+        (batch or ns.script is None, f"SCRIPT: service mode runs no script (got {ns.script!r}); call functions "
+                                     f"with runtime.client.JobClient"),
+        (not batch or ns.module or (ns.script is not None and Path(ns.script).is_file()),
+         f"SCRIPT: no such file {ns.script!r} (use -m for a module)"),
     )
     for ok, message in checks:
         if not ok:
             parser.error(message)
 
 
-def free_port(host: str, avoid: Sequence[int] = ()) -> int:
-    """A TCP port that is free on ``host`` now and not in ``avoid`` (chosen by the OS)."""
-    import socket
-
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        if port not in avoid:
-            return port
-
-
-def plan(workers: int, master_port: int) -> LaunchPlan:
-    """Choose addresses and ports: distinct loopback addresses when the OS allows, else distinct ports.
-
-    Raises:
-        RuntimeError: ``master_port`` is taken on node 0's address.
-    """
-    if port_is_free("127.0.0.2", 0):
-        addresses = tuple(f"127.0.0.{2 + i}" for i in range(workers))
-        port = free_port("127.0.0.1")
-        while not all(port_is_free(a, port) for a in addresses):
-            port = free_port("127.0.0.1")
-        ports = (port,) * workers
-    else:
-        addresses = ("127.0.0.1",) * workers
-        chosen: list[int] = []
-        for _ in range(workers):
-            chosen.append(free_port("127.0.0.1", chosen))
-        ports = tuple(chosen)
-    if master_port == 0:
-        master_port = free_port(addresses[0], ports)
-    elif not port_is_free(addresses[0], master_port):
-        raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
-    return LaunchPlan(addresses, ports, master_port)
-
-
-def agent_env(
-    ns: argparse.Namespace, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str
-) -> dict[str, str]:
-    """The environment of node ``node_id``'s agent: the same variables a pod's agent reads."""
-    entrypoint = (["-m", ns.script] if ns.module else [ns.script]) + list(ns.args)
-    env = dict(os.environ)
-    env.update({
-        contract.JOB_NAME: job,
-        contract.TOKEN: token,
-        contract.NODE_RANK_SETTING: str(node_id),
-        contract.WORKERS: str(ns.workers),
-        contract.NUM_PROC: str(ns.num_proc),
-        contract.ENTRYPOINT: json.dumps(entrypoint),
-        contract.COORDINATOR_HOST: f"{lp.addresses[0]}:{lp.ports[0]}",
-        contract.AGENT_PORT_SETTING: str(lp.ports[node_id]),
-        contract.ADVERTISE_ADDRESS: lp.addresses[node_id],
-        contract.BIND_ADDRESS: lp.addresses[node_id],
-        contract.MASTER_PORT: str(lp.master_port),
-        contract.QUORUM_TIMEOUT: str(ns.quorum_timeout),
-        contract.MAX_RESTARTS: str(ns.max_restarts),
-        contract.DISTRIBUTION: ns.distribution,
-        contract.MODE: "batch",
-        contract.LOG_DIR: os.path.join(log_dir, f"node-{node_id}"),
-        contract.GRACE_PERIOD: str(ns.grace_period),
-        contract.DIE_WITH_PARENT: "true",
-        contract.MONITOR_MEMBERS: "true" if ns.monitor_members else "false",
-        contract.HEARTBEAT_TTL: str(ns.heartbeat_ttl),
-        contract.VERDICT_FILE: os.path.join(log_dir, "verdict.json"),
-        "PYTHONPATH": os.pathsep.join(p for p in (RUNTIME_ROOT, os.environ.get("PYTHONPATH", "")) if p),
-    })
-    for name, value in ((contract.QUORUM_WORKERS, ns.quorum_workers), (contract.MIN_WORKERS, ns.min_workers),
-                        (contract.MAX_WORKERS, ns.max_workers)):
-        if value is not None:
-            env[name] = str(value)
-    return env
+def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
+    """The local job the command line describes."""
+    entrypoint = (["-m", ns.script] if ns.module else [ns.script]) + list(ns.args) if ns.script else []
+    return local.LocalJobSpec(
+        workers=ns.workers, num_proc=ns.num_proc, mode=ns.mode, entrypoint=tuple(entrypoint),
+        distribution=ns.distribution, quorum_workers=ns.quorum_workers, quorum_timeout=ns.quorum_timeout,
+        max_restarts=ns.max_restarts, master_port=ns.master_port, log_dir=ns.log_dir, job_name=ns.job_name,
+        grace_period=ns.grace_period, min_workers=ns.min_workers, max_workers=ns.max_workers,
+        monitor_members=ns.monitor_members, heartbeat_ttl=ns.heartbeat_ttl,
+        env={contract.TREE_THRESHOLD: str(ns.tree_threshold), contract.TREE_FANOUT: str(ns.tree_fanout),
+             contract.ALLOW_PICKLE: "true" if ns.allow_pickle else "false"},
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -185,57 +119,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     validate(parser, ns)
+    spec = spec_from_args(ns)
     try:
-        lp = plan(ns.workers, ns.master_port)
+        job = local.start(spec)
     except RuntimeError as exc:
         parser.error(str(exc))
-    job = ns.job_name or f"local-{uuid.uuid4().hex[:8]}"
-    token = secrets.token_urlsafe(32)
-    log_dir = ns.log_dir or os.path.join(tempfile.gettempdir(), "trainplane", job)
-    print(f"[trainplane] job {job}: {ns.workers} node(s) x {ns.num_proc} process(es) on "
-          f"{', '.join(sorted(set(lp.addresses)))}; logs in {log_dir}", file=sys.stderr, flush=True)
-    os.makedirs(log_dir, exist_ok=True)
-    agents = [
-        subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE],
-                         env=agent_env(ns, lp, i, job, token, log_dir), stdin=subprocess.DEVNULL)
-        for i in range(ns.workers)
-    ]
-    return supervise(agents, os.path.join(log_dir, "verdict.json"))
-
-
-def supervise(agents: Sequence[subprocess.Popen[bytes]], verdict_file: str) -> int:
-    """Wait for the agents, forwarding SIGINT/SIGTERM; return the job's exit code.
-
-    The coordinator decides the verdict and every agent still in the job writes it to
-    ``verdict_file``; it gives the exit code. Without one (agents killed), the first non-zero agent
-    exit code counts. Once node 0's agent has exited, the others get ``AGENT_EXIT_GRACE`` seconds
-    before they are killed, so no agent outlives the launcher.
-    """
-    received: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        for agent in agents:
-            if agent.poll() is None:
-                agent.send_signal(signal.SIGTERM)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, forward)
-    coordinator = agents[0]
-    deadline: Optional[float] = None
-    while any(a.poll() is None for a in agents):
-        if deadline is None and coordinator.poll() is not None:
-            deadline = time.monotonic() + AGENT_EXIT_GRACE
-        if deadline is not None and time.monotonic() > deadline:
-            for agent in agents:
-                if agent.poll() is None:
-                    agent.kill()
-        time.sleep(0.05)
-    if received:
-        return contract.EXIT_INTERRUPTED_BASE + received[0]
-    try:
-        with open(verdict_file) as f:
-            return int(json.load(f)["exit_code"])
-    except (OSError, ValueError, KeyError):
-        codes = [exit_status(a.returncode) for a in agents]
-        return next((c for c in codes if c), 0)
+    print(f"[trainplane] job {job.job}: {ns.workers} node(s) x {ns.num_proc} process(es) on "
+          f"{', '.join(sorted(set(job.plan.addresses)))}; logs in {job.log_dir}", file=sys.stderr, flush=True)
+    if ns.mode == "service":
+        try:
+            job.wait_ready(ns.quorum_timeout + SERVICE_READY_TIMEOUT_MARGIN)
+        except RendezvousError as exc:
+            print(f"[trainplane] {exc}", file=sys.stderr, flush=True)
+            job.stop()
+            return contract.EXIT_RENDEZVOUS
+        print(f"[trainplane] service ready at {job.url}; connection (URL and token) in {job.write_connection_file()};"
+              f" Ctrl-C stops it", file=sys.stderr, flush=True)
+    return job.supervise()

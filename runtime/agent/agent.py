@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Optional, TextIO, Union
 from runtime.agent import contract, topology
 from runtime.agent.bootstrap import die_with_parent
 from runtime.agent.coordinator import Action, Coordinator, Push, Rejected, Say
-from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
+from runtime.agent.dispatch import ServiceNode, batch_mode_routes
+from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, WorkerMembershipChanged
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership import DELIVERY_SIGNAL
 from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor
@@ -124,6 +125,7 @@ class Agent:
         self._children = Liveness()
         self.world: Optional[World] = None
         self._procs: Optional[Supervisor] = None
+        self._service = ServiceNode(settings, lambda: self.world, self.say) if settings.mode == "service" else None
         self._exits: dict[int, ProcExit] = {}
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
@@ -138,6 +140,7 @@ class Agent:
                 ("GET", contract.ROUTE_MEMBERS): self._route_get_members,
                 ("PUT", contract.ROUTE_MEMBERS): self._route_put_members,
                 ("POST", contract.ROUTE_WORLD): self._route_world,
+                **(self._service.routes() if self._service is not None else batch_mode_routes()),
             },
             contract.MAX_BODY_BYTES,
         )
@@ -167,6 +170,7 @@ class Agent:
                 "mode": self.settings.mode,
                 "coordinator": self._coordinator is not None,
                 "requests_served": self._server.requests_served,
+                "service": self._service.stats() if self._service is not None else None,
             },
         )
 
@@ -391,7 +395,12 @@ class Agent:
         }
 
     def _deliver(self, previous: World, world: World) -> None:
-        """Tell this node's live processes about the new world (file, then signal)."""
+        """Tell this node's live processes about the new world (file, then signal); in service mode,
+        fail the calls in flight with the change."""
+        if self._service is not None:
+            self._service.fail_in_flight(WorkerMembershipChanged.between(
+                [n.addr for n in previous.nodes], [n.addr for n in world.nodes], world.generation
+            ))
         if self._procs is None:
             return
         for local_rank in range(self.settings.num_proc):
@@ -412,7 +421,7 @@ class Agent:
             })
         log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
         self._exits = {}
-        self._procs = self._spawner(
+        self._procs = self._service.workers(world, envs, log_dir) if self._service is not None else self._spawner(
             world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
             self._events.put, log_dir,
         )

@@ -65,9 +65,12 @@ DIE_WITH_PARENT = "TRAINPLANE_DIE_WITH_PARENT"  # local mode: exit when the laun
 RESOLVE = "TRAINPLANE_RESOLVE"  # JSON object host name -> address, consulted before DNS
 HEARTBEAT_INTERVAL = "TRAINPLANE_HEARTBEAT_INTERVAL"  # seconds, first interval after a change
 HEARTBEAT_TTL = "TRAINPLANE_HEARTBEAT_TTL"  # seconds: dead after one TTL, removed after two
+VERDICT_FILE = "TRAINPLANE_VERDICT_FILE"  # local mode: where agents write the job's final verdict (JSON)
+# Fan-out and liveness aggregation (DESIGN.md, "Fan-out", "Membership").
 TREE_THRESHOLD = "TRAINPLANE_TREE_THRESHOLD"  # nodes at or above which fan-out and liveness use a tree
 TREE_FANOUT = "TRAINPLANE_TREE_FANOUT"  # children per node in tree mode
-VERDICT_FILE = "TRAINPLANE_VERDICT_FILE"  # local mode: where agents write the job's final verdict (JSON)
+ALLOW_PICKLE = "TRAINPLANE_ALLOW_PICKLE"  # accept pickled arguments (authenticated peers only)
+SERVICE_FD = "TRAINPLANE_SERVICE_FD"  # set on service worker processes: their channel to the agent
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"
@@ -118,6 +121,14 @@ BUNDLE_MOUNT_PATH = "/opt/trainplane"
 """Where the runtime bundle ConfigMap is mounted; it is put on PYTHONPATH."""
 AGENT_MODULE = "runtime.agent"
 """Run as ``python3 -m runtime.agent`` with the bundle on PYTHONPATH."""
+SERVICE_MODULE = "runtime.agent.service"
+"""What each user process runs in service mode (under the bootstrap): the call loop."""
+
+# --- Service mode defaults ---------------------------------------------------------------------
+DEFAULT_TREE_THRESHOLD = 100
+"""Calls to fewer nodes go out flat from the coordinator; at or above this, along a tree."""
+DEFAULT_TREE_FANOUT = 50
+"""Children per node in tree fan-out (Kubetorch's width)."""
 
 # --- Exit codes of the agent and the local launcher ---------------------------------------------
 EXIT_OK = 0

@@ -9,12 +9,25 @@ Tree::
     ├── TransportError                     an HTTP exchange between agents failed
     │   └── Unauthorized                   401: missing or wrong job token
     ├── JobFailed                          batch job ended with a failing rank
-    └── WorkerMembershipChanged            the world changed; raised in user code
+    ├── CallError                          a service-mode call did not return every rank's result
+    │   ├── RemoteError                    the called function raised on a rank
+    │   ├── CallTimeout                    the deadline passed; names the ranks that had not answered
+    │   ├── CallCancelled                  stopped because the call failed elsewhere (or was failed)
+    │   └── NodeFailed                     a node on the call's path did not answer properly
+    └── WorkerMembershipChanged            the world changed (delivered into user processes; fails
+                                           in-flight service calls)
+
+    CallInterrupt (BaseException)          raised inside a service worker process to stop the running
+                                           call; a BaseException so that ``except Exception`` in user
+                                           code does not swallow it (as KeyboardInterrupt)
+
+Every exception with more than a message rebuilds itself from its attributes (``__reduce__``), so it
+pickles, and ``runtime.agent.wire`` turns it into the JSON an HTTP hop carries and back.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Optional, Sequence
 
 
 class TrainplaneError(Exception):
@@ -82,20 +95,101 @@ class JobFailed(TrainplaneError):
         self.exit_code = exit_code
 
 
-class WorkerMembershipChanged(TrainplaneError):
-    """The set of nodes changed: a node was lost or admitted and a new generation began.
+class CallError(TrainplaneError):
+    """A service-mode call did not return every rank's result."""
 
-    Raised in the main thread of every user process (with ``os.environ`` already describing the new
-    world: WORLD_SIZE, RANK, MASTER_ADDR, POD_IPS, ...) so that user code can re-initialise its
-    process group and continue; also returned by ``runtime.membership.poll``. Addresses are node (pod)
-    addresses, as in ``POD_IPS``.
+
+class RemoteError(CallError):
+    """The called function raised on a rank.
 
     Attributes:
-        added_ips: addresses that joined, in node-rank order.
-        removed_ips: addresses that left, in previous node-rank order.
-        previous_ips: all addresses before the change, in node-rank order.
-        current_ips: all addresses after the change, in node-rank order.
-        generation: the new world generation.
+        rank: global rank of the process that raised.
+        node_rank: its node's rank.
+        exc_type: the exception's type name, qualified with its module unless built in.
+        message: ``str()`` of the exception.
+        remote_traceback: the formatted traceback from the worker process.
+        fn: the callable, ``module:qualname``.
+    """
+
+    def __init__(
+        self, rank: int, node_rank: int, exc_type: str, message: str, remote_traceback: str = "", fn: str = ""
+    ) -> None:
+        self.rank = rank
+        self.node_rank = node_rank
+        self.exc_type = exc_type
+        self.message = message
+        self.remote_traceback = remote_traceback
+        self.fn = fn
+        head = f"{fn or 'the call'} raised {exc_type} on rank {rank} (node rank {node_rank}): {message}"
+        tail = f"\n\nremote traceback (rank {rank}):\n{remote_traceback}" if remote_traceback else ""
+        super().__init__(head + tail)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.rank, self.node_rank, self.exc_type, self.message, self.remote_traceback, self.fn)
+
+
+class CallTimeout(CallError):
+    """The call's deadline passed before every rank answered.
+
+    Attributes:
+        timeout: the call's timeout, seconds (``None`` when the client gave up without one).
+        pending_ranks: global ranks that had not answered, ascending; empty when unknown (the
+            coordinator itself did not answer).
+        fn: the callable, ``module:qualname``.
+    """
+
+    def __init__(self, timeout: Optional[float], pending_ranks: Sequence[int], fn: str = "", detail: str = "") -> None:
+        self.timeout = timeout
+        self.pending_ranks = tuple(sorted(pending_ranks))
+        self.fn = fn
+        self.detail = detail
+        within = f" within {timeout:g} s" if timeout is not None else ""
+        ranks = ", ".join(str(r) for r in self.pending_ranks)
+        who = f"rank(s) {ranks} had not answered" if ranks else "no answer from the coordinator"
+        super().__init__(f"{fn or 'the call'} did not finish{within}: {who}" + (f" ({detail})" if detail else ""))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.timeout, self.pending_ranks, self.fn, self.detail)
+
+
+class CallCancelled(CallError):
+    """The call was stopped on this node: it failed elsewhere, or it was failed from outside."""
+
+
+class NodeFailed(CallError):
+    """A node on the call's path did not answer properly: refused, reset, or a bad HTTP status.
+
+    Attributes:
+        node_rank: the node that failed.
+        address: its ``host:port``.
+        reason: what went wrong.
+        status: the HTTP status it answered with, or ``None`` when no response arrived.
+    """
+
+    def __init__(self, node_rank: int, address: str, reason: str, status: Optional[int] = None) -> None:
+        self.node_rank = node_rank
+        self.address = address
+        self.reason = reason
+        self.status = status
+        super().__init__(f"node rank {node_rank} at {address} failed during the call: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.node_rank, self.address, self.reason, self.status)
+
+
+class WorkerMembershipChanged(TrainplaneError):
+    """The job's membership changed: a new world generation with nodes added and/or removed.
+
+    Delivered into each user process (with the new world already in ``os.environ``; raised in its
+    main thread, or returned by ``runtime.membership.poll``/``wait``) and raised by in-flight service
+    calls at the client. Addresses are node addresses in node-rank order.
+
+    Attributes:
+        added_ips: addresses that joined.
+        removed_ips: addresses that left.
+        previous_ips: the previous world's addresses.
+        current_ips: the new world's addresses.
+        generation: the new world's generation.
     """
 
     def __init__(
@@ -104,17 +198,32 @@ class WorkerMembershipChanged(TrainplaneError):
         removed_ips: Sequence[str],
         previous_ips: Sequence[str],
         current_ips: Sequence[str],
-        generation: int,
+        generation: int = 0,
     ) -> None:
-        self.added_ips = list(added_ips)
-        self.removed_ips = list(removed_ips)
-        self.previous_ips = list(previous_ips)
-        self.current_ips = list(current_ips)
+        self.added_ips = tuple(added_ips)
+        self.removed_ips = tuple(removed_ips)
+        self.previous_ips = tuple(previous_ips)
+        self.current_ips = tuple(current_ips)
         self.generation = generation
         super().__init__(
-            f"worker membership changed at generation {generation}: added {self.added_ips or 'none'}, "
-            f"removed {self.removed_ips or 'none'}; now {len(self.current_ips)} node(s)"
+            f"membership changed at generation {generation}: added {list(self.added_ips)}, "
+            f"removed {list(self.removed_ips)}; now {len(self.current_ips)} node(s)"
         )
 
-    def __reduce__(self) -> tuple[type, tuple[list[str], list[str], list[str], list[str], int]]:
-        return (type(self), (self.added_ips, self.removed_ips, self.previous_ips, self.current_ips, self.generation))
+    @classmethod
+    def between(
+        cls, previous_ips: Sequence[str], current_ips: Sequence[str], generation: int
+    ) -> WorkerMembershipChanged:
+        """The change from one ordered address list to another."""
+        before, after = set(previous_ips), set(current_ips)
+        return cls(
+            [ip for ip in current_ips if ip not in before], [ip for ip in previous_ips if ip not in after],
+            previous_ips, current_ips, generation,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.added_ips, self.removed_ips, self.previous_ips, self.current_ips, self.generation)
+
+
+class CallInterrupt(BaseException):
+    """Raised in a service worker's main thread to stop the call it is running (cancellation)."""

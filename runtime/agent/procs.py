@@ -94,7 +94,8 @@ class _Output:
 
 
 class Supervisor(Protocol):
-    """What the agent needs of the thing running its user processes (the process-spawner seam)."""
+    """What the agent does with one generation's processes (``LocalProcesses``, ``pool.WorkerPool``,
+    or a benchmark's stand-in): the process-spawner seam."""
 
     generation: int
 
@@ -125,6 +126,7 @@ class LocalProcesses:
         out: binary stream for prefixed stdout lines.
         err: binary stream for prefixed stderr lines.
         python: the interpreter to run.
+        pass_fds: file descriptors every process inherits (service mode: its channel to the agent).
     """
 
     def __init__(
@@ -138,11 +140,13 @@ class LocalProcesses:
         out: Optional[BinaryIO] = None,
         err: Optional[BinaryIO] = None,
         python: str = sys.executable,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.generation = generation
         self._first_rank = first_rank
         self._envs = envs
         self._argv = [python, "-u", "-m", "runtime.agent.bootstrap", *entrypoint]
+        self._pass_fds = tuple(pass_fds)
         self._on_exit = on_exit
         self._log_dir = Path(log_dir) if log_dir else None
         self._out = out or sys.stdout.buffer
@@ -177,6 +181,7 @@ class LocalProcesses:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                pass_fds=self._pass_fds,
             )
             self._procs.append(proc)
             log_path = self._log_dir / f"rank-{rank}.log" if self._log_dir else None

@@ -32,7 +32,7 @@ class AgentSettings:
         workers: nodes (pods) in the job.
         num_proc: user processes on this node.
         entrypoint: the user command after the interpreter, e.g. ``("train.py", "--lr", "0.1")`` or
-            ``("-m", "pkg.train")``.
+            ``("-m", "pkg.train")``. Batch mode only; service mode runs the call loop instead.
         coordinator: host name or address of node 0's agent.
         coordinator_port: node 0's agent port (TCP).
         agent_port: this agent's HTTP port (TCP).
@@ -44,6 +44,9 @@ class AgentSettings:
         max_restarts: restarts of the whole world after a failure.
         distribution: one of ``spmd``, ``pytorch``, ``jax``, ``tensorflow``.
         mode: ``batch`` or ``service``.
+        tree_threshold: calls to, and liveness from, at least this many nodes travel a tree.
+        tree_fanout: children per node in the tree.
+        allow_pickle: service mode: accept pickled arguments (from token-holding peers only).
         log_dir: directory for per-rank log files, or ``None`` for none.
         monitor_members: deliver membership changes into user processes.
         grace_period: seconds between SIGTERM and SIGKILL at teardown.
@@ -54,8 +57,6 @@ class AgentSettings:
         max_workers: elastic jobs: the most nodes that may be admitted; node ids range below it.
         heartbeat_interval: seconds between heartbeats right after a change (then backed off).
         heartbeat_ttl: seconds without a heartbeat before a node is dead; removed after twice this.
-        tree_threshold: at or above this many nodes, fan-out and liveness aggregation use a tree.
-        tree_fanout: children per node in the tree.
         verdict_file: local mode: path where the agent writes the job's final verdict as JSON.
     """
 
@@ -76,6 +77,9 @@ class AgentSettings:
     max_restarts: int = 0
     distribution: str = "spmd"
     mode: str = "batch"
+    tree_threshold: int = contract.DEFAULT_TREE_THRESHOLD
+    tree_fanout: int = contract.DEFAULT_TREE_FANOUT
+    allow_pickle: bool = False
     log_dir: Optional[str] = None
     monitor_members: bool = True
     grace_period: float = 5.0
@@ -85,8 +89,6 @@ class AgentSettings:
     max_workers: Optional[int] = None
     heartbeat_interval: float = 0.25
     heartbeat_ttl: float = 3.0
-    tree_threshold: int = 100
-    tree_fanout: int = 50
     verdict_file: Optional[str] = None
 
     def __post_init__(self) -> None:
@@ -106,10 +108,11 @@ class AgentSettings:
             self.heartbeat_ttl,
             f"use at least 4 x the heartbeat interval ({4 * self.heartbeat_interval:g} s)",
         )
-        _require(self.tree_threshold >= 2, contract.TREE_THRESHOLD, self.tree_threshold, "use 2 or more nodes")
-        _require(self.tree_fanout >= 2, contract.TREE_FANOUT, self.tree_fanout, "use 2 or more children")
         _require(self.num_proc >= 1, contract.NUM_PROC, self.num_proc, "use 1 or more processes per node")
-        _require(bool(self.entrypoint), contract.ENTRYPOINT, list(self.entrypoint), "name a script or -m module")
+        _require(
+            bool(self.entrypoint) or self.mode == "service", contract.ENTRYPOINT, list(self.entrypoint),
+            "name a script or -m module",
+        )
         for name, port in (
             (contract.AGENT_PORT_SETTING, self.agent_port),
             (contract.MASTER_PORT, self.master_port),
@@ -137,6 +140,8 @@ class AgentSettings:
             f"use one of {', '.join(DISTRIBUTIONS)}",
         )
         _require(self.mode in MODES, contract.MODE, self.mode, f"use one of {', '.join(MODES)}")
+        _require(self.tree_threshold >= 1, contract.TREE_THRESHOLD, self.tree_threshold, "use 1 or more nodes")
+        _require(self.tree_fanout >= 2, contract.TREE_FANOUT, self.tree_fanout, "use 2 or more children per node")
 
     @property
     def quorum(self) -> int:
@@ -209,6 +214,9 @@ class AgentSettings:
             max_restarts=_int(env, contract.MAX_RESTARTS, 0),
             distribution=env.get(contract.DISTRIBUTION, "spmd"),
             mode=env.get(contract.MODE, "batch"),
+            tree_threshold=_int(env, contract.TREE_THRESHOLD, contract.DEFAULT_TREE_THRESHOLD),
+            tree_fanout=_int(env, contract.TREE_FANOUT, contract.DEFAULT_TREE_FANOUT),
+            allow_pickle=_bool(env, contract.ALLOW_PICKLE, False),
             log_dir=env.get(contract.LOG_DIR) or None,
             monitor_members=_bool(env, contract.MONITOR_MEMBERS, True),
             grace_period=_float(env, contract.GRACE_PERIOD, 5.0),
@@ -218,8 +226,6 @@ class AgentSettings:
             max_workers=_optional_int(env, contract.MAX_WORKERS),
             heartbeat_interval=_float(env, contract.HEARTBEAT_INTERVAL, 0.25),
             heartbeat_ttl=_float(env, contract.HEARTBEAT_TTL, 3.0),
-            tree_threshold=_int(env, contract.TREE_THRESHOLD, 100),
-            tree_fanout=_int(env, contract.TREE_FANOUT, 50),
             verdict_file=env.get(contract.VERDICT_FILE) or None,
         )
 

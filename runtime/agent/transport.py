@@ -129,6 +129,15 @@ def authorized(header: Optional[str], token: str) -> bool:
 class _RequestHandler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    wbufsize = -1  # buffered: head and body leave in one send (http.server flushes after each request)
+
+    def handle(self) -> None:
+        """Serve the connection's requests; a peer that hangs up (an aborted fan-out) ends it quietly."""
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default per-request stderr log."""

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from runtime.agent import contract
-from runtime.agent.errors import Unauthorized
+from runtime.agent.errors import TransportError, Unauthorized
 from runtime.agent.transport import request_json
-from runtime.launch import free_port
+from runtime.local import free_port
 from tests.conftest import ROOT, project_env, wait_until
 
 TOKEN = "s3cret-token"
@@ -46,6 +46,21 @@ def test_agent_imports_and_runs_without_site_packages(tmp_path: Path):
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["[rank 0] rank 0 of 2", "[rank 1] rank 1 of 2"]
+
+
+def test_runtime_and_its_exceptions_import_without_site_packages():
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import runtime, runtime.agent, runtime.local, runtime.launch, runtime.agent.service; "
+        "from runtime.agent import errors; "
+        "assert runtime.WorkerMembershipChanged is errors.WorkerMembershipChanged; "
+        "assert runtime.RemoteError is errors.RemoteError and runtime.CallTimeout is errors.CallTimeout; "
+        "assert 'httpx' not in sys.modules; print('ok')"
+    )
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], env={"PATH": "/usr/bin:/bin"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
 
 
 @pytest.fixture
@@ -116,3 +131,11 @@ def test_registration_of_a_node_outside_the_job_is_rejected(waiting_agent: int):
     with pytest.raises(Exception, match="outside this job") as info:
         request_json("127.0.0.1", waiting_agent, "PUT", "/members", TOKEN, body)
     assert info.value.status == 400
+
+
+def test_a_batch_mode_agent_refuses_calls_naming_the_setting(waiting_agent: int):
+    for path in ("/call", "/exec"):
+        with pytest.raises(TransportError, match="runs in batch mode") as info:
+            request_json("127.0.0.1", waiting_agent, "POST", path, TOKEN, {"fn": "os:getpid"})
+        assert info.value.status == 409
+        assert contract.MODE in str(info.value)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from runtime.agent import contract
-from runtime.launch import free_port
+from runtime.client import JobClient
+from runtime.local import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
 ENV_DUMP = """
@@ -176,6 +177,11 @@ def test_sigkill_of_the_launcher_leaves_no_orphan(script):
         (["--workers", "2", "does/not/exist.py"], "SCRIPT"),
         (["--master-port", "70000", "examples/ddp_digits.py"], "--master-port"),
         (["--num-proc", "two", "examples/ddp_digits.py"], "--num-proc"),
+        (["--mode", "service", "examples/ddp_digits.py"], "SCRIPT"),
+        (["--workers", "2"], "SCRIPT"),
+        (["--mode", "service", "--tree-fanout", "1"], "--tree-fanout"),
+        (["--mode", "service", "--tree-threshold", "0"], "--tree-threshold"),
+        (["--mode", "rpc"], "--mode"),
     ],
 )
 def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
@@ -195,3 +201,26 @@ def test_per_rank_log_files(tmp_path: Path, script):
     for node, rank in ((0, 0), (1, 1)):
         text = (logs / f"node-{node}" / "gen-1" / f"rank-{rank}.log").read_text()
         assert f"hello from {rank}" in text and "oops" in text
+
+
+def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(tmp_path: Path):
+    logs = tmp_path / "logs"
+    marker = f"marker-{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime", "launch", "--mode", "service", "--workers", "2", "--num-proc", "2",
+         "--master-port", "0", "--log-dir", str(logs), "--job-name", marker],
+        cwd=ROOT, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        connection = logs / "connection.json"
+        assert wait_until(connection.exists, timeout=60)
+        assert connection.stat().st_mode & 0o777 == 0o600
+        with JobClient.from_file(connection) as client:
+            assert client.call("tests.runtime.service_fns:rank", timeout=60) == [0, 1, 2, 3]
+            assert client.info().mode == "service"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT
+    assert "service ready at http://" in err
+    assert wait_until(lambda: not processes_with(marker), timeout=10)

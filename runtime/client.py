@@ -1,0 +1,231 @@
+"""Client of a service-mode job: ``JobClient(url, token).call("pkg.mod:fn", *args, **kwargs) -> list``.
+
+httpx is imported here and in ``runtime.workflow`` only, so ``import runtime`` stays standard-library
+only. Failures are rebuilt from the wire format (``runtime.agent.wire``) into the exceptions of
+``runtime.agent.errors``, re-exported from ``runtime``:
+
+* ``RemoteError`` - the function raised on a rank (rank, node rank, type, message, remote traceback);
+* ``CallTimeout`` - the deadline passed (``pending_ranks``: who had not answered);
+* ``WorkerMembershipChanged`` - the world changed while the call was in flight;
+* ``NodeFailed``, ``CallCancelled`` - a node on the path failed; the call was failed from outside;
+* ``Unauthorized`` - 401, wrong or missing token;
+* ``TransportError`` - anything else, with ``status``: 400 malformed call, 409 batch-mode job,
+  413 body over the cap, 415 pickle not enabled, 503 job not ready; ``None`` when no answer came.
+
+httpx's own exceptions are translated at this one boundary (``raise ... from``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import httpx
+
+from runtime.agent import contract
+from runtime.agent.errors import CallTimeout, TransportError, Unauthorized
+from runtime.agent.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
+
+ANSWER_SLACK = 10.0
+"""Seconds the client waits for the coordinator beyond a call's own timeout (the coordinator answers
+with ``CallTimeout`` at the deadline; this only covers a coordinator that cannot answer at all)."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to establish a connection to the coordinator."""
+READ_TIMEOUT = 30.0
+"""Seconds to wait for ``info()`` and ``members()``."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The coordinator's ``GET /info``.
+
+    Attributes:
+        job: job id.
+        node_id: the coordinator's stable node id.
+        address: its address.
+        num_proc: processes per node on the coordinator.
+        generation: current world generation (0 while forming).
+        status: ``forming``, ``running`` or a terminal status.
+        mode: ``batch`` or ``service``.
+        raw: the whole JSON object.
+    """
+
+    job: str
+    node_id: int
+    address: str
+    num_proc: int
+    generation: int
+    status: str
+    mode: str
+    raw: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node in the membership snapshot."""
+
+    node_id: int
+    addr: str
+    port: int
+    num_proc: int
+    state: str
+
+
+@dataclass(frozen=True)
+class Membership:
+    """The coordinator's ``GET /members``: a versioned snapshot.
+
+    Attributes:
+        job: job id.
+        generation: world generation the snapshot belongs to.
+        status: the world's status.
+        members: the nodes, in node-id order.
+        raw: the whole JSON object (fields beyond these included).
+    """
+
+    job: str
+    generation: int
+    status: str
+    members: tuple[Member, ...]
+    raw: Mapping[str, Any]
+
+
+class JobClient:
+    """Calls functions on every rank of a service-mode job, through its coordinator.
+
+    Args:
+        url: the coordinator's base URL, e.g. ``http://127.0.0.2:40123``.
+        token: the job's bearer token.
+        serialization: ``json`` (default) or ``pickle`` (the deployment must allow it).
+        transport: an httpx transport (tests pass ``httpx.MockTransport``); default: HTTP.
+    """
+
+    def __init__(self, url: str, token: str, serialization: str = JSON,
+                 transport: Optional[httpx.BaseTransport] = None) -> None:
+        if serialization not in SERIALIZATIONS:
+            raise ValueError(f"serialization={serialization!r} is invalid: use one of {', '.join(SERIALIZATIONS)}")
+        self.url = url.rstrip("/")
+        self.serialization = serialization
+        self._http = httpx.Client(
+            base_url=self.url, transport=transport,
+            headers={contract.AUTH_HEADER: f"{contract.AUTH_SCHEME} {token}", "Content-Type": "application/json"},
+        )
+
+    @classmethod
+    def from_file(cls, path: Union[str, Path], **options: Any) -> JobClient:
+        """A client for the job described by a connection file (``python -m runtime launch --mode service``).
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: it is not a connection file.
+        """
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str) or not isinstance(data.get("token"), str):
+            raise ValueError(f"{path} is not a connection file: expected an object with 'url' and 'token'")
+        return cls(data["url"], data["token"], **options)
+
+    def call(self, fn: str, *args: Any, timeout: Optional[float] = None, workers: Optional[Sequence[int]] = None,
+             **kwargs: Any) -> list[Any]:
+        """Run ``fn(*args, **kwargs)`` on every rank (or on the ranks of ``workers``); one result per rank.
+
+        Keyword arguments named ``timeout`` or ``workers`` cannot reach the function this way: use
+        :meth:`invoke`.
+
+        Args:
+            fn: ``"module:qualname"``, importable in the worker processes.
+            *args: positional arguments (JSON values, or anything picklable with pickle).
+            timeout: seconds the whole call may take; ``None`` waits as long as it runs.
+            workers: node ranks to run on; ``None`` for every node.
+            **kwargs: keyword arguments.
+
+        Returns:
+            One result per rank, in global rank order.
+
+        Raises:
+            RemoteError, CallTimeout, WorkerMembershipChanged, NodeFailed, CallCancelled, Unauthorized,
+            TransportError: see the module docstring.
+            TypeError: an argument is not JSON-serialisable (with ``json``).
+        """
+        return self.invoke(fn, args, kwargs, timeout=timeout, workers=workers)
+
+    def invoke(self, fn: str, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None, *,
+               timeout: Optional[float] = None, workers: Optional[Sequence[int]] = None) -> list[Any]:
+        """:meth:`call` with the arguments as a sequence and a mapping."""
+        body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
+                                "workers": list(workers) if workers is not None else None,
+                                **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
+        try:
+            content = json.dumps(body).encode()
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"arguments of {fn} are not JSON-serialisable ({exc}): pass plain data, or use "
+                            f"serialization='pickle' with a deployment that allows it") from exc
+        read = None if timeout is None else timeout + ANSWER_SLACK
+        try:
+            answer = self._request("POST", contract.ROUTE_CALL, content, httpx.Timeout(read, connect=CONNECT_TIMEOUT))
+        except httpx.TimeoutException as exc:
+            raise CallTimeout(timeout, (), fn, f"the coordinator did not answer within {read:g} s") from exc
+        serialization = answer.get("serialization", JSON)
+        return [unpack_result(value, serialization) for value in answer.get("results", [])]
+
+    def info(self) -> JobInfo:
+        """The coordinator's identity and the world's status."""
+        raw = self._get(contract.ROUTE_INFO)
+        return JobInfo(str(raw.get("job", "")), int(raw.get("node_id", 0)), str(raw.get("addr", "")),
+                       int(raw.get("num_proc", 0)), int(raw.get("generation", 0)), str(raw.get("status", "")),
+                       str(raw.get("mode", "")), raw)
+
+    def members(self) -> Membership:
+        """The coordinator's membership snapshot."""
+        raw = self._get(contract.ROUTE_MEMBERS)
+        members = tuple(
+            Member(int(m["node_id"]), str(m["addr"]), int(m["port"]), int(m["num_proc"]), str(m.get("state", "")))
+            for m in raw.get("members", [])
+        )
+        return Membership(str(raw.get("job", "")), int(raw.get("generation", 0)), str(raw.get("status", "")),
+                          members, raw)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> JobClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _get(self, path: str) -> dict[str, Any]:
+        try:
+            return self._request("GET", path, None, httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT))
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"GET {self.url}{path}: no answer within {READ_TIMEOUT:g} s") from exc
+
+    def _request(self, method: str, path: str, content: Optional[bytes], timeout: httpx.Timeout) -> dict[str, Any]:
+        """One exchange; the answer's JSON object, or the error it describes raised.
+
+        Raises:
+            httpx.TimeoutException: left to the caller, which knows what a timeout means for it.
+        """
+        try:
+            response = self._http.request(method, path, content=content, timeout=timeout)
+        except httpx.TimeoutException:
+            raise
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{method} {self.url}{path} failed: {exc}") from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        if response.is_success:
+            return body
+        error = error_from_body(body)
+        if error is not None:
+            raise error
+        message = f"{method} {self.url}{path}: {response.status_code} {body.get('error', response.reason_phrase)}"
+        if response.status_code == 401:
+            raise Unauthorized(message, 401)
+        raise TransportError(message, response.status_code)

@@ -1,0 +1,316 @@
+"""Local jobs: one agent process per node on loopback addresses, in batch or service mode.
+
+The launcher (``python -m runtime launch``) and the workflow API (``runtime.workflow.LocalCompute``)
+both start jobs with :func:`start`. Each node gets its own address (127.0.0.2, 127.0.0.3, ... where
+the OS routes all of 127.0.0.0/8 to loopback, as Linux does; otherwise 127.0.0.1 with one port per
+node) and runs the same agent a pod runs, configured through the same environment variables.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import IO, Mapping, Optional, Sequence
+
+from runtime.agent import contract
+from runtime.agent.errors import ConfigError, RendezvousError, TransportError
+from runtime.agent.procs import RUNTIME_ROOT, exit_status
+from runtime.agent.settings import MODES
+from runtime.agent.transport import port_is_free, request_json
+
+AGENT_EXIT_GRACE = 10.0
+"""Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
+CONNECTION_FILE = "connection.json"
+"""Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Where each node's agent listens.
+
+    Attributes:
+        addresses: one loopback address per node, by node id.
+        ports: one agent port per node, by node id.
+        master_port: rendezvous port on node 0.
+    """
+
+    addresses: tuple[str, ...]
+    ports: tuple[int, ...]
+    master_port: int
+
+
+@dataclass(frozen=True)
+class LocalJobSpec:
+    """What to run locally.
+
+    Attributes:
+        workers: nodes (agents).
+        num_proc: processes per node.
+        mode: ``batch`` (run ``entrypoint`` on every rank) or ``service`` (long-lived processes taking calls).
+        entrypoint: batch mode: the user command after the interpreter (``script.py args`` or ``-m module args``).
+        distribution: which framework's variables to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``).
+        quorum_workers: nodes needed to start (default all).
+        quorum_timeout: seconds to wait for quorum.
+        max_restarts: batch mode: restarts of the whole job after a failure.
+        master_port: rendezvous port on node 0; 0 picks a free one.
+        log_dir: directory for per-rank logs (default: a temporary directory per job).
+        job_name: job id (default ``local-<random>``).
+        grace_period: seconds between SIGTERM and SIGKILL (and for a cancelled call to unwind).
+        pythonpath: directories put on every process's PYTHONPATH, first (service mode: where the
+            called functions' modules live).
+        env: further variables for every agent and so every process (e.g. ``TRAINPLANE_TREE_FANOUT``).
+        min_workers: elastic: continue while at least this many nodes remain.
+        max_workers: elastic: admit late nodes up to this many.
+        monitor_members: raise ``WorkerMembershipChanged`` in user processes on a change.
+        heartbeat_ttl: seconds without a heartbeat before a node is dead.
+    """
+
+    workers: int = 1
+    num_proc: int = 1
+    mode: str = "batch"
+    entrypoint: tuple[str, ...] = ()
+    distribution: str = "spmd"
+    quorum_workers: Optional[int] = None
+    quorum_timeout: float = 60.0
+    max_restarts: int = 0
+    master_port: int = contract.DEFAULT_MASTER_PORT
+    log_dir: Optional[str] = None
+    job_name: Optional[str] = None
+    grace_period: float = 5.0
+    pythonpath: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    min_workers: Optional[int] = None
+    max_workers: Optional[int] = None
+    monitor_members: bool = True
+    heartbeat_ttl: float = 3.0
+
+    def __post_init__(self) -> None:
+        for name, ok, fix in (
+            ("workers", self.workers >= 1, "use 1 or more nodes"),
+            ("num_proc", self.num_proc >= 1, "use 1 or more processes per node"),
+            ("mode", self.mode in MODES, f"use one of {', '.join(MODES)}"),
+            ("entrypoint", bool(self.entrypoint) or self.mode != "batch", "batch mode needs a script or -m module"),
+        ):
+            if not ok:
+                raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: {fix}")
+
+
+class LocalJob:
+    """A running local job: its agent processes and how to reach its coordinator.
+
+    Attributes:
+        job: the job id.
+        token: the job's bearer token.
+        url: the coordinator's base URL, e.g. ``http://127.0.0.2:40123``.
+        plan: where every agent listens.
+        log_dir: the job's log directory.
+        agents: the agent processes, by node id.
+    """
+
+    def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
+                 agents: Sequence[subprocess.Popen[bytes]]) -> None:
+        self.job = job
+        self.token = token
+        self.plan = plan
+        self.url = f"http://{plan.addresses[0]}:{plan.ports[0]}"
+        self.log_dir = log_dir
+        self.agents = list(agents)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the coordinator reports a running world.
+
+        Raises:
+            RendezvousError: an agent exited first, or ``timeout`` seconds passed; names which.
+        """
+        deadline = time.monotonic() + timeout
+        host, port = self.plan.addresses[0], self.plan.ports[0]
+        while True:
+            exited = [(i, exit_status(a.returncode)) for i, a in enumerate(self.agents) if a.poll() is not None]
+            if exited:
+                raise RendezvousError(f"job {self.job}: agent(s) exited before the job was ready "
+                                      f"(node, exit code): {exited}; see their output above")
+            try:
+                info = request_json(host, port, "GET", contract.ROUTE_INFO, self.token, timeout=2.0)
+            except TransportError:
+                info = {}
+            if info.get("status") == "running":
+                return
+            if time.monotonic() > deadline:
+                raise RendezvousError(f"job {self.job}: not ready within {timeout:g} s "
+                                      f"(coordinator status {info.get('status', 'unreachable')!r})")
+            time.sleep(0.05)
+
+    def write_connection_file(self) -> str:
+        """Write ``{"url", "token", "job"}`` to ``<log_dir>/connection.json`` (mode 0600); return its path."""
+        os.makedirs(self.log_dir, exist_ok=True)
+        path = os.path.join(self.log_dir, CONNECTION_FILE)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"url": self.url, "token": self.token, "job": self.job}, f)
+        return path
+
+    def running(self) -> bool:
+        """Whether any agent is still running."""
+        return any(a.poll() is None for a in self.agents)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM every agent (each stops its processes), SIGKILL what is left after ``timeout`` seconds."""
+        for agent in self.agents:
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for agent in self.agents:
+            try:
+                agent.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+
+    def supervise(self) -> int:
+        """Wait for the agents, forwarding SIGINT/SIGTERM; return the job's exit code.
+
+        The coordinator decides the verdict and every agent still in the job writes it to the
+        verdict file, which gives the exit code; without one (agents killed), the first non-zero
+        agent exit code counts. Once node 0's agent has exited, the others get ``AGENT_EXIT_GRACE``
+        seconds before they are killed, so no agent outlives the caller.
+        """
+        received: list[int] = []
+
+        def forward(signum: int, _frame: object) -> None:
+            received.append(signum)
+            for agent in self.agents:
+                if agent.poll() is None:
+                    agent.send_signal(signal.SIGTERM)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, forward)
+        coordinator = self.agents[0]
+        deadline: Optional[float] = None
+        while self.running():
+            if deadline is None and coordinator.poll() is not None:
+                deadline = time.monotonic() + AGENT_EXIT_GRACE
+            if deadline is not None and time.monotonic() > deadline:
+                for agent in self.agents:
+                    if agent.poll() is None:
+                        agent.kill()
+            time.sleep(0.05)
+        if received:
+            return contract.EXIT_INTERRUPTED_BASE + received[0]
+        try:
+            with open(verdict_path(self.log_dir)) as f:
+                return int(json.load(f)["exit_code"])
+        except (OSError, ValueError, KeyError):
+            codes = [exit_status(a.returncode) for a in self.agents]
+            return next((c for c in codes if c), 0)
+
+
+def free_port(host: str, avoid: Sequence[int] = ()) -> int:
+    """A TCP port that is free on ``host`` now and not in ``avoid`` (chosen by the OS)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
+def plan(workers: int, master_port: int) -> LaunchPlan:
+    """Choose addresses and ports: distinct loopback addresses when the OS allows, else distinct ports.
+
+    Raises:
+        RuntimeError: ``master_port`` is taken on node 0's address.
+    """
+    if port_is_free("127.0.0.2", 0):
+        addresses = tuple(f"127.0.0.{2 + i}" for i in range(workers))
+        port = free_port("127.0.0.1")
+        while not all(port_is_free(a, port) for a in addresses):
+            port = free_port("127.0.0.1")
+        ports = (port,) * workers
+    else:
+        addresses = ("127.0.0.1",) * workers
+        chosen: list[int] = []
+        for _ in range(workers):
+            chosen.append(free_port("127.0.0.1", chosen))
+        ports = tuple(chosen)
+    if master_port == 0:
+        master_port = free_port(addresses[0], ports)
+    elif not port_is_free(addresses[0], master_port):
+        raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
+    return LaunchPlan(addresses, ports, master_port)
+
+
+def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
+    """The environment of node ``node_id``'s agent: the same variables a pod's agent reads."""
+    env = dict(os.environ)
+    env.update(spec.env)
+    env.update({
+        contract.JOB_NAME: job,
+        contract.TOKEN: token,
+        contract.NODE_RANK_SETTING: str(node_id),
+        contract.WORKERS: str(spec.workers),
+        contract.NUM_PROC: str(spec.num_proc),
+        contract.ENTRYPOINT: json.dumps(list(spec.entrypoint)),
+        contract.COORDINATOR_HOST: f"{lp.addresses[0]}:{lp.ports[0]}",
+        contract.AGENT_PORT_SETTING: str(lp.ports[node_id]),
+        contract.ADVERTISE_ADDRESS: lp.addresses[node_id],
+        contract.BIND_ADDRESS: lp.addresses[node_id],
+        contract.MASTER_PORT: str(lp.master_port),
+        contract.QUORUM_TIMEOUT: str(spec.quorum_timeout),
+        contract.MAX_RESTARTS: str(spec.max_restarts),
+        contract.DISTRIBUTION: spec.distribution,
+        contract.MODE: spec.mode,
+        contract.LOG_DIR: os.path.join(log_dir, f"node-{node_id}"),
+        contract.GRACE_PERIOD: str(spec.grace_period),
+        contract.DIE_WITH_PARENT: "true",
+        contract.MONITOR_MEMBERS: "true" if spec.monitor_members else "false",
+        contract.HEARTBEAT_TTL: str(spec.heartbeat_ttl),
+        contract.VERDICT_FILE: verdict_path(log_dir),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p
+        ),
+    })
+    for name, value in ((contract.QUORUM_WORKERS, spec.quorum_workers), (contract.MIN_WORKERS, spec.min_workers),
+                        (contract.MAX_WORKERS, spec.max_workers)):
+        if value is not None:
+            env[name] = str(value)
+    return env
+
+
+def verdict_path(log_dir: str) -> str:
+    """Where the agents write the job's final verdict (JSON: status, exit_code, message)."""
+    return os.path.join(log_dir, "verdict.json")
+
+
+def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Optional[IO[bytes]] = None) -> LocalJob:
+    """Start one agent process per node and return at once (see :meth:`LocalJob.wait_ready`).
+
+    Args:
+        spec: what to run.
+        stdout: where the agents (and their ranks) write output; default: inherited.
+        stderr: likewise for errors.
+
+    Raises:
+        RuntimeError: ``spec.master_port`` is taken.
+        OSError: an agent process could not be started.
+    """
+    lp = plan(spec.workers, spec.master_port)
+    job = spec.job_name or f"local-{uuid.uuid4().hex[:8]}"
+    token = secrets.token_urlsafe(32)
+    log_dir = spec.log_dir or os.path.join(tempfile.gettempdir(), "trainplane", job)
+    os.makedirs(log_dir, exist_ok=True)
+    agents = [
+        subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
+                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+        for i in range(spec.workers)
+    ]
+    return LocalJob(job, token, lp, log_dir, agents)

@@ -1,0 +1,305 @@
+"""Workflow API in Kubetorch's style: send a function to a compute target, call it on every rank.
+
+::
+
+    compute = LocalCompute(workers=4, num_proc=2).distribute("pytorch")
+    train = fn(train).to(compute)          # starts the job, or reuses it
+    results = train(epochs=3)              # one result per rank, in rank order
+    train.teardown()                       # or: with fn(train).to(compute) as train: ...
+
+Three parts, kept apart as in the rest of the runtime: :class:`Compute` is *where and how big* (a
+spec that can also hold its running job), :class:`Endpoint` is *the running job* as a caller sees it
+(URL and token), and :class:`RemoteFunction` is *what to call* there through ``runtime.client``.
+
+The seam for other targets is :class:`Compute`: a target implements ``_start(pythonpath) -> Endpoint``
+and ``_stop()``. :class:`LocalCompute` starts local agent processes (``runtime.local``); a Kubernetes
+target will create a ``DistributedJob`` in service mode (StatefulSet) and return the coordinator's
+Service address and the job token from its Secret, shipping the function's code with the runtime
+bundle instead of setting PYTHONPATH.
+
+The called function must be importable by the worker processes: defined at module level (not a
+lambda or a closure), in a module whose root directory ``fn`` puts on the workers' PYTHONPATH. A
+function defined in the driver script itself is imported from that script's file by its stem, so
+the script must keep its driver code under ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from runtime import local
+from runtime.agent import contract
+from runtime.agent.errors import ConfigError, RendezvousError
+from runtime.agent.wire import JSON, PICKLE, SERIALIZATIONS
+from runtime.agent.world import DISTRIBUTIONS
+from runtime.client import JobClient
+
+READY_TIMEOUT = 120.0
+"""Seconds a local job may take to report ready."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A running service-mode job as a caller reaches it.
+
+    Attributes:
+        url: the coordinator's base URL.
+        token: the job's bearer token.
+    """
+
+    url: str
+    token: str
+
+
+class Compute(abc.ABC):
+    """Where a job runs and how big it is; holds the job once deployed.
+
+    Args:
+        workers: nodes.
+        num_proc: processes per node.
+        distribution: which framework's environment to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``).
+        serialization: ``json`` or ``pickle`` for calls (``pickle`` makes the deployment accept it).
+
+    Raises:
+        ConfigError: a value is invalid; names it.
+    """
+
+    def __init__(self, workers: int = 1, num_proc: int = 1, distribution: str = "spmd",
+                 serialization: str = JSON) -> None:
+        for name, value, ok, fix in (
+            ("workers", workers, workers >= 1, "use 1 or more nodes"),
+            ("num_proc", num_proc, num_proc >= 1, "use 1 or more processes per node"),
+            ("distribution", distribution, distribution in DISTRIBUTIONS, f"use one of {', '.join(DISTRIBUTIONS)}"),
+            ("serialization", serialization, serialization in SERIALIZATIONS,
+             f"use one of {', '.join(SERIALIZATIONS)}"),
+        ):
+            if not ok:
+                raise ConfigError(f"{name}={value!r} is invalid: {fix}")
+        self.workers = workers
+        self.num_proc = num_proc
+        self.distribution = distribution
+        self.serialization = serialization
+        self._endpoint: Optional[Endpoint] = None
+        self._pythonpath: tuple[str, ...] = ()
+
+    def distribute(self, distribution: str, workers: Optional[int] = None, num_proc: Optional[int] = None) -> Compute:
+        """A copy of this (not yet deployed) compute with a distribution and, optionally, a new size.
+
+        Raises:
+            ConfigError: a value is invalid.
+            RuntimeError: this compute is already deployed.
+        """
+        if self.running:
+            raise RuntimeError("distribute() a compute before deploying it (or teardown() first)")
+        other = copy.copy(self)
+        Compute.__init__(other, self.workers if workers is None else workers,
+                         self.num_proc if num_proc is None else num_proc, distribution, self.serialization)
+        return other
+
+    @property
+    def running(self) -> bool:
+        """Whether a job is deployed."""
+        return self._endpoint is not None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The running job.
+
+        Raises:
+            RuntimeError: nothing is deployed.
+        """
+        if self._endpoint is None:
+            raise RuntimeError("this compute is not deployed: call fn(...).to(compute) first")
+        return self._endpoint
+
+    def deploy(self, pythonpath: Sequence[str] = ()) -> Endpoint:
+        """Start the job, or reuse the running one if it already has every directory in ``pythonpath``.
+
+        A running job missing a directory is restarted with it (its processes' state is lost).
+
+        Raises:
+            RendezvousError: the job did not become ready.
+        """
+        if self._endpoint is not None and set(pythonpath) <= set(self._pythonpath):
+            return self._endpoint
+        needed = tuple(dict.fromkeys((*self._pythonpath, *pythonpath)))
+        self.teardown()
+        self._endpoint = self._start(needed)
+        self._pythonpath = needed
+        return self._endpoint
+
+    def teardown(self) -> None:
+        """Stop the job if one is running."""
+        if self._endpoint is not None:
+            self._endpoint = None
+            self._stop()
+
+    def __enter__(self) -> Compute:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.teardown()
+
+    @abc.abstractmethod
+    def _start(self, pythonpath: tuple[str, ...]) -> Endpoint:
+        """Start a service-mode job of this shape whose processes can import from ``pythonpath``."""
+
+    @abc.abstractmethod
+    def _stop(self) -> None:
+        """Stop the job ``_start`` started."""
+
+
+class LocalCompute(Compute):
+    """Agents and processes on this machine (``runtime.local``), one loopback address per node.
+
+    Args:
+        workers: nodes.
+        num_proc: processes per node.
+        distribution: see :class:`Compute`.
+        serialization: see :class:`Compute`.
+        env: further environment variables for every agent and process.
+        log_dir: directory for per-rank logs (default: a temporary directory per job).
+        grace_period: seconds a cancelled call gets before its process is replaced; also the
+            SIGTERM-to-SIGKILL grace at teardown.
+        tree_threshold: calls to this many nodes or more travel a tree.
+        tree_fanout: children per node in a tree.
+        ready_timeout: seconds the job may take to start.
+    """
+
+    def __init__(self, workers: int = 1, num_proc: int = 1, distribution: str = "spmd", serialization: str = JSON,
+                 *, env: Optional[Mapping[str, str]] = None, log_dir: Optional[str] = None, grace_period: float = 5.0,
+                 tree_threshold: int = contract.DEFAULT_TREE_THRESHOLD, tree_fanout: int = contract.DEFAULT_TREE_FANOUT,
+                 ready_timeout: float = READY_TIMEOUT) -> None:
+        super().__init__(workers, num_proc, distribution, serialization)
+        self.env = dict(env or {})
+        self.log_dir = log_dir
+        self.grace_period = grace_period
+        self.tree_threshold = tree_threshold
+        self.tree_fanout = tree_fanout
+        self.ready_timeout = ready_timeout
+        self.job: Optional[local.LocalJob] = None
+
+    def _start(self, pythonpath: tuple[str, ...]) -> Endpoint:
+        env = {**self.env, contract.TREE_THRESHOLD: str(self.tree_threshold),
+               contract.TREE_FANOUT: str(self.tree_fanout),
+               contract.ALLOW_PICKLE: "true" if self.serialization == PICKLE else "false"}
+        spec = local.LocalJobSpec(workers=self.workers, num_proc=self.num_proc, mode="service",
+                                  distribution=self.distribution, master_port=0, log_dir=self.log_dir,
+                                  grace_period=self.grace_period, pythonpath=pythonpath, env=env)
+        job = local.start(spec)
+        try:
+            job.wait_ready(self.ready_timeout)
+        except RendezvousError:
+            job.stop()
+            raise
+        self.job = job
+        return Endpoint(job.url, job.token)
+
+    def _stop(self) -> None:
+        if self.job is not None:
+            self.job.stop(timeout=self.grace_period + 10.0)
+            self.job = None
+
+
+class fn:  # lower case like Kubetorch's ``kt.fn``, which users know
+    """A function to run remotely, located by module and qualified name.
+
+    Args:
+        func: a module-level function (not a lambda or a closure).
+
+    Raises:
+        ValueError: ``func`` cannot be imported by name in another process.
+    """
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.name, self.root = locate(func)
+
+    def to(self, compute: Compute) -> RemoteFunction:
+        """Deploy to ``compute`` (start its job, or reuse it) and return the remote function."""
+        compute.deploy((self.root,))
+        return RemoteFunction(self, compute)
+
+
+class RemoteFunction:
+    """A function deployed on a compute: calling it runs it on every rank.
+
+    Args:
+        function: what to call.
+        compute: where it is deployed.
+    """
+
+    def __init__(self, function: fn, compute: Compute) -> None:
+        self.function = function
+        self.compute = compute
+        self._client: Optional[JobClient] = None
+        self._client_for: Optional[Endpoint] = None
+
+    def __call__(self, *args: Any, timeout: Optional[float] = None, workers: Optional[Sequence[int]] = None,
+                 **kwargs: Any) -> list[Any]:
+        """Run the function on every rank (or the nodes in ``workers``); one result per rank, in rank order.
+
+        Raises:
+            RemoteError, CallTimeout, WorkerMembershipChanged, ...: as ``runtime.client.JobClient.call``.
+            RuntimeError: the compute has been torn down.
+        """
+        return self._client_now().invoke(self.function.name, args, kwargs, timeout=timeout, workers=workers)
+
+    def to(self, compute: Compute) -> RemoteFunction:
+        """Move to ``compute``: the previous compute's job is stopped when it is another one (resizing)."""
+        if compute is not self.compute:
+            self.close()
+            self.compute.teardown()
+        return self.function.to(compute)
+
+    def teardown(self) -> None:
+        """Stop the job this function is deployed on."""
+        self.close()
+        self.compute.teardown()
+
+    def close(self) -> None:
+        """Close this function's connections (the job keeps running)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = self._client_for = None
+
+    def __enter__(self) -> RemoteFunction:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.teardown()
+
+    def _client_now(self) -> JobClient:
+        endpoint = self.compute.endpoint
+        if self._client is None or self._client_for != endpoint:
+            self.close()
+            self._client = JobClient(endpoint.url, endpoint.token, self.compute.serialization)
+            self._client_for = endpoint
+        return self._client
+
+
+def locate(func: Callable[..., Any]) -> tuple[str, str]:
+    """``("module:qualname", root)``: how worker processes import ``func`` and the directory to import from.
+
+    Raises:
+        ValueError: ``func`` is a lambda, a closure, or has no source file.
+    """
+    qualname = getattr(func, "__qualname__", "")
+    if not qualname or "<" in qualname:
+        raise ValueError(f"{func!r} cannot be imported by name in another process: define it at module level")
+    try:
+        path = Path(inspect.getfile(func)).resolve()
+    except TypeError:
+        raise ValueError(f"{func!r} has no source file; define it in a module") from None
+    module = func.__module__
+    if module == "__main__":
+        return f"{path.stem}:{qualname}", str(path.parent)
+    root = path.parent.parent if path.name == "__init__.py" else path.parent
+    for _ in range(module.count(".")):
+        root = root.parent
+    return f"{module}:{qualname}", str(root)

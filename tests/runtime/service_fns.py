@@ -1,0 +1,73 @@
+"""Functions the service-mode tests call on every rank (imported by the worker processes)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from typing import Any
+
+_STATE = {"calls": 0}
+"""Calls this process has served (state that must survive between calls)."""
+
+
+def rank() -> int:
+    """This process's global rank."""
+    return int(os.environ.get("RANK", "-1"))
+
+
+def whoami(max_delay: float = 0.0, seed: int = 0) -> dict[str, Any]:
+    """Sleep a random time (seeded per rank and call), then identify this process."""
+    _STATE["calls"] += 1
+    time.sleep(random.Random(seed * 1000 + rank()).uniform(0.0, max_delay))
+    return {"rank": rank(), "node_rank": int(os.environ.get("NODE_RANK", "-1")), "pid": os.getpid(),
+            "calls": _STATE["calls"]}
+
+
+def fail_on(bad_rank: int, sleep: float = 60.0) -> str:
+    """Raise on ``bad_rank``; sleep elsewhere (so the call only ends early if they are cancelled)."""
+    if rank() == bad_rank:
+        raise ValueError(f"rank {bad_rank} refuses")
+    time.sleep(sleep)
+    return "slept"
+
+
+def sleep_on(slow_ranks: list[int], sleep: float = 60.0) -> int:
+    """Sleep on ``slow_ranks``; return the rank elsewhere."""
+    if rank() in slow_ranks:
+        time.sleep(sleep)
+    return rank()
+
+
+def stuck_on(bad_rank: int, sleep: float = 60.0) -> int:
+    """On ``bad_rank``, block the cancellation signal and sleep: only replacing the process ends it."""
+    if rank() == bad_rank:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        time.sleep(sleep)
+    return rank()
+
+
+def exit_on(bad_rank: int, code: int = 3) -> int:
+    """Kill this process with ``code`` on ``bad_rank`` (a crash, not an exception)."""
+    if rank() == bad_rank:
+        os._exit(code)
+    return rank()
+
+
+def unserialisable() -> object:
+    """A result JSON cannot carry."""
+    return {1, 2, 3}
+
+
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The arguments received, with this rank."""
+    return {"rank": rank(), "args": list(args), "kwargs": kwargs}
+
+
+def mark_then_sleep(path: str, sleep: float = 60.0) -> int:
+    """Create ``path`` (so a test knows the call is running), then sleep."""
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(sleep)
+    return rank()
