@@ -1,6 +1,6 @@
 """Benchmark and test harness: agents started by hand, and lightweight agents that run no processes.
 
-``LocalJob`` starts real agent processes (real user processes) one by one, so a benchmark or test
+``AgentCluster`` starts real agent processes (real user processes) one by one, so a benchmark or test
 can add, stop or kill single nodes. ``python -m bench.harness host ...`` hosts many lightweight
 agents in one OS process: the real ``Agent`` (HTTP server, heartbeats, coordinator) with a
 process-spawner that runs nothing, for measuring the control plane at 1,000+ nodes on one machine.
@@ -21,7 +21,7 @@ from typing import Any
 from runtime.agent.agent import Agent
 from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import request_json
-from runtime.launch import free_port
+from runtime.local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def project_env(**extra: str) -> dict[str, str]:
     return env
 
 
-class LocalJob:
+class AgentCluster:
     """Agents started by hand (no launcher), so a test can add, stop or kill single nodes.
 
     Args:

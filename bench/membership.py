@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
-from bench.harness import ROOT, LocalJob, lightweight_address, project_env
+from bench.harness import ROOT, AgentCluster, lightweight_address, project_env
 from runtime.agent.errors import TransportError
 from runtime.agent.transport import request_json
 
@@ -69,7 +69,7 @@ def detection_trial(kind: str, tmp: Path) -> float:
     out.mkdir()
     stop = tmp / "stop"
     extra = {"CRASH_RANK": "2", "CRASH_AFTER": "1.5"} if kind == "crash" else {}
-    job = LocalJob(tmp, [str(RECORDER), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2", **extra)
+    job = AgentCluster(tmp, [str(RECORDER), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2", **extra)
     try:
         if not wait_for(lambda: len(list(out.glob("node-*.json"))) == 3, 60):
             raise RuntimeError(f"{kind}: processes did not start")

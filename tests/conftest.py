@@ -11,9 +11,9 @@ from typing import Callable
 
 import pytest
 
-from bench.harness import LocalJob, project_env
+from bench.harness import AgentCluster, project_env
 
-__all__ = ["LocalJob", "project_env"]
+__all__ = ["AgentCluster", "project_env"]
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ generation, up to ``max_workers``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from runtime.agent import contract
@@ -221,7 +221,7 @@ class Coordinator:
             self._states[node_id] = SUCCEEDED
             if all(self._states.get(n.node_id) == SUCCEEDED for n in world.nodes):
                 self.world = world.finished(SUCCEEDED, "every rank exited 0", contract.EXIT_OK)
-                return [Say("job succeeded: every rank exited 0"), Push(self.world, world.nodes)]
+                return [Say("job succeeded: every rank exited 0"), Push(self.world, self._everyone(world))]
             return []
         if state == FAILED and failure is not None:
             return self.lose(node_id, failure.describe(), failure, alive=True)
@@ -261,7 +261,14 @@ class Coordinator:
         known = cause.rank >= 0
         message = cause.describe() if known else reason
         self.world = world.finished(FAILED, message, cause.exit_code or 1, cause if known else None)
-        return [Say(f"job failed: {message}"), Push(self.world, world.nodes)]
+        return [Say(f"job failed: {message}"), Push(self.world, self._everyone(world))]
+
+    def _everyone(self, world: World) -> tuple[Node, ...]:
+        """The world's nodes and every other node still known (e.g. one waiting to rejoin): all are
+        told the verdict."""
+        known = {n.node_id: n for n in self.members.values() if n.node_id not in self._dead}
+        known.update({n.node_id: n for n in world.nodes})
+        return nodes_from(known.values())
 
     def _change(
         self, world: World, nodes: tuple[Node, ...], reason: str, extra_targets: tuple[Node, ...] = ()
@@ -278,10 +285,9 @@ class Coordinator:
 
     def stop(self, message: str, exit_code: int) -> list[Action]:
         """The coordinator is shutting down (signal): stop every node."""
-        nodes = self.world.nodes if self.world else nodes_from(self.members.values())
-        base = self.world or self._world(nodes, 0)
-        self.world = replace(base, nodes=nodes).finished(STOPPED, message, exit_code)
-        return [Push(self.world, nodes)]
+        base = self.world or self._world(nodes_from(self.members.values()), 0)
+        self.world = base.finished(STOPPED, message, exit_code)
+        return [Push(self.world, self._everyone(base))]
 
     # --- views -----------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, LocalJob, processes_with, project_env, wait_until
+from tests.conftest import ROOT, AgentCluster, processes_with, project_env, wait_until
 
 
 def events(out: Path) -> dict[str, list[dict]]:
@@ -34,7 +34,7 @@ def all_told(out: Path, expected: int, generation: int) -> bool:
 def test_crashing_process_is_told_to_every_other_node_by_the_fast_path(tmp_path: Path, recorder):
     script, out, stop = recorder
     # A 10 s TTL: if the news travelled by heartbeat expiry it could not arrive within it.
-    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=3,
+    job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=3,
                    TRAINPLANE_MIN_WORKERS="2", TRAINPLANE_HEARTBEAT_TTL="10", CRASH_RANK="2")
     try:
         assert wait_until((out / "crash-time").exists, timeout=30)
@@ -53,7 +53,7 @@ def test_crashing_process_is_told_to_every_other_node_by_the_fast_path(tmp_path:
 
 def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder):
     script, out, stop = recorder
-    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
+    job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
     try:
         assert wait_until(lambda: len(events(out)) == 3, timeout=30)
         victims = job.children(2)
@@ -76,7 +76,7 @@ def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder
 
 def test_sigstopped_agent_is_dead_within_the_ttl_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
     script, out, stop = recorder
-    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
+    job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
     try:
         assert wait_until(lambda: len(events(out)) == 3, timeout=30)
         job.agents[1].send_signal(signal.SIGSTOP)
@@ -106,7 +106,7 @@ def test_sigstopped_agent_is_dead_within_the_ttl_and_rejoins_cleanly_after_sigco
 
 def test_a_late_node_is_admitted_and_the_world_grows(tmp_path: Path, recorder):
     script, out, stop = recorder
-    job = LocalJob(tmp_path, [str(script), str(out), str(stop)], workers=2, TRAINPLANE_MAX_WORKERS="3")
+    job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=2, TRAINPLANE_MAX_WORKERS="3")
     try:
         assert wait_until(lambda: len(events(out)) == 2, timeout=30)
         job.add(2)
@@ -123,7 +123,7 @@ def test_a_late_node_is_admitted_and_the_world_grows(tmp_path: Path, recorder):
 
 def test_monitor_members_off_delivers_no_exception_but_polling_sees_the_change(tmp_path: Path, recorder):
     script, out, stop = recorder
-    job = LocalJob(tmp_path, [str(script), str(out), str(stop), "poll"], workers=2, TRAINPLANE_MAX_WORKERS="3",
+    job = AgentCluster(tmp_path, [str(script), str(out), str(stop), "poll"], workers=2, TRAINPLANE_MAX_WORKERS="3",
                    TRAINPLANE_MONITOR_MEMBERS="false")
     try:
         assert wait_until(lambda: len(events(out)) == 2, timeout=30)
@@ -141,7 +141,7 @@ def test_training_continues_while_the_heartbeat_endpoint_is_unreachable(tmp_path
     params = tmp_path / "params"
     entry = [str(ROOT / "examples/ddp_digits.py"), "--epochs", "10", "--params-out", str(params),
              "--checkpoint", str(tmp_path / "ckpt.pt")]
-    job = LocalJob(tmp_path, entry, workers=2, TRAINPLANE_NUM_PROC="2")
+    job = AgentCluster(tmp_path, entry, workers=2, TRAINPLANE_NUM_PROC="2")
     try:
         assert wait_until(lambda: "generation 1" in job.log(1), timeout=30)
         job.agents[0].send_signal(signal.SIGSTOP)  # node 0's agent: the heartbeat endpoint

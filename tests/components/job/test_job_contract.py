@@ -23,7 +23,7 @@ import pytest
 from components import DistributedJob
 from components.job.bundle import materialise
 from runtime.agent import contract
-from runtime.launch import free_port
+from runtime.local import free_port
 from tests.components.componenttest import REPO_ROOT, deploy, job_args, unsecret
 
 JOB = "ddp"
