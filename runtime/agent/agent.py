@@ -428,7 +428,7 @@ class Agent:
         self.say(
             f"generation {world.generation}: node rank {node_rank} of {len(world.nodes)}, "
             f"ranks {world.first_rank(node_rank)}..{world.first_rank(node_rank) + self.settings.num_proc - 1} "
-            f"of {world.world_size}, master {world.master_addr}:{world.master_port}"
+            f"of {world.world_size}, master {world.master_addr}:{world.rendezvous_port}"
         )
         self._procs.start()
 

@@ -83,6 +83,11 @@ AGENT_PORT = 32300
 """The agent's HTTP port (TCP). Same number as Kubetorch's server port."""
 DEFAULT_MASTER_PORT = 29500
 """torch.distributed's conventional rendezvous port (TCP), torchrun's default."""
+RENDEZVOUS_PORT_SPAN = 32
+"""MASTER_PORT of generation g is ``base + (g - 1) % RENDEZVOUS_PORT_SPAN``: a process that survives a
+membership change re-initialises against a fresh TCPStore, never the previous generation's
+(torch shares one TCPStore server per port within a process, stale keys included). TF_CONFIG ports
+start above the span."""
 AGENT_PORT_NAME = "agent"
 MASTER_PORT_NAME = "rendezvous"
 

@@ -104,7 +104,7 @@ class World:
         restart_count: restarts so far (TORCHELASTIC_RESTART_COUNT).
         max_restarts: restarts allowed.
         nodes: the nodes in node-rank order; a node's rank is its position here.
-        master_port: the rendezvous port on node rank 0 (TCP).
+        master_port: the job's base rendezvous port on node rank 0 (TCP); see :attr:`rendezvous_port`.
         distribution: one of :data:`DISTRIBUTIONS`.
         status: ``running`` or a terminal status (``succeeded``, ``failed``, ``stopped``).
         cause: for ``failed``, the root cause; for ``stopped``/rendezvous errors, ``None``.
@@ -131,6 +131,12 @@ class World:
     def world_size(self) -> int:
         """Total processes: the sum of ``num_proc`` over nodes."""
         return sum(n.num_proc for n in self.nodes)
+
+    @property
+    def rendezvous_port(self) -> int:
+        """This generation's MASTER_PORT: the base port for generation 1, then the next ones in
+        ``contract.RENDEZVOUS_PORT_SPAN``, so no generation meets the previous one's TCPStore."""
+        return self.master_port + (self.generation - 1) % contract.RENDEZVOUS_PORT_SPAN
 
     @property
     def master_addr(self) -> str:
@@ -246,7 +252,7 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
         contract.GROUP_WORLD_SIZE: str(len(world.nodes)),
         contract.POD_IPS: ",".join(n.addr for n in world.nodes),
         contract.MASTER_ADDR: master,
-        contract.MASTER_PORT: str(world.master_port),
+        contract.MASTER_PORT: str(world.rendezvous_port),
         contract.TRAINPLANE_GENERATION: str(world.generation),
     }
     dist = world.distribution
@@ -255,7 +261,7 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
         env[contract.TORCHELASTIC_RESTART_COUNT] = str(world.restart_count)
         env[contract.TORCHELASTIC_MAX_RESTARTS] = str(world.max_restarts)
     if dist in ("spmd", "jax"):
-        env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.master_port}"
+        env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.rendezvous_port}"
         env[contract.JAX_NUM_PROCESSES] = str(world_size)
         env[contract.JAX_PROCESS_ID] = str(rank)
         env[contract.JAX_LOCAL_DEVICE_IDS] = str(local_rank)
@@ -267,12 +273,13 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
 def tf_config(world: World, rank: int) -> str:
     """TensorFlow's ``TF_CONFIG``: one worker entry per process, this process's index.
 
-    Process ``local_rank`` on a node listens on ``master_port + 1 + local_rank`` so that entries on
-    one host do not collide and none takes the torch rendezvous port.
+    Process ``local_rank`` on a node listens on ``master_port + RENDEZVOUS_PORT_SPAN + local_rank`` so
+    that entries on one host do not collide and none takes a torch rendezvous port.
     """
     workers: list[str] = []
     for node in world.nodes:
-        workers.extend(f"{node.addr}:{world.master_port + 1 + i}" for i in range(node.num_proc))
+        first = world.master_port + contract.RENDEZVOUS_PORT_SPAN
+        workers.extend(f"{node.addr}:{first + i}" for i in range(node.num_proc))
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
 
 

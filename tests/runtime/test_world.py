@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_distribution_selects_framework_variables(distribution: str, present: se
 def test_tf_config_has_one_worker_per_process_with_distinct_ports_per_host():
     cfg = json.loads(process_env(world(), 0, 1)["TF_CONFIG"])
     workers = cfg["cluster"]["worker"]
-    assert workers == ["10.0.0.1:29501", "10.0.0.1:29502", "10.0.0.2:29501", "10.0.0.2:29502"]
+    assert workers == ["10.0.0.1:29532", "10.0.0.1:29533", "10.0.0.2:29532", "10.0.0.2:29533"]
     assert cfg["task"] == {"type": "worker", "index": 1}
 
 
@@ -64,3 +65,10 @@ def test_malformed_world_is_refused(patch: dict):
     data = {**world().to_json(), **patch}
     with pytest.raises((ValueError, KeyError, TypeError)):
         World.from_json(data)
+
+
+def test_each_generation_gets_its_own_rendezvous_port_within_the_span():
+    base = world()
+    ports = [replace(base, generation=g).rendezvous_port for g in (1, 2, 3, 33)]
+    assert ports == [29500, 29501, 29502, 29500]
+    assert process_env(replace(base, generation=2), 0, 0)["MASTER_PORT"] == "29501"
