@@ -55,6 +55,21 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+def train_epoch(
+    net: nn.Module, loader: DataLoader, opt: torch.optim.Optimizer, device: torch.device
+) -> torch.Tensor:
+    """One pass over ``loader``; returns this rank's ``[summed loss, samples]`` (all-reduce it for the mean)."""
+    loss_fn = nn.CrossEntropyLoss()
+    total = torch.zeros(2, device=device)
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss = loss_fn(net(xb.to(device)), yb.to(device))
+        loss.backward()
+        opt.step()
+        total += torch.stack([loss.detach() * len(yb), torch.tensor(float(len(yb)), device=device)])
+    return total
+
+
 def fingerprint(module: nn.Module) -> str:
     """SHA-256 of every parameter's bytes, in order."""
     h = hashlib.sha256()
@@ -77,16 +92,9 @@ def main() -> None:
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
     net = DistributedDataParallel(model().to(device), device_ids=[device.index] if cuda else None)
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        total = torch.zeros(2, device=device)
-        for xb, yb in loader:
-            opt.zero_grad()
-            loss = loss_fn(net(xb.to(device)), yb.to(device))
-            loss.backward()
-            opt.step()
-            total += torch.stack([loss.detach() * len(yb), torch.tensor(float(len(yb)), device=device)])
+        total = train_epoch(net, loader, opt, device)
         dist.all_reduce(total)
         if rank == 0:
             print(f"epoch {epoch + 1}/{args.epochs} loss {total[0].item() / total[1].item():.4f}", flush=True)

@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from ddp_digits import datasets, fingerprint, model
-from torch import nn
+from ddp_digits import datasets, fingerprint, model, train_epoch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
@@ -47,18 +46,11 @@ def train(epochs: int = 1, lr: float = 0.05, batch_size: int = 32, seed: int = 0
     """Train ``epochs`` more epochs with DDP; returns this rank's view (loss averaged over all ranks)."""
     state = _setup(lr, batch_size, seed)
     net, opt, device = state["net"], state["opt"], state["device"]
-    loss_fn = nn.CrossEntropyLoss()
     net.train()
     total = torch.zeros(2, device=device)
     for _ in range(epochs):
         state["sampler"].set_epoch(state["epoch"])
-        total.zero_()
-        for xb, yb in state["loader"]:
-            opt.zero_grad()
-            loss = loss_fn(net(xb.to(device)), yb.to(device))
-            loss.backward()
-            opt.step()
-            total += torch.stack([loss.detach() * len(yb), torch.tensor(float(len(yb)), device=device)])
+        total = train_epoch(net, state["loader"], opt, device)
         dist.all_reduce(total)
         state["epoch"] += 1
     return {"rank": dist.get_rank(), "epoch": state["epoch"], "loss": total[0].item() / total[1].item(),

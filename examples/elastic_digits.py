@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
-from ddp_digits import datasets, fingerprint, model  # the sibling example: same data and model
+from ddp_digits import datasets, fingerprint, model, train_epoch  # the sibling example: same data and model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
@@ -80,18 +80,11 @@ def train(args: argparse.Namespace) -> Optional[float]:
     ddp = DistributedDataParallel(net)
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
-    loss_fn = nn.CrossEntropyLoss()
     if rank == 0:
         print(f"generation {os.environ['TRAINPLANE_GENERATION']}: world size {world}, from epoch {start}", flush=True)
     for epoch in range(start, args.epochs):
         sampler.set_epoch(epoch)
-        total = torch.zeros(2)
-        for xb, yb in loader:
-            opt.zero_grad()
-            loss = loss_fn(ddp(xb), yb)
-            loss.backward()
-            opt.step()
-            total += torch.stack([loss.detach() * len(yb), torch.tensor(float(len(yb)))])
+        total = train_epoch(ddp, loader, opt, torch.device("cpu"))
         dist.all_reduce(total)
         if rank == 0:
             save(ckpt, net, opt, epoch + 1)
