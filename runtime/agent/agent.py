@@ -119,6 +119,7 @@ class Agent:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._registered = threading.Event()
+        self._beat_now = threading.Event()
         self._world_deadline = float("inf")
         self._coordinator = Coordinator(settings, clock()) if settings.is_coordinator else None
         self._coordinator_addr: tuple[str, int] = ("", settings.coordinator_port)
@@ -264,6 +265,7 @@ class Agent:
             return self._loop()
         finally:
             self._stopping.set()
+            self._beat_now.set()
             if self._procs is not None:
                 self._procs.stop(self.settings.grace_period)
             for pusher in self._pushers:
@@ -350,6 +352,7 @@ class Agent:
         ):
             return None
         self.world = world
+        self._beat_now.set()  # the heartbeat loop may be in a long pre-world wait
         if world.coordinator[1]:
             self._coordinator_addr = (world.coordinator[1], world.coordinator[2])
         if world.status in TERMINAL:
@@ -626,7 +629,11 @@ class Agent:
         failures = 0
         direct = False
         lost_sent: Optional[tuple[int, str, int]] = None
-        while not self._stopping.wait(interval or self._timing.interval):
+        while True:
+            self._beat_now.wait(interval or self._timing.interval)
+            self._beat_now.clear()
+            if self._stopping.is_set():
+                return
             world = self.world
             now = self._clock()
             waiting = world is None and self._registered.is_set()

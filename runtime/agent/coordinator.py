@@ -296,6 +296,7 @@ class Coordinator:
         world = self.world
         in_world = {n.node_id: i for i, n in enumerate(world.nodes)} if world else {}
         members = []
+        self.liveness.beat(self._s.node_id, now)  # the coordinator hears itself
         for n in nodes_from(self.members.values()):
             if n.node_id in self._dead:
                 state = "dead"
