@@ -31,7 +31,8 @@ class HeartbeatTiming:
 
     @property
     def cap(self) -> float:
-        """The longest interval between beats: a quarter of the TTL."""
+        """The longest interval between beats: a quarter of the TTL. That leaves room for one level
+        of aggregation (a width-50 tree up to 2,550 nodes); deeper trees want a longer TTL."""
         return self.ttl / 4
 
     def next_interval(self, previous: float) -> float:

@@ -268,8 +268,10 @@ def request_json(
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """Whether a TCP port can be bound on ``host`` right now."""
+    """Whether a TCP port can be bound on ``host`` right now by a listener that sets ``SO_REUSEADDR``
+    (as torch's TCPStore and the agent do), so a previous job's ``TIME_WAIT`` connections don't count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -18,7 +18,9 @@ NODES = 13
 
 @pytest.fixture(scope="module")
 def job() -> Iterator[LocalJob]:
-    spec = LocalJobSpec(workers=NODES, num_proc=1, mode="service", master_port=0, grace_period=1.0,
+    # Liveness aggregates over the same depth-3 tree; a roomy TTL keeps a loaded machine from
+    # declaring a node dead while this test is about calls.
+    spec = LocalJobSpec(workers=NODES, num_proc=1, mode="service", master_port=0, grace_period=1.0, heartbeat_ttl=10.0,
                         pythonpath=(str(ROOT),), env={contract.TREE_THRESHOLD: "4", contract.TREE_FANOUT: "3",
                                                       contract.ALLOW_PICKLE: "true"})
     running = start(spec)
