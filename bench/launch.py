@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/launch.py`
+from bench.harness import project_env
+from runtime.local import free_port
+
 WORKLOAD = """
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -33,36 +35,22 @@ dist.destroy_process_group()
 """
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def env() -> dict[str, str]:
-    """Environment with the repository importable."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), e.get("PYTHONPATH", "")) if p)
-    return e
-
-
 def run_ours(script: str) -> None:
     """(a) this launcher."""
     subprocess.run(
         [sys.executable, "-m", "runtime", "launch", "--workers", "2", "--num-proc", "2", "--master-port", "0", script],
-        check=True, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        check=True, env=project_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
 
 def run_torchrun(script: str) -> None:
     """(b) two torchrun agents, c10d rendezvous, node 0 hosting the store."""
-    port = free_port()
+    port = free_port("127.0.0.1")
     common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"bench{port}"]
     procs = [
         subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common, "--rdzv-conf", f"is_host={i == 0}",
-                          script], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          script], env=project_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for i in range(2)
     ]
     for p in procs:
@@ -72,10 +60,10 @@ def run_torchrun(script: str) -> None:
 
 def run_direct(script: str) -> None:
     """(c) the four processes with their environment preset: no launcher at all."""
-    port = free_port()
+    port = free_port("127.0.0.1")
     procs = []
     for rank in range(4):
-        e = env()
+        e = project_env()
         e.update(WORLD_SIZE="4", RANK=str(rank), LOCAL_RANK=str(rank % 2), LOCAL_WORLD_SIZE="2",
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, script], env=e))

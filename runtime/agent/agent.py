@@ -89,6 +89,12 @@ _Event = Union[
 ]
 
 
+def _change(previous: World, world: World) -> WorkerMembershipChanged:
+    """The membership change from ``previous`` to ``world``, by node address."""
+    return WorkerMembershipChanged.between([n.addr for n in previous.nodes], [n.addr for n in world.nodes],
+                                           world.generation)
+
+
 class Agent:
     """One node's agent.
 
@@ -384,30 +390,27 @@ class Agent:
             json.dump(state, f)
         os.replace(tmp, path)
 
-    def _change_state(self, previous: World, world: World, local_rank: int) -> dict[str, Any]:
-        before = [n.addr for n in previous.nodes]
-        after = [n.addr for n in world.nodes]
-        before_set, after_set = set(before), set(after)
+    def _world_state(self, change: WorkerMembershipChanged, world: World, local_rank: int) -> dict[str, Any]:
+        """What one process's world file says: the change and that process's new environment."""
         return {
-            "generation": world.generation,
+            "generation": change.generation,
             "env": process_env(world, world.node_rank_of(self.settings.node_id), local_rank),
-            "added_ips": [a for a in after if a not in before_set],
-            "removed_ips": [a for a in before if a not in after_set],
-            "previous_ips": before,
-            "current_ips": after,
+            "added_ips": list(change.added_ips),
+            "removed_ips": list(change.removed_ips),
+            "previous_ips": list(change.previous_ips),
+            "current_ips": list(change.current_ips),
         }
 
     def _deliver(self, previous: World, world: World) -> None:
         """Tell this node's live processes about the new world (file, then signal); in service mode,
         fail the calls in flight with the change."""
+        change = _change(previous, world)
         if self._service is not None:
-            self._service.fail_in_flight(WorkerMembershipChanged.between(
-                [n.addr for n in previous.nodes], [n.addr for n in world.nodes], world.generation
-            ))
+            self._service.fail_in_flight(change)
         if self._procs is None:
             return
         for local_rank in range(self.settings.num_proc):
-            self._write_world_file(local_rank, self._change_state(previous, world, local_rank))
+            self._write_world_file(local_rank, self._world_state(change, world, local_rank))
             if self.settings.monitor_members:
                 self._procs.send(local_rank, DELIVERY_SIGNAL)
 
@@ -415,8 +418,9 @@ class Agent:
         node_rank = world.node_rank_of(self.settings.node_id)
         base = dict(os.environ)
         envs = []
+        unchanged = _change(world, world)
         for i in range(self.settings.num_proc):
-            self._write_world_file(i, self._change_state(world, world, i))
+            self._write_world_file(i, self._world_state(unchanged, world, i))
             envs.append({
                 **base, **process_env(world, node_rank, i),
                 contract.TRAINPLANE_WORLD_FILE: self._world_file(i),

@@ -125,6 +125,7 @@ class Coordinator:
         if now - self._last_tick > self._ttl / 2:
             self.liveness.grace(now)  # this host stalled (e.g. SIGSTOP): don't blame the others
         self._last_tick = now
+        self.liveness.beat(self._s.node_id, now)  # the coordinator hears itself
         world = self.world
         if world is None:
             return self._tick_forming(now)
@@ -296,7 +297,6 @@ class Coordinator:
         world = self.world
         in_world = {n.node_id: i for i, n in enumerate(world.nodes)} if world else {}
         members = []
-        self.liveness.beat(self._s.node_id, now)  # the coordinator hears itself
         for n in nodes_from(self.members.values()):
             if n.node_id in self._dead:
                 state = "dead"

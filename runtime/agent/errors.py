@@ -8,7 +8,6 @@ Tree::
     │   └── QuorumTimeout                  quorum not met in time; names the missing node ids
     ├── TransportError                     an HTTP exchange between agents failed
     │   └── Unauthorized                   401: missing or wrong job token
-    ├── JobFailed                          batch job ended with a failing rank
     ├── CallError                          a service-mode call did not return every rank's result
     │   ├── RemoteError                    the called function raised on a rank
     │   ├── CallTimeout                    the deadline passed; names the ranks that had not answered
@@ -81,18 +80,6 @@ class TransportError(TrainplaneError):
 
 class Unauthorized(TransportError):
     """The peer refused the request with 401: the job token is missing or wrong."""
-
-
-class JobFailed(TrainplaneError):
-    """A batch job ended because a rank failed and no restarts were left.
-
-    Attributes:
-        exit_code: the failing rank's exit code (128 + N when killed by signal N).
-    """
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class CallError(TrainplaneError):

@@ -57,12 +57,17 @@ def poll() -> Optional[WorkerMembershipChanged]:
     if state is None or int(state["generation"]) <= current:
         return None
     os.environ.update(state["env"])
-    fields = (state["added_ips"], state["removed_ips"], state["previous_ips"], state["current_ips"],
-              int(state["generation"]))
-    # A separate instance is kept: the one returned may be raised, and its traceback would keep the
-    # frames that hold the old process group (and its TCPStore's port) alive.
-    _Gate.last = WorkerMembershipChanged(*fields)
-    return WorkerMembershipChanged(*fields)
+    _Gate.last = WorkerMembershipChanged(
+        state["added_ips"], state["removed_ips"], state["previous_ips"], state["current_ips"], int(state["generation"])
+    )
+    return _fresh(_Gate.last)
+
+
+def _fresh(change: WorkerMembershipChanged) -> WorkerMembershipChanged:
+    """A copy without a traceback. The kept instance is never handed out: one that is raised would,
+    through its traceback, keep the frames holding the old process group (and its TCPStore) alive."""
+    return WorkerMembershipChanged(change.added_ips, change.removed_ips, change.previous_ips, change.current_ips,
+                                   change.generation)
 
 
 def wait(timeout: float, since: Optional[int] = None, interval: float = 0.05) -> Optional[WorkerMembershipChanged]:
@@ -80,8 +85,7 @@ def wait(timeout: float, since: Optional[int] = None, interval: float = 0.05) ->
     """
     last = _Gate.last
     if since is not None and last is not None and last.generation > since:
-        return WorkerMembershipChanged(last.added_ips, last.removed_ips, last.previous_ips, last.current_ips,
-                                       last.generation)
+        return _fresh(last)
     deadline = time.monotonic() + timeout
     _Gate.deferring += 1
     try:

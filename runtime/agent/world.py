@@ -154,14 +154,6 @@ class World:
         """Global rank of local rank 0 on ``node_rank``: the dense prefix sum of ``num_proc``."""
         return sum(n.num_proc for n in self.nodes[:node_rank])
 
-    def rank_location(self, rank: int) -> tuple[int, int]:
-        """``(node_rank, local_rank)`` of a global rank. Raises IndexError past the world size."""
-        for i, n in enumerate(self.nodes):
-            if rank < n.num_proc:
-                return i, rank
-            rank -= n.num_proc
-        raise IndexError("rank out of range")
-
     def finished(self, status: str, message: str, exit_code: int, cause: Failure | None = None) -> World:
         """A copy of this world carrying a terminal status."""
         return replace(self, status=status, message=message, exit_code=exit_code, cause=cause)
