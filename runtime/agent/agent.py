@@ -228,12 +228,13 @@ class Agent:
                 world = self._coordinator.world
         else:
             world = self.world
-            if world is None or not any(n.node_id == node_id for n in world.nodes):
+            behind = world is None or world.generation < generation
+            if not behind and not any(n.node_id == node_id for n in world.nodes):
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
             self._children.beat(node_id, now)
             self._children.merge(ages, now)
         reply: dict[str, Any] = {"generation": world.generation if world else 0}
-        if world is not None and generation != world.generation:
+        if world is not None and world.generation > generation:
             reply["world"] = world.to_json()
         return Response(200, reply)
 
@@ -664,6 +665,9 @@ class Agent:
                 reply = request_json(host, port, "PUT", contract.ROUTE_MEMBERS, self.settings.token, body,
                                      timeout=self._timing.cap)
             except TransportError as exc:
+                if exc.status == 409 and (host, port) != self._coordinator_addr:
+                    direct, interval = True, 0.0
+                    continue
                 if exc.status == 409:
                     self._events.put(_RejoinEvent(f"the coordinator no longer counts this node ({exc})"))
                     interval = self._timing.interval

@@ -46,6 +46,8 @@ CANCEL_TIMEOUT = 2.0
 """Seconds a node waits for its children to acknowledge a cancel."""
 REMEMBERED_CANCELS = 4096
 """Cancels for calls not (yet) seen that a node remembers, so a late exec is refused at once."""
+WORLD_POLL_INTERVAL = 0.01
+"""Seconds between looks at the world while an exec waits for its generation to arrive."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,9 @@ class ServiceNode:
         """``POST /exec``: run a call on this node and its subtree, or cancel one."""
         if "cancel" in request.body:
             return self._route_cancel(request.body["cancel"])
-        world, me = self._running_world()
         exec_request = ExecRequest.from_json(request.body, self._settings.allow_pickle)
+        self._await_generation(exec_request.generation)
+        world, me = self._running_world()
         if exec_request.generation != world.generation:
             raise HttpError(409, f"call planned for generation {exec_request.generation}, this node is at "
                                  f"generation {world.generation}")
@@ -248,6 +251,19 @@ class ServiceNode:
     def _count(self, name: str) -> None:
         with self._lock:
             self._counts[name] += 1
+
+    def _await_generation(self, generation: int) -> None:
+        """Give an in-flight world push up to one heartbeat TTL to land before an exec of ``generation``.
+
+        The coordinator pushes a new world to every node at once, so a parent in the call tree can
+        forward an exec to a child that has not installed that world yet.
+        """
+        deadline = self._clock() + self._settings.heartbeat_ttl
+        while True:
+            world = self._world()
+            if (world is not None and world.generation >= generation) or self._clock() >= deadline:
+                return
+            time.sleep(WORLD_POLL_INTERVAL)
 
     def _running_world(self) -> tuple[World, int]:
         """The running world and this node's rank in it.

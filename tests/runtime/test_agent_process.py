@@ -139,3 +139,37 @@ def test_a_batch_mode_agent_refuses_calls_naming_the_setting(waiting_agent: int)
             request_json("127.0.0.1", waiting_agent, "POST", path, TOKEN, {"fn": "os:getpid"})
         assert info.value.status == 409
         assert contract.MODE in str(info.value)
+
+
+def test_a_tree_parent_without_the_world_yet_keeps_a_childs_heartbeat(tmp_path: Path):
+    """World pushes race: a child may beat to its parent before the parent has the world.
+
+    The parent must keep the beat (and send no stale world back) instead of answering 409, which
+    would tell the child that it had been removed from the job.
+    """
+    script = tmp_path / "job.py"
+    script.write_text("pass\n")
+    coordinator_port = free_port("127.0.0.1")
+    parent_port = free_port("127.0.0.1", [coordinator_port])
+    env = agent_env(coordinator_port, script, workers=3, TRAINPLANE_QUORUM_TIMEOUT="60")
+    coordinator = subprocess.Popen([sys.executable, "-m", "runtime.agent"], env=project_env(**env),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent_env = {**env, contract.NODE_RANK_SETTING: "1", contract.AGENT_PORT_SETTING: str(parent_port)}
+    parent = subprocess.Popen([sys.executable, "-m", "runtime.agent"], env=project_env(**parent_env),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def parent_registered() -> bool:
+            try:
+                return 1 in request_json("127.0.0.1", coordinator_port, "GET", "/members", TOKEN)["registered"]
+            except TransportError:
+                return False
+
+        assert wait_until(parent_registered, timeout=30)
+        beat = {"node_id": 2, "addr": "127.0.0.1", "port": 1, "num_proc": 2, "state": "alive",
+                "generation": 1, "ages": {}}
+        reply = request_json("127.0.0.1", parent_port, "PUT", "/members", TOKEN, beat)
+        assert reply == {"generation": 0}
+    finally:
+        for proc in (parent, coordinator):
+            proc.terminate()
+            proc.wait(timeout=20)

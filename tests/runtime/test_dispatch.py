@@ -27,7 +27,7 @@ FNS = "tests.runtime.inprocess_fns"
 class Fleet:
     """``nodes`` lightweight agents on 127.0.0.1 sharing one world, ``num_proc`` ranks each."""
 
-    def __init__(self, nodes: int, num_proc: int, threshold: int, fanout: int) -> None:
+    def __init__(self, nodes: int, num_proc: int, threshold: int, fanout: int, late: tuple[int, ...] = ()) -> None:
         self.agents = []
         for i in range(nodes):
             settings = AgentSettings(job="fleet", token=TOKEN, node_id=i, workers=nodes, num_proc=num_proc,
@@ -36,10 +36,11 @@ class Fleet:
             agent = LightweightAgent(settings, say=lambda _line: None)
             agent.start()
             self.agents.append(agent)
-        world = World(job="fleet", generation=1, restart_count=0, max_restarts=0, master_port=29500,
-                      nodes=tuple(Node(i, "127.0.0.1", a.port, num_proc) for i, a in enumerate(self.agents)))
-        for agent in self.agents:
-            agent.join(world)
+        self.world = World(job="fleet", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                           nodes=tuple(Node(i, "127.0.0.1", a.port, num_proc) for i, a in enumerate(self.agents)))
+        for i, agent in enumerate(self.agents):
+            if i not in late:
+                agent.join(self.world)
         self.client = JobClient(f"http://127.0.0.1:{self.agents[0].port}", TOKEN)
 
     def stats(self, key: str) -> list[int]:
@@ -154,5 +155,14 @@ def test_an_unreachable_node_fails_the_call_naming_it():
             fleet.client.call(f"{FNS}:delayed_rank", 0.0, 0, timeout=10)
         assert info.value.node_rank == 2
         assert f":{fleet.agents[2].port}" in info.value.address
+    finally:
+        fleet.stop()
+
+
+def test_a_node_whose_world_push_is_still_in_flight_takes_the_exec_once_it_lands():
+    fleet = Fleet(4, 1, threshold=100, fanout=3, late=(3,))
+    try:
+        threading.Timer(0.3, fleet.agents[3].join, (fleet.world,)).start()
+        assert fleet.client.call(f"{FNS}:delayed_rank", 0.0, 0, timeout=10) == [0, 1, 2, 3]
     finally:
         fleet.stop()

@@ -54,9 +54,9 @@ def test_answers_carry_status_and_body_and_connections_are_kept_alive(agent: Lig
         assert (answers[0].status, answers[0].body) == (200, {"ok": True})
     assert len(agent.server._open) == 1, "three sequential exchanges must share one connection"
     answers = run(pool, [healthz, info, bad])
-    assert [a.status for a in answers] == [200, 200, 503]
+    assert [a.status for a in answers] == [200, 200, 400]
     assert answers[1].body["node_id"] == 0
-    assert "no running world" in answers[2].body["error"]
+    assert "call_id must be a non-empty string" in answers[2].body["error"]
     assert pool.sent == 6
 
 
