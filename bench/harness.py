@@ -9,9 +9,11 @@ process-spawner that runs nothing, for measuring the control plane at 1,000+ nod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -82,6 +84,15 @@ class AgentCluster:
         """Pids of the user processes of a node's agent."""
         pid = self.agents[node_id].pid
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL a node's agent and its user processes together: a silent node loss. Processes that
+        the agent's death already took down (parent-death signal) are skipped."""
+        victims = self.children(node_id)
+        self.agents[node_id].kill()
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def wait(self, timeout: float) -> dict[int, int]:
         return {i: a.wait(timeout=timeout) for i, a in self.agents.items()}

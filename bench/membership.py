@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import signal
 import statistics
@@ -80,11 +79,8 @@ def detection_trial(kind: str, tmp: Path) -> float:
                 raise RuntimeError("crash: no crash recorded")
             fault_at = float((out / "crash-time").read_text())
         elif kind == "kill":
-            children = job.children(2)
             fault_at = time.time()
-            job.agents[2].kill()
-            for pid in children:
-                os.kill(pid, signal.SIGKILL)
+            job.kill(2)
         else:
             fault_at = time.time()
             job.agents[2].send_signal(signal.SIGSTOP)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
 import shutil
 import signal
 import sys
@@ -31,7 +32,7 @@ from runtime.agent.membership import DELIVERY_SIGNAL
 from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor
 from runtime.agent.resolver import Resolver
 from runtime.agent.settings import AgentSettings
-from runtime.agent.transport import AgentServer, HttpError, Request, Response, request_json
+from runtime.agent.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, Failure, Node, World, process_env
 
 TICK = 0.1
@@ -634,10 +635,13 @@ class Agent:
         failures = 0
         direct = False
         lost_sent: Optional[tuple[int, str, int]] = None
+        link: Optional[PeerConnection] = None
         while True:
             self._beat_now.wait(interval or self._timing.interval)
             self._beat_now.clear()
             if self._stopping.is_set():
+                if link is not None:
+                    link.close()
                 return
             world = self.world
             now = self._clock()
@@ -656,14 +660,18 @@ class Agent:
                 host, port, ages, generation = *self._coordinator_addr, {}, 0
             else:
                 if world.generation != generation:
-                    generation, interval = world.generation, 0.0
+                    generation, interval = world.generation, self._timing.first_delay(random.random())
+                    continue
                 host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
                 current = {n.node_id for n in world.nodes}
                 ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if k in current}
             body = {**self._member_body(), "generation": generation, "state": "alive", "ages": ages}
+            if link is None or (link.host, link.port) != (host, port):
+                if link is not None:
+                    link.close()
+                link = PeerConnection(host, port, self.settings.token, timeout=self._timing.cap)
             try:
-                reply = request_json(host, port, "PUT", contract.ROUTE_MEMBERS, self.settings.token, body,
-                                     timeout=self._timing.cap)
+                reply = link.request("PUT", contract.ROUTE_MEMBERS, body)
             except TransportError as exc:
                 if exc.status == 409 and (host, port) != self._coordinator_addr:
                     direct, interval = True, 0.0

@@ -28,6 +28,8 @@ LAST_CALL = 1.0
 (torchrun's ``last_call_timeout`` idea, shorter)."""
 PROGRESS_EVERY = 5.0
 """Seconds between repeated quorum progress lines."""
+PROGRESS_MIN_GAP = 1.0
+"""Fewest seconds between two progress lines, so a thousand registrations make a few lines, not a thousand."""
 EXIT_NODE_LOST = 1
 """Exit code of a fixed-size job that lost a node without a failing process to blame."""
 
@@ -145,7 +147,8 @@ class Coordinator:
     def _tick_forming(self, now: float) -> list[Action]:
         actions: list[Action] = []
         count = len(self.members)
-        if count != self._progress_count or now - self._last_progress >= PROGRESS_EVERY:
+        since = now - self._last_progress
+        if (count != self._progress_count and since >= PROGRESS_MIN_GAP) or since >= PROGRESS_EVERY:
             self._progress_count, self._last_progress = count, now
             actions.append(Say(f"{count}/{self._s.workers} nodes registered (quorum {self._s.quorum})"))
         if count >= self._s.workers or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):

@@ -37,9 +37,15 @@ class HeartbeatTiming:
 
     def next_interval(self, previous: float) -> float:
         """The interval after ``previous`` (0 for the first beat): doubled, within [interval, cap]."""
-        if previous <= 0:
-            return min(self.interval, self.cap)
-        return min(previous * 2, self.cap)
+        return min(max(previous * 2, self.interval), self.cap)
+
+    def first_delay(self, fraction: float) -> float:
+        """Delay of the first beat after a new world: ``fraction`` (uniform in [0, 1)) of ``interval``.
+
+        Every node installs a new world at about the same moment; spreading their first beats over
+        one interval keeps a large world from beating its parents all at once.
+        """
+        return fraction * min(self.interval, self.cap)
 
 
 class Liveness:

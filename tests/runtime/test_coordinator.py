@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.coordinator import LAST_CALL, Coordinator, Push, Rejected, Say
+from runtime.agent.coordinator import LAST_CALL, PROGRESS_MIN_GAP, Coordinator, Push, Rejected, Say
 from runtime.agent.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
 
@@ -30,6 +30,14 @@ def test_world_forms_when_every_node_registered_in_node_order():
     [push] = pushes(c.register(node(1), 0.3))
     assert [n.node_id for n in push.world.nodes] == [0, 1, 2]
     assert push.world.generation == 1 and push.world.status == RUNNING
+
+
+def test_quorum_progress_is_said_at_most_once_per_gap_however_fast_nodes_register():
+    c = Coordinator(settings(workers=1024), now=0.0)
+    said = [a.message for i in range(600) for a in c.register(node(i), i * 0.001) if isinstance(a, Say)]
+    assert said == ["1/1024 nodes registered (quorum 1024)"]
+    said = [a.message for a in c.register(node(600), PROGRESS_MIN_GAP) if isinstance(a, Say)]
+    assert said == ["601/1024 nodes registered (quorum 1024)"]
 
 
 def test_partial_quorum_waits_for_the_last_call():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.agent.transport import request_json
 from tests.conftest import ROOT, AgentCluster, processes_with, project_env, wait_until
 
 
@@ -56,11 +57,8 @@ def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder
     job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
     try:
         assert wait_until(lambda: len(events(out)) == 3, timeout=30)
-        victims = job.children(2)
         killed_at = time.time()
-        job.agents[2].kill()
-        for pid in victims:
-            os.kill(pid, signal.SIGKILL)
+        job.kill(2)
         assert wait_until(lambda: all_told(out, 2, 2), timeout=15)
         told = [e for evs in events(out).values() for e in evs if e["generation"] == 2]
         assert all(e["removed"] == ["127.0.0.12"] for e in told)
@@ -70,6 +68,29 @@ def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder
         assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 1]
         stop.touch()
         assert job.agents[0].wait(timeout=30) == 0
+    finally:
+        job.close()
+
+
+def test_when_the_coordinator_node_dies_the_lowest_survivor_takes_over_and_becomes_master(tmp_path: Path, recorder):
+    script, out, stop = recorder
+    job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
+    try:
+        assert wait_until(lambda: len(events(out)) == 3, timeout=30)
+        job.kill(0)
+        assert wait_until(lambda: all_told(out, 2, 2), timeout=20)
+        told = sorted((e for evs in events(out).values() for e in evs if e["generation"] == 2),
+                      key=lambda e: e["rank"])
+        assert [(e["rank"], e["world_size"], e["master"]) for e in told] == [("0", "2", "127.0.0.11"),
+                                                                            ("1", "2", "127.0.0.11")]
+        assert all(e["removed"] == ["127.0.0.10"] for e in told)
+        snapshot = request_json("127.0.0.11", job.port, "GET", "/members", job.token)
+        assert snapshot["generation"] == 2 and snapshot["status"] == "running"
+        assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [1, 2]
+        assert "takes over" in job.log(1)
+        stop.touch()
+        assert job.agents[1].wait(timeout=30) == 0
+        assert job.agents[2].wait(timeout=30) == 0
     finally:
         job.close()
 
