@@ -1,4 +1,4 @@
-"""Service mode on one machine: deploy a job, train in several calls, then evaluate.
+"""Service mode: deploy a job (or attach to a running one), train in several calls, then evaluate.
 
 From the repository root (or anywhere once the package is installed with ``pip install -e .``)::
 
@@ -8,38 +8,103 @@ The workflow API starts local agents in service mode; each call runs ``train`` o
 same long-lived processes, so the DDP model keeps training from call to call, and ``evaluate`` reads
 the model those calls trained. The remote functions live in ``digits_service_fns.py`` next to this
 file; ``fn`` puts this directory on the workers' PYTHONPATH.
+
+``--url`` attaches to a service-mode job that is already running instead, e.g. the local stack's
+``digits-service`` job through a port-forward (docs/stacks.md), with the job's token in the
+environment variable ``TRAINPLANE_TOKEN`` (``--token`` also works, but shows the token to anyone who
+can list processes)::
+
+    kubectl port-forward pod/digits-service-0 32300:32300 &
+    export TRAINPLANE_TOKEN=...      # pulumi stack output tokens --show-secrets
+    PYTHONPATH=. python examples/service_digits.py --url http://127.0.0.1:32300 --min-accuracy 0.9
+
+That job's size is its deployment's, its workers import ``digits_service_fns`` from their own
+image (the job's ``pythonpath``), and it keeps running, and keeps its model, after this script
+exits: a second run continues training where the first stopped. This driver needs only the client
+(httpx); torch runs in the job.
+
+``--min-accuracy`` makes the script exit with status 1 and a message when the held-out accuracy is
+below it (CI uses it to check that training works end to end).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from pathlib import Path
+from typing import Optional, Sequence
 
 from digits_service_fns import evaluate, train
 
-from runtime.workflow import LocalCompute, fn
+from runtime.agent import contract
+from runtime.workflow import Compute, ExistingCompute, LocalCompute, fn
+
+LOCAL_WORKERS = 2
+LOCAL_NUM_PROC = 2
 
 
-def parse_args() -> argparse.Namespace:
-    """Command line of the example."""
+def accuracy(text: str) -> float:
+    """An accuracy threshold: a number from 0 to 1."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not an accuracy: use a number from 0 to 1, e.g. 0.9")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    """The example's command line."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workers", type=int, default=2, help="nodes")
-    p.add_argument("--num-proc", type=int, default=2, help="processes per node")
+    p.add_argument("--workers", type=int, default=None, help=f"local job: nodes (default {LOCAL_WORKERS})")
+    p.add_argument("--num-proc", type=int, default=None,
+                   help=f"local job: processes per node (default {LOCAL_NUM_PROC})")
+    p.add_argument("--url", default=None,
+                   help="attach to the running service-mode job whose coordinator is at this URL "
+                        "(e.g. http://127.0.0.1:32300) instead of starting a local job")
+    p.add_argument("--token", default=os.environ.get(contract.TOKEN),
+                   help=f"with --url: the job's token (default: ${contract.TOKEN}, which keeps it off the "
+                        "command line)")
+    p.add_argument("--ready-timeout", type=float, default=120.0,
+                   help="seconds the job may take to be ready (default 120)")
     p.add_argument("--calls", type=int, default=3, help="training calls")
     p.add_argument("--epochs-per-call", type=int, default=4)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--min-accuracy", type=accuracy, default=None,
+                   help="exit with status 1 if the held-out accuracy is below this (0 to 1)")
     p.add_argument("--summary", default=None, help="write a JSON summary of every call here")
-    return p.parse_args()
+    return p
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse and check the command line; exits with status 2 and the reason when it is inconsistent."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.url is not None:
+        if args.workers is not None or args.num_proc is not None:
+            p.error("--workers and --num-proc size a local job; a job attached with --url has its deployment's size")
+        if not args.token:
+            p.error(f"--url needs the job's token: set {contract.TOKEN} (or pass --token)")
+    return args
+
+
+def compute_for(args: argparse.Namespace) -> Compute:
+    """The running job given by ``--url``, or a new local job."""
+    if args.url is not None:
+        return ExistingCompute(args.url, args.token, ready_timeout=args.ready_timeout)
+    return LocalCompute(workers=args.workers or LOCAL_WORKERS, num_proc=args.num_proc or LOCAL_NUM_PROC,
+                        ready_timeout=args.ready_timeout).distribute("pytorch")
 
 
 def main() -> None:
-    """Deploy, train in several calls, evaluate, tear down."""
+    """Deploy or attach, train in several calls, evaluate, tear down (or detach); check the accuracy."""
     args = parse_args()
-    compute = LocalCompute(workers=args.workers, num_proc=args.num_proc).distribute("pytorch")
+    compute = compute_for(args)
     calls = []
     with fn(train).to(compute) as remote_train:
+        if args.url is not None:
+            print(f"attached to {args.url}: {compute.workers} nodes x {compute.num_proc} processes", flush=True)
         for i in range(args.calls):
             started = time.perf_counter()
             results = remote_train(epochs=args.epochs_per_call, lr=args.lr)
@@ -52,6 +117,8 @@ def main() -> None:
               f"parameters identical on all {len(evaluation)} ranks: {same}", flush=True)
     if args.summary:
         Path(args.summary).write_text(json.dumps({"train": calls, "evaluate": evaluation}))
+    if args.min_accuracy is not None and evaluation[0]["accuracy"] < args.min_accuracy:
+        sys.exit(f"held-out accuracy {evaluation[0]['accuracy']:.4f} is below --min-accuracy {args.min_accuracy:g}")
 
 
 if __name__ == "__main__":

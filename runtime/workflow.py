@@ -12,15 +12,23 @@ spec that can also hold its running job), :class:`Endpoint` is *the running job*
 (URL and token), and :class:`RemoteFunction` is *what to call* there through ``runtime.client``.
 
 The seam for other targets is :class:`Compute`: a target implements ``_start(pythonpath) -> Endpoint``
-and ``_stop()``. :class:`LocalCompute` starts local agent processes (``runtime.local``); a Kubernetes
-target will create a ``DistributedJob`` in service mode (StatefulSet) and return the coordinator's
-Service address and the job token from its Secret, shipping the function's code with the runtime
-bundle instead of setting PYTHONPATH.
+and ``_stop()``. :class:`LocalCompute` starts local agent processes (``runtime.local``).
+:class:`ExistingCompute` attaches to a service-mode job that is already running, such as a stack's
+job reached through ``kubectl port-forward``; it neither starts nor stops it::
+
+    compute = ExistingCompute("http://127.0.0.1:32300", token)
+    with fn(train).to(compute) as train:   # checks the job is running; leaving only disconnects
+        results = train(epochs=3)
+
+A Kubernetes target that creates its own job would create a ``DistributedJob`` in service mode
+(StatefulSet) and return the coordinator's Service address and the job token from its Secret,
+shipping the function's code with the runtime bundle instead of setting PYTHONPATH.
 
 The called function must be importable by the worker processes: defined at module level (not a
-lambda or a closure), in a module whose root directory ``fn`` puts on the workers' PYTHONPATH. A
-function defined in the driver script itself is imported from that script's file by its stem, so
-the script must keep its driver code under ``if __name__ == "__main__":``.
+lambda or a closure), in a module whose root directory ``fn`` puts on the workers' PYTHONPATH (a
+job that is already running keeps its own PYTHONPATH: see :class:`ExistingCompute`). A function
+defined in the driver script itself is imported from that script's file by its stem, so the script
+must keep its driver code under ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
@@ -28,19 +36,22 @@ from __future__ import annotations
 import abc
 import copy
 import inspect
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from runtime import local
 from runtime.agent import contract
-from runtime.agent.errors import ConfigError, RendezvousError
+from runtime.agent.errors import ConfigError, RendezvousError, TransportError, Unauthorized
 from runtime.agent.wire import JSON, PICKLE, SERIALIZATIONS
-from runtime.agent.world import DISTRIBUTIONS
+from runtime.agent.world import DISTRIBUTIONS, RUNNING, TERMINAL
 from runtime.client import JobClient
 
 READY_TIMEOUT = 120.0
-"""Seconds a local job may take to report ready."""
+"""Seconds a job may take to report ready (a local job to start; an existing job to be reachable and running)."""
+READY_POLL_INTERVAL = 0.5
+"""Seconds between an :class:`ExistingCompute`'s checks of its job."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +215,104 @@ class LocalCompute(Compute):
         if self.job is not None:
             self.job.stop(timeout=self.grace_period + 10.0)
             self.job = None
+
+
+class ExistingCompute(Compute):
+    """A service-mode job that is already running, e.g. a stack's job: attach to it, never start or stop it.
+
+    The job belongs to whoever deployed it (``pulumi up`` for a stack's job, ``python -m runtime
+    launch --mode service`` locally): deploying attaches after checking that the coordinator answers
+    and its world is running, and :meth:`teardown` only disconnects; the job and its processes' state
+    stay. Its size and distribution are the deployment's: ``workers``, ``num_proc`` and
+    ``distribution`` are read from the job when attaching (``GET /members`` and ``GET /info``) and
+    are 1, 1 and ``spmd`` until then; :meth:`distribute` refuses to change them.
+
+    The job's PYTHONPATH is the deployment's too, so ``fn`` cannot add the function's directory to
+    it: the function's module must already be importable in the job's processes. For a stack's job,
+    put its directory in the image and on the job's ``pythonpath`` (``stacks/Pulumi.local.yaml``:
+    ``pythonpath: [/app/examples]`` makes ``examples/digits_service_fns.py`` importable as
+    ``digits_service_fns``); locally, ``PYTHONPATH=DIR python -m runtime launch --mode service``.
+
+    Args:
+        url: the coordinator's base URL, ``http://HOST:PORT``; for a stack's job, a port-forward to
+            its node 0 (pod ``<job>-0``, agent port 32300), e.g. ``http://127.0.0.1:32300``.
+        token: the job's bearer token (a stack's ``tokens`` output, by job name).
+        serialization: see :class:`Compute` (``pickle`` only if the job allows it).
+        ready_timeout: seconds to wait for the job to be reachable and running, >= 0 (covers a
+            port-forward that is still starting and a world that is still forming).
+
+    Raises:
+        ConfigError: ``url``, ``serialization`` or ``ready_timeout`` is invalid; names it.
+    """
+
+    def __init__(self, url: str, token: str, serialization: str = JSON, *,
+                 ready_timeout: float = READY_TIMEOUT) -> None:
+        super().__init__(serialization=serialization)
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"url={url!r} is invalid: use the coordinator's base URL, e.g. http://127.0.0.1:32300")
+        if ready_timeout < 0:
+            raise ConfigError(f"ready_timeout={ready_timeout!r} is invalid: use 0 or more seconds")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.ready_timeout = ready_timeout
+
+    def distribute(self, distribution: str, workers: Optional[int] = None, num_proc: Optional[int] = None) -> Compute:
+        """Refused: an existing job's distribution and size are set where it is deployed.
+
+        Raises:
+            ConfigError: always; names the job's settings to change instead.
+        """
+        raise ConfigError(f"distribute({distribution!r}) is invalid for the existing job at {self.url}: its "
+                          "distribution and size are its deployment's; change the job's distribution, workers "
+                          "and numProc in the stack (or the launch command) instead")
+
+    def _start(self, pythonpath: tuple[str, ...]) -> Endpoint:
+        """Wait until the job at ``url`` is a running service-mode world; read its shape.
+
+        ``pythonpath`` is not applied: the job's processes import from their own PYTHONPATH.
+
+        Raises:
+            Unauthorized: the token is wrong (at once, no retry).
+            ConfigError: the URL reaches a batch-mode job, or an agent that is not the coordinator.
+            RendezvousError: the job ended, or was not reachable and running within ``ready_timeout``;
+                names the URL and the last problem.
+        """
+        deadline = time.monotonic() + self.ready_timeout
+        with JobClient(self.url, self.token, self.serialization) as client:
+            while True:
+                try:
+                    info = client.info()
+                except Unauthorized:
+                    raise
+                except TransportError as exc:
+                    problem = f"not reachable: {exc}"
+                else:
+                    if info.mode != "service":
+                        raise ConfigError(f"{self.url} is a {info.mode}-mode job, which takes no calls: "
+                                          "attach to a job deployed with mode: service")
+                    if info.raw.get("coordinator") is False:
+                        raise ConfigError(f"{self.url} is node {info.node_id} of job {info.job}, not its "
+                                          "coordinator: connect to node 0 (pod <job>-0)")
+                    if info.status == RUNNING:
+                        break
+                    if info.status in TERMINAL:
+                        raise RendezvousError(f"the job at {self.url} has ended (status {info.status!r}): "
+                                              "redeploy it (e.g. pulumi up) before attaching")
+                    problem = f"status {info.status!r}"
+                if time.monotonic() >= deadline:
+                    raise RendezvousError(
+                        f"no running service-mode job at {self.url} within {self.ready_timeout:g} s ({problem}): "
+                        "check the URL (for a stack's job, the port-forward to pod <job>-0 on the agent port) "
+                        "and that the job's pods are running; raise ready_timeout if it is still starting")
+                time.sleep(READY_POLL_INTERVAL)
+            members = client.members()
+        self.workers = sum(1 for m in members.raw.get("members", []) if m.get("node_rank") is not None)
+        self.num_proc = info.num_proc
+        self.distribution = str(info.raw.get("distribution", self.distribution))
+        return Endpoint(self.url, self.token)
+
+    def _stop(self) -> None:
+        """Nothing to stop: the job belongs to its deployment. Detaching is all teardown does."""
 
 
 class fn:  # lower case like Kubetorch's ``kt.fn``, which users know

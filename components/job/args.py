@@ -59,7 +59,8 @@ class DistributedJobArgs:
     Attributes:
         image: container image; any image with ``python3`` (3.9+) works, the agent is mounted.
         script: path of the training script inside the image (relative to ``working_dir``).
-            Exactly one of ``script`` and ``module``.
+            Batch mode: exactly one of ``script`` and ``module``. Service mode runs no script (the
+            processes serve calls): leave both unset.
         module: importable module to run as ``python -m module``.
         args: arguments passed to the script or module.
         workers: number of nodes (pods), >= 1.
@@ -86,6 +87,9 @@ class DistributedJobArgs:
         scheduler_name: pod ``schedulerName``; defaults to the gang scheduler's own.
         namespace: namespace of every object.
         env: extra environment for the agent and the user processes.
+        pythonpath: directories in the image (absolute paths) put on the agent's and every user
+            process's PYTHONPATH, after the runtime bundle; in service mode, where the modules of
+            the called functions live (e.g. ``["/app/examples"]``).
         labels: extra labels on every object and pod.
         node_selector: pod ``nodeSelector``.
         tolerations: pod tolerations (Kubernetes Toleration dicts), added to the GPU toleration.
@@ -131,6 +135,7 @@ class DistributedJobArgs:
     scheduler_name: Optional[str] = None
     namespace: str = "default"
     env: Mapping[str, str] = field(default_factory=dict)
+    pythonpath: Sequence[str] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, Any]] = ()
@@ -154,7 +159,7 @@ class DistributedJobArgs:
             value = getattr(self, name)
             if isinstance(value, Mapping):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
-        for name in ("args", "tolerations", "allow_from"):
+        for name in ("args", "pythonpath", "tolerations", "allow_from"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
@@ -195,7 +200,10 @@ class DistributedJobArgs:
 
     @property
     def entrypoint(self) -> tuple[str, ...]:
-        """The user command after the interpreter, as the agent's ``TRAINPLANE_ENTRYPOINT`` wants it."""
+        """The user command after the interpreter, as the agent's ``TRAINPLANE_ENTRYPOINT`` wants it
+        (empty for a service job without a script)."""
+        if self.script is None and self.module is None:
+            return ()
         head = (self.script,) if self.script is not None else ("-m", str(self.module))
         return (*head, *self.args)
 
@@ -228,9 +236,12 @@ def _validate_program(a: DistributedJobArgs) -> None:
     if not isinstance(a.image, str) or not a.image or any(c.isspace() for c in a.image):
         raise InvalidJobArgs("image", a.image, "must be a non-empty image reference without spaces",
                              'pass e.g. "python:3.11-slim"')
-    if (a.script is None) == (a.module is None):
+    if a.script is not None and a.module is not None:
         raise InvalidJobArgs("script", a.script, f"exactly one of script and module is needed (module="
                              f"{a.module!r})", "set script to a .py path or module to a dotted module name")
+    if a.script is None and a.module is None and a.mode != "service":
+        raise InvalidJobArgs("script", a.script, "a batch job needs a script or a module to run",
+                             'set script to a .py path or module to a dotted module name, or use mode="service"')
     if a.script is not None and (not isinstance(a.script, str) or not a.script):
         raise InvalidJobArgs("script", a.script, "must be a non-empty path", 'pass e.g. "train.py"')
     if a.module is not None and (not isinstance(a.module, str) or not MODULE_NAME.match(a.module)):
@@ -333,8 +344,9 @@ def _validate_pod(a: DistributedJobArgs) -> None:
     for key, value in a.env.items():
         checks.require_env_name(f"env[{key!r}]", key)
         if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
-            raise InvalidJobArgs(f"env[{key!r}]", value, "is set by trainplane",
-                                 "remove it; use the matching DistributedJobArgs field instead")
+            fix = ("list the directories to import from in pythonpath" if key == "PYTHONPATH"
+                   else "use the matching DistributedJobArgs field instead")
+            raise InvalidJobArgs(f"env[{key!r}]", value, "is set by trainplane", f"remove it; {fix}")
         if not isinstance(value, str):
             raise InvalidJobArgs(f"env[{key!r}]", value, "environment values are strings", "quote it")
     checks.require_labels("labels", a.labels)
@@ -352,6 +364,14 @@ def _validate_pod(a: DistributedJobArgs) -> None:
     for name in ("working_dir", "log_dir"):
         if getattr(a, name) is not None:
             checks.require_absolute_path(name, getattr(a, name))
+    if not isinstance(a.pythonpath, tuple):
+        raise InvalidJobArgs("pythonpath", a.pythonpath, "must be a list of directories",
+                             'pass a list such as ["/app/examples"]')
+    for i, directory in enumerate(a.pythonpath):
+        checks.require_absolute_path(f"pythonpath[{i}]", directory)
+        if ":" in directory:
+            raise InvalidJobArgs(f"pythonpath[{i}]", directory, "contains ':', the PYTHONPATH separator",
+                                 "give each directory as its own list item")
     if a.image_pull_policy is not None:
         checks.require_choice("image_pull_policy", a.image_pull_policy, PULL_POLICIES)
 

@@ -83,7 +83,7 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         _field_env(contract.POD_IP, "status.podIP"),
         _field_env(contract.POD_NAME, "metadata.name"),
         _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
-        {"name": "PYTHONPATH", "value": contract.BUNDLE_MOUNT_PATH},
+        {"name": "PYTHONPATH", "value": ":".join((contract.BUNDLE_MOUNT_PATH, *args.pythonpath))},
         {"name": contract.JOB_NAME, "value": names.job},
         {"name": contract.TOKEN,
          "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},

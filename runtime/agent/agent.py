@@ -176,6 +176,7 @@ class Agent:
                 "generation": world.generation if world else 0,
                 "status": world.status if world else "forming",
                 "mode": self.settings.mode,
+                "distribution": self.settings.distribution,
                 "coordinator": self._coordinator is not None,
                 "requests_served": self._server.requests_served,
                 "service": self._service.stats() if self._service is not None else None,

@@ -34,15 +34,17 @@ def job(**changes):
     return [{**copy.deepcopy(LOCAL_JOB), **changes}]
 
 
-def test_local_stack_is_kind_with_volcano_and_the_digits_job():
+def test_local_stack_is_kind_with_volcano_and_the_digits_batch_and_service_jobs():
     config = parse("local")
 
     assert config.cluster == KindClusterArgs(workers=2, load_images=("trainplane-examples:dev",))
     assert config.addons.volcano.queue == "trainplane"
     assert config.addons.device_plugin is None and config.addons.kueue is None
-    assert [(j.name, j.args.workers, j.args.num_proc, j.args.gang_scheduler) for j in config.jobs] == [
-        ("digits", 2, 2, "volcano")
+    assert [(j.name, j.args.mode, j.args.workers, j.args.num_proc, j.args.gang_scheduler) for j in config.jobs] == [
+        ("digits", "batch", 2, 2, "volcano"),
+        ("digits-service", "service", 2, 2, "none"),
     ]
+    assert config.jobs[1].args.pythonpath == ("/app/examples",)
 
 
 def test_aws_gpu_stack_is_eks_with_a_gpu_group_and_a_gpu_job():

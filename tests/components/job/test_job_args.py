@@ -16,7 +16,7 @@ INVALID = [
     # (overrides, field, message fragment)
     ({"image": ""}, "image", "non-empty image reference"),
     ({"image": "py thon"}, "image", "without spaces"),
-    ({"script": None}, "script", "exactly one of script and module"),
+    ({"script": None}, "script", "a batch job needs a script or a module to run"),
     ({"module": "pkg.train"}, "script", "exactly one of script and module"),
     ({"script": None, "module": "pkg-train"}, "module", "not a dotted module name"),
     ({"args": ["--epochs", 3]}, "args", "list of strings"),
@@ -63,7 +63,7 @@ INVALID = [
     ({"namespace": "a" * 64}, "namespace", "shorten it to 63"),
     ({"env": {"RANK": "3"}}, "env['RANK']", "is set by trainplane"),
     ({"env": {"TRAINPLANE_TOKEN": "x"}}, "env['TRAINPLANE_TOKEN']", "is set by trainplane"),
-    ({"env": {"PYTHONPATH": "/src"}}, "env['PYTHONPATH']", "is set by trainplane"),
+    ({"env": {"PYTHONPATH": "/src"}}, "env['PYTHONPATH']", "list the directories to import from in pythonpath"),
     ({"env": {"1BAD": "x"}}, "env['1BAD']", "not an environment variable name"),
     ({"env": {"NCCL_DEBUG": 1}}, "env['NCCL_DEBUG']", "values are strings"),
     ({"env": ["NCCL_DEBUG=INFO"]}, "env", "mapping of names to values"),
@@ -81,6 +81,9 @@ INVALID = [
     ({"service_account": "Trainer"}, "service_account", "not a valid name"),
     ({"working_dir": "src"}, "working_dir", "absolute path"),
     ({"log_dir": "logs"}, "log_dir", "absolute path"),
+    ({"pythonpath": "/app/examples"}, "pythonpath", "must be a list of directories"),
+    ({"pythonpath": ["/app", "examples"]}, "pythonpath[1]", "absolute path"),
+    ({"pythonpath": ["/app:/lib"]}, "pythonpath[0]", "give each directory as its own list item"),
     ({"image_pull_policy": "always"}, "image_pull_policy", "use one of Always, IfNotPresent, Never"),
     ({"agent_port": 70000}, "agent_port", "is not a TCP port"),
     ({"master_port": 0}, "master_port", "must be >= 1"),
@@ -174,3 +177,10 @@ def test_memory_rejects_signed_or_malformed_quantities(quantity: str) -> None:
 
 def test_args_are_importable_from_package_root() -> None:
     assert DistributedJobArgs(image="img", module="m").workload_backend == "indexed-job"
+
+
+def test_a_service_job_runs_no_script() -> None:
+    args = job_args(mode="service", script=None)
+    assert args.entrypoint == ()
+    assert job_args(script=None, module="pkg.train", args=["--lr", "0.1"]).entrypoint == ("-m", "pkg.train", "--lr",
+                                                                                          "0.1")

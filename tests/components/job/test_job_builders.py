@@ -294,6 +294,12 @@ def test_statefulset_for_service_mode() -> None:
     assert "PodDisruptionBudget" not in {m.body["kind"] for m in render().manifests}
 
 
+def test_pythonpath_follows_the_bundle_on_the_agents_pythonpath_and_a_service_job_needs_no_script() -> None:
+    env = env_of(templates(render(mode="service", script=None, pythonpath=["/app/examples", "/app/lib"]))[0])
+    assert env["PYTHONPATH"] == f"{contract.BUNDLE_MOUNT_PATH}:/app/examples:/app/lib"
+    assert json.loads(env[contract.ENTRYPOINT]) == []
+
+
 def test_pytorchjob_follows_operator_rules() -> None:
     job = render(
         backend="pytorchjob",
