@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -133,16 +134,18 @@ def test_it_forwards_the_agent_port_of_the_service_jobs_node_0(service):
     assert forward in commands()[: commands().index(client_run())]
 
 
-def test_the_token_it_reads_is_the_service_jobs_from_an_exported_output(local, service):
+def test_the_token_it_reads_is_the_service_jobs_from_an_exported_output_and_masked(local, service, tmp_path):
     output = command("pulumi", "stack", "output")
     (reader,) = [c for c in commands() if c[:2] == ["python", "-c"]]
     tokens = {name: f"token-of-{name}" for name in local.outputs[output[3]]}
+    github_env = tmp_path / "github-env"
 
     assert output[3] in local.secret_outputs and {"--show-secrets", "--json"} <= set(output)
     read = subprocess.run([sys.executable, *reader[1:]], input=json.dumps(tokens), capture_output=True, text=True,
-                          check=True)
-    assert read.stdout.strip() == f"{contract.TOKEN}=token-of-{service['metadata']['name']}"
-    assert step_run("token").rstrip().endswith('>> "$GITHUB_ENV"')
+                          check=True, env={**os.environ, "GITHUB_ENV": str(github_env)})
+    token = f"token-of-{service['metadata']['name']}"
+    assert read.stdout == f"::add-mask::{token}\n"
+    assert github_env.read_text() == f"{contract.TOKEN}={token}\n"
 
 
 def test_the_client_run_is_the_example_attached_to_the_forwarded_job_with_a_threshold(example, monkeypatch):
