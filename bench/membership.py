@@ -32,13 +32,14 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
 from bench.harness import ROOT, AgentCluster, lightweight_address, project_env
+from runtime.agent import contract, topology
 from runtime.agent.errors import TransportError
+from runtime.agent.heartbeat import HeartbeatTiming
 from runtime.agent.transport import request_json
 
 TORCHRUN_DEAD_S = 15.0
 PROBING_DEAD_S = 25.0
 RECORDER = ROOT / "bench" / "recorder.py"
-TREE_WIDTH = 50
 TTL = 3.0
 
 
@@ -171,9 +172,11 @@ def main() -> None:
             continue
         print(f"load: {nodes} nodes -> {loads[nodes]:.3f} requests/s per node at the coordinator "
               f"({loads[nodes] * nodes:.1f} requests/s)", flush=True)
-    print(f"model (not a measurement): in tree mode the coordinator hears only its <= {TREE_WIDTH} children, "
-          f"each at most every TTL/4 = {TTL / 4:g} s: <= {TREE_WIDTH / (TTL / 4) / 1024:.3f} requests/s per node "
-          f"at 1,024 nodes", flush=True)
+    hops = topology.hops(1024, contract.DEFAULT_TREE_FANOUT, contract.DEFAULT_TREE_THRESHOLD)
+    cap = HeartbeatTiming(ttl=TTL, hops=hops).cap
+    width = contract.DEFAULT_TREE_FANOUT
+    print(f"model (not a measurement): at 1,024 nodes the coordinator hears only its <= {width} tree children, "
+          f"each at most every TTL/(hops+2) = {cap:g} s: <= {width / cap / 1024:.3f} requests/s per node", flush=True)
     fields = " ".join(f"{k}_ms={v:.0f}" for k, v in medians.items())
     print(f"membership {fields} " + " ".join(f"load_rps_per_node_{n}={v:.3f}" for n, v in loads.items()))
 

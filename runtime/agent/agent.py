@@ -9,6 +9,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -661,13 +662,15 @@ class Agent:
                 host, port, ages, generation = *self._coordinator_addr, {}, 0
             else:
                 if world.generation != generation:
+                    hops = topology.hops(len(world.nodes), self.settings.tree_fanout, self.settings.tree_threshold)
+                    self._timing = dataclasses.replace(self._timing, hops=hops)
                     generation, interval = world.generation, self._timing.first_delay(random.random())
                     continue
                 host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
                 current = {n.node_id for n in world.nodes}
                 ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if k in current}
             body = {**self._member_body(), "generation": generation, "state": "alive", "ages": ages}
-            if link is None or (link.host, link.port) != (host, port):
+            if link is None or (link.host, link.port, link.timeout) != (host, port, self._timing.cap):
                 if link is not None:
                     link.close()
                 link = PeerConnection(host, port, self.settings.token, timeout=self._timing.cap)

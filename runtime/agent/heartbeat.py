@@ -1,9 +1,11 @@
 """Heartbeat timing and liveness bookkeeping. Pure logic; the agent does the sending.
 
 Timing: a node beats every ``interval`` seconds while the world is new, doubling after each
-successful beat once membership is stable, capped at ``ttl / 4`` so that, even with one level of
-aggregation in between (a child's beat waiting up to one cap at its parent), a live member is
-always seen well within the stale TTL. Failed beats back off the same way under the same cap.
+successful beat once membership is stable, capped so that a live member is always seen well within
+the stale TTL however deep the liveness tree: news of a node ``h`` hops from the coordinator can
+wait up to one cap at each hop, so the cap is ``ttl / (h + 2)`` (``ttl / 3`` flat, ``ttl / 4`` for
+a two-level tree, which at width 50 covers 2,551 nodes). Failed beats back off the same way under
+the same cap.
 
 Liveness: every time is the *receiver's* monotonic clock. An aggregating parent forwards, for each
 descendant, how many seconds ago it last heard from it (an age, a duration), never a timestamp, so
@@ -28,12 +30,13 @@ class HeartbeatTiming:
 
     interval: float = 0.25
     ttl: float = 3.0
+    hops: int = 1
 
     @property
     def cap(self) -> float:
-        """The longest interval between beats: a quarter of the TTL. That leaves room for one level
-        of aggregation (a width-50 tree up to 2,550 nodes); deeper trees want a longer TTL."""
-        return self.ttl / 4
+        """The longest interval between beats, seconds: ``ttl / (hops + 2)``, where ``hops`` is how
+        far the deepest member's liveness travels to the coordinator (see ``topology.hops``)."""
+        return self.ttl / (max(self.hops, 1) + 2)
 
     def next_interval(self, previous: float) -> float:
         """The interval after ``previous`` (0 for the first beat): doubled, within [interval, cap]."""

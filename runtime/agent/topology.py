@@ -46,3 +46,23 @@ def _check(position: int, nodes: int, width: int) -> None:
         raise ValueError(f"tree width must be 1 or more, got {width}")
     if not 0 <= position < nodes:
         raise ValueError(f"position {position} outside 0..{nodes - 1}")
+
+
+def hops(nodes: int, width: int, threshold: int) -> int:
+    """How many hops the deepest node's liveness travels to position 0: 1 when flat, else the tree's
+    depth (0 for a lone node).
+
+    Raises:
+        ValueError: ``width`` < 1.
+    """
+    if width < 1:
+        raise ValueError(f"tree width must be 1 or more, got {width}")
+    if nodes <= 1:
+        return 0
+    if not is_tree(nodes, threshold):
+        return 1
+    depth, position = 0, nodes - 1
+    while position:
+        position = (position - 1) // width
+        depth += 1
+    return depth

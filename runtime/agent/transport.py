@@ -265,6 +265,7 @@ class PeerConnection:
     def __init__(self, host: str, port: int, token: str, timeout: float) -> None:
         self.host = host
         self.port = port
+        self.timeout = timeout
         self._token = token
         self._conn = http.client.HTTPConnection(host, port, timeout=timeout)
         self._used = False

@@ -10,7 +10,6 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
-from runtime.agent.heartbeat import HeartbeatTiming
 from runtime.agent.transport import AgentServer, PeerConnection, Request, Response, request_json
 
 TOKEN = "transport-token"
@@ -85,17 +84,3 @@ def test_a_peer_connection_reports_status_errors_and_a_wrong_token(server: Count
     assert info.value.status == 404
     with pytest.raises(Unauthorized):
         PeerConnection("127.0.0.1", port, "wrong", timeout=5.0).request("PUT", "/echo", {"n": 1})
-
-
-def test_heartbeat_intervals_double_from_the_base_up_to_a_quarter_of_the_ttl():
-    timing = HeartbeatTiming(interval=0.25, ttl=3.0)
-    intervals = [timing.next_interval(0.0)]
-    for _ in range(4):
-        intervals.append(timing.next_interval(intervals[-1]))
-    assert intervals == [0.25, 0.5, 0.75, 0.75, 0.75]
-    assert timing.next_interval(0.01) == 0.25
-
-
-def test_first_beats_after_a_new_world_spread_over_one_interval():
-    timing = HeartbeatTiming(interval=0.25, ttl=3.0)
-    assert [timing.first_delay(f) for f in (0.0, 0.5, 0.999)] == [0.0, 0.125, pytest.approx(0.24975)]
