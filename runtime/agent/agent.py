@@ -232,7 +232,7 @@ class Agent:
         else:
             world = self.world
             behind = world is None or world.generation < generation
-            if not behind and not any(n.node_id == node_id for n in world.nodes):
+            if not behind and not world.has(node_id):
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
             self._children.beat(node_id, now)
             self._children.merge(ages, now)
@@ -336,21 +336,25 @@ class Agent:
             if node.node_id == self.settings.node_id:
                 self._events.put(_WorldEvent(push.world))
                 continue
-            thread = threading.Thread(target=self._send_world, args=(node, body), daemon=True)
+            thread = threading.Thread(target=self._send_world, args=(node, push.world.generation, body), daemon=True)
             thread.start()
             self._pushers.append(thread)
         self._pushers = [t for t in self._pushers if t.is_alive()]
 
-    def _send_world(self, node: Node, body: bytes) -> None:
+    def _send_world(self, node: Node, generation: int, body: bytes) -> None:
         try:
             with self._push_slots:
                 request_json(node.addr, node.port, "POST", contract.ROUTE_WORLD, self.settings.token, body,
                              timeout=self._timing.ttl)
         except TransportError as exc:
             self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {exc}")
+            return
+        with self._lock:
+            if self._coordinator is not None:
+                self._coordinator.delivered(node.node_id, generation, self._clock())
 
     def _in(self, world: World) -> bool:
-        return any(n.node_id == self.settings.node_id for n in world.nodes)
+        return world.has(self.settings.node_id)
 
     # --- worlds --------------------------------------------------------------------------------
 
@@ -667,8 +671,7 @@ class Agent:
                     generation, interval = world.generation, self._timing.first_delay(random.random())
                     continue
                 host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
-                current = {n.node_id for n in world.nodes}
-                ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if k in current}
+                ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
             body = {**self._member_body(), "generation": generation, "state": "alive", "ages": ages}
             if link is None or (link.host, link.port, link.timeout) != (host, port, self._timing.cap):
                 if link is not None:

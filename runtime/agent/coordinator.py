@@ -113,7 +113,7 @@ class Coordinator:
         if node in world.nodes:
             self.liveness.beat(node.node_id, now)
             return []
-        in_world = any(n.node_id == node.node_id for n in world.nodes)
+        in_world = world.has(node.node_id)
         if not self._s.elastic or (not in_world and len(world.nodes) >= self._s.max_nodes):
             raise Rejected(409, f"the world formed at generation {world.generation} without node {node.node_id}")
         self.members[node.node_id] = node
@@ -198,11 +198,21 @@ class Coordinator:
         world = self.world
         if world is None and node_id in self.members:
             return
-        if world is None or not any(n.node_id == node_id for n in world.nodes):
+        if world is None or not world.has(node_id):
             raise Rejected(409, f"node {node_id} is not in the current world; register again")
         self.liveness.beat(node_id, now)
-        current = {n.node_id for n in world.nodes}
-        self.liveness.merge({k: v for k, v in ages.items() if k in current}, now)
+        self.liveness.merge({k: v for k, v in ages.items() if world.has(k)}, now)
+
+    def delivered(self, node_id: int, generation: int, now: float) -> None:
+        """A node accepted the push of world ``generation``: its answer is proof of life.
+
+        Pushing a large world takes a while (every node receives and parses it), and a node's first
+        heartbeat comes only after it has the world, so without this a node that got its push late
+        could be declared dead for the push's delay. A push of an older world counts for nothing.
+        """
+        world = self.world
+        if world is not None and world.generation == generation and world.has(node_id):
+            self.liveness.beat(node_id, now)
 
     def report(
         self, node_id: int, generation: int, state: str, failure: Optional[Failure] = None, message: str = ""
@@ -243,7 +253,7 @@ class Coordinator:
             alive: the node's agent is still up (it reported), so it is told the new world too.
         """
         world = self.world
-        if world is None or not any(n.node_id == node_id for n in world.nodes):
+        if world is None or not world.has(node_id):
             return []
         survivors = tuple(n for n in world.nodes if n.node_id != node_id)
         if self._s.elastic and len(survivors) >= self._s.min_nodes:

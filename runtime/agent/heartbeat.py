@@ -43,12 +43,13 @@ class HeartbeatTiming:
         return min(max(previous * 2, self.interval), self.cap)
 
     def first_delay(self, fraction: float) -> float:
-        """Delay of the first beat after a new world: ``fraction`` (uniform in [0, 1)) of ``interval``.
+        """Delay of the first beat after a new world: ``fraction`` (uniform in [0, 1)) of the cap.
 
         Every node installs a new world at about the same moment; spreading their first beats over
-        one interval keeps a large world from beating its parents all at once.
+        one cap keeps a large world from beating its parents all at once, and still reaches the
+        coordinator within the TTL (the cap leaves a cap per hop).
         """
-        return fraction * min(self.interval, self.cap)
+        return fraction * self.cap
 
 
 class Liveness:

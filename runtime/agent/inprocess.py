@@ -147,8 +147,7 @@ class LightweightAgent:
 
     def stop(self) -> None:
         """Stop serving and drop every connection, as a node that died would."""
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
         self.server.close_connections()
         self.service.close()
 

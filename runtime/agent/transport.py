@@ -60,6 +60,12 @@ class HttpError(Exception):
         self.status = status
 
 
+SERVE_POLL_INTERVAL = 30.0
+"""Seconds the serving loop sleeps between checks for shutdown when no connection arrives. Long, as
+:meth:`AgentServer.stop` wakes it with a connection; short ones woke a thousand in-process agents
+(the control-plane benchmarks) two thousand times a second for nothing."""
+
+
 class AgentServer(ThreadingHTTPServer):
     """A threading HTTP server that dispatches to ``routes`` after auth and body checks.
 
@@ -96,13 +102,14 @@ class AgentServer(ThreadingHTTPServer):
 
     def start(self) -> threading.Thread:
         """Serve in a daemon thread; returns it."""
-        thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)
+        thread = threading.Thread(target=self.serve_forever, args=(SERVE_POLL_INTERVAL,), name="agent-http",
+                                  daemon=True)
         thread.start()
         return thread
 
     def stop(self) -> None:
         """Stop serving now and close the socket: wakes the serving loop with a connection instead of
-        waiting out its poll interval (0.5 s)."""
+        waiting out its poll interval (:data:`SERVE_POLL_INTERVAL`)."""
         stopper = threading.Thread(target=self.shutdown, daemon=True)
         stopper.start()
         host, port = self.server_address[:2]

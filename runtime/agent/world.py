@@ -7,7 +7,6 @@ gives the same ranks. Standard library only.
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
@@ -40,6 +39,10 @@ class Node:
     addr: str
     port: int
     num_proc: int
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (without ``dataclasses.asdict``'s deep copy: worlds of 1,000+ nodes)."""
+        return {"node_id": self.node_id, "addr": self.addr, "port": self.port, "num_proc": self.num_proc}
 
 
 @dataclass(frozen=True)
@@ -145,10 +148,20 @@ class World:
 
     def node_rank_of(self, node_id: int) -> int:
         """The node rank (position) of a stable node id. Raises KeyError if it is not in this world."""
-        for i, n in enumerate(self.nodes):
-            if n.node_id == node_id:
-                return i
-        raise KeyError(node_id)
+        return self._positions[node_id]
+
+    def has(self, node_id: int) -> bool:
+        """Whether the node with stable id ``node_id`` is in this world."""
+        return node_id in self._positions
+
+    @property
+    def _positions(self) -> dict[int, int]:
+        # Memoised in the instance dict without functools.cached_property, whose lock (Python < 3.12)
+        # is shared by every World in the process and serialised a thousand in-process agents.
+        positions = self.__dict__.get("_positions_memo")
+        if positions is None:
+            positions = self.__dict__["_positions_memo"] = {n.node_id: i for i, n in enumerate(self.nodes)}
+        return positions
 
     def first_rank(self, node_rank: int) -> int:
         """Global rank of local rank 0 on ``node_rank``: the dense prefix sum of ``num_proc``."""
@@ -160,24 +173,23 @@ class World:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_json` reverses it. Computed once per world: do not mutate."""
-        return self._json
-
-    @functools.cached_property
-    def _json(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "generation": self.generation,
-            "restart_count": self.restart_count,
-            "max_restarts": self.max_restarts,
-            "nodes": [asdict(n) for n in self.nodes],
-            "master_port": self.master_port,
-            "distribution": self.distribution,
-            "status": self.status,
-            "cause": self.cause.to_json() if self.cause else None,
-            "message": self.message,
-            "exit_code": self.exit_code,
-            "coordinator": list(self.coordinator),
-        }
+        encoded = self.__dict__.get("_json_memo")
+        if encoded is None:
+            encoded = self.__dict__["_json_memo"] = {
+                "job": self.job,
+                "generation": self.generation,
+                "restart_count": self.restart_count,
+                "max_restarts": self.max_restarts,
+                "nodes": [n.to_json() for n in self.nodes],
+                "master_port": self.master_port,
+                "distribution": self.distribution,
+                "status": self.status,
+                "cause": self.cause.to_json() if self.cause else None,
+                "message": self.message,
+                "exit_code": self.exit_code,
+                "coordinator": list(self.coordinator),
+            }
+        return encoded
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> World:

@@ -111,3 +111,16 @@ def test_stale_generation_reports_are_ignored_and_restarts_bump_the_generation()
     assert c.report(0, 1, FAILED, failure(0, at=1.1)) == []
     [final] = pushes(c.report(0, 2, FAILED, failure(1, at=3.0)))
     assert final.world.status == FAILED and final.world.generation == 2 and final.world.exit_code == 11
+
+
+def test_a_delivered_push_counts_as_a_heartbeat_of_that_generation_only():
+    c = Coordinator(settings(heartbeat_ttl=3.0), now=0.0)
+    for i in range(3):
+        c.register(node(i), 0.0)
+    assert c.world is not None and c.world.generation == 1
+    c.delivered(1, 1, 2.5)
+    c.delivered(2, 0, 2.5)
+    actions = [a for t in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5) for a in c.tick(t)]
+    [push] = pushes(actions)
+    assert push.world.status == FAILED
+    assert "node 2 " in push.world.message and "node 1 " not in push.world.message

@@ -31,6 +31,6 @@ def test_a_narrow_tree_is_deep_and_beats_more_often():
     assert HeartbeatTiming(ttl=3.0, hops=4).cap == pytest.approx(0.5)
 
 
-def test_first_beats_after_a_new_world_spread_over_one_interval():
-    timing = HeartbeatTiming(interval=0.25, ttl=3.0)
-    assert [timing.first_delay(f) for f in (0.0, 0.5, 0.999)] == [0.0, 0.125, pytest.approx(0.24975)]
+def test_first_beats_after_a_new_world_spread_over_one_cap():
+    timing = HeartbeatTiming(interval=0.25, ttl=3.0, hops=2)
+    assert [timing.first_delay(f) for f in (0.0, 0.5, 0.999)] == [0.0, 0.375, pytest.approx(0.74925)]
