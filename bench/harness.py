@@ -127,10 +127,10 @@ def lightweight_address(node_id: int) -> str:
 
 
 def host(args: argparse.Namespace) -> None:
-    """Run lightweight agents ``first .. first+count-1`` in this process until killed."""
+    """Run ``count`` lightweight agents, node ids ``first`` + k * ``stride``, in this process until killed."""
     settings = json.loads(args.settings)
     agents = []
-    for node_id in range(args.first, args.first + args.count):
+    for node_id in range(args.first, args.first + args.count * args.stride, args.stride):
         s = AgentSettings(
             **settings, node_id=node_id, advertise_address=lightweight_address(node_id),
             bind_address=lightweight_address(node_id), coordinator=lightweight_address(0),
@@ -145,12 +145,14 @@ def host(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    """``python -m bench.harness host --first F --count C --settings JSON``."""
+    """``python -m bench.harness host --first F --count C [--stride S] --settings JSON``."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     h = sub.add_parser("host", help="host lightweight agents")
     h.add_argument("--first", type=int, required=True)
     h.add_argument("--count", type=int, required=True)
+    h.add_argument("--stride", type=int, default=1,
+                   help="host nodes F, F+S, F+2S, ... (interleaving hosts spreads a tree's parents over them)")
     h.add_argument("--settings", required=True, help="AgentSettings fields shared by all nodes, as JSON")
     args = p.parse_args()
     host(args)

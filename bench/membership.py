@@ -104,15 +104,17 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
         "min_workers": 1,
     }
     procs = []
-    per_host = -(-(nodes - 1) // hosts)
-    plan = [(0, 1)] + [(first, min(per_host, nodes - first)) for first in range(1, nodes, per_host)]
+    # Node 0 alone; the others interleaved (host k runs nodes 1+k, 1+k+hosts, ...), so the tree's
+    # parents, which do most of the work, are spread over the hosts as over separate machines.
+    hosts = min(hosts, nodes - 1)
+    plan = [(0, 1, 1)] + [(1 + k, len(range(1 + k, nodes, hosts)), hosts) for k in range(hosts)]
     with tempfile.TemporaryDirectory() as tmp:
         env = project_env(TMPDIR=tmp)
         try:
-            for first, count in plan:
+            for first, count, stride in plan:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "bench.harness", "host", "--first", str(first), "--count", str(count),
-                     "--settings", json.dumps(settings)],
+                     "--stride", str(stride), "--settings", json.dumps(settings)],
                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                 ))
             coordinator = lightweight_address(0)

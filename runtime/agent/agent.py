@@ -21,11 +21,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, TextIO, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, TextIO, Union
 
 from runtime.agent import contract, topology
 from runtime.agent.bootstrap import die_with_parent
-from runtime.agent.coordinator import Action, Coordinator, Push, Rejected, Say
+from runtime.agent.coordinator import Action, Coordinator, Probe, Push, Rejected, Say
 from runtime.agent.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, WorkerMembershipChanged
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
@@ -44,6 +44,8 @@ WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered worker waits for a world beyond the quorum timeout."""
 PUSH_CONCURRENCY = 32
 """Worlds in flight at once from one agent: bounded so a 1,000-node push is no thundering herd."""
+RELAY = "relay"
+"""Key of a pushed world's body: ``true`` asks the receiver to send the world on to its tree children."""
 HEARTBEAT_LOG_EVERY = 20
 """After the first failed heartbeat in a row, log only every this many more."""
 
@@ -134,11 +136,15 @@ class Agent:
         self._children = Liveness()
         self.world: Optional[World] = None
         self._procs: Optional[Supervisor] = None
-        self._service = ServiceNode(settings, lambda: self.world, self.say) if settings.mode == "service" else None
+        self._service = ServiceNode(
+            settings, lambda: self.world, self.say,
+            on_unreachable=lambda node: self._suspect(node, f"node {node.node_id} ({node.addr}) refused a call"),
+        ) if settings.mode == "service" else None
         self._exits: dict[int, ProcExit] = {}
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
         self._push_slots = threading.BoundedSemaphore(PUSH_CONCURRENCY)
+        self._worlds_sent = 0
         self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-")
         self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.num_proc)
         self._server = AgentServer(
@@ -180,6 +186,7 @@ class Agent:
                 "distribution": self.settings.distribution,
                 "coordinator": self._coordinator is not None,
                 "requests_served": self._server.requests_served,
+                "worlds_sent": self._worlds_sent,
                 "service": self._service.stats() if self._service is not None else None,
             },
         )
@@ -242,6 +249,7 @@ class Agent:
         return Response(200, reply)
 
     def _route_world(self, request: Request) -> Response:
+        """``POST /world``: a new world; with ``"relay": true``, also sent on to this node's subtree."""
         try:
             world = World.from_json(request.body)
         except (KeyError, TypeError, ValueError) as exc:
@@ -249,6 +257,11 @@ class Agent:
         if world.job != self.settings.job:
             raise HttpError(409, f"world of job {world.job!r} sent to job {self.settings.job!r}")
         self._events.put(_WorldEvent(world))
+        if request.body.get(RELAY) is True and world.has(self.settings.node_id):
+            width, threshold = self.settings.tree_fanout, self.settings.tree_threshold
+            position = world.node_rank_of(self.settings.node_id)
+            children = topology.children(position, len(world.nodes), width, threshold)
+            self._send_worlds(world, [world.nodes[c] for c in children], relay=True)
         return Response(200, {"accepted": world.generation})
 
     # --- main loop -----------------------------------------------------------------------------
@@ -329,14 +342,60 @@ class Agent:
                 self.say(action.message)
             elif isinstance(action, Push):
                 self._push(action)
+            elif isinstance(action, Probe):
+                threading.Thread(target=self._probe, args=(action,), name="probe", daemon=True).start()
+
+    def _probe(self, probe: Probe) -> None:
+        """Ask a silent or refusing node's agent whether it is up; the coordinator decides on the answer."""
+        node = probe.node
+        try:
+            request_json(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ, self.settings.token,
+                         timeout=self._timing.probe_timeout)
+            alive, reason = True, probe.reason
+        except TransportError as exc:
+            alive, reason = False, f"{probe.reason}, and a direct probe failed: {exc}"
+        with self._lock:
+            actions = self._coordinator.probed(probe, alive, reason, self._clock()) if self._coordinator else []
+        if actions:
+            self._events.put(_ActionsEvent(tuple(actions)))
+
+    def _suspect(self, node: Node, reason: str) -> None:
+        """A connection to ``node`` was refused: on the coordinator, probe it now rather than wait
+        out its heartbeat TTL (elsewhere its silence reaches the coordinator the usual way)."""
+        with self._lock:
+            actions = self._coordinator.suspect(node.node_id, reason) if self._coordinator is not None else []
+        if actions:
+            self._events.put(_ActionsEvent(tuple(actions)))
 
     def _push(self, push: Push) -> None:
-        body = json.dumps(push.world.to_json()).encode()
-        for node in push.targets:
-            if node.node_id == self.settings.node_id:
-                self._events.put(_WorldEvent(push.world))
-                continue
-            thread = threading.Thread(target=self._send_world, args=(node, push.world.generation, body), daemon=True)
+        """Send a world to its targets: along the tree when the world has one and goes to all its
+        members (each node relays to its tree children, so the coordinator sends at most
+        ``tree_fanout`` copies); directly otherwise, and to targets outside the world (nodes being
+        told that they were removed)."""
+        world, me = push.world, self.settings.node_id
+        if any(n.node_id == me for n in push.targets):
+            self._events.put(_WorldEvent(world))
+        others = [n for n in push.targets if n.node_id != me]
+        members = {n.node_id for n in push.targets if world.has(n.node_id)}
+        if len(members) == len(world.nodes) and topology.is_tree(len(world.nodes), self.settings.tree_threshold):
+            self._send_worlds(world, self._tree_heads(world), relay=True)
+            others = [n for n in others if not world.has(n.node_id)]
+        self._send_worlds(world, others, relay=False)
+
+    def _tree_heads(self, world: World) -> list[Node]:
+        """Where the coordinator sends a world for relaying: the root's children when it is the root
+        (as it is unless it failed over), else the root, whose subtree is the whole world."""
+        if world.nodes[0].node_id != self.settings.node_id:
+            return [world.nodes[0]]
+        return [world.nodes[c] for c in topology.children(0, len(world.nodes), self.settings.tree_fanout,
+                                                            self.settings.tree_threshold)]
+
+    def _send_worlds(self, world: World, targets: Sequence[Node], relay: bool) -> None:
+        if not targets:
+            return
+        body = json.dumps({**world.to_json(), RELAY: relay}).encode()
+        for node in targets:
+            thread = threading.Thread(target=self._send_world, args=(node, world.generation, body), daemon=True)
             thread.start()
             self._pushers.append(thread)
         self._pushers = [t for t in self._pushers if t.is_alive()]
@@ -348,8 +407,11 @@ class Agent:
                              timeout=self._timing.ttl)
         except TransportError as exc:
             self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {exc}")
+            if isinstance(exc.__cause__, ConnectionRefusedError):
+                self._suspect(node, f"node {node.node_id} ({node.addr}) refused a world push")
             return
         with self._lock:
+            self._worlds_sent += 1
             if self._coordinator is not None:
                 self._coordinator.delivered(node.node_id, generation, self._clock())
 
@@ -360,11 +422,10 @@ class Agent:
 
     def _on_world(self, world: World) -> Optional[int]:
         previous = self.world
-        if previous is not None and (
-            world.generation < previous.generation
-            or (world.generation == previous.generation and previous.status in TERMINAL)
+        if previous is not None and (world.generation, world.status in TERMINAL) <= (
+            previous.generation, previous.status in TERMINAL
         ):
-            return None
+            return None  # older, or a second copy (a push and a heartbeat reply can both bring one)
         self.world = world
         self._beat_now.set()  # the heartbeat loop may be in a long pre-world wait
         if world.coordinator[1]:
@@ -395,7 +456,7 @@ class Agent:
         path = self._world_file(local_rank)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(state, f)
+            f.write(json.dumps(state))  # one write; json.dump's many small ones cost 5x at 1,000 nodes
         os.replace(tmp, path)
 
     def _world_state(self, change: WorkerMembershipChanged, world: World, local_rank: int) -> dict[str, Any]:

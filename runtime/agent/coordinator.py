@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import QuorumTimeout
-from runtime.agent.heartbeat import Liveness
+from runtime.agent.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
@@ -49,7 +49,17 @@ class Say:
     message: str
 
 
-Action = Union[Push, Say]
+@dataclass(frozen=True)
+class Probe:
+    """Ask ``node`` directly whether its agent is up (``GET /healthz`` within :attr:`Coordinator.probe_timeout`);
+    answer with :meth:`Coordinator.probed`."""
+
+    node: Node
+    reason: str
+    generation: int
+
+
+Action = Union[Push, Say, Probe]
 
 
 class Rejected(Exception):
@@ -84,6 +94,10 @@ class Coordinator:
         self._epoch = world.generation if world else 1
         self._states: dict[int, str] = {}
         self._failures: list[Failure] = []
+        self._probing: dict[int, int] = {}
+        self.probe_timeout = HeartbeatTiming(settings.heartbeat_interval, settings.heartbeat_ttl).probe_timeout
+        """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
+        node is still declared dead one TTL after its last heartbeat, and a dead one sooner."""
         if world is not None:
             for n in world.nodes:
                 self.members[n.node_id] = n
@@ -138,11 +152,53 @@ class Coordinator:
                 self.liveness.forget(node_id)
         if world.status != RUNNING:
             return []
+        probes: list[Action] = []
+        suspect_after = self._ttl - self.probe_timeout
         for n in world.nodes:
-            if n.node_id != self._s.node_id and self.liveness.age(n.node_id, now) > self._ttl:
-                self._dead[n.node_id] = now
-                return self.lose(n.node_id, f"node {n.node_id} ({n.addr}) sent no heartbeat for {self._ttl:g} s")
-        return []
+            if n.node_id == self._s.node_id or n.node_id in self._probing:
+                continue
+            silent = self.liveness.age(n.node_id, now)
+            if silent > suspect_after:
+                self._probing[n.node_id] = world.generation
+                reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {suspect_after:g} s"
+                probes.append(Probe(n, reason, world.generation))
+        return probes
+
+    def suspect(self, node_id: int, reason: str) -> list[Action]:
+        """Something other than silence suggests a node is gone (a refused connection): probe it now.
+
+        Returns:
+            A :class:`Probe`, or nothing if the node is not in the world or is being probed already.
+        """
+        world = self.world
+        if world is None or world.status != RUNNING or not world.has(node_id) or node_id in self._probing:
+            return []
+        self._probing[node_id] = world.generation
+        return [Probe(world.nodes[world.node_rank_of(node_id)], reason, world.generation)]
+
+    def probed(self, probe: Probe, alive: bool, reason: str, now: float) -> list[Action]:
+        """The answer to a :class:`Probe`: an agent that answered is alive (its heartbeats are only
+        late, e.g. held up along the tree); one that refused or did not answer in time is lost. An
+        answer for an older world counts for nothing (the next tick looks again).
+
+        Args:
+            probe: the probe answered.
+            alive: whether its agent answered ``/healthz``.
+            reason: why it was probed, and how the probe failed; for the log and the new world.
+            now: the current monotonic time, seconds.
+        """
+        node_id = probe.node.node_id
+        if self._probing.get(node_id) != probe.generation:
+            return []
+        del self._probing[node_id]
+        world = self.world
+        if world is None or world.generation != probe.generation or world.status != RUNNING:
+            return []
+        if alive:
+            self.liveness.beat(node_id, now)
+            return []
+        self._dead[node_id] = now
+        return self.lose(node_id, reason)
 
     def _tick_forming(self, now: float) -> list[Action]:
         actions: list[Action] = []

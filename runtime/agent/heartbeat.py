@@ -38,6 +38,12 @@ class HeartbeatTiming:
         far the deepest member's liveness travels to the coordinator (see ``topology.hops``)."""
         return self.ttl / (max(self.hops, 1) + 2)
 
+    @property
+    def probe_timeout(self) -> float:
+        """Seconds the coordinator gives a direct probe (``GET /healthz``) of a silent node: a third
+        of the TTL. Probing starts that long before the TTL runs out."""
+        return self.ttl / 3
+
     def next_interval(self, previous: float) -> float:
         """The interval after ``previous`` (0 for the first beat): doubled, within [interval, cap]."""
         return min(max(previous * 2, self.interval), self.cap)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.coordinator import LAST_CALL, PROGRESS_MIN_GAP, Coordinator, Push, Rejected, Say
+from runtime.agent.coordinator import LAST_CALL, PROGRESS_MIN_GAP, Coordinator, Probe, Push, Rejected, Say
 from runtime.agent.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
 
@@ -113,14 +113,58 @@ def test_stale_generation_reports_are_ignored_and_restarts_bump_the_generation()
     assert final.world.status == FAILED and final.world.generation == 2 and final.world.exit_code == 11
 
 
+def probes(actions) -> list[Probe]:
+    return [a for a in actions if isinstance(a, Probe)]
+
+
+def ticked(**kw) -> Coordinator:
+    """A running 3-node world formed at time 0 with a 3 s TTL, ticked every 0.5 s up to 1.5 s."""
+    c = formed(heartbeat_ttl=3.0, **kw)
+    for t in (0.5, 1.0, 1.5):
+        c.tick(t)
+    return c
+
+
 def test_a_delivered_push_counts_as_a_heartbeat_of_that_generation_only():
-    c = Coordinator(settings(heartbeat_ttl=3.0), now=0.0)
-    for i in range(3):
-        c.register(node(i), 0.0)
-    assert c.world is not None and c.world.generation == 1
-    c.delivered(1, 1, 2.5)
-    c.delivered(2, 0, 2.5)
-    actions = [a for t in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5) for a in c.tick(t)]
-    [push] = pushes(actions)
-    assert push.world.status == FAILED
-    assert "node 2 " in push.world.message and "node 1 " not in push.world.message
+    c = ticked()
+    c.delivered(1, 1, 1.9)
+    c.delivered(2, 0, 1.9)
+    assert [p.node.node_id for p in probes(c.tick(2.1))] == [2]
+
+
+def test_a_silent_node_is_probed_once_a_probe_timeout_before_its_ttl_and_kept_if_it_answers():
+    c = ticked()
+    c.heartbeat(1, {}, 2.0)
+    assert c.probe_timeout == 1.0
+    assert not probes(c.tick(2.0))
+    [probe] = probes(c.tick(2.01))
+    assert probe.node.node_id == 2 and probe.generation == 1 and "no heartbeat" in probe.reason
+    assert not probes(c.tick(2.5)), "one probe at a time per node"
+    assert c.probed(probe, True, probe.reason, 2.6) == []
+    assert not probes(c.tick(3.0)) and c.world.generation == 1
+
+
+def test_a_node_that_fails_its_probe_is_lost_at_once():
+    c = ticked(min_workers=2)
+    c.heartbeat(1, {}, 2.0)
+    [probe] = probes(c.tick(2.01))
+    [push] = pushes(c.probed(probe, False, "node 2 sent no heartbeat, and a direct probe failed: refused", 2.1))
+    assert [n.node_id for n in push.world.nodes] == [0, 1]
+    assert {m["node_id"]: m["state"] for m in c.snapshot(2.2)["members"]}[2] == "dead"
+
+
+def test_a_refused_connection_probes_the_node_at_once():
+    c = ticked()
+    [probe] = c.suspect(1, "node 1 refused a call")
+    assert probe.node.node_id == 1 and probe.reason == "node 1 refused a call"
+    assert c.suspect(1, "again") == [], "already being probed"
+    assert c.suspect(7, "not a member") == []
+
+
+def test_a_probe_answer_for_an_older_world_is_ignored():
+    c = ticked(max_workers=4)
+    [probe] = c.suspect(1, "node 1 refused a call")
+    c.register(node(3), 1.6)
+    assert c.world.generation == 2
+    assert c.probed(probe, False, "refused", 1.7) == []
+    assert c.world.generation == 2 and c.world.has(1)
