@@ -410,10 +410,12 @@ class Agent:
             if isinstance(exc.__cause__, ConnectionRefusedError):
                 self._suspect(node, f"node {node.node_id} ({node.addr}) refused a world push")
             return
+        now = self._clock()
+        self._children.beat(node.node_id, now)  # proof of life, forwarded with this node's next beat
         with self._lock:
             self._worlds_sent += 1
             if self._coordinator is not None:
-                self._coordinator.delivered(node.node_id, generation, self._clock())
+                self._coordinator.delivered(node.node_id, generation, now)
 
     def _in(self, world: World) -> bool:
         return world.has(self.settings.node_id)

@@ -15,6 +15,7 @@ clock). Past one TTL a member is dead; past two it is removed from the membershi
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -59,16 +60,19 @@ class HeartbeatTiming:
 
 
 class Liveness:
-    """When each member was last heard from, on this host's monotonic clock."""
+    """When each member was last heard from, on this host's monotonic clock. Thread-safe: an
+    aggregating parent records beats in its HTTP handler threads while its heartbeat thread reads."""
 
     def __init__(self) -> None:
         self._seen: dict[int, float] = {}
+        self._lock = threading.Lock()
 
     def beat(self, node_id: int, now: float, age: float = 0.0) -> None:
         """Record that ``node_id`` was alive ``age`` seconds before ``now``; older news is ignored."""
         seen = now - max(0.0, age)
-        if seen > self._seen.get(node_id, float("-inf")):
-            self._seen[node_id] = seen
+        with self._lock:
+            if seen > self._seen.get(node_id, float("-inf")):
+                self._seen[node_id] = seen
 
     def merge(self, ages: Mapping[int, float], now: float) -> None:
         """Record a batch of ``node_id -> age`` forwarded by an aggregating child."""
@@ -77,17 +81,21 @@ class Liveness:
 
     def ages(self, now: float) -> dict[int, float]:
         """``node_id -> seconds since last heard``, for forwarding to a parent."""
-        return {node_id: now - seen for node_id, seen in self._seen.items()}
+        with self._lock:
+            return {node_id: now - seen for node_id, seen in self._seen.items()}
 
     def age(self, node_id: int, now: float) -> float:
         """Seconds since ``node_id`` was last heard from; infinity if never."""
-        return now - self._seen.get(node_id, float("-inf"))
+        with self._lock:
+            return now - self._seen.get(node_id, float("-inf"))
 
     def forget(self, node_id: int) -> None:
         """Drop a member."""
-        self._seen.pop(node_id, None)
+        with self._lock:
+            self._seen.pop(node_id, None)
 
     def grace(self, now: float) -> None:
         """Treat every member as just heard from (after this host itself stalled)."""
-        for node_id in self._seen:
-            self._seen[node_id] = now
+        with self._lock:
+            for node_id in self._seen:
+                self._seen[node_id] = now

@@ -8,9 +8,10 @@ import pytest
 
 from runtime import RemoteError
 from runtime.agent import contract
+from runtime.agent.transport import request_json
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec, start
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_until
 
 FNS = "tests.runtime.service_fns"
 NODES = 13
@@ -29,6 +30,16 @@ def job() -> Iterator[LocalJob]:
         yield running
     finally:
         running.stop()
+
+
+def test_the_world_travels_the_tree_each_node_sending_it_to_its_own_children(job: LocalJob):
+    def infos() -> list[dict]:
+        return [request_json(host, port, "GET", contract.ROUTE_INFO, job.token)
+                for host, port in zip(job.plan.addresses, job.plan.ports)]
+
+    assert wait_until(lambda: [i["generation"] for i in infos()] == [1] * NODES, timeout=30)
+    # Width 3: the coordinator sends to nodes 1-3, each of them to its three children, the leaves to nobody.
+    assert [i["worlds_sent"] for i in infos()] == [3, 3, 3, 3] + [0] * 9
 
 
 def sent_by_coordinator(client: JobClient) -> int:
