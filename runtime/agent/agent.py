@@ -43,7 +43,8 @@ WORKER_TICK = 1.0
 WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered worker waits for a world beyond the quorum timeout."""
 PUSH_CONCURRENCY = 32
-"""Worlds in flight at once from one agent: bounded so a 1,000-node push is no thundering herd."""
+"""Worlds (and, separately, probes) in flight at once from one agent, so that neither a large push
+nor many silent nodes at once make a thundering herd."""
 RELAY = "relay"
 """Key of a pushed world's body: ``true`` asks the receiver to send the world on to its tree children."""
 HEARTBEAT_LOG_EVERY = 20
@@ -144,6 +145,7 @@ class Agent:
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
         self._push_slots = threading.BoundedSemaphore(PUSH_CONCURRENCY)
+        self._probe_slots = threading.BoundedSemaphore(PUSH_CONCURRENCY)
         self._worlds_sent = 0
         self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-")
         self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.num_proc)
@@ -349,8 +351,9 @@ class Agent:
         """Ask a silent or refusing node's agent whether it is up; the coordinator decides on the answer."""
         node = probe.node
         try:
-            request_json(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ, self.settings.token,
-                         timeout=self._timing.probe_timeout)
+            with self._probe_slots:
+                request_json(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ, self.settings.token,
+                             timeout=self._timing.probe_timeout)
             alive, reason = True, probe.reason
         except TransportError as exc:
             alive, reason = False, f"{probe.reason}, and a direct probe failed: {exc}"

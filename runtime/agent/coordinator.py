@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from runtime.agent import contract
+from runtime.agent import contract, topology
 from runtime.agent.errors import QuorumTimeout
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.settings import AgentSettings
@@ -154,15 +154,26 @@ class Coordinator:
             return []
         probes: list[Action] = []
         suspect_after = self._ttl - self.probe_timeout
-        for n in world.nodes:
-            if n.node_id == self._s.node_id or n.node_id in self._probing:
+        silent = [self.liveness.age(n.node_id, now) > suspect_after for n in world.nodes]
+        for position, n in enumerate(world.nodes):
+            if not silent[position] or n.node_id == self._s.node_id or n.node_id in self._probing:
                 continue
-            silent = self.liveness.age(n.node_id, now)
-            if silent > suspect_after:
-                self._probing[n.node_id] = world.generation
-                reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {suspect_after:g} s"
-                probes.append(Probe(n, reason, world.generation))
+            if self._silent_ancestor(world, position, silent):
+                continue  # its news travels through a silent parent: settle the parent first
+            self._probing[n.node_id] = world.generation
+            reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {suspect_after:g} s"
+            probes.append(Probe(n, reason, world.generation))
         return probes
+
+    def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
+        """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
+        width, threshold = self._s.tree_fanout, self._s.tree_threshold
+        up = topology.parent(position, len(world.nodes), width, threshold)
+        while up:
+            if silent[up] or world.nodes[up].node_id in self._probing:
+                return True
+            up = topology.parent(up, len(world.nodes), width, threshold)
+        return False
 
     def suspect(self, node_id: int, reason: str) -> list[Action]:
         """Something other than silence suggests a node is gone (a refused connection): probe it now.

@@ -168,3 +168,15 @@ def test_a_probe_answer_for_an_older_world_is_ignored():
     assert c.world.generation == 2
     assert c.probed(probe, False, "refused", 1.7) == []
     assert c.world.generation == 2 and c.world.has(1)
+
+
+def test_only_the_topmost_silent_node_of_a_tree_branch_is_probed():
+    # Width 3, threshold 4: 13 nodes, positions 4-6 report through position 1.
+    c = Coordinator(settings(workers=13, heartbeat_ttl=3.0, tree_fanout=3, tree_threshold=4), now=0.0)
+    for i in range(13):
+        c.register(node(i), 0.0)
+    for t in (0.5, 1.0, 1.5):
+        c.tick(t)
+    for i in (2, 3, 7, 8, 9, 10, 11, 12):
+        c.heartbeat(i, {}, 2.0)
+    assert [p.node.node_id for p in probes(c.tick(2.1))] == [1]
