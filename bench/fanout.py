@@ -43,6 +43,7 @@ if str(ROOT) not in sys.path:
 from runtime.agent import contract  # noqa: E402 - after the path set-up, for `python bench/fanout.py`
 from runtime.agent.fanout import plan_root, split  # noqa: E402
 from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange  # noqa: E402
+from runtime.agent.world import Node  # noqa: E402
 
 NOOP = "builtins:int"
 """The called function: ``int()`` returns 0 and touches nothing."""
@@ -99,8 +100,7 @@ class Fleet:
         for proc in self.procs:
             self.ports += json.loads(self._line(proc))["ports"]
         world = {"job": "bench", "generation": 1, "restart_count": 0, "max_restarts": 0, "master_port": 1,
-                 "nodes": [{"node_id": i, "addr": "127.0.0.1", "port": p, "num_proc": 1}
-                           for i, p in enumerate(self.ports)]}
+                 "nodes": [Node(i, "127.0.0.1", p, 1).to_json() for i, p in enumerate(self.ports)]}
         for proc in self.procs:
             proc.stdin.write(json.dumps(world) + "\n")  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]

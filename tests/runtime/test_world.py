@@ -59,11 +59,21 @@ def test_world_round_trips_through_json_with_its_verdict():
     assert "rank 3 (node 1 at a, local rank 1) exited with code 7" in again.message
 
 
-@pytest.mark.parametrize("patch", [{"nodes": []}, {"status": "weird"}, {"generation": "x"}])
+@pytest.mark.parametrize("patch", [
+    {"nodes": []}, {"status": "weird"}, {"generation": "x"},
+    {"nodes": [{"node_id": 0, "addr": "10.0.0.1", "port": 1, "num_proc": 1}]},
+    {"nodes": [[0, "10.0.0.1", "1", 1]]}, {"nodes": [[True, "10.0.0.1", 1, 1]]}, {"nodes": [[0, "10.0.0.1", 1]]},
+])
 def test_malformed_world_is_refused(patch: dict):
     data = {**world().to_json(), **patch}
     with pytest.raises((ValueError, KeyError, TypeError)):
         World.from_json(data)
+
+
+def test_nodes_travel_as_compact_lists():
+    data = world().to_json()
+    assert all(isinstance(n, list) and len(n) == 4 for n in data["nodes"])
+    assert World.from_json(json.loads(json.dumps(data))).nodes == world().nodes
 
 
 def test_each_generation_gets_its_own_rendezvous_port_within_the_span():
