@@ -30,6 +30,7 @@ from runtime.agent.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, WorkerMembershipChanged
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership import DELIVERY_SIGNAL
+from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange
 from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor
 from runtime.agent.resolver import Resolver
 from runtime.agent.settings import AgentSettings
@@ -42,9 +43,8 @@ WORKER_TICK = 1.0
 """Seconds between a worker's time-driven checks (only the wait for a first world); events wake it at once."""
 WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered worker waits for a world beyond the quorum timeout."""
-PUSH_CONCURRENCY = 32
-"""Worlds (and, separately, probes) in flight at once from one agent, so that neither a large push
-nor many silent nodes at once make a thundering herd."""
+PROBE_CONCURRENCY = 32
+"""Probes in flight at once from the coordinator, so that many silent nodes make no thundering herd."""
 RELAY = "relay"
 """Key of a pushed world's body: ``true`` asks the receiver to send the world on to its tree children."""
 HEARTBEAT_LOG_EVERY = 20
@@ -144,8 +144,8 @@ class Agent:
         self._exits: dict[int, ProcExit] = {}
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
-        self._push_slots = threading.BoundedSemaphore(PUSH_CONCURRENCY)
-        self._probe_slots = threading.BoundedSemaphore(PUSH_CONCURRENCY)
+        self._push_pool = ConnectionPool(settings.token)
+        self._probe_slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
         self._worlds_sent = 0
         self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-")
         self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.num_proc)
@@ -295,6 +295,7 @@ class Agent:
                 self._procs.stop(self.settings.grace_period)
             for pusher in self._pushers:
                 pusher.join(timeout=5.0)
+            self._push_pool.close()
             self._server.stop()
             shutil.rmtree(self._run_dir, ignore_errors=True)
 
@@ -394,31 +395,34 @@ class Agent:
                                                             self.settings.tree_threshold)]
 
     def _send_worlds(self, world: World, targets: Sequence[Node], relay: bool) -> None:
+        """Send ``world`` to ``targets`` from one background thread, all at once (``multiplex.Batch``):
+        a thread per target made the receiving handler of a relayed world wait on thread starts."""
         if not targets:
             return
         body = json.dumps({**world.to_json(), RELAY: relay}).encode()
-        for node in targets:
-            thread = threading.Thread(target=self._send_world, args=(node, world.generation, body), daemon=True)
-            thread.start()
-            self._pushers.append(thread)
-        self._pushers = [t for t in self._pushers if t.is_alive()]
+        thread = threading.Thread(target=self._deliver_worlds, args=(world.generation, tuple(targets), body),
+                                  name="push", daemon=True)
+        thread.start()
+        self._pushers = [t for t in self._pushers if t.is_alive()] + [thread]
 
-    def _send_world(self, node: Node, generation: int, body: bytes) -> None:
-        try:
-            with self._push_slots:
-                request_json(node.addr, node.port, "POST", contract.ROUTE_WORLD, self.settings.token, body,
-                             timeout=self._timing.ttl)
-        except TransportError as exc:
-            self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {exc}")
-            if isinstance(exc.__cause__, ConnectionRefusedError):
-                self._suspect(node, f"node {node.node_id} ({node.addr}) refused a world push")
-            return
+    def _deliver_worlds(self, generation: int, targets: tuple[Node, ...], body: bytes) -> None:
+        exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_WORLD, body) for n in targets]
+        answers: list[Answer] = []
+        Batch(self._push_pool, exchanges, self._clock() + self._timing.ttl, clock=self._clock).run(answers.append)
         now = self._clock()
-        self._children.beat(node.node_id, now)  # proof of life, forwarded with this node's next beat
-        with self._lock:
-            self._worlds_sent += 1
-            if self._coordinator is not None:
-                self._coordinator.delivered(node.node_id, generation, now)
+        for answer in answers:
+            node = targets[answer.index]
+            if answer.status != 200:
+                problem = answer.error or f"answered {answer.status}: {answer.body.get('error', '')}"
+                self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {problem}")
+                if answer.refused:
+                    self._suspect(node, f"node {node.node_id} ({node.addr}) refused a world push")
+                continue
+            self._children.beat(node.node_id, now)  # proof of life, forwarded with this node's next beat
+            with self._lock:
+                self._worlds_sent += 1
+                if self._coordinator is not None:
+                    self._coordinator.delivered(node.node_id, generation, now)
 
     def _in(self, world: World) -> bool:
         return world.has(self.settings.node_id)
