@@ -6,9 +6,10 @@ Detection, with real agents and real user processes (bench/recorder.py), 3 nodes
   stop   a node's agent gets SIGSTOP (a hang, not a crash).
 The time runs from the fault to the last survivor's record of the WorkerMembershipChanged.
 
-Load, with lightweight agents (the real Agent with a spawner that runs no processes, several per
-OS process): heartbeat requests per second that the coordinator receives at 16, 128 and 1,024 nodes,
-over a window after membership has settled, per node.
+Load, with lightweight agents (the real Agent with a spawner that runs no processes, up to
+``AGENTS_PER_HOST`` per OS process, nodes interleaved over the processes): requests per second that
+the coordinator receives at 16, 128, 512, 768 and 1,024 nodes, over a window after membership has
+settled, per node. A size the machine cannot keep settled prints ``not measured`` and ``nan``.
 
 References: torchrun declares a node dead 15 s after its last keep-alive; Probing after 25 s
 (removed after 50 s). Targets: crash <= 1,000 ms, kill and stop <= 5,000 ms, load <= 0.1
@@ -152,7 +153,7 @@ def main() -> None:
     """Run the trials and print the summary lines."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer trials and shorter windows (under 60 s)")
-    p.add_argument("--nodes", type=int, nargs="+", default=[16, 128, 1024], help="load trial sizes")
+    p.add_argument("--nodes", type=int, nargs="+", default=[16, 128, 512, 768, 1024], help="load trial sizes")
     p.add_argument("--skip-detection", action="store_true", help="only the load trials")
     args = p.parse_args()
     trials = 1 if args.quick else 3
