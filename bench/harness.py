@@ -56,6 +56,7 @@ class AgentCluster:
             "TRAINPLANE_NUM_PROC": "1", "TRAINPLANE_ENTRYPOINT": json.dumps(entrypoint),
             "TRAINPLANE_COORDINATOR": f"127.0.0.10:{self.port}", "TRAINPLANE_AGENT_PORT": str(self.port),
             "MASTER_PORT": str(free_port("127.0.0.10", [self.port])), "TRAINPLANE_GRACE_PERIOD": "2",
+            "TRAINPLANE_RUN_ROOT": str(tmp_path / "run"),
             **settings,
         }
         self.agents: dict[int, subprocess.Popen[str]] = {}

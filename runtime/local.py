@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -175,6 +176,7 @@ class LocalJob:
             except subprocess.TimeoutExpired:
                 agent.kill()
                 agent.wait()
+        shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
 
     def supervise(self) -> int:
         """Wait for the agents, forwarding SIGINT/SIGTERM; return the job's exit code.
@@ -204,6 +206,7 @@ class LocalJob:
                     if agent.poll() is None:
                         agent.kill()
             time.sleep(0.05)
+        shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
         if received:
             return contract.EXIT_INTERRUPTED_BASE + received[0]
         try:
@@ -275,6 +278,7 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
         contract.MONITOR_MEMBERS: "true" if spec.monitor_members else "false",
         contract.HEARTBEAT_TTL: str(spec.heartbeat_ttl),
         contract.VERDICT_FILE: verdict_path(log_dir),
+        contract.RUN_ROOT: run_root(log_dir),
         "PYTHONPATH": os.pathsep.join(
             p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p
         ),
@@ -284,6 +288,12 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
         if value is not None:
             env[name] = str(value)
     return env
+
+
+def run_root(log_dir: str) -> str:
+    """Where the agents keep their run directories; the launcher removes it when the job is over,
+    including what an agent killed by SIGKILL left behind."""
+    return os.path.join(log_dir, "run")
 
 
 def verdict_path(log_dir: str) -> str:

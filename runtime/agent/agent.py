@@ -147,7 +147,9 @@ class Agent:
         self._push_pool = ConnectionPool(settings.token)
         self._probe_slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
         self._worlds_sent = 0
-        self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-")
+        if settings.run_root:
+            os.makedirs(settings.run_root, exist_ok=True)
+        self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-", dir=settings.run_root)
         self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.num_proc)
         self._server = AgentServer(
             (settings.bind_address, settings.agent_port),

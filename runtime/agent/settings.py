@@ -58,6 +58,9 @@ class AgentSettings:
         heartbeat_interval: seconds between heartbeats right after a change (then backed off).
         heartbeat_ttl: seconds without a heartbeat before a node is dead; removed after twice this.
         verdict_file: local mode: path where the agent writes the job's final verdict as JSON.
+        run_root: directory in which the agent makes its private run directory (the world files its
+            processes read); ``None`` for the system's temporary directory. A launcher that owns
+            one removes what an agent killed by SIGKILL could not.
     """
 
     job: str
@@ -90,6 +93,7 @@ class AgentSettings:
     heartbeat_interval: float = 0.25
     heartbeat_ttl: float = 3.0
     verdict_file: Optional[str] = None
+    run_root: Optional[str] = None
 
     def __post_init__(self) -> None:
         _require(bool(self.job), contract.JOB_NAME, self.job, "set a non-empty job name")
@@ -227,6 +231,7 @@ class AgentSettings:
             heartbeat_interval=_float(env, contract.HEARTBEAT_INTERVAL, 0.25),
             heartbeat_ttl=_float(env, contract.HEARTBEAT_TTL, 3.0),
             verdict_file=env.get(contract.VERDICT_FILE) or None,
+            run_root=env.get(contract.RUN_ROOT) or None,
         )
 
 

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -190,6 +191,22 @@ def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert flag in lines[0] and "error" in lines[0]
+
+
+def test_a_node_killed_mid_job_leaves_no_run_directory_behind(tmp_path: Path, script):
+    job = f"killed-{uuid.uuid4().hex[:8]}"
+    path = script(
+        "import os, signal, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    os.kill(os.getppid(), signal.SIGKILL)\n"  # this process's agent: it cannot clean up
+        "time.sleep(60)\n"
+    )
+    logs = tmp_path / "logs"
+    result = launch("--workers", "2", "--num-proc", "1", "--master-port", "0", "--job-name", job,
+                    "--log-dir", str(logs), str(path), timeout=60)
+    assert result.returncode != 0
+    assert (logs / "verdict.json").exists() and not (logs / "run").exists()
+    assert not list(Path(tempfile.gettempdir()).glob(f"trainplane-{job}-*"))
 
 
 def test_per_rank_log_files(tmp_path: Path, script):
