@@ -42,7 +42,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--checkpoint", default="checkpoints/elastic_digits.pt")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint path; default checkpoints/elastic_digits-<job id>.pt, so each launch starts "
+                        "fresh and every generation of one job resumes from it")
     p.add_argument("--result", default=None, help="rank 0 writes the final accuracy and world size here (JSON)")
     p.add_argument("--collective-timeout", type=float, default=20.0, help="seconds before a stuck collective fails")
     p.add_argument("--seed", type=int, default=0)
@@ -75,7 +77,7 @@ def train(args: argparse.Namespace) -> Optional[float]:
     train_set, test_set = datasets(args.seed)
     net = model()
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
-    ckpt = Path(args.checkpoint)
+    ckpt = Path(args.checkpoint or f"checkpoints/elastic_digits-{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}.pt")
     start = load(ckpt, net, opt)
     ddp = DistributedDataParallel(net)
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)

@@ -56,7 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"rendezvous port on node 0; default {contract.DEFAULT_MASTER_PORT}, 0 picks a free one")
     p.add_argument("--log-dir", default=None, help="directory for per-rank logs; default a temporary directory")
     p.add_argument("--job-name", default=None, help="job id (TORCHELASTIC_RUN_ID); default local-<random>")
-    p.add_argument("--grace-period", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--grace-period", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL; default 5")
+    p.add_argument("--pythonpath", action="append", default=[], metavar="DIR",
+                   help="put DIR on the processes' PYTHONPATH (repeatable); in service mode, where the "
+                        "functions called with the client are imported from")
     p.add_argument("--tree-threshold", type=int, default=contract.DEFAULT_TREE_THRESHOLD,
                    help=f"service mode: calls to this many nodes or more travel a tree; "
                         f"default {contract.DEFAULT_TREE_THRESHOLD}")
@@ -89,6 +92,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         (ns.grace_period >= 0, f"--grace-period: must be 0 or more seconds (got {ns.grace_period})"),
         (ns.tree_threshold >= 1, f"--tree-threshold: must be 1 or more (got {ns.tree_threshold})"),
         (ns.tree_fanout >= 2, f"--tree-fanout: must be 2 or more (got {ns.tree_fanout})"),
+        *((Path(d).is_dir(), f"--pythonpath: no such directory {d!r}") for d in ns.pythonpath),
         (not batch or ns.script is not None, "SCRIPT: batch mode needs a script (or -m module)"),
         (batch or ns.script is None, f"SCRIPT: service mode runs no script (got {ns.script!r}); call functions "
                                      f"with runtime.client.JobClient"),
@@ -109,6 +113,7 @@ def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
         max_restarts=ns.max_restarts, master_port=ns.master_port, log_dir=ns.log_dir, job_name=ns.job_name,
         grace_period=ns.grace_period, min_workers=ns.min_workers, max_workers=ns.max_workers,
         monitor_members=ns.monitor_members, heartbeat_ttl=ns.heartbeat_ttl,
+        pythonpath=tuple(str(Path(d).resolve()) for d in ns.pythonpath),
         env={contract.TREE_THRESHOLD: str(ns.tree_threshold), contract.TREE_FANOUT: str(ns.tree_fanout),
              contract.ALLOW_PICKLE: "true" if ns.allow_pickle else "false"},
     )

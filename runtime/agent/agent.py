@@ -402,12 +402,13 @@ class Agent:
         if not targets:
             return
         body = json.dumps({**world.to_json(), RELAY: relay}).encode()
-        thread = threading.Thread(target=self._deliver_worlds, args=(world.generation, tuple(targets), body),
+        thread = threading.Thread(target=self._deliver_worlds,
+                                  args=(world.generation, tuple(targets), body, world.status in TERMINAL),
                                   name="push", daemon=True)
         thread.start()
         self._pushers = [t for t in self._pushers if t.is_alive()] + [thread]
 
-    def _deliver_worlds(self, generation: int, targets: tuple[Node, ...], body: bytes) -> None:
+    def _deliver_worlds(self, generation: int, targets: tuple[Node, ...], body: bytes, final: bool) -> None:
         exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_WORLD, body) for n in targets]
         answers: list[Answer] = []
         Batch(self._push_pool, exchanges, self._clock() + self._timing.ttl, clock=self._clock).run(answers.append)
@@ -415,6 +416,8 @@ class Agent:
         for answer in answers:
             node = targets[answer.index]
             if answer.status != 200:
+                if final:
+                    continue  # the job is over: a node already gone has nothing left to learn
                 problem = answer.error or f"answered {answer.status}: {answer.body.get('error', '')}"
                 self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {problem}")
                 if answer.refused:
@@ -515,7 +518,7 @@ class Agent:
         self.say(
             f"generation {world.generation}: node rank {node_rank} of {len(world.nodes)}, "
             f"ranks {world.first_rank(node_rank)}..{world.first_rank(node_rank) + self.settings.num_proc - 1} "
-            f"of {world.world_size}, master {world.master_addr}:{world.rendezvous_port}"
+            f"of {world.world_size}, master {world.master_addr}:{world.rendezvous_port} (agent pid {os.getpid()})"
         )
         self._procs.start()
 

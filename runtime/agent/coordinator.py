@@ -215,7 +215,8 @@ class Coordinator:
         actions: list[Action] = []
         count = len(self.members)
         since = now - self._last_progress
-        if (count != self._progress_count and since >= PROGRESS_MIN_GAP) or since >= PROGRESS_EVERY:
+        complete = count >= self._s.workers
+        if (count != self._progress_count and (since >= PROGRESS_MIN_GAP or complete)) or since >= PROGRESS_EVERY:
             self._progress_count, self._last_progress = count, now
             actions.append(Say(f"{count}/{self._s.workers} nodes registered (quorum {self._s.quorum})"))
         if count >= self._s.workers or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import runpy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,10 @@ from pulumi.runtime.rpc import _special_secret_sig, _special_sig_key
 from components.job.args import DistributedJobArgs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = REPO_ROOT / ".." / "shared" / "schemas"
+SCHEMAS_SETTING = "TRAINPLANE_CRD_SCHEMAS"
+SCHEMAS = Path(os.environ.get(SCHEMAS_SETTING) or REPO_ROOT / ".." / "shared" / "schemas")
+"""The published CRDs (PyTorchJob, PodGroups, Kueue queues) rendered objects are validated against:
+``shared/schemas`` beside the repository, as CI checks it out, unless the setting points elsewhere."""
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
 PROJECT = "trainplane"
 STACK = "test"

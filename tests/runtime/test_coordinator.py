@@ -38,6 +38,8 @@ def test_quorum_progress_is_said_at_most_once_per_gap_however_fast_nodes_registe
     assert said == ["1/1024 nodes registered (quorum 1024)"]
     said = [a.message for a in c.register(node(600), PROGRESS_MIN_GAP) if isinstance(a, Say)]
     assert said == ["601/1024 nodes registered (quorum 1024)"]
+    said = [a.message for i in range(601, 1024) for a in c.register(node(i), 1.5) if isinstance(a, Say)]
+    assert said == ["1024/1024 nodes registered (quorum 1024)"], "the last registration is always said"
 
 
 def test_partial_quorum_waits_for_the_last_call():

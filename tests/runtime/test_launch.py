@@ -183,6 +183,7 @@ def test_sigkill_of_the_launcher_leaves_no_orphan(script):
         (["--mode", "service", "--tree-fanout", "1"], "--tree-fanout"),
         (["--mode", "service", "--tree-threshold", "0"], "--tree-threshold"),
         (["--mode", "rpc"], "--mode"),
+        (["--mode", "service", "--pythonpath", "no/such/dir"], "--pythonpath"),
     ],
 )
 def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
@@ -222,10 +223,13 @@ def test_per_rank_log_files(tmp_path: Path, script):
 
 def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(tmp_path: Path):
     logs = tmp_path / "logs"
+    functions = tmp_path / "fns"
+    functions.mkdir()
+    (functions / "user_fns.py").write_text("import os\n\ndef where():\n    return int(os.environ['RANK'])\n")
     marker = f"marker-{uuid.uuid4().hex}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "runtime", "launch", "--mode", "service", "--workers", "2", "--num-proc", "2",
-         "--master-port", "0", "--log-dir", str(logs), "--job-name", marker],
+         "--master-port", "0", "--log-dir", str(logs), "--job-name", marker, "--pythonpath", str(functions)],
         cwd=ROOT, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -234,6 +238,7 @@ def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(
         assert connection.stat().st_mode & 0o777 == 0o600
         with JobClient.from_file(connection) as client:
             assert client.call("tests.runtime.service_fns:rank", timeout=60) == [0, 1, 2, 3]
+            assert client.call("user_fns:where", timeout=60) == [0, 1, 2, 3]
             assert client.info().mode == "service"
     finally:
         proc.send_signal(signal.SIGINT)
