@@ -765,10 +765,13 @@ class Agent:
                 failures += 1
                 if failures == 1 or failures % HEARTBEAT_LOG_EVERY == 0:
                     self.say(f"heartbeat to {host}:{port} failed ({failures} in a row): {exc}")
-                direct = (host, port) != self._coordinator_addr
+                # A silent parent is the coordinator's to probe (and its orphans after it): going
+                # straight to the coordinator instead made every child of a busy parent a herd.
+                direct = False
                 interval = self._timing.next_interval(interval)
                 silent = self._clock() - last_ok
-                if world is not None and silent > self._timing.ttl and not direct and lost_sent != world.coordinator:
+                lost = world is not None and silent > self._timing.ttl and (host, port) == self._coordinator_addr
+                if world is not None and lost and lost_sent != world.coordinator:
                     lost_sent = world.coordinator
                     self._events.put(_CoordinatorLostEvent(world.coordinator, silent))
                 continue

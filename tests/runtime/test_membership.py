@@ -95,6 +95,25 @@ def test_when_the_coordinator_node_dies_the_lowest_survivor_takes_over_and_becom
         job.close()
 
 
+def test_a_dead_tree_parent_is_removed_and_its_children_stay(tmp_path: Path, recorder):
+    # Threshold 4, width 2: node 0 hears nodes 1 and 2; node 1 aggregates nodes 3 and 4, node 2 nodes 5 and 6.
+    script, out, stop = recorder
+    job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=7, TRAINPLANE_MIN_WORKERS="2",
+                       TRAINPLANE_TREE_THRESHOLD="4", TRAINPLANE_TREE_FANOUT="2")
+    try:
+        assert wait_until(lambda: len(events(out)) == 7, timeout=60)
+        job.kill(1)
+        assert wait_until(lambda: all_told(out, 6, 2), timeout=20)
+        time.sleep(2 * 3.0)  # two more TTLs: the orphans, probed or re-parented, must not be lost
+        snapshot = job.members()
+        assert snapshot["generation"] == 2
+        assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 2, 3, 4, 5, 6]
+        stop.touch()
+        assert job.agents[0].wait(timeout=30) == 0
+    finally:
+        job.close()
+
+
 def test_sigstopped_agent_is_dead_within_the_ttl_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
     script, out, stop = recorder
     job = AgentCluster(tmp_path, [str(script), str(out), str(stop)], workers=3, TRAINPLANE_MIN_WORKERS="2")
