@@ -262,10 +262,7 @@ class Agent:
             raise HttpError(409, f"world of job {world.job!r} sent to job {self.settings.job!r}")
         self._events.put(_WorldEvent(world))
         if request.body.get(RELAY) is True and world.has(self.settings.node_id):
-            width, threshold = self.settings.tree_fanout, self.settings.tree_threshold
-            position = world.node_rank_of(self.settings.node_id)
-            children = topology.children(position, len(world.nodes), width, threshold)
-            self._send_worlds(world, [world.nodes[c] for c in children], relay=True)
+            self._send_worlds(world, self._tree_children(world, world.node_rank_of(self.settings.node_id)), relay=True)
         return Response(200, {"accepted": world.generation})
 
     # --- main loop -----------------------------------------------------------------------------
@@ -360,16 +357,18 @@ class Agent:
             alive, reason = True, probe.reason
         except TransportError as exc:
             alive, reason = False, f"{probe.reason}, and a direct probe failed: {exc}"
-        with self._lock:
-            actions = self._coordinator.probed(probe, alive, reason, self._clock()) if self._coordinator else []
-        if actions:
-            self._events.put(_ActionsEvent(tuple(actions)))
+        self._decide(lambda coordinator: coordinator.probed(probe, alive, reason, self._clock()))
 
     def _suspect(self, node: Node, reason: str) -> None:
         """A connection to ``node`` was refused: on the coordinator, probe it now rather than wait
         out its heartbeat TTL (elsewhere its silence reaches the coordinator the usual way)."""
+        self._decide(lambda coordinator: coordinator.suspect(node.node_id, reason))
+
+    def _decide(self, decision: Callable[[Coordinator], list[Action]]) -> None:
+        """Take a coordinator decision from a background thread: under the lock, and only on the
+        coordinator; its actions go to the main loop."""
         with self._lock:
-            actions = self._coordinator.suspect(node.node_id, reason) if self._coordinator is not None else []
+            actions = decision(self._coordinator) if self._coordinator is not None else []
         if actions:
             self._events.put(_ActionsEvent(tuple(actions)))
 
@@ -393,8 +392,12 @@ class Agent:
         (as it is unless it failed over), else the root, whose subtree is the whole world."""
         if world.nodes[0].node_id != self.settings.node_id:
             return [world.nodes[0]]
-        return [world.nodes[c] for c in topology.children(0, len(world.nodes), self.settings.tree_fanout,
-                                                            self.settings.tree_threshold)]
+        return self._tree_children(world, 0)
+
+    def _tree_children(self, world: World, position: int) -> list[Node]:
+        """The nodes that report to (and get worlds and calls from) the node at ``position``."""
+        width, threshold = self.settings.tree_fanout, self.settings.tree_threshold
+        return [world.nodes[c] for c in topology.children(position, len(world.nodes), width, threshold)]
 
     def _send_worlds(self, world: World, targets: Sequence[Node], relay: bool) -> None:
         """Send ``world`` to ``targets`` from one background thread, all at once (``multiplex.Batch``):
@@ -770,7 +773,7 @@ class Agent:
                 direct = False
                 interval = self._timing.next_interval(interval)
                 silent = self._clock() - last_ok
-                lost = world is not None and silent > self._timing.ttl and (host, port) == self._coordinator_addr
+                lost = silent > self._timing.ttl and (host, port) == self._coordinator_addr
                 if world is not None and lost and lost_sent != world.coordinator:
                     lost_sent = world.coordinator
                     self._events.put(_CoordinatorLostEvent(world.coordinator, silent))

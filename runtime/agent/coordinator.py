@@ -160,10 +160,14 @@ class Coordinator:
                 continue
             if self._silent_ancestor(world, position, silent):
                 continue  # its news travels through a silent parent: settle the parent first
-            self._probing[n.node_id] = world.generation
             reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {suspect_after:g} s"
-            probes.append(Probe(n, reason, world.generation))
+            probes.append(self._probe(world, n, reason))
         return probes
+
+    def _probe(self, world: World, node: Node, reason: str) -> Probe:
+        """A probe of ``node`` in ``world``, noted as pending until :meth:`probed` answers it."""
+        self._probing[node.node_id] = world.generation
+        return Probe(node, reason, world.generation)
 
     def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
         """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
@@ -184,8 +188,7 @@ class Coordinator:
         world = self.world
         if world is None or world.status != RUNNING or not world.has(node_id) or node_id in self._probing:
             return []
-        self._probing[node_id] = world.generation
-        return [Probe(world.nodes[world.node_rank_of(node_id)], reason, world.generation)]
+        return [self._probe(world, world.nodes[world.node_rank_of(node_id)], reason)]
 
     def probed(self, probe: Probe, alive: bool, reason: str, now: float) -> list[Action]:
         """The answer to a :class:`Probe`: an agent that answered is alive (its heartbeats are only

@@ -260,7 +260,9 @@ class PeerConnection:
     """Requests to one agent over a kept-alive connection (the heartbeat's link to its parent).
 
     A beat every fraction of a second to the same peer would otherwise cost a TCP handshake and a
-    server thread each time. Not thread-safe: one owner thread.
+    server thread each time. One blocking exchange at a time, so not ``multiplex.Batch``, which
+    drives many at once and sets up a selector and a wake-up socket pair per batch. Not
+    thread-safe: one owner thread.
 
     Args:
         host: address or host name of the agent.
