@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-pickle", action="store_true",
                    help="service mode: accept pickled arguments from token holders (default: JSON only)")
     p.add_argument("-m", "--module", action="store_true", help="run SCRIPT as a module, like python -m")
-    p.add_argument("script", metavar="SCRIPT", nargs="?", help="batch mode: the training script (or module with -m)")
+    p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true",
+                   help="run SCRIPT as a command (found on PATH) instead of under the interpreter, as torchrun's "
+                        "--no-python does, e.g. --no-python sh -c 'echo $RANK'")
+    p.add_argument("script", metavar="SCRIPT", nargs="?",
+                   help="batch mode: the training script (a module with -m, a command with --no-python)")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
     return p
 
@@ -96,8 +100,10 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         (not batch or ns.script is not None, "SCRIPT: batch mode needs a script (or -m module)"),
         (batch or ns.script is None, f"SCRIPT: service mode runs no script (got {ns.script!r}); call functions "
                                      f"with runtime.client.JobClient"),
-        (not batch or ns.module or (ns.script is not None and Path(ns.script).is_file()),
-         f"SCRIPT: no such file {ns.script!r} (use -m for a module)"),
+        (not (ns.module and ns.no_python), "--no-python: runs a command, not a module; drop -m or --no-python"),
+        (batch or not ns.no_python, "--no-python: service mode runs no command; drop --no-python"),
+        (not batch or ns.module or ns.no_python or (ns.script is not None and Path(ns.script).is_file()),
+         f"SCRIPT: no such file {ns.script!r} (use -m for a module, --no-python for a command)"),
     )
     for ok, message in checks:
         if not ok:
@@ -112,7 +118,7 @@ def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
         distribution=ns.distribution, quorum_workers=ns.quorum_workers, quorum_timeout=ns.quorum_timeout,
         max_restarts=ns.max_restarts, master_port=ns.master_port, log_dir=ns.log_dir, job_name=ns.job_name,
         grace_period=ns.grace_period, min_workers=ns.min_workers, max_workers=ns.max_workers,
-        monitor_members=ns.monitor_members, heartbeat_ttl=ns.heartbeat_ttl,
+        monitor_members=ns.monitor_members, heartbeat_ttl=ns.heartbeat_ttl, no_python=ns.no_python,
         pythonpath=tuple(str(Path(d).resolve()) for d in ns.pythonpath),
         env={contract.TREE_THRESHOLD: str(ns.tree_threshold), contract.TREE_FANOUT: str(ns.tree_fanout),
              contract.ALLOW_PICKLE: "true" if ns.allow_pickle else "false"},

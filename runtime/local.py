@@ -58,7 +58,8 @@ class LocalJobSpec:
         workers: nodes (agents).
         num_proc: processes per node.
         mode: ``batch`` (run ``entrypoint`` on every rank) or ``service`` (long-lived processes taking calls).
-        entrypoint: batch mode: the user command after the interpreter (``script.py args`` or ``-m module args``).
+        entrypoint: batch mode: the user command after the interpreter (``script.py args`` or ``-m module args``),
+            or with ``no_python`` a whole argv run as is.
         distribution: which framework's variables to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``).
         quorum_workers: nodes needed to start (default all).
         quorum_timeout: seconds to wait for quorum.
@@ -74,6 +75,7 @@ class LocalJobSpec:
         max_workers: elastic: admit late nodes up to this many.
         monitor_members: raise ``WorkerMembershipChanged`` in user processes on a change.
         heartbeat_ttl: seconds without a heartbeat before a node is dead.
+        no_python: batch mode: run ``entrypoint`` directly instead of under the interpreter.
     """
 
     workers: int = 1
@@ -94,6 +96,7 @@ class LocalJobSpec:
     max_workers: Optional[int] = None
     monitor_members: bool = True
     heartbeat_ttl: float = 3.0
+    no_python: bool = False
 
     def __post_init__(self) -> None:
         for name, ok, fix in (
@@ -101,6 +104,7 @@ class LocalJobSpec:
             ("num_proc", self.num_proc >= 1, "use 1 or more processes per node"),
             ("mode", self.mode in MODES, f"use one of {', '.join(MODES)}"),
             ("entrypoint", bool(self.entrypoint) or self.mode != "batch", "batch mode needs a script or -m module"),
+            ("no_python", not self.no_python or self.mode == "batch", "a command runs in batch mode only"),
         ):
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: {fix}")
@@ -263,6 +267,7 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
         contract.WORKERS: str(spec.workers),
         contract.NUM_PROC: str(spec.num_proc),
         contract.ENTRYPOINT: json.dumps(list(spec.entrypoint)),
+        contract.NO_PYTHON: "true" if spec.no_python else "false",
         contract.COORDINATOR_HOST: f"{lp.addresses[0]}:{lp.ports[0]}",
         contract.AGENT_PORT_SETTING: str(lp.ports[node_id]),
         contract.ADVERTISE_ADDRESS: lp.addresses[node_id],

@@ -7,7 +7,7 @@ fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -48,8 +48,9 @@ OWNED_LABELS = (
     contract.LABEL_NAME, contract.LABEL_INSTANCE, contract.LABEL_COMPONENT, contract.LABEL_PART_OF,
     contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
 )
-STATEFULSET_NAME_MAX = 52
-"""A StatefulSet's pods carry ``controller-revision-hash: <name>-<10-char hash>``, a 63-char label."""
+STATEFULSET_HASH_SUFFIX = 11
+"""A StatefulSet's pods carry ``controller-revision-hash: <name>-<hash of up to 10 characters>``, a
+63-character label: the name takes at most 52."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,17 @@ class DistributedJobArgs:
 
     Attributes:
         image: container image; any image with ``python3`` (3.9+) works, the agent is mounted.
-        script: path of the training script inside the image (relative to ``working_dir``).
-            Batch mode: exactly one of ``script`` and ``module``. Service mode runs no script (the
-            processes serve calls): leave both unset.
+        script: path of the training script inside the image (relative to ``working_dir``), run
+            under the image's ``python3``. Batch mode: exactly one of ``script``, ``module`` and
+            ``command``. Service mode runs no entrypoint (the processes serve calls): leave all
+            three unset.
         module: importable module to run as ``python -m module``.
-        args: arguments passed to the script or module.
+        command: an executable and its arguments, run directly on every rank instead of under
+            Python (torchrun's ``--no-python``), e.g. ``["bash", "-c", "..."]`` or
+            ``["/opt/train"]``; looked up on the image's ``PATH``. It gets the same environment
+            contract; membership changes are not raised in it (it is not Python): it can read its
+            new world from the file named by ``TRAINPLANE_WORLD_FILE``.
+        args: arguments appended to the script, module or command.
         workers: number of nodes (pods), >= 1.
         num_proc: processes per node, or ``"auto"`` for one per GPU (needs ``gpus >= 1``).
         cpus: CPU request per pod, cores (``0.5`` = 500m); ``None`` requests nothing.
@@ -76,8 +83,13 @@ class DistributedJobArgs:
         quorum_workers: nodes that must register before the world starts; ``None`` = all workers.
         quorum_timeout: seconds the coordinator waits for quorum before failing.
         monitor_members: deliver membership changes into user processes.
-        min_workers: elastic lower bound on nodes; set together with ``max_workers``.
-        max_workers: elastic upper bound on nodes.
+        min_workers: elastic lower bound on nodes; set together with ``max_workers``. A lost node
+            no longer fails the job: the survivors continue while at least this many remain.
+        max_workers: elastic upper bound on nodes. Nodes beyond ``workers`` can only come from a
+            workload that adds pods: a PyTorchJob (its Worker replicas scale up to it) or a
+            StatefulSet (service mode). An Indexed Job has exactly ``workers`` indexes, so it only
+            shrinks (a pod replaced after a disruption rejoins under its index): there
+            ``max_workers`` must equal ``workers``.
         max_restarts: world restarts after a failure before the job fails.
         active_deadline_seconds: batch only: seconds before Kubernetes stops the job.
         ttl_seconds_after_finished: batch only: seconds before a finished job is deleted.
@@ -105,6 +117,9 @@ class DistributedJobArgs:
             e.g. the namespace a client calls from; the job's own pods are always admitted.
         cluster_domain: the cluster's DNS domain, for the FQDN outputs.
 
+    Every field is a plain Python value (no ``pulumi.Output``): the job is checked at preview,
+    before outputs resolve.
+
     Raises:
         InvalidJobArgs: on construction, for the first field that is invalid.
     """
@@ -112,6 +127,7 @@ class DistributedJobArgs:
     image: str
     script: Optional[str] = None
     module: Optional[str] = None
+    command: Optional[Sequence[str]] = None
     args: Sequence[str] = ()
     workers: int = 1
     num_proc: Union[int, str] = 1
@@ -155,11 +171,13 @@ class DistributedJobArgs:
         Raises:
             InvalidJobArgs: the first invalid field, with its value and the fix.
         """
+        for f in fields(self):
+            checks.require_plain(f.name, getattr(self, f.name), _plain_type(str(f.type)))
         for name in ("env", "labels", "node_selector"):
             value = getattr(self, name)
             if isinstance(value, Mapping):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
-        for name in ("args", "pythonpath", "tolerations", "allow_from"):
+        for name in ("command", "args", "pythonpath", "tolerations", "allow_from"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
@@ -199,9 +217,17 @@ class DistributedJobArgs:
         return self.max_workers if self.max_workers is not None else self.workers
 
     @property
+    def no_python(self) -> bool:
+        """Whether the entrypoint is a ``command`` run as is rather than under the interpreter."""
+        return self.command is not None
+
+    @property
     def entrypoint(self) -> tuple[str, ...]:
-        """The user command after the interpreter, as the agent's ``TRAINPLANE_ENTRYPOINT`` wants it
-        (empty for a service job without a script)."""
+        """The user command as the agent's ``TRAINPLANE_ENTRYPOINT`` wants it: after the interpreter
+        (``script args`` or ``-m module args``), or the whole argv of a ``command`` (then
+        :attr:`no_python`); empty for a service job."""
+        if self.command is not None:
+            return (*self.command, *self.args)
         if self.script is None and self.module is None:
             return ()
         head = (self.script,) if self.script is not None else ("-m", str(self.module))
@@ -209,45 +235,101 @@ class DistributedJobArgs:
 
 
 def validate_job_name(name: str, args: DistributedJobArgs) -> None:
-    """Check the job name: an RFC 1035 label short enough for every name derived from it.
+    """Check the job name: a plain RFC 1035 label short enough for every name derived from it.
 
     Derived names: Indexed Job pod host names ``<name>-<index>`` (63 characters), StatefulSet
     revision-hash labels ``<name>-<hash>`` (the name at most 52), PyTorchJob pods and Services
-    ``<name>-worker-<index>`` (63, the operator's DNS-1035 rule).
+    ``<name>-worker-<index>`` and ``<name>-master-0`` (63, the operator's DNS-1035 rule).
 
     Raises:
-        InvalidJobArgs: the name breaks the rule or is too long for ``args``.
+        InvalidJobArgs: the name is not a plain str, breaks the rule, or is too long for ``args``;
+            the message names the derived name that would overflow.
     """
-    checks.require_dns1035("name", name, max_name_length(args))
+    checks.require_plain("name", name, "str")
+    checks.require_dns1035("name", name, max_length=None)
+    derived = longest_derived_name(name, args)
+    if derived.length > validate.MAX_LABEL:
+        raise InvalidJobArgs("name", name, f"the {derived.kind} {derived.text!r} would be {derived.length} "
+                             f"characters; Kubernetes allows {validate.MAX_LABEL}",
+                             f"shorten name to at most {max_name_length(args)} characters")
+
+
+@dataclass(frozen=True)
+class DerivedName:
+    """The longest name Kubernetes derives from a job name, which must stay a 63-character label.
+
+    Attributes:
+        kind: what it names, e.g. ``"pod host name"``.
+        text: the name, with ``<hash>`` standing for a part Kubernetes generates.
+        length: its length in characters, generated parts at their longest.
+    """
+
+    kind: str
+    text: str
+    length: int
+
+
+def longest_derived_name(name: str, args: DistributedJobArgs) -> DerivedName:
+    """The longest label-limited name derived from job ``name`` for ``args``' backend."""
+    backend = args.workload_backend
+    if backend == STATEFULSET:
+        return DerivedName("StatefulSet controller-revision-hash label", f"{name}-<hash>",
+                           len(name) + STATEFULSET_HASH_SUFFIX)
+    if backend == PYTORCHJOB:
+        top = args.max_nodes - 1 if args.elastic else max(args.workers - 2, 0)
+        text = f"{name}-worker-{top}"
+        return DerivedName("PyTorchJob pod and Service name", text, len(text))
+    text = f"{name}-{args.max_nodes - 1}"
+    return DerivedName("pod host name", text, len(text))
 
 
 def max_name_length(args: DistributedJobArgs) -> int:
     """The longest job name whose derived names still fit, characters."""
-    index_digits = len(str(args.max_nodes - 1))
-    backend = args.workload_backend
-    if backend == PYTORCHJOB:
-        return validate.MAX_LABEL - len("-worker-") - index_digits
-    if backend == STATEFULSET:
-        return STATEFULSET_NAME_MAX
-    return validate.MAX_LABEL - 1 - index_digits
+    return validate.MAX_LABEL - longest_derived_name("", args).length
 
 
 def _validate_program(a: DistributedJobArgs) -> None:
     if not isinstance(a.image, str) or not a.image or any(c.isspace() for c in a.image):
         raise InvalidJobArgs("image", a.image, "must be a non-empty image reference without spaces",
                              'pass e.g. "python:3.11-slim"')
+    if a.command is not None:
+        _validate_command(a)
     if a.script is not None and a.module is not None:
         raise InvalidJobArgs("script", a.script, f"exactly one of script and module is needed (module="
                              f"{a.module!r})", "set script to a .py path or module to a dotted module name")
-    if a.script is None and a.module is None and a.mode != "service":
-        raise InvalidJobArgs("script", a.script, "a batch job needs a script or a module to run",
-                             'set script to a .py path or module to a dotted module name, or use mode="service"')
+    entry = next(((n, getattr(a, n)) for n in ("command", "script", "module") if getattr(a, n) is not None), None)
+    if a.mode == "service":
+        if entry is not None:
+            raise InvalidJobArgs(entry[0], entry[1], "service mode runs no entrypoint: its processes serve calls",
+                                 f"unset {entry[0]}; call functions through the client "
+                                 "(runtime.client.JobClient or runtime.workflow)")
+        if a.args:
+            raise InvalidJobArgs("args", a.args, "service mode runs no entrypoint to pass them to",
+                                 "unset args; pass arguments in the calls")
+    elif entry is None:
+        raise InvalidJobArgs("script", a.script, "a batch job needs a script, a module or a command to run",
+                             'set script to a .py path, module to a dotted module name or command to an argv, '
+                             'or use mode="service"')
     if a.script is not None and (not isinstance(a.script, str) or not a.script):
         raise InvalidJobArgs("script", a.script, "must be a non-empty path", 'pass e.g. "train.py"')
     if a.module is not None and (not isinstance(a.module, str) or not MODULE_NAME.match(a.module)):
         raise InvalidJobArgs("module", a.module, "not a dotted module name", 'pass e.g. "pkg.train"')
     if not isinstance(a.args, tuple) or not all(isinstance(x, str) for x in a.args):
         raise InvalidJobArgs("args", a.args, "must be a list of strings", 'quote numbers: ["--epochs", "3"]')
+
+
+def _validate_command(a: DistributedJobArgs) -> None:
+    command = a.command
+    if not isinstance(command, tuple) or not all(isinstance(x, str) for x in command):
+        raise InvalidJobArgs("command", command, "must be a list of strings: the executable, then its arguments",
+                             'pass e.g. ["bash", "-c", "echo $RANK"]')
+    if not command or not command[0]:
+        raise InvalidJobArgs("command", command, "names no executable",
+                             'put the executable first, e.g. ["/opt/train", "--epochs", "3"]')
+    other = next(((n, getattr(a, n)) for n in ("script", "module") if getattr(a, n) is not None), None)
+    if other is not None:
+        raise InvalidJobArgs("command", command, f"is run instead of a script or module ({other[0]}={other[1]!r})",
+                             f"unset {other[0]} (command runs its argv directly), or unset command")
 
 
 def _validate_size(a: DistributedJobArgs) -> None:
@@ -315,6 +397,11 @@ def _validate_elastic(a: DistributedJobArgs) -> None:
     if not a.min_workers <= a.workers <= a.max_workers:
         raise InvalidJobArgs("workers", a.workers, f"outside min_workers..max_workers = "
                              f"{a.min_workers}..{a.max_workers}", "start with a node count inside the bounds")
+    if a.workload_backend == INDEXED_JOB and a.max_workers > a.workers:
+        raise InvalidJobArgs("max_workers", a.max_workers, f"an Indexed Job has exactly workers={a.workers} "
+                             "pods, so it can shrink to min_workers but never grow",
+                             f'set max_workers={a.workers}, or use backend="{PYTORCHJOB}" (its Workers scale '
+                             f'up to max_workers), or mode="service" (a {STATEFULSET})')
 
 
 def _validate_scheduling(a: DistributedJobArgs) -> None:
@@ -389,6 +476,17 @@ def _validate_network(a: DistributedJobArgs) -> None:
             raise InvalidJobArgs(f"allow_from[{i}]", peer, "not a NetworkPolicyPeer",
                                  f"use a dict with keys from {sorted(PEER_KEYS)}")
     checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)
+
+
+def _plain_type(annotation: str) -> str:
+    """A field's annotation as a plain type to name in a message: ``Optional[Sequence[str]]`` ->
+    ``list[str]``, ``Union[int, str]`` -> ``int or str``."""
+    text = annotation
+    if text.startswith("Optional["):
+        text = text[len("Optional["):-1]
+    if text.startswith("Union["):
+        text = " or ".join(part.strip() for part in text[len("Union["):-1].split(","))
+    return text.replace("Sequence[", "list[").replace("Mapping[", "dict[")
 
 
 def _require_list(name: str, value: Any) -> None:

@@ -7,8 +7,11 @@ passes or raises with the field, the value and the fix. The rules are the API se
 
 from __future__ import annotations
 
+import inspect
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
+
+import pulumi
 
 from components.errors import InvalidJobArgs
 from components.validate import (
@@ -21,6 +24,33 @@ from components.validate import (
     MAX_SUBDOMAIN,
     QUANTITY,
 )
+
+PREVIEW_FIX = "this field is validated at preview, before outputs resolve"
+
+
+def require_plain(field: str, value: Any, expected: str) -> None:
+    """Require a plain Python value: no ``pulumi.Output`` or other awaitable (a Pulumi ``Input``)
+    at any depth of the lists, tuples and mappings in ``value``.
+
+    Args:
+        field: the argument's name; nested items are reported as ``field[0]``, ``field['key']``.
+        value: the candidate value.
+        expected: the plain type to name in the fix, e.g. ``"str"`` or ``"list[str]"``.
+
+    Raises:
+        InvalidJobArgs: names the innermost field holding an unresolved value.
+    """
+    if isinstance(value, pulumi.Output) or inspect.isawaitable(value):
+        kind = "a pulumi Output" if isinstance(value, pulumi.Output) else "an awaitable"
+        raise InvalidJobArgs(field, value, f"is {kind}, whose value is not known when the job is checked",
+                             f"pass a plain {expected}; {PREVIEW_FIX}")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            require_plain(f"{field} key", key, "str")
+            require_plain(f"{field}[{key!r}]", item, "value")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            require_plain(f"{field}[{i}]", item, "value")
 
 
 def require_int(field: str, value: Any, minimum: int) -> None:
@@ -55,8 +85,13 @@ def require_choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
         raise InvalidJobArgs(field, value, "unknown value", f"use one of {', '.join(choices)}")
 
 
-def require_dns1035(field: str, value: Any, max_length: int = MAX_LABEL) -> None:
+def require_dns1035(field: str, value: Any, max_length: Optional[int] = MAX_LABEL) -> None:
     """Require an RFC 1035 label (Service and PyTorchJob names): ``[a-z]([-a-z0-9]*[a-z0-9])?``.
+
+    Args:
+        field: the argument's name.
+        value: the candidate name.
+        max_length: the longest allowed name, characters; ``None`` when the caller checks length.
 
     Raises:
         InvalidJobArgs: wrong type, pattern, or longer than ``max_length`` characters.
@@ -147,8 +182,10 @@ def _is_label_name(name: str) -> bool:
     return len(name) <= MAX_LABEL and LABEL_NAME.match(name) is not None
 
 
-def _require_pattern(field: str, value: Any, pattern: re.Pattern[str], max_length: int, rule: str) -> None:
+def _require_pattern(
+    field: str, value: Any, pattern: re.Pattern[str], max_length: Optional[int], rule: str
+) -> None:
     if not isinstance(value, str) or not pattern.match(value):
         raise InvalidJobArgs(field, value, "not a valid name", f"use {rule}")
-    if len(value) > max_length:
+    if max_length is not None and len(value) > max_length:
         raise InvalidJobArgs(field, value, f"is {len(value)} characters long", f"shorten it to {max_length}")

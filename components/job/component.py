@@ -42,7 +42,8 @@ class DistributedJob(pulumi.ComponentResource):
         namespace: its namespace.
         service_fqdn: the headless Service's fully qualified DNS name.
         coordinator_url: base URL of node 0's agent (``http://<host>:<agent port>``).
-        token: the job token (a Pulumi secret); clients send it as ``Authorization: Bearer``.
+        token: the job token (a Pulumi secret); clients send it as ``Authorization: Bearer``. A
+            ``RandomPassword`` without keepers: it stays the same across updates of the job.
         resources: the Kubernetes children by role (``token``, ``runtime``, ``service``, the
             backend, ``podgroup``, ``localqueue``, ``network-policy``, ``pdb``).
     """
@@ -63,16 +64,17 @@ class DistributedJob(pulumi.ComponentResource):
         """Create the job.
 
         Args:
-            name: the job name, also its Kubernetes name: a DNS-1035 label short enough for the
-                names derived from it (see :func:`~components.job.args.validate_job_name`).
-            args: what to run and how.
+            name: the job name, also its Kubernetes name: a plain ``str``, a DNS-1035 label short
+                enough for the names derived from it (see :func:`~components.job.args.validate_job_name`).
+            args: what to run and how (plain values, validated on construction).
             opts: Pulumi options; pass ``provider=`` a ``kubernetes.Provider`` to target a cluster
                 other than the ambient one. Children inherit it.
             crd_dependencies: resources the custom resources (PyTorchJob, PodGroup, LocalQueue)
                 depend on, typically the add-ons that install their CRDs.
 
         Raises:
-            InvalidJobArgs: the name is invalid or too long for ``args``.
+            InvalidJobArgs: the name is not a plain str, is invalid, or is too long for ``args``
+                (the message names the derived name that would overflow).
             BundleError: the agent's sources cannot be read or exceed the ConfigMap limit.
             OperatorRuleError: a rendered PyTorchJob would break a training-operator rule.
         """

@@ -104,6 +104,7 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         contract.MAX_WORKERS: None if args.max_workers is None else str(args.max_workers),
         contract.LOG_DIR: args.log_dir,
         contract.ENTRYPOINT: json.dumps(list(args.entrypoint)),
+        contract.NO_PYTHON: "true" if args.no_python else None,
     }
     env += [{"name": k, "value": v} for k, v in settings.items() if v is not None]
     if role.node_rank_from is not None:

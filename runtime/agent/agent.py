@@ -516,7 +516,7 @@ class Agent:
         self._exits = {}
         self._procs = self._service.workers(world, envs, log_dir) if self._service is not None else self._spawner(
             world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
-            self._events.put, log_dir,
+            self._events.put, log_dir, no_python=self.settings.no_python,
         )
         self.say(
             f"generation {world.generation}: node rank {node_rank} of {len(world.nodes)}, "

@@ -5,6 +5,12 @@ Usage (by the agent): ``python -u -m runtime.agent.bootstrap SCRIPT [ARGS...]`` 
 agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``),
 then runs the user's code as ``__main__`` exactly as
 ``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
+
+``python -u -m runtime.agent.bootstrap --exec COMMAND [ARGS...]`` runs a command that is not
+Python (torchrun's ``--no-python``): after the parent-death signal it replaces itself with
+``COMMAND`` (looked up on ``PATH``), which keeps the pid, the environment and that signal. Such a
+process cannot take a membership change as an exception, so the delivery signal is ignored (the
+disposition survives ``exec``); the new world is still written to ``TRAINPLANE_WORLD_FILE``.
 """
 
 from __future__ import annotations
@@ -13,11 +19,16 @@ import os
 import runpy
 import signal
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from runtime.agent import contract, membership
 
 _PR_SET_PDEATHSIG = 1
+EXEC_FLAG = "--exec"
+"""First bootstrap argument meaning "the rest is a command to run as is"."""
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+"""The shell's exit codes for a command that does not exist, or exists but cannot be run."""
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -53,8 +64,30 @@ def run(argv: Sequence[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def exec_command(argv: Sequence[str]) -> NoReturn:
+    """Replace this process with ``argv`` (an executable, looked up on ``PATH``, and its arguments).
+
+    Membership-change signals are ignored from here on: the command is not Python.
+
+    Raises:
+        SystemExit: with a usage message when ``argv`` is empty; 127 (not found) or 126 (not
+            executable) after printing the reason to stderr when the command cannot be run.
+    """
+    if not argv or not argv[0]:
+        raise SystemExit(f"usage: python -m runtime.agent.bootstrap {EXEC_FLAG} COMMAND [ARGS...]")
+    membership.ignore()
+    try:
+        os.execvp(argv[0], list(argv))  # noqa: S606 - the job's own command, as the user wrote it
+    except OSError as exc:
+        sys.stderr.write(f"trainplane: cannot run command {argv[0]!r}: {exc.strerror}\n")
+        sys.stderr.flush()
+        raise SystemExit(EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE) from None
+
+
 if __name__ == "__main__":
     die_with_parent()
+    if sys.argv[1:2] == [EXEC_FLAG]:
+        exec_command(sys.argv[2:])
     if os.environ.get(contract.MONITOR_MEMBERS, "true") == "false":
         membership.ignore()
     else:

@@ -60,6 +60,7 @@ MONITOR_MEMBERS = "TRAINPLANE_MONITOR_MEMBERS"
 MIN_WORKERS = "TRAINPLANE_MIN_WORKERS"
 MAX_WORKERS = "TRAINPLANE_MAX_WORKERS"
 ENTRYPOINT = "TRAINPLANE_ENTRYPOINT"  # JSON list: the user command after the interpreter
+NO_PYTHON = "TRAINPLANE_NO_PYTHON"  # "true": ENTRYPOINT is an argv run as is, not under the interpreter
 GRACE_PERIOD = "TRAINPLANE_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL at teardown
 DIE_WITH_PARENT = "TRAINPLANE_DIE_WITH_PARENT"  # local mode: exit when the launcher dies
 RESOLVE = "TRAINPLANE_RESOLVE"  # JSON object host name -> address, consulted before DNS

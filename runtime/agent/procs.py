@@ -1,7 +1,8 @@
 """Supervision of one node's user processes for one generation. Standard library only.
 
 Each process runs in its own session (so teardown reaches everything it spawned), under the
-bootstrap (``runtime.agent.bootstrap``) that ties its life to the agent's. Its output is copied to
+bootstrap (``runtime.agent.bootstrap``) that ties its life to the agent's (a command run without
+Python replaces the bootstrap, keeping its pid and parent-death signal). Its output is copied to
 the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log``; the last
 stderr lines are kept for the root-cause report.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import IO, BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
+from runtime.agent.bootstrap import EXEC_FLAG
 
 STDERR_TAIL_LINES = 20
 """Lines of a failing process's stderr kept for the root-cause report."""
@@ -120,13 +122,16 @@ class LocalProcesses:
         generation: world generation these processes belong to.
         first_rank: global rank of local rank 0.
         envs: one full environment per local rank (the contract merged over the agent's env).
-        entrypoint: the user command after the interpreter (``script.py args`` or ``-m module args``).
+        entrypoint: the user command after the interpreter (``script.py args`` or ``-m module args``),
+            or with ``no_python`` a whole argv run as is.
         on_exit: called from a watcher thread when a process ends.
         log_dir: directory for ``rank-N.log`` files, or ``None``.
         out: binary stream for prefixed stdout lines.
         err: binary stream for prefixed stderr lines.
         python: the interpreter to run.
         pass_fds: file descriptors every process inherits (service mode: its channel to the agent).
+        no_python: ``entrypoint`` is an executable and its arguments: the bootstrap sets the process
+            up, then replaces itself with it (same pid), instead of running Python code.
     """
 
     def __init__(
@@ -141,11 +146,13 @@ class LocalProcesses:
         err: Optional[BinaryIO] = None,
         python: str = sys.executable,
         pass_fds: Sequence[int] = (),
+        no_python: bool = False,
     ) -> None:
         self.generation = generation
         self._first_rank = first_rank
         self._envs = envs
-        self._argv = [python, "-u", "-m", "runtime.agent.bootstrap", *entrypoint]
+        exec_flag = (EXEC_FLAG,) if no_python else ()
+        self._argv = [python, "-u", "-m", "runtime.agent.bootstrap", *exec_flag, *entrypoint]
         self._pass_fds = tuple(pass_fds)
         self._on_exit = on_exit
         self._log_dir = Path(log_dir) if log_dir else None

@@ -32,7 +32,8 @@ class AgentSettings:
         workers: nodes (pods) in the job.
         num_proc: user processes on this node.
         entrypoint: the user command after the interpreter, e.g. ``("train.py", "--lr", "0.1")`` or
-            ``("-m", "pkg.train")``. Batch mode only; service mode runs the call loop instead.
+            ``("-m", "pkg.train")``; with ``no_python``, a whole argv such as ``("bash", "-c", "...")``.
+            Batch mode only; service mode runs the call loop instead.
         coordinator: host name or address of node 0's agent.
         coordinator_port: node 0's agent port (TCP).
         agent_port: this agent's HTTP port (TCP).
@@ -58,6 +59,8 @@ class AgentSettings:
         heartbeat_interval: seconds between heartbeats right after a change (then backed off).
         heartbeat_ttl: seconds without a heartbeat before a node is dead; removed after twice this.
         verdict_file: local mode: path where the agent writes the job's final verdict as JSON.
+        no_python: run ``entrypoint`` directly (looked up on ``PATH``) instead of under the
+            interpreter, like torchrun's ``--no-python``. Batch mode only.
         run_root: directory in which the agent makes its private run directory (the world files its
             processes read); ``None`` for the system's temporary directory. A launcher that owns
             one removes what an agent killed by SIGKILL could not.
@@ -94,6 +97,7 @@ class AgentSettings:
     heartbeat_ttl: float = 3.0
     verdict_file: Optional[str] = None
     run_root: Optional[str] = None
+    no_python: bool = False
 
     def __post_init__(self) -> None:
         _require(bool(self.job), contract.JOB_NAME, self.job, "set a non-empty job name")
@@ -116,6 +120,10 @@ class AgentSettings:
         _require(
             bool(self.entrypoint) or self.mode == "service", contract.ENTRYPOINT, list(self.entrypoint),
             "name a script or -m module",
+        )
+        _require(
+            not self.no_python or self.mode == "batch", contract.NO_PYTHON, self.no_python,
+            "unset it in service mode, whose processes run the call loop",
         )
         for name, port in (
             (contract.AGENT_PORT_SETTING, self.agent_port),
@@ -232,6 +240,7 @@ class AgentSettings:
             heartbeat_ttl=_float(env, contract.HEARTBEAT_TTL, 3.0),
             verdict_file=env.get(contract.VERDICT_FILE) or None,
             run_root=env.get(contract.RUN_ROOT) or None,
+            no_python=_bool(env, contract.NO_PYTHON, False),
         )
 
 

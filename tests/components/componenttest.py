@@ -107,8 +107,11 @@ def getter(config: dict[str, str]) -> Callable[[str], Optional[str]]:
 
 
 def job_args(**overrides: Any) -> DistributedJobArgs:
-    """A small valid job, with ``overrides`` applied."""
-    base: dict[str, Any] = {"image": "python:3.11-slim", "script": "train.py", "workers": 2, "num_proc": 2}
+    """A small valid job, with ``overrides`` applied; a batch job runs ``train.py`` unless told otherwise
+    (a service job runs no script)."""
+    base: dict[str, Any] = {"image": "python:3.11-slim", "workers": 2, "num_proc": 2}
+    if overrides.get("mode", "batch") != "service":
+        base["script"] = "train.py"
     base.update(overrides)
     return DistributedJobArgs(**base)
 

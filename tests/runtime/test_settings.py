@@ -55,8 +55,17 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "mpi"}, "use one of spmd, pytorch"),
         ({contract.NODE_RANK_SETTING: "0", contract.MONITOR_MEMBERS: "maybe"}, "use true or false"),
         ({contract.NODE_RANK_SETTING: "0", contract.MASTER_PORT: "0"}, "MASTER_PORT=0 is invalid"),
+        ({contract.NODE_RANK_SETTING: "0", contract.MODE: "service", contract.NO_PYTHON: "true"},
+         "TRAINPLANE_NO_PYTHON=True is invalid: unset it in service mode"),
     ],
 )
 def test_bad_settings_name_the_variable(extra: dict, message: str):
     with pytest.raises(ConfigError, match=re.escape(message)):
         AgentSettings.from_env({**BASE, **extra})
+
+
+def test_no_python_is_read_from_the_environment():
+    env = {**BASE, contract.NODE_RANK_SETTING: "0", contract.ENTRYPOINT: json.dumps(["/opt/train", "--fast"])}
+    assert not AgentSettings.from_env(env).no_python
+    command = AgentSettings.from_env({**env, contract.NO_PYTHON: "true"})
+    assert command.no_python and command.entrypoint == ("/opt/train", "--fast")

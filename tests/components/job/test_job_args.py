@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Any, Callable, Generator, Mapping
 
+import pulumi
 import pytest
 
 from components import DistributedJobArgs
@@ -12,121 +12,210 @@ from components.errors import InvalidJobArgs
 from components.job.args import max_name_length, validate_job_name
 from tests.components.componenttest import job_args
 
+
+class Pending:
+    """An awaitable that is not a pulumi Output (a Pulumi ``Input`` may be any awaitable)."""
+
+    def __await__(self) -> Generator[None, None, str]:
+        yield
+        return "x"
+
+
+GIVEN = object()
+"""Stands for the value passed for the error's field: the error must carry exactly that input."""
+LABEL_FIX = "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
+SUBDOMAIN_FIX = "use dot-separated lower-case labels of letters, digits and '-'"
+SERVICE_FIX = "use backend=\"statefulset\" (or leave backend unset)"
+NO_ENTRYPOINT = "service mode runs no entrypoint"
+CLIENT_FIX = "call functions through the client"
+
 INVALID = [
-    # (overrides, field, message fragment)
-    ({"image": ""}, "image", "non-empty image reference"),
-    ({"image": "py thon"}, "image", "without spaces"),
-    ({"script": None}, "script", "a batch job needs a script or a module to run"),
-    ({"module": "pkg.train"}, "script", "exactly one of script and module"),
-    ({"script": None, "module": "pkg-train"}, "module", "not a dotted module name"),
-    ({"args": ["--epochs", 3]}, "args", "list of strings"),
-    ({"args": "--epochs 3"}, "args", "list of strings"),
-    ({"workers": 0}, "workers", "must be >= 1"),
-    ({"workers": 2.0}, "workers", "whole number"),
-    ({"workers": True}, "workers", "whole number"),
-    ({"gpus": 1.5}, "gpus", "whole number"),
-    ({"gpus": -1}, "gpus", "must be >= 0"),
-    ({"num_proc": "auto"}, "num_proc", "one process per GPU but gpus=0"),
-    ({"num_proc": 0}, "num_proc", "must be >= 1"),
-    ({"num_proc": "four"}, "num_proc", "whole number"),
-    ({"cpus": 0}, "cpus", "number > 0"),
-    ({"memory": "16GB"}, "memory", "not a Kubernetes quantity"),
-    ({"shm_size": 1024}, "shm_size", "not a Kubernetes quantity"),
-    ({"distribution": "horovod"}, "distribution", "use one of spmd, pytorch, jax, tensorflow"),
-    ({"mode": "interactive"}, "mode", "use one of batch, service"),
-    ({"backend": "deployment"}, "backend", "use one of indexed-job, pytorchjob, statefulset"),
-    ({"mode": "service", "backend": "indexed-job"}, "backend", "service mode needs a long-running backend"),
-    ({"mode": "service", "backend": "pytorchjob"}, "backend", "service mode needs a long-running backend"),
-    ({"backend": "statefulset"}, "backend", "batch job would never finish"),
-    ({"monitor_members": "yes"}, "monitor_members", "must be a bool"),
-    ({"max_restarts": -1}, "max_restarts", "must be >= 0"),
-    ({"quorum_timeout": 0}, "quorum_timeout", "number > 0"),
-    ({"quorum_workers": 3}, "quorum_workers", "exceeds workers=2"),
-    ({"quorum_workers": 0}, "quorum_workers", "must be >= 1"),
-    ({"min_workers": 1}, "min_workers", "elastic bounds come in pairs"),
-    ({"max_workers": 4}, "max_workers", "elastic bounds come in pairs"),
-    ({"min_workers": 3, "max_workers": 2}, "min_workers", "exceeds max_workers=2"),
-    ({"min_workers": 3, "max_workers": 4}, "workers", "outside min_workers..max_workers"),
-    ({"min_workers": 0, "max_workers": 4}, "min_workers", "must be >= 1"),
-    ({"active_deadline_seconds": 0}, "active_deadline_seconds", "must be >= 1"),
-    ({"ttl_seconds_after_finished": -5}, "ttl_seconds_after_finished", "must be >= 0"),
-    ({"mode": "service", "ttl_seconds_after_finished": 60}, "ttl_seconds_after_finished", "batch jobs only"),
-    ({"gang_scheduler": "yunikorn"}, "gang_scheduler", "use one of none, volcano, scheduler-plugins, kueue"),
-    ({"gang_scheduler": "kueue"}, "queue", "Kueue needs exactly one of queue"),
-    ({"gang_scheduler": "kueue", "queue": "q", "cluster_queue": "cq"}, "queue", "exactly one of queue"),
-    ({"cluster_queue": "cq"}, "cluster_queue", "is a Kueue setting"),
-    ({"queue": "q"}, "queue", "gang_scheduler='none' has no queues"),
-    ({"gang_scheduler": "scheduler-plugins", "queue": "q"}, "queue", "has no queues"),
-    ({"gang_scheduler": "volcano", "queue": "Team_A"}, "queue", "not a valid name"),
-    ({"scheduler_name": "My Scheduler"}, "scheduler_name", "not a valid name"),
-    ({"namespace": "Team-A"}, "namespace", "not a valid name"),
-    ({"namespace": "a" * 64}, "namespace", "shorten it to 63"),
-    ({"env": {"RANK": "3"}}, "env['RANK']", "is set by trainplane"),
-    ({"env": {"TRAINPLANE_TOKEN": "x"}}, "env['TRAINPLANE_TOKEN']", "is set by trainplane"),
-    ({"env": {"PYTHONPATH": "/src"}}, "env['PYTHONPATH']", "list the directories to import from in pythonpath"),
-    ({"env": {"1BAD": "x"}}, "env['1BAD']", "not an environment variable name"),
-    ({"env": {"NCCL_DEBUG": 1}}, "env['NCCL_DEBUG']", "values are strings"),
-    ({"env": ["NCCL_DEBUG=INFO"]}, "env", "mapping of names to values"),
-    ({"labels": {"team": "ml research"}}, "labels['team']", "not a label value"),
-    ({"labels": {"Example.com/team": "ml"}}, "labels['Example.com/team']", "prefix before '/'"),
-    ({"labels": {"-team": "ml"}}, "labels['-team']", "not a label name"),
-    ({"labels": {"trainplane.dev/job": "other"}}, "labels['trainplane.dev/job']", "is set by trainplane"),
-    ({"node_selector": {"gpu": None}}, "node_selector['gpu']", "not a label value"),
-    (
-        {"tolerations": [{"key": "a", "effects": "NoSchedule"}]},
-        "tolerations[0]",
-        "not a Kubernetes Toleration",
-    ),
-    ({"tolerations": {"key": "a"}}, "tolerations", "must be a list of dicts"),
-    ({"service_account": "Trainer"}, "service_account", "not a valid name"),
-    ({"working_dir": "src"}, "working_dir", "absolute path"),
-    ({"log_dir": "logs"}, "log_dir", "absolute path"),
-    ({"pythonpath": "/app/examples"}, "pythonpath", "must be a list of directories"),
-    ({"pythonpath": ["/app", "examples"]}, "pythonpath[1]", "absolute path"),
-    ({"pythonpath": ["/app:/lib"]}, "pythonpath[0]", "give each directory as its own list item"),
-    ({"image_pull_policy": "always"}, "image_pull_policy", "use one of Always, IfNotPresent, Never"),
-    ({"agent_port": 70000}, "agent_port", "is not a TCP port"),
-    ({"master_port": 0}, "master_port", "must be >= 1"),
-    ({"master_port": 32300}, "master_port", "equals agent_port"),
-    ({"allow_from": [{"podSelectors": {}}]}, "allow_from[0]", "not a NetworkPolicyPeer"),
-    ({"allow_from": [{}]}, "allow_from[0]", "not a NetworkPolicyPeer"),
-    ({"cluster_domain": "Cluster.Local"}, "cluster_domain", "not a valid name"),
+    # (overrides, field, value (GIVEN: the override of that field), problem fragment, fix fragment)
+    ({"image": ""}, "image", GIVEN, "non-empty image reference", 'pass e.g. "python:3.11-slim"'),
+    ({"image": "py thon"}, "image", GIVEN, "without spaces", 'pass e.g. "python:3.11-slim"'),
+    ({"script": None}, "script", None, "a batch job needs a script, a module or a command to run",
+     "set script to a .py path, module to a dotted module name or command to an argv"),
+    ({"module": "pkg.train"}, "script", "train.py", "exactly one of script and module",
+     "set script to a .py path or module to a dotted module name"),
+    ({"script": None, "module": "pkg-train"}, "module", GIVEN, "not a dotted module name", 'pass e.g. "pkg.train"'),
+    ({"args": ["--epochs", 3]}, "args", GIVEN, "list of strings", 'quote numbers: ["--epochs", "3"]'),
+    ({"args": "--epochs 3"}, "args", GIVEN, "list of strings", 'quote numbers: ["--epochs", "3"]'),
+    ({"script": None, "command": []}, "command", GIVEN, "names no executable", "put the executable first"),
+    ({"script": None, "command": [""]}, "command", GIVEN, "names no executable", "put the executable first"),
+    ({"script": None, "command": "bash -c train"}, "command", GIVEN, "must be a list of strings",
+     'pass e.g. ["bash", "-c", "echo $RANK"]'),
+    ({"script": None, "command": ["sleep", 5]}, "command", GIVEN, "must be a list of strings",
+     'pass e.g. ["bash", "-c", "echo $RANK"]'),
+    ({"command": ["/opt/train"]}, "command", GIVEN, "instead of a script or module (script='train.py')",
+     "unset script (command runs its argv directly), or unset command"),
+    ({"script": None, "module": "pkg.train", "command": ["/opt/train"]}, "command", GIVEN,
+     "instead of a script or module (module='pkg.train')", "unset module"),
+    ({"mode": "service", "script": "serve.py"}, "script", GIVEN, NO_ENTRYPOINT, f"unset script; {CLIENT_FIX}"),
+    ({"mode": "service", "module": "pkg.serve"}, "module", GIVEN, NO_ENTRYPOINT, f"unset module; {CLIENT_FIX}"),
+    ({"mode": "service", "command": ["/opt/serve"]}, "command", GIVEN, NO_ENTRYPOINT, f"unset command; {CLIENT_FIX}"),
+    ({"mode": "service", "args": ["--port", "1"]}, "args", GIVEN, "no entrypoint to pass them to",
+     "unset args; pass arguments in the calls"),
+    ({"workers": 0}, "workers", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"workers": 2.0}, "workers", GIVEN, "whole number", "pass an int >= 1"),
+    ({"workers": True}, "workers", GIVEN, "whole number", "pass an int >= 1"),
+    ({"gpus": 1.5}, "gpus", GIVEN, "whole number", "pass an int >= 0"),
+    ({"gpus": -1}, "gpus", GIVEN, "must be >= 0", "pass an int >= 0"),
+    ({"num_proc": "auto"}, "num_proc", GIVEN, "one process per GPU but gpus=0",
+     "set gpus >= 1 or give num_proc as an int"),
+    ({"num_proc": 0}, "num_proc", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"num_proc": "four"}, "num_proc", GIVEN, "whole number", "pass an int >= 1"),
+    ({"cpus": 0}, "cpus", GIVEN, "number > 0", "pass a positive int or float"),
+    ({"memory": "16GB"}, "memory", GIVEN, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"'),
+    ({"shm_size": 1024}, "shm_size", GIVEN, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"'),
+    ({"distribution": "horovod"}, "distribution", GIVEN, "unknown value", "use one of spmd, pytorch, jax, tensorflow"),
+    ({"mode": "interactive"}, "mode", GIVEN, "unknown value", "use one of batch, service"),
+    ({"backend": "deployment"}, "backend", GIVEN, "unknown value", "use one of indexed-job, pytorchjob, statefulset"),
+    ({"mode": "service", "backend": "indexed-job"}, "backend", GIVEN, "service mode needs a long-running backend",
+     SERVICE_FIX),
+    ({"mode": "service", "backend": "pytorchjob"}, "backend", GIVEN, "service mode needs a long-running backend",
+     SERVICE_FIX),
+    ({"backend": "statefulset"}, "backend", GIVEN, "batch job would never finish",
+     'use "indexed-job" or "pytorchjob", or mode="service"'),
+    ({"monitor_members": "yes"}, "monitor_members", GIVEN, "must be a bool", "pass True or False"),
+    ({"max_restarts": -1}, "max_restarts", GIVEN, "must be >= 0", "pass an int >= 0"),
+    ({"quorum_timeout": 0}, "quorum_timeout", GIVEN, "number > 0", "pass a positive int or float"),
+    ({"quorum_workers": 3}, "quorum_workers", GIVEN, "exceeds workers=2", "use at most 2"),
+    ({"quorum_workers": 0}, "quorum_workers", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"min_workers": 1}, "min_workers", GIVEN, "elastic bounds come in pairs",
+     "set both min_workers and max_workers, or neither"),
+    ({"max_workers": 4}, "max_workers", GIVEN, "elastic bounds come in pairs",
+     "set both min_workers and max_workers, or neither"),
+    ({"min_workers": 3, "max_workers": 2}, "min_workers", GIVEN, "exceeds max_workers=2",
+     "make min_workers <= max_workers"),
+    ({"min_workers": 3, "max_workers": 4}, "workers", 2, "outside min_workers..max_workers = 3..4",
+     "start with a node count inside the bounds"),
+    ({"min_workers": 0, "max_workers": 4}, "min_workers", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"min_workers": 1, "max_workers": 4}, "max_workers", GIVEN, "an Indexed Job has exactly workers=2 pods",
+     'set max_workers=2, or use backend="pytorchjob"'),
+    ({"active_deadline_seconds": 0}, "active_deadline_seconds", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"ttl_seconds_after_finished": -5}, "ttl_seconds_after_finished", GIVEN, "must be >= 0", "pass an int >= 0"),
+    ({"mode": "service", "ttl_seconds_after_finished": 60}, "ttl_seconds_after_finished", GIVEN, "batch jobs only",
+     "unset it in service mode"),
+    ({"gang_scheduler": "yunikorn"}, "gang_scheduler", GIVEN, "unknown value",
+     "use one of none, volcano, scheduler-plugins, kueue"),
+    ({"gang_scheduler": "kueue"}, "queue", None, "Kueue needs exactly one of queue",
+     "set queue to a LocalQueue in the namespace, or cluster_queue to a ClusterQueue"),
+    ({"gang_scheduler": "kueue", "queue": "q", "cluster_queue": "cq"}, "queue", GIVEN, "exactly one of queue",
+     "set queue to a LocalQueue in the namespace, or cluster_queue to a ClusterQueue"),
+    ({"cluster_queue": "cq"}, "cluster_queue", GIVEN, "is a Kueue setting",
+     'set gang_scheduler="kueue" or unset cluster_queue'),
+    ({"queue": "q"}, "queue", GIVEN, "gang_scheduler='none' has no queues",
+     'unset queue, or use gang_scheduler="volcano" or "kueue"'),
+    ({"gang_scheduler": "scheduler-plugins", "queue": "q"}, "queue", GIVEN, "has no queues",
+     'unset queue, or use gang_scheduler="volcano" or "kueue"'),
+    ({"gang_scheduler": "volcano", "queue": "Team_A"}, "queue", GIVEN, "not a valid name", SUBDOMAIN_FIX),
+    ({"scheduler_name": "My Scheduler"}, "scheduler_name", GIVEN, "not a valid name", SUBDOMAIN_FIX),
+    ({"namespace": "Team-A"}, "namespace", GIVEN, "not a valid name",
+     "use lower-case letters, digits and '-', starting and ending with a letter or digit"),
+    ({"namespace": "a" * 64}, "namespace", GIVEN, "is 64 characters long", "shorten it to 63"),
+    ({"env": {"RANK": "3"}}, "env['RANK']", "3", "is set by trainplane",
+     "remove it; use the matching DistributedJobArgs field instead"),
+    ({"env": {"TRAINPLANE_TOKEN": "x"}}, "env['TRAINPLANE_TOKEN']", "x", "is set by trainplane",
+     "remove it; use the matching DistributedJobArgs field instead"),
+    ({"env": {"PYTHONPATH": "/src"}}, "env['PYTHONPATH']", "/src", "is set by trainplane",
+     "remove it; list the directories to import from in pythonpath"),
+    ({"env": {"1BAD": "x"}}, "env['1BAD']", "1BAD", "not an environment variable name",
+     "use letters, digits, '_', '-' or '.', not starting with a digit"),
+    ({"env": {"NCCL_DEBUG": 1}}, "env['NCCL_DEBUG']", 1, "values are strings", "quote it"),
+    ({"env": ["NCCL_DEBUG=INFO"]}, "env", GIVEN, "mapping of names to values", "pass a dict"),
+    ({"labels": {"team": "ml research"}}, "labels['team']", "ml research", "not a label value", LABEL_FIX),
+    ({"labels": {"Example.com/team": "ml"}}, "labels['Example.com/team']", "Example.com/team", "prefix before '/'",
+     'use a prefix such as "example.com/"'),
+    ({"labels": {"-team": "ml"}}, "labels['-team']", "-team", "not a label name", LABEL_FIX),
+    ({"labels": {"trainplane.dev/job": "other"}}, "labels['trainplane.dev/job']", "other", "is set by trainplane",
+     "remove it"),
+    ({"node_selector": {"gpu": None}}, "node_selector['gpu']", None, "not a label value", LABEL_FIX),
+    ({"tolerations": [{"key": "a", "effects": "NoSchedule"}]}, "tolerations[0]", {"key": "a", "effects": "NoSchedule"},
+     "not a Kubernetes Toleration", "use a dict with keys from"),
+    ({"tolerations": {"key": "a"}}, "tolerations", GIVEN, "must be a list of dicts", "pass a list (or tuple)"),
+    ({"service_account": "Trainer"}, "service_account", GIVEN, "not a valid name", SUBDOMAIN_FIX),
+    ({"working_dir": "src"}, "working_dir", GIVEN, "absolute path", 'start it with "/"'),
+    ({"log_dir": "logs"}, "log_dir", GIVEN, "absolute path", 'start it with "/"'),
+    ({"pythonpath": "/app/examples"}, "pythonpath", GIVEN, "must be a list of directories",
+     'pass a list such as ["/app/examples"]'),
+    ({"pythonpath": ["/app", "examples"]}, "pythonpath[1]", "examples", "absolute path", 'start it with "/"'),
+    ({"pythonpath": ["/app:/lib"]}, "pythonpath[0]", "/app:/lib", "contains ':'",
+     "give each directory as its own list item"),
+    ({"image_pull_policy": "always"}, "image_pull_policy", GIVEN, "unknown value",
+     "use one of Always, IfNotPresent, Never"),
+    ({"agent_port": 70000}, "agent_port", GIVEN, "is not a TCP port", "use 1..65535"),
+    ({"master_port": 0}, "master_port", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"master_port": 32300}, "master_port", GIVEN, "equals agent_port", "give them different ports"),
+    ({"allow_from": [{"podSelectors": {}}]}, "allow_from[0]", {"podSelectors": {}}, "not a NetworkPolicyPeer",
+     "use a dict with keys from"),
+    ({"allow_from": [{}]}, "allow_from[0]", {}, "not a NetworkPolicyPeer", "use a dict with keys from"),
+    ({"cluster_domain": "Cluster.Local"}, "cluster_domain", GIVEN, "not a valid name", SUBDOMAIN_FIX),
 ]
 
 
-@pytest.mark.parametrize(("overrides", "field", "fragment"), INVALID)
-def test_invalid_args_name_field_value_and_fix(overrides: dict[str, Any], field: str, fragment: str) -> None:
-    with pytest.raises(InvalidJobArgs, match=re.escape(fragment)) as info:
+def as_given(value: Any) -> Any:
+    """A value as the caller wrote it: the args freeze lists into tuples and dicts into read-only views."""
+    if isinstance(value, (list, tuple)):
+        return [as_given(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: as_given(v) for k, v in value.items()}
+    return value
+
+
+def assert_names_field_value_and_fix(
+    error: InvalidJobArgs, field: str, value: Any, problem: str, fix: str
+) -> None:
+    """The error names ``field``, carries exactly ``value`` (quoted in the message) and says what is wrong and
+    how to fix it."""
+    assert error.field == field
+    assert as_given(error.value) == as_given(value)
+    assert problem in error.problem
+    assert fix in error.fix
+    assert str(error) == f"{field}={error.value!r}: {error.problem}; {error.fix}"
+
+
+@pytest.mark.parametrize(("overrides", "field", "value", "problem", "fix"), INVALID)
+def test_invalid_args_name_field_value_and_fix(
+    overrides: dict[str, Any], field: str, value: Any, problem: str, fix: str
+) -> None:
+    with pytest.raises(InvalidJobArgs) as info:
         job_args(**overrides)
-    assert info.value.field == field
-    assert str(info.value).startswith(f"{field}=")
-    assert info.value.fix, "every error says how to fix it"
+    assert_names_field_value_and_fix(info.value, field, overrides[field] if value is GIVEN else value, problem, fix)
 
 
 @pytest.mark.parametrize(
-    ("name", "overrides", "fragment"),
+    ("name", "overrides", "problem", "fix"),
     [
-        ("Demo", {}, "not a valid name"),
-        ("1demo", {}, "not a valid name"),
-        ("demo_job", {}, "not a valid name"),
-        ("demo-", {}, "not a valid name"),
-        ("a" * 62, {}, "shorten it to 61"),  # "<name>-1" must stay a 63-char host name
-        ("a" * 61, {"workers": 11}, "shorten it to 60"),  # "<name>-10"
-        ("a" * 53, {"mode": "service"}, "shorten it to 52"),  # StatefulSet revision-hash label
-        ("a" * 55, {"backend": "pytorchjob"}, "shorten it to 54"),  # "<name>-worker-1"
-        (
-            "a" * 54,
-            {"backend": "pytorchjob", "workers": 2, "min_workers": 1, "max_workers": 11},
-            "shorten it to 53",
-        ),  # "<name>-worker-10", from max_workers
+        ("Demo", {}, "not a valid name", "use lower-case letters, digits and '-', starting with a letter"),
+        ("1demo", {}, "not a valid name", "starting with a letter"),
+        ("demo_job", {}, "not a valid name", "lower-case letters, digits and '-'"),
+        ("demo-", {}, "not a valid name", "ending with a letter or digit"),
+        ("a" * 62, {}, f"the pod host name '{'a' * 62}-1' would be 64 characters; Kubernetes allows 63",
+         "shorten name to at most 61 characters"),
+        ("a" * 61, {"workers": 11}, f"the pod host name '{'a' * 61}-10' would be 64 characters",
+         "shorten name to at most 60 characters"),
+        ("a" * 70, {}, f"the pod host name '{'a' * 70}-1' would be 72 characters",
+         "shorten name to at most 61 characters"),
+        ("a" * 53, {"mode": "service"},
+         f"the StatefulSet controller-revision-hash label '{'a' * 53}-<hash>' would be 64 characters",
+         "shorten name to at most 52 characters"),
+        ("a" * 55, {"backend": "pytorchjob"},
+         f"the PyTorchJob pod and Service name '{'a' * 55}-worker-0' would be 64 characters",
+         "shorten name to at most 54 characters"),
+        ("a" * 55, {"backend": "pytorchjob", "workers": 11},  # Master + Workers 0..9
+         f"the PyTorchJob pod and Service name '{'a' * 55}-worker-9' would be 64 characters",
+         "shorten name to at most 54 characters"),
+        ("a" * 54, {"backend": "pytorchjob", "workers": 2, "min_workers": 1, "max_workers": 11},
+         f"the PyTorchJob pod and Service name '{'a' * 54}-worker-10' would be 64 characters",
+         "shorten name to at most 53 characters"),  # elastic: Workers 0..max_workers-1
     ],
 )
 def test_job_name_must_be_dns1035_and_fit_derived_names(
-    name: str, overrides: dict[str, Any], fragment: str
+    name: str, overrides: dict[str, Any], problem: str, fix: str
 ) -> None:
-    with pytest.raises(InvalidJobArgs, match=re.escape(fragment)) as info:
+    with pytest.raises(InvalidJobArgs) as info:
         validate_job_name(name, job_args(**overrides))
-    assert info.value.field == "name"
+    assert_names_field_value_and_fix(info.value, "name", name, problem, fix)
 
 
 def test_longest_allowed_name_passes() -> None:
@@ -148,10 +237,75 @@ def test_derived_values() -> None:
     assert (args.procs_per_node, args.quorum, args.elastic, args.max_nodes) == (8, 4, False, 4)
     assert args.entrypoint == ("train.py", "--epochs", "3")
     elastic = job_args(
-        script=None, module="pkg.train", workers=3, quorum_workers=2, min_workers=2, max_workers=6
+        script=None, module="pkg.train", workers=3, quorum_workers=2, min_workers=2, max_workers=6,
+        backend="pytorchjob",
     )
     assert (elastic.quorum, elastic.elastic, elastic.max_nodes) == (2, True, 6)
     assert elastic.entrypoint == ("-m", "pkg.train")
+    assert not elastic.no_python
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"backend": "pytorchjob", "min_workers": 1, "max_workers": 4},  # the operator scales Workers
+        {"mode": "service", "min_workers": 1, "max_workers": 4},  # a StatefulSet scales
+        {"min_workers": 1, "max_workers": 2},  # an Indexed Job only shrinks
+    ],
+)
+def test_elastic_bounds_that_the_backend_can_reach_are_accepted(overrides: dict[str, Any]) -> None:
+    args = job_args(**overrides)
+    assert (args.elastic, args.min_workers, args.max_nodes) == (True, 1, overrides["max_workers"])
+
+
+def test_a_command_is_the_whole_entrypoint_run_without_python() -> None:
+    args = job_args(script=None, command=["bash", "-c", "echo $RANK"], args=["extra"])
+    assert args.command == ("bash", "-c", "echo $RANK")
+    assert args.no_python
+    assert args.entrypoint == ("bash", "-c", "echo $RANK", "extra")
+
+
+PREVIEW_FIX = "this field is validated at preview, before outputs resolve"
+UNRESOLVED = {
+    # What a program may pass: a resource's output (e.g. a Namespace's name), or any other awaitable.
+    "output": (lambda: pulumi.Output.from_input("training"), "a pulumi Output"),
+    "awaitable": (Pending, "an awaitable"),
+}
+
+
+@pytest.mark.parametrize("kind", UNRESOLVED)
+@pytest.mark.parametrize(
+    ("place", "field", "plain"),
+    [
+        (lambda bad: {"namespace": bad}, "namespace", "str"),
+        (lambda bad: {"image": bad}, "image", "str"),
+        (lambda bad: {"workers": bad}, "workers", "int"),
+        (lambda bad: {"num_proc": bad}, "num_proc", "int or str"),
+        (lambda bad: {"gang_scheduler": "volcano", "queue": bad}, "queue", "str"),
+        (lambda bad: {"args": bad}, "args", "list[str]"),
+        (lambda bad: {"args": ["--lr", bad]}, "args[1]", "value"),
+        (lambda bad: {"env": {"NCCL_DEBUG": bad}}, "env['NCCL_DEBUG']", "value"),
+        (lambda bad: {"tolerations": [{"key": bad}]}, "tolerations[0]['key']", "value"),
+    ],
+)
+def test_outputs_and_awaitables_are_rejected_before_any_other_check(
+    kind: str, place: Callable[[Any], dict[str, Any]], field: str, plain: str
+) -> None:
+    make, described = UNRESOLVED[kind]
+    bad = make()
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(**place(bad))
+    assert info.value.value is bad
+    assert_names_field_value_and_fix(info.value, field, bad, f"is {described}, whose value is not known",
+                                     f"pass a plain {plain}; {PREVIEW_FIX}")
+
+
+def test_an_output_job_name_is_rejected_as_such() -> None:
+    name = pulumi.Output.from_input("demo")
+    with pytest.raises(InvalidJobArgs) as info:
+        validate_job_name(name, job_args())  # type: ignore[arg-type]
+    assert_names_field_value_and_fix(info.value, "name", name, "is a pulumi Output",
+                                     f"pass a plain str; {PREVIEW_FIX}")
 
 
 def test_collections_are_frozen_copies() -> None:

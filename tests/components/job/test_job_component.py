@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pulumi
@@ -162,3 +163,50 @@ def test_bad_name_fails_before_anything_is_registered() -> None:
     with pytest.raises(InvalidJobArgs, match=r"name='Demo_Job': not a valid name"):
         deploy(lambda: {"name": DistributedJob("Demo_Job", job_args()).job_name}, monitor=monitor)
     assert monitor.registrations == {}
+
+
+@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+def test_a_command_reaches_every_pod_to_run_without_python(backend: str) -> None:
+    result = run_job(script=None, command=["bash", "-c", "echo $RANK"], args=["--fast"], **BACKENDS[backend])
+    workload = next(r for r in result.registrations.values() if r.type == WORKLOAD_TYPES[backend]).inputs
+    spec = workload["spec"]
+    pods = [r["template"] for r in spec["pytorchReplicaSpecs"].values()] if backend == "pytorchjob" else [
+        spec["template"]]
+    for pod in pods:
+        (container,) = pod["spec"]["containers"]
+        assert container["command"] == ["python3", "-m", contract.AGENT_MODULE], "the agent still runs the pod"
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert json.loads(env[contract.ENTRYPOINT]) == ["bash", "-c", "echo $RANK", "--fast"]
+        assert env[contract.NO_PYTHON] == "true"
+
+
+def test_the_token_has_no_keepers_so_no_job_change_replaces_it() -> None:
+    changes: list[dict[str, Any]] = [
+        {},
+        {"workers": 4},
+        {"image": "python:3.12-slim", "args": ["--epochs", "9"]},
+        {"backend": "pytorchjob", "gang_scheduler": "kueue", "queue": "team-a"},
+        {"mode": "service"},
+    ]
+    passwords = [run_job(**change).named("demo-token-value") for change in changes]
+    first = passwords[0]
+    assert "keepers" not in first.inputs
+    assert (first.inputs["length"], first.inputs["special"]) == (48, False)
+    for password in passwords[1:]:
+        assert password.urn == first.urn
+        assert password.inputs == first.inputs, "an input that follows the job would replace the token"
+        assert not password.replace_on_changes and not password.delete_before_replace
+
+
+def test_an_output_namespace_fails_at_preview_naming_the_field_and_the_fix() -> None:
+    monitor = RecordingMonitor()
+
+    def program() -> dict[str, pulumi.Output[Any]]:
+        namespace = k8s.core.v1.Namespace("training")
+        return {"name": DistributedJob("demo", job_args(namespace=namespace.metadata.name)).job_name}
+
+    with pytest.raises(InvalidJobArgs, match=r"^namespace=<pulumi\.output\.Output object at 0x[0-9a-f]+>: is a "
+                       r"pulumi Output, .*; pass a plain str; this field is validated at preview, before outputs "
+                       r"resolve$"):
+        deploy(program, monitor=monitor)
+    assert [r.name for r in monitor.registrations.values()] == ["training"], "nothing of the job is registered"
