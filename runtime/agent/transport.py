@@ -16,7 +16,8 @@ import socketserver
 import sys
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
+from http.server import ThreadingHTTPServer
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from runtime.agent import contract
@@ -133,39 +134,99 @@ def authorized(header: Optional[str], token: str) -> bool:
     return scheme == contract.AUTH_SCHEME and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-class _RequestHandler(BaseHTTPRequestHandler):
+MAX_LINE = 64 * 1024
+"""Longest request line or header line accepted, bytes (as ``http.server``'s ``_MAXLINE``)."""
+MAX_HEADERS = 100
+"""Most header lines accepted per request (as ``http.client``'s ``_MAXHEADERS``)."""
+_REASONS = {status: status.phrase for status in HTTPStatus}
+
+
+class _BadRequest(Exception):
+    """A request line or head that cannot be parsed: answered 400 (or ``status``), then the connection closes."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Headers:
+    """A request's headers, names case-insensitive: ``get(name)`` as on ``email.message.Message``."""
+
+    def __init__(self, fields: Dict[str, str]) -> None:
+        self._fields = fields
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        return self._fields.get(name.lower(), default)
+
+
+class _RequestHandler(socketserver.StreamRequestHandler):
+    """HTTP/1.1 with kept-alive connections, parsed by hand.
+
+    ``http.server.BaseHTTPRequestHandler`` parses every head with the ``email`` package and stamps
+    every answer with a formatted date: about half of an agent's CPU per heartbeat or ``/healthz``.
+    This reads the request line and ``Name: value`` lines directly (RFC 9112's message format, with
+    ``http.server``'s line and header-count limits), answers ``Expect: 100-continue``, and keeps the
+    connection open unless the client asks otherwise (HTTP/1.0 without ``keep-alive``, or
+    ``Connection: close``).
+    """
+
     server: AgentServer
-    protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
-    wbufsize = -1  # buffered: head and body leave in one send (http.server flushes after each request)
+    wbufsize = -1  # buffered: head and body leave in one send, flushed after each request
 
     def handle(self) -> None:
         """Serve the connection's requests; a peer that hangs up (an aborted fan-out) ends it quietly."""
         try:
-            super().handle()
+            while self._serve_one():
+                pass
         except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
+            return
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default per-request stderr log."""
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def _dispatch(self, method: str) -> None:
-        self.server.count_request()
-        path = self.path.split("?", 1)[0]
+    def _serve_one(self) -> bool:
+        """Read, answer and flush one request; whether the connection stays open for another."""
         try:
-            response = self._handle(method, path)
+            line = self.rfile.readline(MAX_LINE + 1)
+            if not line:
+                return False
+            method, path, keep_alive = self._request_line(line)
+            self.headers = self._read_headers()
+        except _BadRequest as exc:
+            self._reply(Response(exc.status, {"error": str(exc)}), keep_alive=False)
+            return False
+        connection = (self.headers.get("Connection") or "").lower()
+        keep_alive = (keep_alive and connection != "close") or connection == "keep-alive"
+        self.close_connection = not keep_alive
+        self.server.count_request()
+        try:
+            response = self._handle(method, path.split("?", 1)[0])
         except HttpError as exc:
             response = Response(exc.status, {"error": str(exc)})
-        self._reply(response)
+        self._reply(response, keep_alive=not self.close_connection)
+        return not self.close_connection
+
+    @staticmethod
+    def _request_line(line: bytes) -> Tuple[str, str, bool]:
+        """``(method, target, keep-alive by default)`` of ``METHOD target HTTP/1.x``."""
+        if len(line) > MAX_LINE:
+            raise _BadRequest("request line too long", 414)
+        parts = line.decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise _BadRequest(f"malformed request line {line[:80]!r}")
+        return parts[0], parts[1], parts[2] != "HTTP/1.0"
+
+    def _read_headers(self) -> _Headers:
+        fields: Dict[str, str] = {}
+        for _ in range(MAX_HEADERS + 1):
+            line = self.rfile.readline(MAX_LINE + 1)
+            if len(line) > MAX_LINE:
+                raise _BadRequest("header line too long", 431)
+            if line in (b"\r\n", b"\n", b""):
+                return _Headers(fields)
+            name, sep, value = line.decode("latin-1").partition(":")
+            if not sep or not name or name != name.strip():
+                raise _BadRequest(f"malformed header line {line[:80]!r}")
+            fields[name.lower()] = value.strip()
+        raise _BadRequest(f"more than {MAX_HEADERS} header lines", 431)
 
     def _handle(self, method: str, path: str) -> Response:
         if method == "GET" and path == contract.ROUTE_HEALTHZ:
@@ -195,6 +256,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if length > self.server.max_body:
             self.close_connection = True
             raise HttpError(413, f"body of {length} bytes exceeds the {self.server.max_body}-byte cap")
+        self._continue()
         raw = self.rfile.read(length)
         try:
             body = json.loads(raw)
@@ -204,20 +266,27 @@ class _RequestHandler(BaseHTTPRequestHandler):
             raise HttpError(400, "body must be a JSON object")
         return body
 
+    def _continue(self) -> None:
+        """Answer ``Expect: 100-continue`` (curl sends it for bodies over 1 KiB) before reading the body."""
+        if (self.headers.get("Expect") or "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
+
     def _drain(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if 0 < length <= self.server.max_body:
+            self._continue()
             self.rfile.read(length)
         elif length:
             self.close_connection = True
 
-    def _reply(self, response: Response) -> None:
+    def _reply(self, response: Response, keep_alive: bool) -> None:
         data = json.dumps(response.body).encode()
-        self.send_response(response.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        closing = "" if keep_alive else "Connection: close\r\n"
+        head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n{closing}\r\n")
+        self.wfile.write(head.encode() + data)
+        self.wfile.flush()
 
 
 def request_json(
