@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import http.client
 import json
 import socket
 import socketserver
@@ -17,11 +16,11 @@ import sys
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import ThreadingHTTPServer
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
+from runtime.agent.http11 import ResponseHead, parse_head, request_bytes
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,12 @@ SERVE_POLL_INTERVAL = 30.0
 (the control-plane benchmarks) two thousand times a second for nothing."""
 
 
-class AgentServer(ThreadingHTTPServer):
-    """A threading HTTP server that dispatches to ``routes`` after auth and body checks.
+class AgentServer(socketserver.ThreadingTCPServer):
+    """A threading HTTP/1.1 server that dispatches to ``routes`` after auth and body checks.
+
+    A ``socketserver`` TCP server with its own request handler rather than ``http.server``, whose
+    ``HTTPServer`` looks up the bound address in reverse DNS (seconds per agent where that does not
+    answer) and whose handler parses heads with the ``email`` package (see ``_RequestHandler``).
 
     Args:
         address: ``(host, port)`` to bind; port 0 picks a free one.
@@ -93,13 +96,6 @@ class AgentServer(ThreadingHTTPServer):
         """Count one request (any route, any status); read back as ``requests_served``."""
         with self._count_lock:
             self.requests_served += 1
-
-    def server_bind(self) -> None:
-        """Bind without ``HTTPServer``'s reverse DNS lookup of the address (``socket.getfqdn``),
-        which can take seconds per agent where reverse DNS does not answer."""
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
 
     def start(self) -> threading.Thread:
         """Serve in a daemon thread; returns it."""
@@ -318,11 +314,11 @@ def request_json(
         TransportError: no connection, a timeout, a non-2xx status, or a body that is not JSON.
             ``status`` is ``None`` when no response arrived.
     """
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    link = PeerConnection(host, port, token, timeout)
     try:
-        return _exchange(conn, method, path, token, body)
+        return link.request(method, path, body)
     finally:
-        conn.close()
+        link.close()
 
 
 class PeerConnection:
@@ -345,58 +341,84 @@ class PeerConnection:
         self.port = port
         self.timeout = timeout
         self._token = token
-        self._conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        self._used = False
+        self._sock: Optional[socket.socket] = None
 
     def request(self, method: str, path: str, body: Union[Mapping[str, Any], bytes, None] = None) -> dict[str, Any]:
         """One exchange; a connection the peer closed while idle is reopened once.
 
         Returns and raises as :func:`request_json`; after an error the next request reconnects.
         """
-        reused = self._used
-        self._used = True
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        message = request_bytes(method, path, self.host, self.port, self._token, data)
+        where = f"{method} http://{self.host}:{self.port}{path}"
+        reused = self._sock is not None
         try:
-            return _exchange(self._conn, method, path, self._token, body)
-        except TransportError as exc:
-            self._conn.close()
-            self._used = False
-            if reused and exc.status is None and isinstance(exc.__cause__, _STALE):
+            head, raw = self._exchange(message)
+        except _Stale as exc:
+            self.close()
+            if reused:
                 return self.request(method, path, body)
-            raise
+            raise TransportError(f"{where} failed: {exc}") from exc
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise TransportError(f"{where} failed: {exc}") from exc
+        if not head.keep_alive:
+            self.close()
+        try:
+            payload = json.loads(raw) if raw else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise TransportError(f"{method} {path}: response is not JSON", head.status) from None
+        if not isinstance(payload, dict):
+            raise TransportError(f"{method} {path}: response is not a JSON object", head.status)
+        if head.status == 401:
+            raise Unauthorized(f"{where}: 401 {payload.get('error', '')}", 401)
+        if not 200 <= head.status < 300:
+            raise TransportError(f"{where}: {head.status} {payload.get('error', '')}", head.status)
+        return payload
 
     def close(self) -> None:
         """Close the connection."""
-        self._conn.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _exchange(self, message: bytes) -> Tuple[ResponseHead, bytes]:
+        """Send ``message``, read one response: its head and body.
+
+        Raises:
+            _Stale: the peer closed the connection before any byte of the response.
+            OSError: connecting, sending or receiving failed (``TimeoutError`` past the timeout).
+            ValueError: the response is malformed or ends early.
+        """
+        if self._sock is None:
+            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = self._sock
+        try:
+            sock.sendall(message)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _Stale(str(exc)) from exc
+        received = bytearray()
+        while True:
+            try:
+                chunk = sock.recv(1 << 16)
+            except ConnectionResetError as exc:
+                if received:
+                    raise
+                raise _Stale(str(exc)) from exc
+            if not chunk:
+                if received:
+                    raise ValueError("the connection closed in the middle of the response")
+                raise _Stale("the peer closed the connection without answering")
+            received += chunk
+            head = parse_head(received)
+            if head is not None and len(received) >= head.body_start + head.length:
+                return head, bytes(received[head.body_start:head.body_start + head.length])
 
 
-_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
-"""What a kept-alive connection that the peer closed while idle raises on its next use."""
-
-
-def _exchange(
-    conn: http.client.HTTPConnection, method: str, path: str, token: str,
-    body: Union[Mapping[str, Any], bytes, None],
-) -> dict[str, Any]:
-    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    headers = {contract.AUTH_HEADER: f"{contract.AUTH_SCHEME} {token}"}
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    where = f"{method} http://{conn.host}:{conn.port}{path}"
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise TransportError(f"{where} failed: {exc}") from exc
-    try:
-        payload = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        raise TransportError(f"{method} {path}: response is not JSON", resp.status) from None
-    if resp.status == 401:
-        raise Unauthorized(f"{where}: 401 {payload.get('error', '')}", 401)
-    if not 200 <= resp.status < 300:
-        raise TransportError(f"{where}: {resp.status} {payload.get('error', '')}", resp.status)
-    return payload
+class _Stale(ConnectionError):
+    """The peer closed the connection before answering: on a kept-alive connection, it had closed it while
+    idle, and the request can be sent again on a new one (nothing of it was processed)."""
 
 
 def port_is_free(host: str, port: int) -> bool:
