@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -144,3 +145,62 @@ def test_a_malformed_request_head_gets_its_status_and_the_connection_closes(serv
 def test_header_names_are_case_insensitive(server: CountingServer):
     status_lines, received = exchange_raw(server.server_address[1], echo_request(9, extra="CONNECTION: CLOSE\r\n"))
     assert status_lines == [b"HTTP/1.1 200 OK"] and received.endswith(b'{"echo": 9}')
+
+
+@pytest.fixture
+def canned() -> Iterator[tuple[int, list[bytes]]]:
+    """A raw server answering each connection's first request with the next canned reply, in two pieces."""
+    replies: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                received = b""
+                while b"\r\n\r\n" not in received:
+                    received += conn.recv(65536)
+                reply = replies.pop(0)
+                conn.sendall(reply[:7])
+                conn.sendall(reply[7:])
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield listener.getsockname()[1], replies
+    listener.close()
+
+
+def test_a_response_arriving_in_pieces_is_read_whole(canned: tuple[int, list[bytes]]):
+    port, replies = canned
+    replies.append(b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{"a": "bc"}')
+    assert request_json("127.0.0.1", port, "GET", "/x", TOKEN) == {"a": "bc"}
+
+
+@pytest.mark.parametrize(("reply", "status", "message"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n{\"cut\": ", None, "closed in the middle of the response"),
+    (b"SMTP ready\r\n\r\n", None, "malformed response head"),
+    (b"HTTP/1.1 abc\r\n\r\n", None, "malformed response head"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200, "response is not JSON"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]", 200, "not a JSON object"),
+    (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 17\r\n\r\n{\"error\": \"busy\"}", 503, "503 busy"),
+])
+def test_a_bad_response_is_a_transport_error_with_the_status_if_one_arrived(
+        canned: tuple[int, list[bytes]], reply: bytes, status: Any, message: str):
+    port, replies = canned
+    replies.append(reply)
+    with pytest.raises(TransportError, match=message) as info:
+        request_json("127.0.0.1", port, "GET", "/x", TOKEN)
+    assert info.value.status == status
+
+
+def test_a_peer_that_closes_without_answering_a_fresh_connection_is_not_asked_twice(canned: tuple[int, list[bytes]]):
+    port, replies = canned
+    replies.extend([b"", b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}'])
+    link = PeerConnection("127.0.0.1", port, TOKEN, timeout=5.0)
+    with pytest.raises(TransportError, match="closed the connection without answering") as info:
+        link.request("GET", "/x")
+    assert info.value.status is None
+    assert link.request("GET", "/x") == {}
+    link.close()
