@@ -24,6 +24,7 @@ import importlib
 import math
 import os
 import re
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
@@ -116,7 +117,9 @@ class Invocation:
             TypeError: the object found is not callable.
         """
         module_name, _, qualname = self.fn.partition(":")
-        target: Any = importlib.import_module(module_name)
+        target: Any = sys.modules.get(module_name)
+        if target is None or getattr(getattr(target, "__spec__", None), "_initializing", False):
+            target = importlib.import_module(module_name)  # imports it, or waits for the thread importing it
         for part in qualname.split("."):
             target = getattr(target, part)
         if not callable(target):

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import socket
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.calls import remote_error
 from runtime.agent.dispatch import ServiceNode
-from runtime.agent.executor import LocalCall, RankDone, RankFailed
+from runtime.agent.executor import LocalCall, RankDone, RankEvent, RankFailed
 from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import AgentServer, Request, Response
 from runtime.agent.wire import JSON, pack_result
@@ -42,9 +42,11 @@ def current_rank() -> int:
 
 
 class InProcessExecutor:
-    """Runs each rank's call in a thread of this process, one thread per rank.
+    """Runs each rank's call in a thread of this process: one long-lived thread per rank.
 
-    A cancelled call is not interrupted (a thread cannot be); its result is simply not waited for.
+    Each rank's thread takes calls from its own queue, as ``WorkerPool`` gives each rank a slot thread
+    feeding its process. A cancelled call is not interrupted (a thread cannot be); its result is
+    simply not waited for, and the rank takes its next call once the function returns.
 
     Args:
         ranks: the global ranks this node serves, ascending.
@@ -54,23 +56,35 @@ class InProcessExecutor:
     def __init__(self, ranks: Sequence[int], node_rank: int) -> None:
         self.ranks = tuple(ranks)
         self._node_rank = node_rank
-        self._threads = ThreadPoolExecutor(max_workers=max(1, len(self.ranks)), thread_name_prefix="inprocess")
+        self._queues: list[queue.SimpleQueue[Optional[LocalCall]]] = []
+        for rank in self.ranks:
+            calls: queue.SimpleQueue[Optional[LocalCall]] = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(rank, calls), name=f"inprocess-{rank}", daemon=True).start()
+            self._queues.append(calls)
 
     def submit(self, call: LocalCall) -> None:
         """Start ``call`` on every rank; results arrive through ``call.post``."""
-        for rank in self.ranks:
-            self._threads.submit(self._run, call, rank)
+        for calls in self._queues:
+            calls.put(call)
 
     def cancel(self, call_id: str) -> None:
         """Nothing to do: threads run to their end, and nobody waits for them."""
 
     def stop(self, grace: float) -> None:
-        """Stop taking calls (threads finish what they run)."""
-        self._threads.shutdown(wait=False)
+        """Stop taking calls (threads finish what they run, then end)."""
+        for calls in self._queues:
+            calls.put(None)
 
-    def _run(self, call: LocalCall, rank: int) -> None:
-        invocation = call.invocation
+    def _serve(self, rank: int, calls: queue.SimpleQueue[Optional[LocalCall]]) -> None:
         _context.rank = rank
+        while True:
+            call = calls.get()
+            if call is None:
+                return
+            call.post(self._run(call, rank))
+
+    def _run(self, call: LocalCall, rank: int) -> RankEvent:
+        invocation = call.invocation
         try:
             args, kwargs = invocation.arguments()
             value = invocation.resolve()(*args, **kwargs)
@@ -78,11 +92,8 @@ class InProcessExecutor:
             if invocation.serialization == JSON:
                 json.dumps(packed)
         except Exception as exc:  # any exception of the user's function is its result
-            call.post(RankFailed(rank, remote_error(exc, rank, self._node_rank, invocation.fn)))
-            return
-        finally:
-            _context.rank = None
-        call.post(RankDone(rank, packed))
+            return RankFailed(rank, remote_error(exc, rank, self._node_rank, invocation.fn))
+        return RankDone(rank, packed)
 
 
 class _ClosingServer(AgentServer):

@@ -27,12 +27,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from runtime.agent import contract
+from runtime.agent.http11 import parse_head, request_bytes
 
 MAX_IDLE_PER_PEER = 8
 """Idle connections kept per ``(host, port)``."""
-MAX_RESPONSE_HEADER = 64 * 1024
-"""Bytes of response head accepted before the exchange is failed."""
 
 
 @dataclass(frozen=True)
@@ -224,14 +222,8 @@ class Batch:
     # --- one exchange ----------------------------------------------------------------------------
 
     def _request(self, exchange: Exchange) -> bytes:
-        head = (
-            f"{exchange.method} {exchange.path} HTTP/1.1\r\nHost: {exchange.host}:{exchange.port}\r\n"
-            f"{contract.AUTH_HEADER}: {contract.AUTH_SCHEME} {self._pool.token}\r\n"
-        )
-        if exchange.body is None:
-            return (head + "\r\n").encode()
-        head += f"Content-Type: application/json\r\nContent-Length: {len(exchange.body)}\r\n\r\n"
-        return head.encode() + exchange.body
+        return request_bytes(exchange.method, exchange.path, exchange.host, exchange.port, self._pool.token,
+                             exchange.body)
 
     def _start(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
         exchange = flight.exchange
@@ -310,27 +302,19 @@ class Batch:
 
     def _complete(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
         data = flight.inbuf
-        end = data.find(b"\r\n\r\n")
-        if end < 0:
-            if len(data) > MAX_RESPONSE_HEADER:
-                self._drop(flight, selector)
-                return Answer(flight.index, None, error=f"{self._peer(flight)} sent an oversized response head")
-            return None
-        head = bytes(data[:end + 2]).lower()
         try:
-            status = int(head[9:12])
-            at = head.find(b"\r\ncontent-length:")
-            length = int(head[at + 17:head.index(b"\r\n", at + 17)]) if at >= 0 else 0
-        except ValueError:
+            head = parse_head(data)
+        except ValueError as exc:
             self._drop(flight, selector)
-            return Answer(flight.index, None, error=f"{self._peer(flight)} sent a malformed response head")
-        if len(data) < end + 4 + length:
+            return Answer(flight.index, None, error=f"{self._peer(flight)} sent {exc}")
+        if head is None or len(data) < head.body_start + head.length:
             return None
-        raw = bytes(data[end + 4:end + 4 + length])
+        raw = bytes(data[head.body_start:head.body_start + head.length])
+        status = head.status
         sock, flight.sock = flight.sock, None
         if sock is not None:
             selector.unregister(sock)
-            if head.startswith(b"http/1.1 ") and b"\r\nconnection: close\r\n" not in head:
+            if head.keep_alive:
                 self._pool.checkin(flight.exchange.host, flight.exchange.port, sock)
             else:
                 sock.close()

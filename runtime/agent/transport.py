@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import http.client
 import json
 import socket
 import socketserver
 import sys
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
+from runtime.agent.http11 import ResponseHead, parse_head, request_bytes
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,12 @@ SERVE_POLL_INTERVAL = 30.0
 (the control-plane benchmarks) two thousand times a second for nothing."""
 
 
-class AgentServer(ThreadingHTTPServer):
-    """A threading HTTP server that dispatches to ``routes`` after auth and body checks.
+class AgentServer(socketserver.ThreadingTCPServer):
+    """A threading HTTP/1.1 server that dispatches to ``routes`` after auth and body checks.
+
+    A ``socketserver`` TCP server with its own request handler rather than ``http.server``, whose
+    ``HTTPServer`` looks up the bound address in reverse DNS (seconds per agent where that does not
+    answer) and whose handler parses heads with the ``email`` package (see ``_RequestHandler``).
 
     Args:
         address: ``(host, port)`` to bind; port 0 picks a free one.
@@ -92,13 +96,6 @@ class AgentServer(ThreadingHTTPServer):
         """Count one request (any route, any status); read back as ``requests_served``."""
         with self._count_lock:
             self.requests_served += 1
-
-    def server_bind(self) -> None:
-        """Bind without ``HTTPServer``'s reverse DNS lookup of the address (``socket.getfqdn``),
-        which can take seconds per agent where reverse DNS does not answer."""
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
 
     def start(self) -> threading.Thread:
         """Serve in a daemon thread; returns it."""
@@ -133,39 +130,99 @@ def authorized(header: Optional[str], token: str) -> bool:
     return scheme == contract.AUTH_SCHEME and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-class _RequestHandler(BaseHTTPRequestHandler):
+MAX_LINE = 64 * 1024
+"""Longest request line or header line accepted, bytes (as ``http.server``'s ``_MAXLINE``)."""
+MAX_HEADERS = 100
+"""Most header lines accepted per request (as ``http.client``'s ``_MAXHEADERS``)."""
+_REASONS = {status: status.phrase for status in HTTPStatus}
+
+
+class _BadRequest(Exception):
+    """A request line or head that cannot be parsed: answered 400 (or ``status``), then the connection closes."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Headers:
+    """A request's headers, names case-insensitive: ``get(name)`` as on ``email.message.Message``."""
+
+    def __init__(self, fields: Dict[str, str]) -> None:
+        self._fields = fields
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        return self._fields.get(name.lower(), default)
+
+
+class _RequestHandler(socketserver.StreamRequestHandler):
+    """HTTP/1.1 with kept-alive connections, parsed by hand.
+
+    ``http.server.BaseHTTPRequestHandler`` parses every head with the ``email`` package and stamps
+    every answer with a formatted date: about half of an agent's CPU per heartbeat or ``/healthz``.
+    This reads the request line and ``Name: value`` lines directly (RFC 9112's message format, with
+    ``http.server``'s line and header-count limits), answers ``Expect: 100-continue``, and keeps the
+    connection open unless the client asks otherwise (HTTP/1.0 without ``keep-alive``, or
+    ``Connection: close``).
+    """
+
     server: AgentServer
-    protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
-    wbufsize = -1  # buffered: head and body leave in one send (http.server flushes after each request)
+    wbufsize = -1  # buffered: head and body leave in one send, flushed after each request
 
     def handle(self) -> None:
         """Serve the connection's requests; a peer that hangs up (an aborted fan-out) ends it quietly."""
         try:
-            super().handle()
+            while self._serve_one():
+                pass
         except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
+            return
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default per-request stderr log."""
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def _dispatch(self, method: str) -> None:
-        self.server.count_request()
-        path = self.path.split("?", 1)[0]
+    def _serve_one(self) -> bool:
+        """Read, answer and flush one request; whether the connection stays open for another."""
         try:
-            response = self._handle(method, path)
+            line = self.rfile.readline(MAX_LINE + 1)
+            if not line:
+                return False
+            method, path, keep_alive = self._request_line(line)
+            self.headers = self._read_headers()
+        except _BadRequest as exc:
+            self._reply(Response(exc.status, {"error": str(exc)}), keep_alive=False)
+            return False
+        connection = (self.headers.get("Connection") or "").lower()
+        keep_alive = (keep_alive and connection != "close") or connection == "keep-alive"
+        self.close_connection = not keep_alive
+        self.server.count_request()
+        try:
+            response = self._handle(method, path.split("?", 1)[0])
         except HttpError as exc:
             response = Response(exc.status, {"error": str(exc)})
-        self._reply(response)
+        self._reply(response, keep_alive=not self.close_connection)
+        return not self.close_connection
+
+    @staticmethod
+    def _request_line(line: bytes) -> Tuple[str, str, bool]:
+        """``(method, target, keep-alive by default)`` of ``METHOD target HTTP/1.x``."""
+        if len(line) > MAX_LINE:
+            raise _BadRequest("request line too long", 414)
+        parts = line.decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise _BadRequest(f"malformed request line {line[:80]!r}")
+        return parts[0], parts[1], parts[2] != "HTTP/1.0"
+
+    def _read_headers(self) -> _Headers:
+        fields: Dict[str, str] = {}
+        for _ in range(MAX_HEADERS + 1):
+            line = self.rfile.readline(MAX_LINE + 1)
+            if len(line) > MAX_LINE:
+                raise _BadRequest("header line too long", 431)
+            if line in (b"\r\n", b"\n", b""):
+                return _Headers(fields)
+            name, sep, value = line.decode("latin-1").partition(":")
+            if not sep or not name or name != name.strip():
+                raise _BadRequest(f"malformed header line {line[:80]!r}")
+            fields[name.lower()] = value.strip()
+        raise _BadRequest(f"more than {MAX_HEADERS} header lines", 431)
 
     def _handle(self, method: str, path: str) -> Response:
         if method == "GET" and path == contract.ROUTE_HEALTHZ:
@@ -195,6 +252,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if length > self.server.max_body:
             self.close_connection = True
             raise HttpError(413, f"body of {length} bytes exceeds the {self.server.max_body}-byte cap")
+        self._continue()
         raw = self.rfile.read(length)
         try:
             body = json.loads(raw)
@@ -204,20 +262,27 @@ class _RequestHandler(BaseHTTPRequestHandler):
             raise HttpError(400, "body must be a JSON object")
         return body
 
+    def _continue(self) -> None:
+        """Answer ``Expect: 100-continue`` (curl sends it for bodies over 1 KiB) before reading the body."""
+        if (self.headers.get("Expect") or "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
+
     def _drain(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if 0 < length <= self.server.max_body:
+            self._continue()
             self.rfile.read(length)
         elif length:
             self.close_connection = True
 
-    def _reply(self, response: Response) -> None:
+    def _reply(self, response: Response, keep_alive: bool) -> None:
         data = json.dumps(response.body).encode()
-        self.send_response(response.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        closing = "" if keep_alive else "Connection: close\r\n"
+        head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n{closing}\r\n")
+        self.wfile.write(head.encode() + data)
+        self.wfile.flush()
 
 
 def request_json(
@@ -249,11 +314,11 @@ def request_json(
         TransportError: no connection, a timeout, a non-2xx status, or a body that is not JSON.
             ``status`` is ``None`` when no response arrived.
     """
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    link = PeerConnection(host, port, token, timeout)
     try:
-        return _exchange(conn, method, path, token, body)
+        return link.request(method, path, body)
     finally:
-        conn.close()
+        link.close()
 
 
 class PeerConnection:
@@ -276,58 +341,84 @@ class PeerConnection:
         self.port = port
         self.timeout = timeout
         self._token = token
-        self._conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        self._used = False
+        self._sock: Optional[socket.socket] = None
 
     def request(self, method: str, path: str, body: Union[Mapping[str, Any], bytes, None] = None) -> dict[str, Any]:
         """One exchange; a connection the peer closed while idle is reopened once.
 
         Returns and raises as :func:`request_json`; after an error the next request reconnects.
         """
-        reused = self._used
-        self._used = True
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        message = request_bytes(method, path, self.host, self.port, self._token, data)
+        where = f"{method} http://{self.host}:{self.port}{path}"
+        reused = self._sock is not None
         try:
-            return _exchange(self._conn, method, path, self._token, body)
-        except TransportError as exc:
-            self._conn.close()
-            self._used = False
-            if reused and exc.status is None and isinstance(exc.__cause__, _STALE):
+            head, raw = self._exchange(message)
+        except _Stale as exc:
+            self.close()
+            if reused:
                 return self.request(method, path, body)
-            raise
+            raise TransportError(f"{where} failed: {exc}") from exc
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise TransportError(f"{where} failed: {exc}") from exc
+        if not head.keep_alive:
+            self.close()
+        try:
+            payload = json.loads(raw) if raw else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise TransportError(f"{method} {path}: response is not JSON", head.status) from None
+        if not isinstance(payload, dict):
+            raise TransportError(f"{method} {path}: response is not a JSON object", head.status)
+        if head.status == 401:
+            raise Unauthorized(f"{where}: 401 {payload.get('error', '')}", 401)
+        if not 200 <= head.status < 300:
+            raise TransportError(f"{where}: {head.status} {payload.get('error', '')}", head.status)
+        return payload
 
     def close(self) -> None:
         """Close the connection."""
-        self._conn.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _exchange(self, message: bytes) -> Tuple[ResponseHead, bytes]:
+        """Send ``message``, read one response: its head and body.
+
+        Raises:
+            _Stale: the peer closed the connection before any byte of the response.
+            OSError: connecting, sending or receiving failed (``TimeoutError`` past the timeout).
+            ValueError: the response is malformed or ends early.
+        """
+        if self._sock is None:
+            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = self._sock
+        try:
+            sock.sendall(message)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _Stale(str(exc)) from exc
+        received = bytearray()
+        while True:
+            try:
+                chunk = sock.recv(1 << 16)
+            except ConnectionResetError as exc:
+                if received:
+                    raise
+                raise _Stale(str(exc)) from exc
+            if not chunk:
+                if received:
+                    raise ValueError("the connection closed in the middle of the response")
+                raise _Stale("the peer closed the connection without answering")
+            received += chunk
+            head = parse_head(received)
+            if head is not None and len(received) >= head.body_start + head.length:
+                return head, bytes(received[head.body_start:head.body_start + head.length])
 
 
-_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
-"""What a kept-alive connection that the peer closed while idle raises on its next use."""
-
-
-def _exchange(
-    conn: http.client.HTTPConnection, method: str, path: str, token: str,
-    body: Union[Mapping[str, Any], bytes, None],
-) -> dict[str, Any]:
-    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    headers = {contract.AUTH_HEADER: f"{contract.AUTH_SCHEME} {token}"}
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    where = f"{method} http://{conn.host}:{conn.port}{path}"
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise TransportError(f"{where} failed: {exc}") from exc
-    try:
-        payload = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        raise TransportError(f"{method} {path}: response is not JSON", resp.status) from None
-    if resp.status == 401:
-        raise Unauthorized(f"{where}: 401 {payload.get('error', '')}", 401)
-    if not 200 <= resp.status < 300:
-        raise TransportError(f"{where}: {resp.status} {payload.get('error', '')}", resp.status)
-    return payload
+class _Stale(ConnectionError):
+    """The peer closed the connection before answering: on a kept-alive connection, it had closed it while
+    idle, and the request can be sent again on a new one (nothing of it was processed)."""
 
 
 def port_is_free(host: str, port: int) -> bool:
