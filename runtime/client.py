@@ -44,6 +44,8 @@ class JobInfo:
     Attributes:
         job: job id.
         node_id: the coordinator's stable node id.
+        node_rank: its node rank in the current world; ``None`` while the world is forming or when
+            the answering agent is not in it.
         address: its address.
         num_proc: processes per node on the coordinator.
         generation: current world generation (0 while forming).
@@ -54,6 +56,7 @@ class JobInfo:
 
     job: str
     node_id: int
+    node_rank: Optional[int]
     address: str
     num_proc: int
     generation: int
@@ -172,9 +175,11 @@ class JobClient:
     def info(self) -> JobInfo:
         """The coordinator's identity and the world's status."""
         raw = self._get(contract.ROUTE_INFO)
-        return JobInfo(str(raw.get("job", "")), int(raw.get("node_id", 0)), str(raw.get("addr", "")),
-                       int(raw.get("num_proc", 0)), int(raw.get("generation", 0)), str(raw.get("status", "")),
-                       str(raw.get("mode", "")), raw)
+        node_rank = raw.get("node_rank")
+        return JobInfo(job=str(raw.get("job", "")), node_id=int(raw.get("node_id", 0)),
+                       node_rank=None if node_rank is None else int(node_rank), address=str(raw.get("addr", "")),
+                       num_proc=int(raw.get("num_proc", 0)), generation=int(raw.get("generation", 0)),
+                       status=str(raw.get("status", "")), mode=str(raw.get("mode", "")), raw=raw)
 
     def members(self) -> Membership:
         """The coordinator's membership snapshot."""

@@ -3,9 +3,10 @@
 Batch mode (default) runs SCRIPT on every rank; the launcher's exit code is the job's. Service mode
 (``--mode service``) starts the long-lived processes, writes the coordinator's URL and token to
 ``<log-dir>/connection.json`` (mode 0600) for ``runtime.client.JobClient.from_file``, and serves
-calls until interrupted. Flag names follow torchrun where they overlap (``--nnodes``,
-``--nproc-per-node``, ``--max-restarts``, ``--master-port``, ``--log-dir``). Agents are started by
-``runtime.local``. Standard library only.
+calls until interrupted. Flag names follow torchrun where they overlap, in both of its spellings
+(``--nnodes``, ``--nproc-per-node``/``--nproc_per_node``, ``--max-restarts``/``--max_restarts``,
+``--master-port``/``--master_port``, ``--log-dir``/``--log_dir``); errors name the flag as typed.
+Agents are started by ``runtime.local``. Standard library only.
 """
 
 from __future__ import annotations
@@ -32,19 +33,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(contract.EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class _Spelled(argparse.Action):
+    """Store the value and remember the spelling typed (``ns.spelled[dest]``), for error messages."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: Optional[str] = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.spelled = {**namespace.spelled, self.dest: option_string or self.option_strings[0]}
+
+
+def flag(ns: argparse.Namespace, dest: str, default: str) -> str:
+    """The flag for ``dest`` as the user typed it (``--nnodes``), else ``default`` (``--workers``)."""
+    return str(ns.spelled.get(dest, default))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``launch`` command line."""
     p = _Parser(prog="python -m runtime launch", description=__doc__.split("\n\n")[0])
-    p.add_argument("--workers", "--nnodes", dest="workers", type=int, default=1, help="nodes (agents); default 1")
-    p.add_argument("--num-proc", "--nproc-per-node", dest="num_proc", type=int, default=1,
-                   help="processes per node; default 1")
+    p.set_defaults(spelled={})
+    p.add_argument("--workers", "--nnodes", dest="workers", type=int, default=1, action=_Spelled,
+                   help="nodes (agents); default 1")
+    p.add_argument("--num-proc", "--nproc-per-node", "--nproc_per_node", dest="num_proc", type=int, default=1,
+                   action=_Spelled, help="processes per node; default 1")
     p.add_argument("--mode", choices=MODES, default="batch",
                    help="batch runs SCRIPT on every rank (default); service keeps processes up for calls")
     p.add_argument("--distribution", choices=DISTRIBUTIONS, default="spmd",
                    help="which framework's variables to set; spmd sets all (default)")
     p.add_argument("--quorum-workers", type=int, default=None, help="nodes needed to start; default all")
     p.add_argument("--quorum-timeout", type=float, default=60.0, help="seconds to wait for quorum; default 60")
-    p.add_argument("--max-restarts", type=int, default=0, help="restarts of the whole job after a failure")
+    p.add_argument("--max-restarts", "--max_restarts", type=int, default=0, action=_Spelled,
+                   help="restarts of the whole job after a failure")
     p.add_argument("--min-workers", type=int, default=None,
                    help="elastic: continue while at least this many nodes remain (losing a node shrinks the world)")
     p.add_argument("--max-workers", type=int, default=None, help="elastic: admit late nodes up to this many")
@@ -52,9 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not raise WorkerMembershipChanged in user processes (runtime.membership.poll works)")
     p.add_argument("--heartbeat-ttl", type=float, default=3.0,
                    help="seconds without a heartbeat before a node is dead; default 3")
-    p.add_argument("--master-port", type=int, default=contract.DEFAULT_MASTER_PORT,
+    p.add_argument("--master-port", "--master_port", type=int, default=contract.DEFAULT_MASTER_PORT, action=_Spelled,
                    help=f"rendezvous port on node 0; default {contract.DEFAULT_MASTER_PORT}, 0 picks a free one")
-    p.add_argument("--log-dir", default=None, help="directory for per-rank logs; default a temporary directory")
+    p.add_argument("--log-dir", "--log_dir", default=None,
+                   help="directory for per-rank logs; default a temporary directory")
     p.add_argument("--job-name", default=None, help="job id (TORCHELASTIC_RUN_ID); default local-<random>")
     p.add_argument("--grace-period", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL; default 5")
     p.add_argument("--pythonpath", action="append", default=[], metavar="DIR",
@@ -80,18 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
 def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     """Check flag values; calls ``parser.error`` (exit 2) naming the flag and the fix."""
     batch = ns.mode == "batch"
+    workers = flag(ns, "workers", "--workers")
+    master_port = flag(ns, "master_port", "--master-port")
+    reserved = contract.TF_PORT_OFFSET + ns.workers * ns.num_proc  # see contract.RENDEZVOUS_PORT_SPAN
     checks = (
-        (ns.workers >= 1, f"--workers: must be 1 or more (got {ns.workers})"),
-        (ns.num_proc >= 1, f"--num-proc: must be 1 or more (got {ns.num_proc})"),
+        (ns.workers >= 1, f"{workers}: must be 1 or more (got {ns.workers})"),
+        (ns.num_proc >= 1, f"{flag(ns, 'num_proc', '--num-proc')}: must be 1 or more (got {ns.num_proc})"),
         (ns.quorum_workers is None or 1 <= ns.quorum_workers <= ns.workers,
-         f"--quorum-workers: must be from 1 to --workers ({ns.workers}) (got {ns.quorum_workers})"),
+         f"--quorum-workers: must be from 1 to {workers} ({ns.workers}) (got {ns.quorum_workers})"),
         (ns.quorum_timeout > 0, f"--quorum-timeout: must be a positive number of seconds (got {ns.quorum_timeout})"),
-        (ns.max_restarts >= 0, f"--max-restarts: must be 0 or more (got {ns.max_restarts})"),
-        (0 <= ns.master_port <= 65535, f"--master-port: must be from 1 to 65535, or 0 for any (got {ns.master_port})"),
+        (ns.max_restarts >= 0, f"{flag(ns, 'max_restarts', '--max-restarts')}: must be 0 or more "
+                               f"(got {ns.max_restarts})"),
+        (0 <= ns.master_port <= 65535, f"{master_port}: must be from 1 to 65535, or 0 for any (got {ns.master_port})"),
+        (ns.master_port + reserved <= 65536 or not 0 < ns.master_port <= 65535,
+         f"{master_port}: the job uses {reserved} ports from it (rendezvous, JAX, TensorFlow), past 65535 "
+         f"(got {ns.master_port}); use at most {65536 - reserved}, or 0 for any"),
         (ns.min_workers is None or 1 <= ns.min_workers <= ns.workers,
-         f"--min-workers: must be from 1 to --workers ({ns.workers}) (got {ns.min_workers})"),
+         f"--min-workers: must be from 1 to {workers} ({ns.workers}) (got {ns.min_workers})"),
         (ns.max_workers is None or ns.max_workers >= ns.workers,
-         f"--max-workers: must be at least --workers ({ns.workers}) (got {ns.max_workers})"),
+         f"--max-workers: must be at least {workers} ({ns.workers}) (got {ns.max_workers})"),
         (ns.heartbeat_ttl >= 1.0, f"--heartbeat-ttl: must be at least 1 second (got {ns.heartbeat_ttl})"),
         (ns.grace_period >= 0, f"--grace-period: must be 0 or more seconds (got {ns.grace_period})"),
         (ns.tree_threshold >= 1, f"--tree-threshold: must be 1 or more (got {ns.tree_threshold})"),

@@ -231,13 +231,25 @@ def free_port(host: str, avoid: Sequence[int] = ()) -> int:
             return port
 
 
-def plan(workers: int, master_port: int) -> LaunchPlan:
-    """Choose addresses and ports: distinct loopback addresses when the OS allows, else distinct ports.
+def loopback_range_usable() -> bool:
+    """Whether this host can bind 127.0.0.2 (Linux routes all of 127.0.0.0/8 to loopback)."""
+    return port_is_free("127.0.0.2", 0)
+
+
+def plan(workers: int, master_port: int, num_proc: int = 1) -> LaunchPlan:
+    """Choose addresses and ports: distinct loopback addresses (127.0.0.2, 127.0.0.3, ...) when
+    :func:`loopback_range_usable`, else 127.0.0.1 for every node with distinct agent ports.
+
+    Args:
+        workers: nodes.
+        master_port: the job's base port (TCP); 0 picks one whose reserved range (rendezvous, JAX
+            and TensorFlow ports, see ``contract.RENDEZVOUS_PORT_SPAN``) holds no agent's port.
+        num_proc: processes per node, for the number of TensorFlow ports to keep clear.
 
     Raises:
         RuntimeError: ``master_port`` is taken on node 0's address.
     """
-    if port_is_free("127.0.0.2", 0):
+    if loopback_range_usable():
         addresses = tuple(f"127.0.0.{2 + i}" for i in range(workers))
         port = free_port("127.0.0.1")
         while not all(port_is_free(a, port) for a in addresses):
@@ -250,7 +262,10 @@ def plan(workers: int, master_port: int) -> LaunchPlan:
             chosen.append(free_port("127.0.0.1", chosen))
         ports = tuple(chosen)
     if master_port == 0:
-        master_port = free_port(addresses[0], ports)
+        reserved = contract.TF_PORT_OFFSET + workers * num_proc
+        master_port = free_port(addresses[0])
+        while any(master_port <= p < master_port + reserved for p in ports):
+            master_port = free_port(addresses[0])
     elif not port_is_free(addresses[0], master_port):
         raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
     return LaunchPlan(addresses, ports, master_port)
@@ -318,7 +333,7 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
         RuntimeError: ``spec.master_port`` is taken.
         OSError: an agent process could not be started.
     """
-    lp = plan(spec.workers, spec.master_port)
+    lp = plan(spec.workers, spec.master_port, spec.num_proc)
     job = spec.job_name or f"local-{uuid.uuid4().hex[:8]}"
     token = secrets.token_urlsafe(32)
     log_dir = spec.log_dir or os.path.join(tempfile.gettempdir(), "trainplane", job)

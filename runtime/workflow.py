@@ -39,7 +39,7 @@ import inspect
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 from runtime import local
 from runtime.agent import contract
@@ -327,7 +327,8 @@ class fn:  # lower case like Kubetorch's ``kt.fn``, which users know
 
     def __init__(self, func: Callable[..., Any]) -> None:
         self.func = func
-        self.name, self.root = locate(func)
+        location = locate(func)
+        self.name, self.root = location.name, location.root
 
     def to(self, compute: Compute) -> RemoteFunction:
         """Deploy to ``compute`` (start its job, or reuse it) and return the remote function."""
@@ -392,8 +393,20 @@ class RemoteFunction:
         return self._client
 
 
-def locate(func: Callable[..., Any]) -> tuple[str, str]:
-    """``("module:qualname", root)``: how worker processes import ``func`` and the directory to import from.
+class Location(NamedTuple):
+    """How worker processes import a function.
+
+    Attributes:
+        name: ``module:qualname``, as ``runtime.client.JobClient.call`` takes it.
+        root: the directory to put on the processes' PYTHONPATH so that ``module`` imports.
+    """
+
+    name: str
+    root: str
+
+
+def locate(func: Callable[..., Any]) -> Location:
+    """Where worker processes import ``func`` from: its ``module:qualname`` and the directory to import from.
 
     Raises:
         ValueError: ``func`` is a lambda, a closure, or has no source file.
@@ -407,8 +420,8 @@ def locate(func: Callable[..., Any]) -> tuple[str, str]:
         raise ValueError(f"{func!r} has no source file; define it in a module") from None
     module = func.__module__
     if module == "__main__":
-        return f"{path.stem}:{qualname}", str(path.parent)
+        return Location(f"{path.stem}:{qualname}", str(path.parent))
     root = path.parent.parent if path.name == "__init__.py" else path.parent
     for _ in range(module.count(".")):
         root = root.parent
-    return f"{module}:{qualname}", str(root)
+    return Location(f"{module}:{qualname}", str(root))

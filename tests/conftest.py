@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Optional
 
 import pytest
 
@@ -18,11 +18,13 @@ __all__ = ["AgentCluster", "project_env"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def launch(*args: str, timeout: float = 120.0, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m runtime launch ARGS`` to completion and capture its output."""
+def launch(*args: str, timeout: float = 120.0, cwd: Path = ROOT,
+           env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m runtime launch ARGS`` to completion and capture its output; ``env`` is added
+    to the launcher's environment."""
     return subprocess.run(
         [sys.executable, "-m", "runtime", "launch", *args],
-        cwd=cwd, env=project_env(), capture_output=True, text=True, timeout=timeout,
+        cwd=cwd, env=project_env(**(env or {})), capture_output=True, text=True, timeout=timeout,
     )
 
 

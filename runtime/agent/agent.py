@@ -31,7 +31,7 @@ from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, 
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership import DELIVERY_SIGNAL
 from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange
-from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor
+from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env
 from runtime.agent.resolver import Resolver
 from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
@@ -502,7 +502,7 @@ class Agent:
 
     def _start(self, world: World) -> None:
         node_rank = world.node_rank_of(self.settings.node_id)
-        base = dict(os.environ)
+        base = inherited_env(os.environ)
         envs = []
         unchanged = _change(world, world)
         for i in range(self.settings.num_proc):

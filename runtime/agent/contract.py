@@ -73,6 +73,16 @@ TREE_THRESHOLD = "TRAINPLANE_TREE_THRESHOLD"  # nodes at or above which fan-out 
 TREE_FANOUT = "TRAINPLANE_TREE_FANOUT"  # children per node in tree mode
 ALLOW_PICKLE = "TRAINPLANE_ALLOW_PICKLE"  # accept pickled arguments (authenticated peers only)
 SERVICE_FD = "TRAINPLANE_SERVICE_FD"  # set on service worker processes: their channel to the agent
+# What user processes inherit from their agent's environment (the agent sets the contract above on
+# top): everything except names with these prefixes.
+AGENT_ONLY_PREFIXES = ("TRAINPLANE_", "PET_")
+"""Prefixes of agent-only variables, never passed on to user processes: ``TRAINPLANE_*`` are the
+agent's settings (the job token among them); ``PET_*`` are torchrun's arguments as the Kubeflow
+training operator sets them on a PyTorchJob's pods, inputs to the agent that would mislead
+torch.distributed.run-aware code in user processes. The only ``TRAINPLANE_*`` variables a user
+process has are the ones its agent sets for it: ``TRAINPLANE_GENERATION`` and
+``TRAINPLANE_WORLD_FILE`` (read by ``runtime.membership``), ``TRAINPLANE_MONITOR_MEMBERS`` (read by
+the bootstrap) and, on service workers, ``TRAINPLANE_SERVICE_FD``."""
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"
@@ -88,8 +98,19 @@ DEFAULT_MASTER_PORT = 29500
 RENDEZVOUS_PORT_SPAN = 32
 """MASTER_PORT of generation g is ``base + (g - 1) % RENDEZVOUS_PORT_SPAN``: a process that survives a
 membership change re-initialises against a fresh TCPStore, never the previous generation's
-(torch shares one TCPStore server per port within a process, stale keys included). TF_CONFIG ports
-start above the span."""
+(torch shares one TCPStore server per port within a process, stale keys included).
+
+The job reserves the ports from its base port ``base`` (the ``MASTER_PORT`` setting) upward:
+
+* ``base .. base + SPAN - 1``: torch rendezvous (``MASTER_PORT``), rotating per generation;
+* ``base + JAX_PORT_OFFSET ..`` (the next ``SPAN``): the JAX coordinator
+  (``JAX_COORDINATOR_ADDRESS``), rotating the same way, so an ``spmd`` process can start both;
+* ``base + TF_PORT_OFFSET ..``: TensorFlow workers (``TF_CONFIG``), one port per process sharing
+  an address: the local rank when every node has its own address, more when nodes share one."""
+JAX_PORT_OFFSET = RENDEZVOUS_PORT_SPAN
+"""First JAX coordinator port, relative to the job's base port."""
+TF_PORT_OFFSET = 2 * RENDEZVOUS_PORT_SPAN
+"""First TensorFlow worker port, relative to the job's base port."""
 AGENT_PORT_NAME = "agent"
 MASTER_PORT_NAME = "rendezvous"
 

@@ -152,7 +152,7 @@ class ServiceNode:
 
         Args:
             world: the generation they belong to.
-            envs: one environment per local rank (the contract merged over the agent's environment).
+            envs: one environment per local rank (the contract merged over ``procs.inherited_env``).
             log_dir: directory for ``rank-N.log`` files, or ``None``.
         """
         layout = self._layout_of(world)

@@ -47,7 +47,7 @@ class WorkerPool:
         generation: world generation the processes belong to.
         node_rank: this node's rank (for error reports).
         first_rank: global rank of local rank 0.
-        envs: one full environment per local rank (the contract merged over the agent's env).
+        envs: one full environment per local rank (the contract merged over ``procs.inherited_env``).
         say: writes one line to the agent's log.
         grace: seconds a cancelled call gets to unwind before its process is replaced; also the
             SIGTERM-to-SIGKILL grace at :meth:`stop`.

@@ -57,6 +57,19 @@ def exit_status(returncode: int) -> int:
     return contract.EXIT_INTERRUPTED_BASE - returncode if returncode < 0 else returncode
 
 
+def inherited_env(agent_env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the agent's environment its user processes inherit (the contract goes on top).
+
+    Args:
+        agent_env: the agent's own environment, name to value.
+
+    Returns:
+        ``agent_env`` without the agent-only names (``contract.AGENT_ONLY_PREFIXES``): the job token,
+        the agent's other settings, and the training operator's ``PET_*`` torchrun arguments.
+    """
+    return {k: v for k, v in agent_env.items() if not k.startswith(contract.AGENT_ONLY_PREFIXES)}
+
+
 class _Output:
     """Copies one process's output streams, line by line, to the agent's streams and a log file."""
 
@@ -121,7 +134,7 @@ class LocalProcesses:
     Args:
         generation: world generation these processes belong to.
         first_rank: global rank of local rank 0.
-        envs: one full environment per local rank (the contract merged over the agent's env).
+        envs: one full environment per local rank (the contract merged over :func:`inherited_env`).
         entrypoint: the user command after the interpreter (``script.py args`` or ``-m module args``),
             or with ``no_python`` a whole argv run as is.
         on_exit: called from a watcher thread when a process ends.

@@ -155,6 +155,12 @@ class World:
         return self.master_port + (self.generation - 1) % contract.RENDEZVOUS_PORT_SPAN
 
     @property
+    def jax_coordinator_port(self) -> int:
+        """This generation's JAX coordinator port: like :attr:`rendezvous_port`, but in the block
+        starting at ``contract.JAX_PORT_OFFSET``, so it never equals MASTER_PORT."""
+        return self.master_port + contract.JAX_PORT_OFFSET + (self.generation - 1) % contract.RENDEZVOUS_PORT_SPAN
+
+    @property
     def master_addr(self) -> str:
         """Address of node rank 0."""
         return self.nodes[0].addr
@@ -276,7 +282,7 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
         env[contract.TORCHELASTIC_RESTART_COUNT] = str(world.restart_count)
         env[contract.TORCHELASTIC_MAX_RESTARTS] = str(world.max_restarts)
     if dist in ("spmd", "jax"):
-        env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.rendezvous_port}"
+        env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.jax_coordinator_port}"
         env[contract.JAX_NUM_PROCESSES] = str(world_size)
         env[contract.JAX_PROCESS_ID] = str(rank)
         env[contract.JAX_LOCAL_DEVICE_IDS] = str(local_rank)
@@ -288,13 +294,18 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
 def tf_config(world: World, rank: int) -> str:
     """TensorFlow's ``TF_CONFIG``: one worker entry per process, this process's index.
 
-    Process ``local_rank`` on a node listens on ``master_port + RENDEZVOUS_PORT_SPAN + local_rank`` so
-    that entries on one host do not collide and none takes a torch rendezvous port.
+    Ports start at ``master_port + contract.TF_PORT_OFFSET`` and count the processes at the same
+    address: the local rank when every node has its own address, so no two entries collide even
+    when nodes share one (the local launcher's single-address fallback), and none takes a torch or
+    JAX rendezvous port.
     """
+    first = world.master_port + contract.TF_PORT_OFFSET
+    taken: dict[str, int] = {}
     workers: list[str] = []
     for node in world.nodes:
-        first = world.master_port + contract.RENDEZVOUS_PORT_SPAN
-        workers.extend(f"{node.addr}:{first + i}" for i in range(node.num_proc))
+        before = taken.get(node.addr, 0)
+        workers.extend(f"{node.addr}:{first + before + i}" for i in range(node.num_proc))
+        taken[node.addr] = before + node.num_proc
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
 
 

@@ -119,7 +119,7 @@ def test_the_service_jobs_processes_can_import_the_functions_the_client_calls(se
     in_image = [p.removeprefix(IMAGE_ROOT) for p in env["PYTHONPATH"].split(":") if p.startswith(IMAGE_ROOT)]
 
     for function in (example.train, example.evaluate):
-        module = locate(function)[0].split(":")[0]
+        module = locate(function).name.split(":")[0]
         assert any((REPO_ROOT / directory / f"{module}.py").is_file() for directory in in_image), module
 
 

@@ -17,6 +17,11 @@ def rank() -> int:
     return int(os.environ.get("RANK", "-1"))
 
 
+def agent_only_names() -> list[str]:
+    """The ``TRAINPLANE_*`` and ``PET_*`` variables this process sees, sorted."""
+    return sorted(k for k in os.environ if k.startswith(("TRAINPLANE_", "PET_")))
+
+
 def whoami(max_delay: float = 0.0, seed: int = 0) -> dict[str, Any]:
     """Sleep a random time (seeded per rank and call), then identify this process."""
     _STATE["calls"] += 1

@@ -105,7 +105,7 @@ def test_a_coordinator_that_never_answers_is_a_call_timeout_without_ranks():
 
 def test_info_members_and_connection_file(tmp_path: Path):
     views = {
-        "/info": {"job": "j", "node_id": 0, "addr": "127.0.0.2", "num_proc": 2, "generation": 1,
+        "/info": {"job": "j", "node_id": 0, "node_rank": 0, "addr": "127.0.0.2", "num_proc": 2, "generation": 1,
                   "status": "running", "mode": "service"},
         "/members": {"job": "j", "generation": 1, "status": "running",
                      "members": [{"node_id": 0, "addr": "127.0.0.2", "port": 5, "num_proc": 2, "state": "running",
@@ -118,8 +118,18 @@ def test_info_members_and_connection_file(tmp_path: Path):
         info = client.info()
         members = client.members()
     assert (info.job, info.status, info.mode, info.generation) == ("j", "running", "service", 1)
+    assert (info.node_id, info.node_rank, info.address, info.num_proc) == (0, 0, "127.0.0.2", 2)
     assert members.members[0].addr == "127.0.0.2" and members.members[0].state == "running"
     assert members.raw["members"][0]["last_seen"] == 0.1
     path.write_text("[]")
     with pytest.raises(ValueError, match="not a connection file"):
         JobClient.from_file(path)
+
+
+def test_info_of_an_agent_outside_the_world_has_no_node_rank():
+    forming = {"job": "j", "node_id": 3, "node_rank": None, "addr": "127.0.0.5", "num_proc": 1, "generation": 0,
+               "status": "forming", "mode": "batch"}
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, json=forming))
+    with JobClient("http://c:1", TOKEN, transport=transport) as client:
+        info = client.info()
+    assert (info.node_id, info.node_rank, info.status) == (3, None, "forming")

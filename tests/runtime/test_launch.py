@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from runtime import local
 from runtime.agent import contract
 from runtime.client import JobClient
+from runtime.launch import build_parser
 from runtime.local import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
@@ -47,7 +49,7 @@ def test_environment_contract_read_back_from_every_process(tmp_path: Path, scrip
     pod_ips = envs[0]["POD_IPS"].split(",")
     assert len(pod_ips) == workers and len(set(pod_ips)) == workers
     tf_workers = json.loads(envs[0]["TF_CONFIG"])["cluster"]["worker"]
-    assert len(tf_workers) == world_size
+    assert len(set(tf_workers)) == len(tf_workers) == world_size
     for rank, env in envs.items():
         node, local = divmod(rank, num_proc)
         assert set(env) == set(CONTRACT_KEYS)
@@ -59,13 +61,107 @@ def test_environment_contract_read_back_from_every_process(tmp_path: Path, scrip
         assert env["NODE_WORLD_SIZE"] == env["GROUP_WORLD_SIZE"] == str(workers)
         assert env["POD_IPS"].split(",") == pod_ips
         assert env["MASTER_ADDR"] == pod_ips[0]
-        assert env["JAX_COORDINATOR_ADDRESS"] == f"{pod_ips[0]}:{env['MASTER_PORT']}"
+        jax_port = int(env["MASTER_PORT"]) + contract.JAX_PORT_OFFSET
+        assert env["JAX_COORDINATOR_ADDRESS"] == f"{pod_ips[0]}:{jax_port}"
         assert env["TORCHELASTIC_RUN_ID"] == "contract"
         assert env["TORCHELASTIC_RESTART_COUNT"] == "0"
         tf = json.loads(env["TF_CONFIG"])
         assert tf["task"] == {"type": "worker", "index": rank}
         assert tf["cluster"]["worker"] == tf_workers
         assert tf_workers[rank].split(":")[0] == pod_ips[node]
+
+
+ENV_DUMP_ALL = """
+import json, os, sys
+with open(os.environ["TRAINPLANE_WORLD_FILE"]) as f:
+    world_file = json.load(f)
+with open(os.path.join(sys.argv[1], "rank-" + os.environ["RANK"] + ".json"), "w") as f:
+    json.dump(dict(os.environ, WORLD_FILE_GENERATION=str(world_file["generation"])), f)
+"""
+OPERATOR_ENV = {
+    "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "job-master-0",
+    "PET_MASTER_PORT": "23456", "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "job-master-0:23456",
+}
+"""What the Kubeflow training operator sets on a PyTorchJob's pods for torchrun: inputs to the agent."""
+PER_PROCESS_SETTINGS = {contract.TRAINPLANE_GENERATION, contract.TRAINPLANE_WORLD_FILE, contract.MONITOR_MEMBERS}
+
+
+@pytest.fixture(scope="module")
+def inherited_envs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, str]]:
+    """Every process's whole environment, read back from a 2 x 1 launch whose launcher (and so
+    agents) also carries the operator's PET_* variables and one ordinary variable."""
+    tmp = tmp_path_factory.mktemp("inherited")
+    out = tmp / "env"
+    out.mkdir()
+    path = tmp / "dump.py"
+    path.write_text(ENV_DUMP_ALL)
+    result = launch("--workers", "2", "--num-proc", "1", "--master-port", "0", str(path), str(out),
+                    env={**OPERATOR_ENV, "USER_SETTING": "kept"})
+    assert result.returncode == 0, result.stderr
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
+
+
+def test_user_processes_get_neither_the_token_nor_agent_settings(inherited_envs: dict[int, dict[str, str]]):
+    assert sorted(inherited_envs) == [0, 1]
+    for env in inherited_envs.values():
+        assert contract.TOKEN not in env
+        assert {k for k in env if k.startswith("TRAINPLANE_")} == PER_PROCESS_SETTINGS
+        assert env["WORLD_FILE_GENERATION"] == env[contract.TRAINPLANE_GENERATION] == "1"
+        assert env["USER_SETTING"] == "kept"
+
+
+def test_user_processes_do_not_see_the_operators_torchrun_arguments(inherited_envs: dict[int, dict[str, str]]):
+    for env in inherited_envs.values():
+        assert not [k for k in env if k.startswith("PET_")]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="other systems route only 127.0.0.1")
+def test_nodes_get_consecutive_loopback_addresses_from_127_0_0_2(inherited_envs: dict[int, dict[str, str]]):
+    assert {env["POD_IPS"] for env in inherited_envs.values()} == {"127.0.0.2,127.0.0.3"}
+
+
+BIND_AND_DUMP = """
+import json, os, socket, sys, time
+out = sys.argv[1]
+rank = int(os.environ["RANK"])
+tf = json.loads(os.environ["TF_CONFIG"])
+host, port = tf["cluster"]["worker"][tf["task"]["index"]].rsplit(":", 1)
+held = [socket.create_server((host, int(port)))]
+if rank == 0:
+    jax_host, jax_port = os.environ["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)
+    held.append(socket.create_server((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))))
+    held.append(socket.create_server((jax_host, int(jax_port))))
+with open(os.path.join(out, "rank-" + str(rank) + ".json"), "w") as f:
+    json.dump({k: os.environ[k] for k in ("RANK", "POD_IPS", "MASTER_PORT", "JAX_COORDINATOR_ADDRESS", "TF_CONFIG")}, f)
+while len(os.listdir(out)) < int(os.environ["WORLD_SIZE"]):  # hold the ports until every rank holds its own
+    time.sleep(0.05)
+"""
+
+
+def test_single_address_fallback_gives_every_process_its_own_ports(tmp_path: Path, script,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(local, "loopback_range_usable", lambda: False)
+    out = tmp_path / "env"
+    out.mkdir()
+    spec = local.LocalJobSpec(workers=2, num_proc=2, entrypoint=(str(script(BIND_AND_DUMP)), str(out)),
+                              distribution="spmd", master_port=0, log_dir=str(tmp_path / "logs"))
+    job = local.start(spec)
+    try:
+        assert wait_until(lambda: not job.running(), timeout=120)
+    finally:
+        job.stop()
+    verdict = json.loads(Path(local.verdict_path(job.log_dir)).read_text())
+    assert verdict["exit_code"] == 0, verdict
+    envs = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
+    assert sorted(envs) == [0, 1, 2, 3]
+    assert {e["POD_IPS"] for e in envs.values()} == {"127.0.0.1,127.0.0.1"}
+    assert len({(e["MASTER_PORT"], e["JAX_COORDINATOR_ADDRESS"]) for e in envs.values()}) == 1
+    workers = json.loads(envs[0]["TF_CONFIG"])["cluster"]["worker"]
+    assert len(set(workers)) == 4
+    for rank, env in envs.items():
+        tf = json.loads(env["TF_CONFIG"])
+        assert tf["cluster"]["worker"] == workers
+        assert tf["task"] == {"type": "worker", "index": rank} and env["RANK"] == str(rank)
 
 
 def test_ddp_digits_reaches_accuracy_with_identical_parameters_on_all_ranks(tmp_path: Path):
@@ -133,6 +229,41 @@ def test_quorum_that_cannot_be_met_names_the_missing_nodes(tmp_path: Path, scrip
     assert result.returncode == contract.EXIT_RENDEZVOUS
     assert "quorum not met after 1.5 s" in result.stderr
     assert "missing node ranks: 1, 2" in result.stderr
+    assert "Likely causes: pods not scheduled" in result.stderr and "image pull" in result.stderr
+    assert "never runs" not in result.stdout
+
+
+QUORUM_DRIVER = """
+import sys
+from runtime import launch, local
+from runtime.agent import contract
+
+agent_env = local.agent_env
+
+
+def node_1_cannot_start(spec, lp, node_id, *rest):
+    env = agent_env(spec, lp, node_id, *rest)
+    if node_id == 1:
+        env[contract.NUM_PROC] = "broken"  # its agent exits at once, like a pod that crashes on start
+    return env
+
+
+local.agent_env = node_1_cannot_start
+sys.exit(launch.main(sys.argv[1:]))
+"""
+
+
+def test_a_launch_whose_node_cannot_start_fails_with_the_missing_node_and_likely_causes(script):
+    path = script("print('never runs')\n")
+    result = subprocess.run(
+        [sys.executable, "-c", QUORUM_DRIVER, "--workers", "2", "--quorum-timeout", "1.5", "--master-port", "0",
+         str(path)],
+        cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == contract.EXIT_RENDEZVOUS, result.stderr
+    assert f"{contract.NUM_PROC}='broken' is not a whole number" in result.stderr
+    assert "missing node ranks: 1." in result.stderr
+    assert "Likely causes: pods not scheduled" in result.stderr
     assert "never runs" not in result.stdout
 
 
@@ -178,7 +309,13 @@ def test_sigkill_of_the_launcher_leaves_no_orphan(script):
         (["--workers", "2", "--quorum-workers", "3", "examples/ddp_digits.py"], "--quorum-workers"),
         (["--workers", "2", "does/not/exist.py"], "SCRIPT"),
         (["--master-port", "70000", "examples/ddp_digits.py"], "--master-port"),
+        (["--nnodes", "2", "--master_port", "65500", "x.py"], "--master_port: the job uses 66 ports from it"),
         (["--num-proc", "two", "examples/ddp_digits.py"], "--num-proc"),
+        (["--nnodes", "0", "x.py"], "--nnodes: must be 1 or more (got 0)"),
+        (["--nproc-per-node", "0", "x.py"], "--nproc-per-node: must be 1 or more (got 0)"),
+        (["--nproc_per_node", "0", "x.py"], "--nproc_per_node: must be 1 or more (got 0)"),
+        (["--nnodes", "2", "--quorum-workers", "3", "x.py"], "from 1 to --nnodes (2)"),
+        (["--max_restarts", "-1", "x.py"], "--max_restarts: must be 0 or more"),
         (["--mode", "service", "examples/ddp_digits.py"], "SCRIPT"),
         (["--workers", "2"], "SCRIPT"),
         (["--mode", "service", "--tree-fanout", "1"], "--tree-fanout"),
@@ -289,10 +426,21 @@ def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(
         with JobClient.from_file(connection) as client:
             assert client.call("tests.runtime.service_fns:rank", timeout=60) == [0, 1, 2, 3]
             assert client.call("user_fns:where", timeout=60) == [0, 1, 2, 3]
-            assert client.info().mode == "service"
+            info = client.info()
+            assert (info.mode, info.node_id, info.node_rank) == ("service", 0, 0)
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGINT
     assert "service ready at http://" in err
     assert wait_until(lambda: not processes_with(marker), timeout=10)
+
+
+@pytest.mark.parametrize(("spelling", "dest", "value"), [
+    ("--nnodes", "workers", 3), ("--nproc-per-node", "num_proc", 3), ("--nproc_per_node", "num_proc", 3),
+    ("--max_restarts", "max_restarts", 2), ("--master_port", "master_port", 0), ("--log_dir", "log_dir", "logs"),
+])
+def test_torchrun_spellings_are_accepted(spelling: str, dest: str, value: object):
+    ns = build_parser().parse_args([spelling, str(value), "train.py", "--lr", "1"])
+    assert getattr(ns, dest) == value
+    assert (ns.script, ns.args) == ("train.py", ["--lr", "1"])

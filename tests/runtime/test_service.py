@@ -19,12 +19,14 @@ from tests.conftest import ROOT
 
 FNS = "tests.runtime.service_fns"
 GRACE = 1.0
+OPERATOR_ENV = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_RDZV_ENDPOINT": "job-master-0:29400"}
+"""Variables the training operator would set on the agents' pods: inputs to the agents only."""
 
 
 @pytest.fixture(scope="module")
 def job() -> Iterator[LocalJob]:
     spec = LocalJobSpec(workers=2, num_proc=2, mode="service", master_port=0, grace_period=GRACE,
-                        pythonpath=(str(ROOT),), job_name="service-test")
+                        pythonpath=(str(ROOT),), job_name="service-test", env=OPERATOR_ENV)
     running = start(spec)
     try:
         running.wait_ready(60)
@@ -58,6 +60,12 @@ def test_results_come_back_in_rank_order_and_process_state_survives(client: JobC
         assert [r["rank"] for r in again] == [0, 1, 2, 3]
         assert [r["pid"] for r in again] == [r["pid"] for r in first]
         assert all(b["calls"] > a["calls"] for a, b in zip(first, again))
+
+
+def test_service_workers_get_neither_the_token_nor_agent_settings(client: JobClient):
+    expected = sorted((contract.MONITOR_MEMBERS, contract.SERVICE_FD, contract.TRAINPLANE_GENERATION,
+                       contract.TRAINPLANE_WORLD_FILE))
+    assert client.call(f"{FNS}:agent_only_names", timeout=30) == [expected] * 4
 
 
 @pytest.mark.parametrize(("workers", "ranks"), [([1], [2, 3]), ([0], [0, 1]), ([1, 0], [0, 1, 2, 3])])

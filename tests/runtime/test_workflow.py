@@ -10,16 +10,17 @@ from pathlib import Path
 import pytest
 
 from runtime.agent.errors import ConfigError
-from runtime.workflow import LocalCompute, fn, locate
+from runtime.workflow import LocalCompute, Location, fn, locate
 from tests.conftest import ROOT, processes_with, project_env, wait_until
 from tests.runtime import service_fns
 from tests.runtime.pkg_for_locate import in_init
 
 
 def test_locate_names_module_functions_and_the_directory_to_import_from():
-    assert locate(service_fns.whoami) == ("tests.runtime.service_fns:whoami", str(ROOT))
-    assert locate(in_init) == ("tests.runtime.pkg_for_locate:in_init", str(ROOT))
-    assert locate(LocalCompute.teardown) == ("runtime.workflow:Compute.teardown", str(ROOT))
+    located = locate(service_fns.whoami)
+    assert (located.name, located.root) == ("tests.runtime.service_fns:whoami", str(ROOT))
+    assert locate(in_init) == Location("tests.runtime.pkg_for_locate:in_init", str(ROOT))
+    assert locate(LocalCompute.teardown) == Location("runtime.workflow:Compute.teardown", str(ROOT))
 
 
 def test_locate_names_driver_script_functions_by_the_script_stem(tmp_path: Path):
@@ -27,7 +28,8 @@ def test_locate_names_driver_script_functions_by_the_script_stem(tmp_path: Path)
     script.write_text("def work():\n    return 1\n")
     namespace: dict = {"__name__": "__main__"}
     exec(compile(script.read_text(), str(script), "exec"), namespace)  # noqa: S102 - our own test script
-    assert locate(namespace["work"]) == ("driver:work", str(tmp_path))
+    located = locate(namespace["work"])
+    assert (located.name, located.root) == ("driver:work", str(tmp_path))
 
 
 def make_closure() -> object:

@@ -10,8 +10,9 @@ import pytest
 from runtime.agent.world import FAILED, Failure, Node, World, process_env
 
 
-def world(num_procs: tuple[int, ...] = (2, 2), distribution: str = "spmd") -> World:
-    nodes = tuple(Node(i, f"10.0.0.{i + 1}", 32300, n) for i, n in enumerate(num_procs))
+def world(num_procs: tuple[int, ...] = (2, 2), distribution: str = "spmd", shared_address: bool = False) -> World:
+    nodes = tuple(Node(i, "127.0.0.1" if shared_address else f"10.0.0.{i + 1}", 32300 + i, n)
+                  for i, n in enumerate(num_procs))
     return World("job", 1, 0, 0, nodes, 29500, distribution)
 
 
@@ -42,8 +43,26 @@ def test_distribution_selects_framework_variables(distribution: str, present: se
 def test_tf_config_has_one_worker_per_process_with_distinct_ports_per_host():
     cfg = json.loads(process_env(world(), 0, 1)["TF_CONFIG"])
     workers = cfg["cluster"]["worker"]
-    assert workers == ["10.0.0.1:29532", "10.0.0.1:29533", "10.0.0.2:29532", "10.0.0.2:29533"]
+    assert workers == ["10.0.0.1:29564", "10.0.0.1:29565", "10.0.0.2:29564", "10.0.0.2:29565"]
     assert cfg["task"] == {"type": "worker", "index": 1}
+
+
+def test_tf_config_ports_count_on_across_nodes_that_share_an_address():
+    w = world((2, 3), shared_address=True)
+    workers = json.loads(process_env(w, 1, 0)["TF_CONFIG"])["cluster"]["worker"]
+    assert workers == [f"127.0.0.1:{29564 + rank}" for rank in range(5)]
+
+
+@pytest.mark.parametrize("generation", [1, 2, 33])
+def test_jax_coordinator_port_is_its_own_and_no_other_process_port(generation: int):
+    w = replace(world(distribution="spmd"), generation=generation)
+    env = process_env(w, 0, 0)
+    host, port = env["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)
+    assert host == env["MASTER_ADDR"]
+    assert int(port) == 29532 + (generation - 1) % 32
+    tf_ports = {int(a.rsplit(":", 1)[1]) for a in json.loads(env["TF_CONFIG"])["cluster"]["worker"]}
+    rendezvous_ports = {replace(w, generation=g).rendezvous_port for g in range(1, 33)}
+    assert int(port) not in tf_ports | rendezvous_ports
 
 
 def test_local_rank_outside_the_node_is_refused():
