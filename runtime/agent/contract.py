@@ -10,6 +10,7 @@ Conventions borrowed:
     * JAX (``jax.distributed.initialize`` cluster detection): ``JAX_COORDINATOR_ADDRESS``,
       ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, ``JAX_LOCAL_DEVICE_IDS``.
     * TensorFlow (``tf.distribute.cluster_resolver.TFConfigClusterResolver``): ``TF_CONFIG``.
+    * Ray (``ray.init()`` reads the cluster address from it): ``RAY_ADDRESS``.
     * Kubernetes: Indexed Job ``JOB_COMPLETION_INDEX``, StatefulSet pod name ordinal suffix,
       ``app.kubernetes.io/*`` recommended labels.
 """
@@ -36,6 +37,9 @@ JAX_NUM_PROCESSES = "JAX_NUM_PROCESSES"
 JAX_PROCESS_ID = "JAX_PROCESS_ID"
 JAX_LOCAL_DEVICE_IDS = "JAX_LOCAL_DEVICE_IDS"
 TF_CONFIG = "TF_CONFIG"
+# Single-controller distributions: set on the driver (node 0's one user process) only.
+RAY_ADDRESS = "RAY_ADDRESS"  # host:port of the Ray head (its GCS) on node 0
+MONARCH_WORKER_ADDRESSES = "MONARCH_WORKER_ADDRESSES"  # comma-separated tcp://addr:port, one per node, node order
 # trainplane's own per-process variables.
 TRAINPLANE_GENERATION = "TRAINPLANE_GENERATION"
 TRAINPLANE_WORLD_FILE = "TRAINPLANE_WORLD_FILE"
@@ -72,6 +76,10 @@ TREE_THRESHOLD = "TRAINPLANE_TREE_THRESHOLD"  # nodes at or above which fan-out 
 TREE_FANOUT = "TRAINPLANE_TREE_FANOUT"  # children per node in tree mode
 ALLOW_PICKLE = "TRAINPLANE_ALLOW_PICKLE"  # accept pickled arguments (authenticated peers only)
 SERVICE_FD = "TRAINPLANE_SERVICE_FD"  # set on service worker processes: their channel to the agent
+# Single-controller distributions (ray, monarch): the framework daemons the agents run.
+DAEMON_ARGS = "TRAINPLANE_DAEMON_ARGS"  # ray: JSON list appended to every `ray start` (e.g. ["--num-cpus=4"])
+DAEMON_PREFIX = "TRAINPLANE_DAEMON_PREFIX"  # JSON list put before every daemon's command (a wrapper)
+WAIT_FOR = "TRAINPLANE_WAIT_FOR"  # host:port: the bootstrap waits until it accepts TCP connections (a head)
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"
@@ -89,8 +97,20 @@ RENDEZVOUS_PORT_SPAN = 32
 membership change re-initialises against a fresh TCPStore, never the previous generation's
 (torch shares one TCPStore server per port within a process, stale keys included). TF_CONFIG ports
 start above the span."""
+CONTROLLER_PORT_OFFSET = RENDEZVOUS_PORT_SPAN
+"""Single-controller jobs (``ray``, ``monarch``) listen on ``MASTER_PORT base + CONTROLLER_PORT_OFFSET``
+(29532 by default), just above the rendezvous span, where TF_CONFIG's ports would start (these
+jobs set no TF_CONFIG): Ray's head (its GCS) on node 0, Monarch's worker loop on every node."""
+RAY_CLIENT_PORT_OFFSET = CONTROLLER_PORT_OFFSET + 1
+"""The Ray head's client server (``ray://`` addresses) listens on the base + this (29533 by default)."""
+RAY_DASHBOARD_PORT_OFFSET = CONTROLLER_PORT_OFFSET + 2
+"""The Ray head's (minimal) dashboard listens on the base + this (29534 by default); the full
+dashboard is off."""
 AGENT_PORT_NAME = "agent"
 MASTER_PORT_NAME = "rendezvous"
+RAY_HEAD_PORT_NAME = "ray-head"
+RAY_CLIENT_PORT_NAME = "ray-client"
+MONARCH_PORT_NAME = "monarch"
 
 # --- HTTP routes and headers -------------------------------------------------------------------
 ROUTE_HEALTHZ = "/healthz"

@@ -32,7 +32,7 @@ INVALID = [
     ({"cpus": 0}, "cpus", "number > 0"),
     ({"memory": "16GB"}, "memory", "not a Kubernetes quantity"),
     ({"shm_size": 1024}, "shm_size", "not a Kubernetes quantity"),
-    ({"distribution": "horovod"}, "distribution", "use one of spmd, pytorch, jax, tensorflow"),
+    ({"distribution": "horovod"}, "distribution", "use one of spmd, pytorch, jax, tensorflow, ray, monarch"),
     ({"mode": "interactive"}, "mode", "use one of batch, service"),
     ({"backend": "deployment"}, "backend", "use one of indexed-job, pytorchjob, statefulset"),
     ({"mode": "service", "backend": "indexed-job"}, "backend", "service mode needs a long-running backend"),
