@@ -28,26 +28,6 @@ RAY_TIMEOUT = 300.0
 DRIVER_KEYS = ("WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "NODE_WORLD_SIZE", "POD_IPS", "MASTER_PORT",
                "RAY_ADDRESS", "MONARCH_WORKER_ADDRESSES")
 
-RAY_DRIVER = f"""
-import json, os, sys, time
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-ray.init()
-while len([n for n in ray.nodes() if n["Alive"]]) < 2:
-    time.sleep(0.2)
-
-@ray.remote
-def where():
-    return ray.util.get_node_ip_address()
-
-nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-ips = ray.get([where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
-               for n in nodes])
-with open(sys.argv[1], "w") as f:
-    json.dump({{"ips": sorted(set(ips)), "env": {{k: os.environ.get(k) for k in {DRIVER_KEYS!r}}}}}, f)
-"""
-
 MONARCH_DRIVER = f"""
 import json, os, signal, sys, time
 out = sys.argv[1]
@@ -66,20 +46,22 @@ def gone(job: str) -> bool:
     return wait_until(lambda: not processes_with(f"{contract.JOB_NAME}={job}"), timeout=30.0)
 
 
-def test_ray_driver_runs_once_on_node_0_and_its_tasks_reach_both_nodes(tmp_path: Path, script):
+def test_ray_driver_runs_once_on_node_0_and_its_tasks_reach_both_nodes(tmp_path: Path):
     job = f"ray-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "driver.json"
     result = launch("--workers", "2", "--distribution", "ray", "--master-port", "0", "--job-name", job, *RAY_ARGS,
-                    str(script(RAY_DRIVER)), str(out), timeout=RAY_TIMEOUT)
+                    str(ROOT / "examples/ray_nodes.py"), "--out", str(out), timeout=RAY_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["ips"] == ["127.0.0.2", "127.0.0.3"]
+    assert report["addresses"] == ["127.0.0.2", "127.0.0.3"]
     env = report["env"]
     head_port = int(env["MASTER_PORT"]) + contract.CONTROLLER_PORT_OFFSET
     assert env["RAY_ADDRESS"] == f"127.0.0.2:{head_port}"
     assert [env[k] for k in ("WORLD_SIZE", "RANK", "NODE_RANK", "NODE_WORLD_SIZE")] == ["1", "0", "0", "2"]
     assert env["POD_IPS"] == "127.0.0.2,127.0.0.3"
-    assert "[ray head 0]" in result.stdout + result.stderr and "[ray worker 1]" in result.stdout + result.stderr
+    assert result.stdout.count("tasks ran on 2 node(s): 127.0.0.2, 127.0.0.3") == 1, "one driver"
+    output = result.stdout + result.stderr
+    assert "[ray head 0]" in output and "[ray worker 1]" in output
     assert gone(job), processes_with(job)
 
 
@@ -147,6 +129,19 @@ def test_a_monarch_worker_dying_under_a_running_controller_fails_the_job(tmp_pat
     assert result.returncode == 5, result.stderr[-3000:]
     assert "the monarch worker daemon (node 1 at 127.0.0.3) exited with code 5 while the driver was running" in (
         result.stderr)
+    assert gone(job), processes_with(job)
+
+
+def test_a_monarch_worker_without_torchmonarch_fails_the_job_naming_it(tmp_path: Path, script):
+    python = tmp_path / "python"
+    python.symlink_to(sys.executable)  # outside the venv: the standard library only
+    job = f"monarch-{uuid.uuid4().hex[:8]}"
+    result = launch_with(python, "--workers", "2", "--distribution", "monarch", "--master-port", "0", "--job-name",
+                         job, "--grace-period", "1", str(script("import signal\nsignal.pause()\n")), env={})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "monarch worker daemon (node " in result.stderr
+    assert ("trainplane: cannot start the monarch worker: No module named 'monarch'; install torchmonarch in the "
+            "image") in result.stderr
     assert gone(job), processes_with(job)
 
 

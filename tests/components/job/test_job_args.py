@@ -91,6 +91,18 @@ INVALID = [
     ({"allow_from": [{"podSelectors": {}}]}, "allow_from[0]", "not a NetworkPolicyPeer"),
     ({"allow_from": [{}]}, "allow_from[0]", "not a NetworkPolicyPeer"),
     ({"cluster_domain": "Cluster.Local"}, "cluster_domain", "not a valid name"),
+    ({"distribution": "ray"}, "num_proc", "a ray job runs one driver process, on node 0, and ray's own workers"),
+    ({"distribution": "monarch", "num_proc": "auto", "gpus": 8}, "num_proc", "set num_proc=1"),
+    ({"distribution": "ray", "num_proc": 1, "min_workers": 1, "max_workers": 4}, "min_workers",
+     "a ray job cannot be elastic: its head is node 0"),
+    ({"distribution": "ray", "num_proc": 1, "agent_port": 29533}, "agent_port",
+     "ray listens there (ray-client: master_port + 33); give agent_port another port"),
+    ({"distribution": "monarch", "num_proc": 1, "master_port": 65510}, "master_port",
+     "monarch listens on master_port + 32 (65542, monarch), beyond the last TCP port; use a master_port of at "
+     "most 65503"),
+    ({"distribution": "monarch", "num_proc": 1, "daemon_args": ["--num-cpus=1"]}, "daemon_args",
+     "they go to `ray start`, and distribution is 'monarch'"),
+    ({"distribution": "ray", "num_proc": 1, "daemon_args": "--num-cpus=1"}, "daemon_args", "must be a list of strings"),
 ]
 
 
@@ -184,3 +196,10 @@ def test_a_service_job_runs_no_script() -> None:
     assert args.entrypoint == ()
     assert job_args(script=None, module="pkg.train", args=["--lr", "0.1"]).entrypoint == ("-m", "pkg.train", "--lr",
                                                                                           "0.1")
+
+
+def test_ray_start_gets_the_pods_cpus_and_gpus_then_daemon_args() -> None:
+    args = job_args(distribution="ray", num_proc=1, cpus=3.5, gpus=2, daemon_args=["--num-cpus=2"])
+    assert args.ray_start_args == ("--num-cpus=3", "--num-gpus=2", "--num-cpus=2")
+    assert job_args(distribution="ray", num_proc=1, cpus=0.5).ray_start_args == ("--num-cpus=1",)
+    assert job_args(distribution="ray", num_proc=1, mode="service", script=None).ray_start_args == ()

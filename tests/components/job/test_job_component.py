@@ -162,3 +162,17 @@ def test_bad_name_fails_before_anything_is_registered() -> None:
     with pytest.raises(InvalidJobArgs, match=r"name='Demo_Job': not a valid name"):
         deploy(lambda: {"name": DistributedJob("Demo_Job", job_args()).job_name}, monitor=monitor)
     assert monitor.registrations == {}
+
+
+def test_a_ray_service_job_reaches_the_engine_with_its_framework_ports() -> None:
+    result = run_job(mode="service", script=None, distribution="ray", num_proc=1, cpus=4)
+    service = result.named("demo-service").inputs
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        contract.AGENT_PORT_NAME: contract.AGENT_PORT, contract.MASTER_PORT_NAME: contract.DEFAULT_MASTER_PORT,
+        contract.RAY_HEAD_PORT_NAME: contract.DEFAULT_MASTER_PORT + contract.CONTROLLER_PORT_OFFSET,
+        contract.RAY_CLIENT_PORT_NAME: contract.DEFAULT_MASTER_PORT + contract.RAY_CLIENT_PORT_OFFSET,
+    }
+    container = result.named("demo-statefulset").inputs["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env[contract.DISTRIBUTION], env[contract.MODE], env[contract.DAEMON_ARGS]) == (
+        "ray", "service", '["--num-cpus=4"]')
