@@ -518,7 +518,8 @@ class Agent:
         base = dict(os.environ)
         envs = []
         unchanged = _change(world, world)
-        wait = {contract.WAIT_FOR: controller.driver_wait(world)} if controller.driver_wait(world) else {}
+        head = controller.driver_wait(world)
+        wait = {contract.WAIT_FOR: head} if head else {}
         for i in range(self.node.num_proc):
             self._write_world_file(i, self._world_state(unchanged, world, i))
             envs.append({

@@ -18,9 +18,10 @@ import pytest
 
 from runtime import TransportError
 from runtime.agent import contract, controller
+from runtime.agent.coordinator import EXIT_NODE_LOST
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec, start
-from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
+from tests.conftest import ROOT, AgentCluster, launch, processes_with, project_env, wait_until
 
 STANDIN = Path(__file__).with_name("daemon_standin.py")
 RAY_ARGS = ("--daemon-arg=--num-cpus=1", "--daemon-arg=--object-store-memory=80000000", "--grace-period", "2")
@@ -143,6 +144,23 @@ def test_a_monarch_worker_without_torchmonarch_fails_the_job_naming_it(tmp_path:
     assert ("trainplane: cannot start the monarch worker: No module named 'monarch'; install torchmonarch in the "
             "image") in result.stderr
     assert gone(job), processes_with(job)
+
+
+def test_a_daemon_only_node_stops_when_node_0_is_lost(tmp_path: Path, script):
+    records = tmp_path / "records"
+    records.mkdir()
+    driver = script("import signal\nsignal.pause()\n")
+    job = AgentCluster(tmp_path, [str(driver)], workers=2, TRAINPLANE_DISTRIBUTION="monarch",
+                       **monarch_env(records))
+    try:
+        assert wait_until(lambda: len(list(records.glob("*.json"))) == 2, timeout=60), "both workers started"
+        job.kill(0)
+        assert job.agents[1].wait(timeout=60) == EXIT_NODE_LOST
+        assert "which runs the driver, has been unreachable" in job.log(1)
+        assert "daemon serves nobody: stopping" in job.log(1)
+        assert gone(job.job), processes_with(job.job)
+    finally:
+        job.close()
 
 
 @pytest.fixture
