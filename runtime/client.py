@@ -140,7 +140,8 @@ class JobClient:
             fn: ``"module:qualname"``, importable in the worker processes.
             *args: positional arguments (JSON values, or anything picklable with pickle).
             timeout: seconds the whole call may take; ``None`` waits as long as it runs.
-            workers: node ranks to run on; ``None`` for every node.
+            workers: node ranks to run on; ``None`` for every node that runs processes (in a ``ray`` or
+                ``monarch`` job, node 0: the driver).
             **kwargs: keyword arguments.
 
         Returns:

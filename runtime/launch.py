@@ -20,7 +20,7 @@ from runtime import local
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError
 from runtime.agent.settings import MODES
-from runtime.agent.world import DISTRIBUTIONS
+from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER
 
 SERVICE_READY_TIMEOUT_MARGIN = 30.0
 """Seconds beyond the quorum timeout a service job may take to report ready."""
@@ -58,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=MODES, default="batch",
                    help="batch runs SCRIPT on every rank (default); service keeps processes up for calls")
     p.add_argument("--distribution", choices=DISTRIBUTIONS, default="spmd",
-                   help="which framework's variables to set; spmd sets all (default)")
+                   help="which framework's variables to set; spmd sets all (default). ray and monarch run "
+                        "SCRIPT once, on node 0, as the driver of a Ray cluster or Monarch host mesh spanning "
+                        "every node (--num-proc 1)")
+    p.add_argument("--daemon-arg", dest="daemon_args", action="append", default=[], metavar="ARG",
+                   help="ray: append ARG to every node's `ray start` (repeatable; write --daemon-arg=--num-cpus=2); "
+                        "by default each node gets its share of this machine's CPUs and object store memory")
     p.add_argument("--quorum-workers", type=int, default=None, help="nodes needed to start; default all")
     p.add_argument("--quorum-timeout", type=float, default=60.0, help="seconds to wait for quorum; default 60")
     p.add_argument("--max-restarts", "--max_restarts", type=int, default=0, action=_Spelled,
@@ -130,10 +135,27 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         (batch or not ns.no_python, "--no-python: service mode runs no command; drop --no-python"),
         (not batch or ns.module or ns.no_python or (ns.script is not None and Path(ns.script).is_file()),
          f"SCRIPT: no such file {ns.script!r} (use -m for a module, --no-python for a command)"),
+        *_single_controller_checks(ns),
     )
     for ok, message in checks:
         if not ok:
             parser.error(message)
+
+
+def _single_controller_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str], ...]:
+    """(ok, message) pairs for the flags that ray and monarch jobs take or restrict."""
+    dist = ns.distribution
+    daemon_args = (not ns.daemon_args or dist == "ray",
+                   f"--daemon-arg: applies to --distribution ray (got --distribution {dist})")
+    if dist not in SINGLE_CONTROLLER:
+        return (daemon_args,)
+    return (
+        (ns.num_proc == 1, f"--num-proc: a {dist} job runs one driver process, on node 0, and {dist}'s own workers "
+                           f"on every node; use --num-proc 1 (got {ns.num_proc})"),
+        (ns.min_workers is None and ns.max_workers is None,
+         f"--min-workers/--max-workers: a {dist} job cannot be elastic (its head is node 0); drop them"),
+        daemon_args,
+    )
 
 
 def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
@@ -145,7 +167,7 @@ def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
         max_restarts=ns.max_restarts, master_port=ns.master_port, log_dir=ns.log_dir, job_name=ns.job_name,
         grace_period=ns.grace_period, min_workers=ns.min_workers, max_workers=ns.max_workers,
         monitor_members=ns.monitor_members, heartbeat_ttl=ns.heartbeat_ttl, no_python=ns.no_python,
-        pythonpath=tuple(str(Path(d).resolve()) for d in ns.pythonpath),
+        pythonpath=tuple(str(Path(d).resolve()) for d in ns.pythonpath), daemon_args=tuple(ns.daemon_args),
         env={contract.TREE_THRESHOLD: str(ns.tree_threshold), contract.TREE_FANOUT: str(ns.tree_fanout),
              contract.ALLOW_PICKLE: "true" if ns.allow_pickle else "false"},
     )

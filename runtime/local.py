@@ -28,11 +28,17 @@ from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.procs import RUNTIME_ROOT, exit_status
 from runtime.agent.settings import MODES
 from runtime.agent.transport import port_is_free, request_json
+from runtime.agent.world import SINGLE_CONTROLLER
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
 CONNECTION_FILE = "connection.json"
 """Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
+RAY_OBJECT_STORE_SHARE = 0.3
+"""Share of this machine's memory the local nodes' Ray object stores get together (Ray's own default
+for one node), split evenly between them."""
+RAY_MIN_OBJECT_STORE = 80 * 1024 * 1024
+"""Smallest object store given to a local Ray node, bytes (Ray refuses less than 75 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,8 @@ class LocalJobSpec:
         mode: ``batch`` (run ``entrypoint`` on every rank) or ``service`` (long-lived processes taking calls).
         entrypoint: batch mode: the user command after the interpreter (``script.py args`` or ``-m module args``),
             or with ``no_python`` a whole argv run as is.
-        distribution: which framework's variables to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``).
+        distribution: which framework's variables to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``),
+            or a single-controller job (``ray``, ``monarch``: ``num_proc`` 1, not elastic).
         quorum_workers: nodes needed to start (default all).
         quorum_timeout: seconds to wait for quorum.
         max_restarts: batch mode: restarts of the whole job after a failure.
@@ -76,6 +83,8 @@ class LocalJobSpec:
         monitor_members: raise ``WorkerMembershipChanged`` in user processes on a change.
         heartbeat_ttl: seconds without a heartbeat before a node is dead.
         no_python: batch mode: run ``entrypoint`` directly instead of under the interpreter.
+        daemon_args: ``ray``: appended to every node's ``ray start``, after the local defaults
+            (:func:`ray_defaults`), so they win.
     """
 
     workers: int = 1
@@ -97,9 +106,17 @@ class LocalJobSpec:
     monitor_members: bool = True
     heartbeat_ttl: float = 3.0
     no_python: bool = False
+    daemon_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        single = self.distribution in SINGLE_CONTROLLER
         for name, ok, fix in (
+            ("num_proc", not single or self.num_proc == 1,
+             f"a {self.distribution} job runs one driver process, on node 0; use 1"),
+            ("min_workers", not single or (self.min_workers is None and self.max_workers is None),
+             f"a {self.distribution} job cannot be elastic; unset min_workers and max_workers"),
+            ("daemon_args", not self.daemon_args or self.distribution == "ray",
+             f"daemon arguments go to `ray start`, and the distribution is {self.distribution!r}; unset them"),
             ("workers", self.workers >= 1, "use 1 or more nodes"),
             ("num_proc", self.num_proc >= 1, "use 1 or more processes per node"),
             ("mode", self.mode in MODES, f"use one of {', '.join(MODES)}"),
@@ -303,11 +320,25 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
             p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p
         ),
     })
+    if spec.distribution == "ray":
+        env[contract.DAEMON_ARGS] = json.dumps([*ray_defaults(spec.workers), *spec.daemon_args])
     for name, value in ((contract.QUORUM_WORKERS, spec.quorum_workers), (contract.MIN_WORKERS, spec.min_workers),
                         (contract.MAX_WORKERS, spec.max_workers)):
         if value is not None:
             env[name] = str(value)
     return env
+
+
+def ray_defaults(workers: int) -> tuple[str, ...]:
+    """``ray start`` arguments for ``workers`` local nodes sharing this machine: each gets its share
+    of the CPUs and of the object store memory Ray would give one node on it (``RAY_OBJECT_STORE_SHARE``)."""
+    args = [f"--num-cpus={max(1, (os.cpu_count() or 1) // workers)}"]
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return tuple(args)
+    args.append(f"--object-store-memory={max(RAY_MIN_OBJECT_STORE, int(memory * RAY_OBJECT_STORE_SHARE) // workers)}")
+    return tuple(args)
 
 
 def run_root(log_dir: str) -> str:

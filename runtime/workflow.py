@@ -73,7 +73,8 @@ class Compute(abc.ABC):
     Args:
         workers: nodes.
         num_proc: processes per node.
-        distribution: which framework's environment to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``).
+        distribution: which framework's environment to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``),
+            or a single-controller job (``ray``, ``monarch``: calls run on node 0 only).
         serialization: ``json`` or ``pickle`` for calls (``pickle`` makes the deployment accept it).
 
     Raises:

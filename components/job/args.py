@@ -14,8 +14,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from components import validate
 from components.errors import InvalidJobArgs
 from components.job import checks
-from runtime.agent import contract
-from runtime.agent.world import DISTRIBUTIONS
+from runtime.agent import contract, controller
+from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER
 
 MODES = ("batch", "service")
 INDEXED_JOB = "indexed-job"
@@ -38,7 +38,7 @@ PROCESS_ENV = (
     contract.POD_IPS, contract.MASTER_ADDR, contract.MASTER_PORT, contract.TORCHELASTIC_RUN_ID,
     contract.TORCHELASTIC_RESTART_COUNT, contract.TORCHELASTIC_MAX_RESTARTS,
     contract.JAX_COORDINATOR_ADDRESS, contract.JAX_NUM_PROCESSES, contract.JAX_PROCESS_ID,
-    contract.JAX_LOCAL_DEVICE_IDS, contract.TF_CONFIG,
+    contract.JAX_LOCAL_DEVICE_IDS, contract.TF_CONFIG, contract.RAY_ADDRESS, contract.MONARCH_WORKER_ADDRESSES,
     contract.POD_IP, contract.POD_NAME, contract.POD_NAMESPACE, contract.JOB_COMPLETION_INDEX,
     "PYTHONPATH",
 )
@@ -76,7 +76,15 @@ class DistributedJobArgs:
         memory: memory request and limit per pod, a Kubernetes quantity such as ``"16Gi"``.
         gpus: NVIDIA GPUs per pod (``nvidia.com/gpu`` limit), a whole number.
         distribution: which framework's variables to set: one of the agent's
-            :data:`runtime.agent.world.DISTRIBUTIONS` (``spmd`` sets every framework's).
+            :data:`runtime.agent.world.DISTRIBUTIONS` (``spmd`` sets every framework's). ``ray`` and
+            ``monarch`` are single-controller: the script runs once, on node 0, as the driver of a
+            Ray cluster (``RAY_ADDRESS``) or Monarch host mesh (``MONARCH_WORKER_ADDRESSES``) that
+            spans every pod; the image must have ``ray`` or ``torchmonarch`` installed. They need
+            ``num_proc=1``, no elastic bounds, and listen on ``master_port + 32`` (and ``+ 33``, Ray's
+            client server), which ``agent_port`` must not take. Service calls run on node 0.
+        daemon_args: ``ray`` only: arguments appended to every pod's ``ray start``, after the ones
+            derived from ``cpus`` (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g.
+            ``["--object-store-memory=2000000000"]``.
         mode: ``batch`` (run to completion) or ``service`` (keep processes alive for calls).
         backend: workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for
             service; ``None`` picks ``indexed-job`` for batch and ``statefulset`` for service.
@@ -164,6 +172,7 @@ class DistributedJobArgs:
     log_dir: Optional[str] = None
     allow_from: Sequence[Mapping[str, Any]] = ()
     cluster_domain: str = "cluster.local"
+    daemon_args: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         """Freeze the collections and validate every field.
@@ -177,7 +186,7 @@ class DistributedJobArgs:
             value = getattr(self, name)
             if isinstance(value, Mapping):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
-        for name in ("command", "args", "pythonpath", "tolerations", "allow_from"):
+        for name in ("command", "args", "pythonpath", "tolerations", "allow_from", "daemon_args"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
@@ -188,6 +197,7 @@ class DistributedJobArgs:
         _validate_scheduling(self)
         _validate_pod(self)
         _validate_network(self)
+        _validate_single_controller(self)
 
     @property
     def workload_backend(self) -> str:
@@ -220,6 +230,15 @@ class DistributedJobArgs:
     def no_python(self) -> bool:
         """Whether the entrypoint is a ``command`` run as is rather than under the interpreter."""
         return self.command is not None
+
+    @property
+    def ray_start_args(self) -> tuple[str, ...]:
+        """``ray``: what every pod's ``ray start`` gets beyond the agent's own flags: the pod's share
+        of CPUs and GPUs (Ray would otherwise count the whole machine's), then ``daemon_args``."""
+        derived = [f"--num-cpus={max(1, int(self.cpus))}"] if self.cpus is not None else []
+        if self.gpus:
+            derived.append(f"--num-gpus={self.gpus}")
+        return (*derived, *self.daemon_args)
 
     @property
     def entrypoint(self) -> tuple[str, ...]:
@@ -487,6 +506,31 @@ def _plain_type(annotation: str) -> str:
     if text.startswith("Union["):
         text = " or ".join(part.strip() for part in text[len("Union["):-1].split(","))
     return text.replace("Sequence[", "list[").replace("Mapping[", "dict[")
+def _validate_single_controller(a: DistributedJobArgs) -> None:
+    if not isinstance(a.daemon_args, tuple) or not all(isinstance(x, str) for x in a.daemon_args):
+        raise InvalidJobArgs("daemon_args", a.daemon_args, "must be a list of strings",
+                             'pass e.g. ["--object-store-memory=2000000000"]')
+    dist = a.distribution
+    if a.daemon_args and dist != "ray":
+        raise InvalidJobArgs("daemon_args", list(a.daemon_args), f"they go to `ray start`, and distribution is "
+                             f"{dist!r}", 'unset daemon_args, or use distribution="ray"')
+    if dist not in SINGLE_CONTROLLER:
+        return
+    if a.procs_per_node != 1:
+        raise InvalidJobArgs("num_proc", a.num_proc, f"a {dist} job runs one driver process, on node 0, and "
+                             f"{dist}'s own workers on every pod, which use all of the pod's GPUs",
+                             "set num_proc=1")
+    if a.elastic:
+        raise InvalidJobArgs("min_workers", a.min_workers, f"a {dist} job cannot be elastic: its head is node 0 "
+                             "and the driver runs there", "unset min_workers and max_workers")
+    for name, port in controller.ports(dist, a.master_port):
+        if port > 65535:
+            raise InvalidJobArgs("master_port", a.master_port, f"{dist} listens on master_port + "
+                                 f"{port - a.master_port} ({port}, {name}), beyond the last TCP port",
+                                 f"use a master_port of at most {65535 - (port - a.master_port)}")
+        if port == a.agent_port:
+            raise InvalidJobArgs("agent_port", a.agent_port, f"{dist} listens there ({name}: master_port + "
+                                 f"{port - a.master_port})", "give agent_port another port")
 
 
 def _require_list(name: str, value: Any) -> None:

@@ -7,14 +7,16 @@ from typing import Any, Mapping, Optional
 from components.job.args import DistributedJobArgs
 from components.job.naming import JobNames
 from components.job.pod import pod_selector
-from runtime.agent import contract
+from runtime.agent import contract, controller
 
 
 def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> dict[str, Any]:
     """A headless Service over the job's pods, publishing not-ready addresses.
 
     Pods register with the coordinator before any readiness probe passes, so their DNS records
-    must exist from the start (``publishNotReadyAddresses: true``).
+    must exist from the start (``publishNotReadyAddresses: true``). Its ports: the agent's, the
+    rendezvous port and, for ``ray``/``monarch``, the framework's (Ray's head and client server,
+    Monarch's worker port).
     """
     return {
         "apiVersion": "v1",
@@ -29,6 +31,8 @@ def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[
                  "targetPort": args.agent_port, "protocol": "TCP"},
                 {"name": contract.MASTER_PORT_NAME, "port": args.master_port,
                  "targetPort": args.master_port, "protocol": "TCP"},
+                *({"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+                  for name, port in controller.ports(args.distribution, args.master_port)),
             ],
         },
     }
@@ -38,7 +42,9 @@ def network_policy(names: JobNames, args: DistributedJobArgs, labels: Mapping[st
     """Ingress to the job's pods from the job's own pods only, plus ``allow_from`` on the agent port.
 
     The job's pods reach each other on every port: collective backends (NCCL, Gloo) open data
-    connections on ephemeral ports beyond the rendezvous port. Egress is not restricted.
+    connections on ephemeral ports beyond the rendezvous port, and Ray's raylets, object managers
+    and workers listen on ports of their own choosing. Ray's and Monarch's ports take no token, so
+    ``allow_from`` peers reach the (token-checked) agent port only. Egress is not restricted.
     """
     ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {"matchLabels": pod_selector(names)}}]}]
     if args.allow_from:

@@ -11,7 +11,7 @@ from components.job.args import DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
-from runtime.agent import contract
+from runtime.agent import contract, controller
 
 AGENT_CONTAINER = "agent"
 BUNDLE_VOLUME = "trainplane-runtime"
@@ -105,6 +105,7 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         contract.LOG_DIR: args.log_dir,
         contract.ENTRYPOINT: json.dumps(list(args.entrypoint)),
         contract.NO_PYTHON: "true" if args.no_python else None,
+        contract.DAEMON_ARGS: json.dumps(list(args.ray_start_args)) if args.distribution == "ray" else None,
     }
     env += [{"name": k, "value": v} for k, v in settings.items() if v is not None]
     if role.node_rank_from is not None:
@@ -127,7 +128,8 @@ def resources(args: DistributedJobArgs) -> dict[str, dict[str, Any]]:
 
 
 def container(names: JobNames, args: DistributedJobArgs, role: PodRole) -> dict[str, Any]:
-    """The one container: ``python3 -m runtime.agent`` with the bundle and ``/dev/shm`` mounted."""
+    """The one container: ``python3 -m runtime.agent`` with the bundle and ``/dev/shm`` mounted; its
+    ports are the agent's, the rendezvous port and, for ``ray``/``monarch``, the framework's."""
     body: dict[str, Any] = {
         "name": role.container_name,
         "image": args.image,
@@ -136,6 +138,8 @@ def container(names: JobNames, args: DistributedJobArgs, role: PodRole) -> dict[
         "ports": [
             {"name": contract.AGENT_PORT_NAME, "containerPort": args.agent_port, "protocol": "TCP"},
             {"name": role.rendezvous_port_name, "containerPort": args.master_port, "protocol": "TCP"},
+            *({"name": name, "containerPort": port, "protocol": "TCP"}
+              for name, port in controller.ports(args.distribution, args.master_port)),
         ],
         "volumeMounts": [
             {"name": BUNDLE_VOLUME, "mountPath": contract.BUNDLE_MOUNT_PATH, "readOnly": True},

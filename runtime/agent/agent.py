@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO, Union
 
-from runtime.agent import contract, topology
+from runtime.agent import contract, controller, topology
 from runtime.agent.bootstrap import die_with_parent
-from runtime.agent.coordinator import Action, Coordinator, Probe, Push, Rejected, Say
+from runtime.agent.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Rejected, Say
 from runtime.agent.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, WorkerMembershipChanged
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
@@ -88,9 +88,15 @@ class _CoordinatorBackEvent:
     failures: int
 
 
+@dataclass(frozen=True)
+class _DaemonExit:
+    name: str
+    exit: ProcExit
+
+
 _Event = Union[
     _WorldEvent, _SignalEvent, _ActionsEvent, _FatalEvent, _RejoinEvent, _CoordinatorLostEvent,
-    _CoordinatorBackEvent, ProcExit,
+    _CoordinatorBackEvent, _DaemonExit, ProcExit,
 ]
 
 
@@ -137,6 +143,7 @@ class Agent:
         self._children = Liveness()
         self.world: Optional[World] = None
         self._procs: Optional[Supervisor] = None
+        self._daemon: Optional[Supervisor] = None
         self._service = ServiceNode(
             settings, lambda: self.world, self.say,
             on_unreachable=lambda node: self._suspect(node, f"node {node.node_id} ({node.addr}) refused a call"),
@@ -150,7 +157,7 @@ class Agent:
         if settings.run_root:
             os.makedirs(settings.run_root, exist_ok=True)
         self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-", dir=settings.run_root)
-        self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.num_proc)
+        self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.local_world_size)
         self._server = AgentServer(
             (settings.bind_address, settings.agent_port),
             settings.token,
@@ -290,8 +297,7 @@ class Agent:
         finally:
             self._stopping.set()
             self._beat_now.set()
-            if self._procs is not None:
-                self._procs.stop(self.settings.grace_period)
+            self._stop_processes()
             for pusher in self._pushers:
                 pusher.join(timeout=5.0)
             self._push_pool.close()
@@ -322,6 +328,8 @@ class Agent:
             return self._on_world(event.world)
         if isinstance(event, ProcExit):
             return self._on_exit(event)
+        if isinstance(event, _DaemonExit):
+            return self._on_daemon_exit(event)
         if isinstance(event, _ActionsEvent):
             self._perform(event.actions)
             return None
@@ -450,9 +458,7 @@ class Agent:
         if world.status in TERMINAL:
             return self._finish(world)
         if not self._in(world):
-            if self._procs is not None:
-                self._procs.stop(self.settings.grace_period)
-                self._procs = None
+            self._stop_processes()
             return self._on_rejoin(f"generation {world.generation} does not include this node")
         same_epoch = (
             previous is not None and previous.status == RUNNING and self._in(previous)
@@ -461,10 +467,17 @@ class Agent:
         if same_epoch and previous is not None:
             self._deliver(previous, world)
             return None
-        if self._procs is not None:
-            self._procs.stop(self.settings.grace_period)
+        self._stop_processes()
         self._start(world)
         return None
+
+    def _stop_processes(self) -> None:
+        """Stop this node's user processes and its framework daemon, if any (each: SIGTERM, then
+        SIGKILL after the grace period); their exits are not failures."""
+        for supervisor in (self._procs, self._daemon):
+            if supervisor is not None:
+                supervisor.stop(self.settings.grace_period)
+        self._procs = self._daemon = None
 
     def _world_file(self, local_rank: int) -> str:
         return os.path.join(self._run_dir, f"world-{local_rank}.json")
@@ -495,7 +508,7 @@ class Agent:
             self._service.fail_in_flight(change)
         if self._procs is None:
             return
-        for local_rank in range(self.settings.num_proc):
+        for local_rank in range(self.node.num_proc):
             self._write_world_file(local_rank, self._world_state(change, world, local_rank))
             if self.settings.monitor_members:
                 self._procs.send(local_rank, DELIVERY_SIGNAL)
@@ -505,25 +518,47 @@ class Agent:
         base = inherited_env(os.environ)
         envs = []
         unchanged = _change(world, world)
-        for i in range(self.settings.num_proc):
+        head = controller.driver_wait(world)
+        wait = {contract.WAIT_FOR: head} if head else {}
+        for i in range(self.node.num_proc):
             self._write_world_file(i, self._world_state(unchanged, world, i))
             envs.append({
-                **base, **process_env(world, node_rank, i),
+                **base, **process_env(world, node_rank, i), **wait,
                 contract.TRAINPLANE_WORLD_FILE: self._world_file(i),
                 contract.MONITOR_MEMBERS: "true" if self.settings.monitor_members else "false",
             })
         log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
         self._exits = {}
+        daemon = controller.daemon(world, node_rank, prefix=self.settings.daemon_prefix,
+                                   extra_args=self.settings.daemon_args)
+        if daemon is not None:
+            self._daemon = self._spawn_daemon(world, node_rank, daemon, base, log_dir)
         self._procs = self._service.workers(world, envs, log_dir) if self._service is not None else self._spawner(
             world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
             self._events.put, log_dir, no_python=self.settings.no_python,
         )
-        self.say(
-            f"generation {world.generation}: node rank {node_rank} of {len(world.nodes)}, "
-            f"ranks {world.first_rank(node_rank)}..{world.first_rank(node_rank) + self.settings.num_proc - 1} "
-            f"of {world.world_size}, master {world.master_addr}:{world.rendezvous_port} (agent pid {os.getpid()})"
-        )
+        first = world.first_rank(node_rank)
+        runs = f"ranks {first}..{first + self.node.num_proc - 1} of {world.world_size}"
+        if daemon is not None:
+            runs = f"the {daemon.name}" + (f" and the driver (rank {first} of {world.world_size})"
+                                           if self.node.num_proc else "")
+        self.say(f"generation {world.generation}: node rank {node_rank} of {len(world.nodes)} runs {runs}, "
+                 f"master {world.master_addr}:{world.rendezvous_port} (agent pid {os.getpid()})")
+        if self._daemon is not None:
+            self._daemon.start()
         self._procs.start()
+
+    def _spawn_daemon(self, world: World, node_rank: int, daemon: controller.Daemon, base: dict[str, str],
+                      log_dir: Optional[str]) -> Supervisor:
+        """The supervisor of this node's framework daemon, not yet started: ``runtime.agent.daemon``
+        under the bootstrap, which waits for the head if the daemon needs it, then becomes the daemon."""
+        env = {**base, contract.MONITOR_MEMBERS: "false"}
+        if daemon.wait_for:
+            env[contract.WAIT_FOR] = daemon.wait_for
+        return self._spawner(
+            world.generation, node_rank, [env], ("-m", "runtime.agent.daemon", daemon.name, *daemon.argv),
+            lambda event: self._events.put(_DaemonExit(daemon.name, event)), log_dir, label=daemon.name,
+        )
 
     # --- process exits -------------------------------------------------------------------------
 
@@ -533,7 +568,7 @@ class Agent:
         if world is None or procs is None or event.generation != procs.generation or event.requested:
             return None
         self._exits[event.local_rank] = event
-        done = len(self._exits) == self.settings.num_proc
+        done = len(self._exits) == self.node.num_proc
         if self._coordinator_lost:
             if event.exit_code != 0 or done:
                 self.say(f"rank {event.rank} exited with code {event.exit_code} while the coordinator is "
@@ -551,6 +586,29 @@ class Agent:
             self._report(world.generation, FAILED, failure=failure.to_json())
         elif done and all(e.exit_code == 0 for e in self._exits.values()):
             self._report(world.generation, SUCCEEDED)
+        return None
+
+    def _on_daemon_exit(self, event: _DaemonExit) -> Optional[int]:
+        """This node's framework daemon ended: a failure if it exited non-zero while the world runs
+        (the driver's exit, not the daemon's, decides success); exit 0 (e.g. a Monarch host shut
+        down by the driver) is the daemon's own business."""
+        world, daemon, ended = self.world, self._daemon, event.exit
+        if world is None or daemon is None or ended.generation != daemon.generation or ended.requested:
+            return None
+        if ended.exit_code == 0:
+            self.say(f"the {event.name} daemon exited with code 0")
+            return None
+        if self._coordinator_lost:
+            self.say(f"the {event.name} daemon exited with code {ended.exit_code} while the coordinator is "
+                     f"unreachable; stopping this node")
+            return ended.exit_code
+        if world.status == RUNNING:
+            failure = Failure(
+                rank=-1, node_id=self.settings.node_id, local_rank=-1, exit_code=ended.exit_code,
+                stderr_tail=ended.stderr_tail, timestamp=ended.timestamp, addr=self.settings.advertise_address,
+                daemon=event.name,
+            )
+            self._report(world.generation, FAILED, failure=failure.to_json())
         return None
 
     def _report(self, generation: int, state: str, **extra: Any) -> None:
@@ -573,8 +631,7 @@ class Agent:
                 "num_proc": self.node.num_proc}
 
     def _finish(self, world: World) -> int:
-        if self._procs is not None:
-            self._procs.stop(self.settings.grace_period)
+        self._stop_processes()
         if self._coordinator is None:
             if world.status == FAILED:
                 self.say(f"job failed: {world.message.split(';')[0] if world.message else 'see the coordinator'}")
@@ -591,8 +648,7 @@ class Agent:
         name = signal.Signals(signum).name
         code = contract.EXIT_INTERRUPTED_BASE + signum
         self.say(f"received {name}: stopping processes")
-        if self._procs is not None:
-            self._procs.stop(self.settings.grace_period)
+        self._stop_processes()
         if self._coordinator is not None:
             with self._lock:
                 actions = self._coordinator.stop(f"the coordinator received {name}", code)
@@ -609,9 +665,7 @@ class Agent:
     # --- membership: rejoin and coordinator loss -------------------------------------------------
 
     def _on_rejoin(self, reason: str) -> Optional[int]:
-        if self._procs is not None:
-            self._procs.stop(self.settings.grace_period)
-            self._procs = None
+        self._stop_processes()
         if not self.settings.elastic:
             self.say(f"removed from the job ({reason}); the job is not elastic, so this node stops")
             return contract.EXIT_RENDEZVOUS
@@ -635,6 +689,10 @@ class Agent:
         if world is None or world.coordinator != event.coordinator or self._coordinator is not None:
             return None
         survivors = [n for n in world.nodes if n.node_id != lost_id]
+        if self._daemon is not None and not self.node.num_proc:
+            self.say(f"the coordinator (node {lost_id} at {addr}), which runs the driver, has been unreachable "
+                     f"for {event.silent_for:.1f} s; this node's {world.distribution} daemon serves nobody: stopping")
+            return EXIT_NODE_LOST
         if not self.settings.elastic or not survivors:
             self._coordinator_lost = True
             self.say(f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s; "

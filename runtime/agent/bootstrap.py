@@ -3,6 +3,7 @@
 Usage (by the agent): ``python -u -m runtime.agent.bootstrap SCRIPT [ARGS...]`` or
 ``python -u -m runtime.agent.bootstrap -m MODULE [ARGS...]``. It ties the process's life to its
 agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``),
+waits for ``TRAINPLANE_WAIT_FOR`` (a single-controller job's head) to accept connections if set,
 then runs the user's code as ``__main__`` exactly as
 ``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import os
 import runpy
 import signal
+import socket
 import sys
+import time
 from typing import NoReturn, Sequence
 
 from runtime.agent import contract, membership
@@ -29,6 +32,10 @@ EXEC_FLAG = "--exec"
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 """The shell's exit codes for a command that does not exist, or exists but cannot be run."""
+WAIT_TIMEOUT = 600.0
+"""Seconds to wait for ``TRAINPLANE_WAIT_FOR``; a head that fails to start fails the job well before."""
+WAIT_INTERVAL = 0.2
+"""Seconds between connection attempts while waiting."""
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -44,6 +51,27 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
     if os.getppid() == 1:
         os._exit(128 + sig)
+
+
+def wait_for(endpoint: str, timeout: float) -> None:
+    """Return once ``endpoint`` (``host:port``, ``[v6]:port``) accepts a TCP connection.
+
+    Raises:
+        SystemExit: it did not within ``timeout`` seconds (the message names it), or it is malformed.
+    """
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"trainplane: {contract.WAIT_FOR}={endpoint!r} is not host:port")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=WAIT_INTERVAL * 5).close()
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise SystemExit(f"trainplane: {endpoint} (the job's head) did not accept connections within "
+                                 f"{timeout:g} s: {exc}") from None
+        time.sleep(WAIT_INTERVAL)
 
 
 def run(argv: Sequence[str]) -> None:
@@ -93,4 +121,7 @@ if __name__ == "__main__":
     else:
         membership.install()
     membership.poll()  # a change that arrived while this process was starting: take it silently
+    head = os.environ.pop(contract.WAIT_FOR, "")
+    if head:
+        wait_for(head, WAIT_TIMEOUT)
     run(sys.argv[1:])

@@ -134,7 +134,7 @@ class CallRequest:
     Attributes:
         invocation: what to run.
         timeout: seconds the call may take, or ``None`` for no deadline.
-        workers: node ranks to run on (ascending, distinct), or ``None`` for every node.
+        workers: node ranks to run on (ascending, distinct), or ``None`` for every node that runs processes.
     """
 
     invocation: Invocation

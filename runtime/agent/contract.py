@@ -10,6 +10,7 @@ Conventions borrowed:
     * JAX (``jax.distributed.initialize`` cluster detection): ``JAX_COORDINATOR_ADDRESS``,
       ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, ``JAX_LOCAL_DEVICE_IDS``.
     * TensorFlow (``tf.distribute.cluster_resolver.TFConfigClusterResolver``): ``TF_CONFIG``.
+    * Ray (``ray.init()`` reads the cluster address from it): ``RAY_ADDRESS``.
     * Kubernetes: Indexed Job ``JOB_COMPLETION_INDEX``, StatefulSet pod name ordinal suffix,
       ``app.kubernetes.io/*`` recommended labels.
 """
@@ -36,6 +37,9 @@ JAX_NUM_PROCESSES = "JAX_NUM_PROCESSES"
 JAX_PROCESS_ID = "JAX_PROCESS_ID"
 JAX_LOCAL_DEVICE_IDS = "JAX_LOCAL_DEVICE_IDS"
 TF_CONFIG = "TF_CONFIG"
+# Single-controller distributions: set on the driver (node 0's one user process) only.
+RAY_ADDRESS = "RAY_ADDRESS"  # host:port of the Ray head (its GCS) on node 0
+MONARCH_WORKER_ADDRESSES = "MONARCH_WORKER_ADDRESSES"  # comma-separated tcp://addr:port, one per node, node order
 # trainplane's own per-process variables.
 TRAINPLANE_GENERATION = "TRAINPLANE_GENERATION"
 TRAINPLANE_WORLD_FILE = "TRAINPLANE_WORLD_FILE"
@@ -83,6 +87,10 @@ torch.distributed.run-aware code in user processes. The only ``TRAINPLANE_*`` va
 process has are the ones its agent sets for it: ``TRAINPLANE_GENERATION`` and
 ``TRAINPLANE_WORLD_FILE`` (read by ``runtime.membership``), ``TRAINPLANE_MONITOR_MEMBERS`` (read by
 the bootstrap) and, on service workers, ``TRAINPLANE_SERVICE_FD``."""
+# Single-controller distributions (ray, monarch): the framework daemons the agents run.
+DAEMON_ARGS = "TRAINPLANE_DAEMON_ARGS"  # ray: JSON list appended to every `ray start` (e.g. ["--num-cpus=4"])
+DAEMON_PREFIX = "TRAINPLANE_DAEMON_PREFIX"  # JSON list put before every daemon's command (a wrapper)
+WAIT_FOR = "TRAINPLANE_WAIT_FOR"  # host:port: the bootstrap waits until it accepts TCP connections (a head)
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"
@@ -106,13 +114,27 @@ The job reserves the ports from its base port ``base`` (the ``MASTER_PORT`` sett
 * ``base + JAX_PORT_OFFSET ..`` (the next ``SPAN``): the JAX coordinator
   (``JAX_COORDINATOR_ADDRESS``), rotating the same way, so an ``spmd`` process can start both;
 * ``base + TF_PORT_OFFSET ..``: TensorFlow workers (``TF_CONFIG``), one port per process sharing
-  an address: the local rank when every node has its own address, more when nodes share one."""
+  an address: the local rank when every node has its own address, more when nodes share one;
+* single-controller jobs (``ray``, ``monarch``), which set neither the JAX nor the TensorFlow
+  variables, use the first ports of the JAX block instead: ``base + CONTROLLER_PORT_OFFSET ..``."""
 JAX_PORT_OFFSET = RENDEZVOUS_PORT_SPAN
 """First JAX coordinator port, relative to the job's base port."""
 TF_PORT_OFFSET = 2 * RENDEZVOUS_PORT_SPAN
 """First TensorFlow worker port, relative to the job's base port."""
+CONTROLLER_PORT_OFFSET = JAX_PORT_OFFSET
+"""Single-controller jobs (``ray``, ``monarch``) listen on ``MASTER_PORT base + CONTROLLER_PORT_OFFSET``
+(29532 by default), just above the rendezvous span, in the JAX block (these jobs set no JAX or TF
+variables): Ray's head (its GCS) on node 0, Monarch's worker loop on every node."""
+RAY_CLIENT_PORT_OFFSET = CONTROLLER_PORT_OFFSET + 1
+"""The Ray head's client server (``ray://`` addresses) listens on the base + this (29533 by default)."""
+RAY_DASHBOARD_PORT_OFFSET = CONTROLLER_PORT_OFFSET + 2
+"""The Ray head's (minimal) dashboard listens on the base + this (29534 by default); the full
+dashboard is off."""
 AGENT_PORT_NAME = "agent"
 MASTER_PORT_NAME = "rendezvous"
+RAY_HEAD_PORT_NAME = "ray-head"
+RAY_CLIENT_PORT_NAME = "ray-client"
+MONARCH_PORT_NAME = "monarch"
 
 # --- HTTP routes and headers -------------------------------------------------------------------
 ROUTE_HEALTHZ = "/healthz"

@@ -294,8 +294,10 @@ class Coordinator:
             node_id: the reporting node.
             generation: the generation the node was in; reports from before the current restart
                 epoch are stale and ignored.
-            state: ``succeeded`` (all its processes exited 0), ``failed`` (one exited non-zero;
-                ``failure`` says which) or ``stopped`` (the node is shutting down; ``message`` says why).
+            state: ``succeeded`` (all its processes exited 0), ``failed`` (one exited non-zero, or its
+                framework daemon did; ``failure`` says which) or ``stopped`` (the node is shutting
+                down; ``message`` says why). The job succeeds once every node with processes has
+                succeeded: nodes without (a single-controller job's daemon-only nodes) do not vote.
             failure: the failing process, for ``failed``.
             message: the reason, for ``stopped``.
         """
@@ -304,7 +306,7 @@ class Coordinator:
             return []
         if state == SUCCEEDED:
             self._states[node_id] = SUCCEEDED
-            if all(self._states.get(n.node_id) == SUCCEEDED for n in world.nodes):
+            if all(self._states.get(n.node_id) == SUCCEEDED for n in world.nodes if n.num_proc):
                 self.world = world.finished(SUCCEEDED, "every rank exited 0", contract.EXIT_OK)
                 return [Say("job succeeded: every rank exited 0"), Push(self.world, self._everyone(world))]
             return []
@@ -343,7 +345,7 @@ class Coordinator:
                 Push(self.world, world.nodes),
             ]
         cause = min(self._failures, key=lambda f: (f.timestamp, f.rank))
-        known = cause.rank >= 0
+        known = cause.rank >= 0 or bool(cause.daemon)
         message = cause.describe() if known else reason
         self.world = world.finished(FAILED, message, cause.exit_code or 1, cause if known else None)
         return [Say(f"job failed: {message}"), Push(self.world, self._everyone(world))]

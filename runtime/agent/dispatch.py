@@ -190,9 +190,14 @@ class ServiceNode:
             coordinator = world.nodes[0]
             raise HttpError(409, f"calls go to the coordinator (node rank 0) at {coordinator.addr}:{coordinator.port}")
         call = CallRequest.from_json(request.body, self._settings.allow_pickle)
-        targets = call.workers if call.workers is not None else tuple(range(len(world.nodes)))
+        serving = tuple(i for i, node in enumerate(world.nodes) if node.num_proc)
+        targets = call.workers if call.workers is not None else serving
         if targets[-1] >= len(world.nodes):
             raise HttpError(400, f"workers={list(targets)} is invalid: node ranks go from 0 to {len(world.nodes) - 1}")
+        idle = sorted(set(targets) - set(serving))
+        if idle:
+            raise HttpError(400, f"workers={list(targets)} is invalid: node rank(s) {idle} run no processes (a "
+                                 f"{world.distribution} job runs calls on node 0 only); leave workers unset or use [0]")
         deadline = None if call.timeout is None else self._clock() + call.timeout
         self._count("calls")
         if not self._call_lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - self._clock())):

@@ -73,8 +73,9 @@ def inherited_env(agent_env: Mapping[str, str]) -> dict[str, str]:
 class _Output:
     """Copies one process's output streams, line by line, to the agent's streams and a log file."""
 
-    def __init__(self, rank: int, log_path: Optional[Path], out: BinaryIO, err: BinaryIO, lock: threading.Lock) -> None:
-        self._prefix = f"[rank {rank}] ".encode()
+    def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
+                 lock: threading.Lock) -> None:
+        self._prefix = f"[{prefix}] ".encode()
         self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
         self._out = out
         self._err = err
@@ -145,6 +146,9 @@ class LocalProcesses:
         pass_fds: file descriptors every process inherits (service mode: its channel to the agent).
         no_python: ``entrypoint`` is an executable and its arguments: the bootstrap sets the process
             up, then replaces itself with it (same pid), instead of running Python code.
+        label: what a process is called in its output prefix (``[rank 3]``) and log file name
+            (``rank-3.log``), before its number (``first_rank + local_rank``); a framework daemon
+            goes by its name and node rank (``[ray worker 1]``, ``ray-worker-1.log``).
     """
 
     def __init__(
@@ -160,8 +164,10 @@ class LocalProcesses:
         python: str = sys.executable,
         pass_fds: Sequence[int] = (),
         no_python: bool = False,
+        label: str = "rank",
     ) -> None:
         self.generation = generation
+        self._label = label
         self._first_rank = first_rank
         self._envs = envs
         exec_flag = (EXEC_FLAG,) if no_python else ()
@@ -204,8 +210,9 @@ class LocalProcesses:
                 pass_fds=self._pass_fds,
             )
             self._procs.append(proc)
-            log_path = self._log_dir / f"rank-{rank}.log" if self._log_dir else None
-            output = _Output(rank, log_path, self._out, self._err, self._lock)
+            name = f"{self._label} {rank}"
+            log_path = self._log_dir / f"{name.replace(' ', '-')}.log" if self._log_dir else None
+            output = _Output(name, log_path, self._out, self._err, self._lock)
             output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
             watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)
             watcher.start()

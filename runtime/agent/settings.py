@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from runtime.agent import contract
+from runtime.agent.controller import local_world_size
 from runtime.agent.errors import ConfigError
-from runtime.agent.world import DISTRIBUTIONS
+from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER
 
 MODES = ("batch", "service")
 _ORDINAL = re.compile(r"-(\d+)$")
@@ -43,7 +44,9 @@ class AgentSettings:
         quorum_workers: nodes that must register before the world forms (default: ``workers``).
         quorum_timeout: seconds to wait for quorum.
         max_restarts: restarts of the whole world after a failure.
-        distribution: one of ``spmd``, ``pytorch``, ``jax``, ``tensorflow``.
+        distribution: one of ``spmd``, ``pytorch``, ``jax``, ``tensorflow``, ``ray``, ``monarch``.
+            The last two are single-controller (``runtime.agent.controller``): ``num_proc`` must be
+            1 and the job cannot be elastic.
         mode: ``batch`` or ``service``.
         tree_threshold: calls to, and liveness from, at least this many nodes travel a tree.
         tree_fanout: children per node in the tree.
@@ -98,6 +101,8 @@ class AgentSettings:
     verdict_file: Optional[str] = None
     run_root: Optional[str] = None
     no_python: bool = False
+    daemon_args: tuple[str, ...] = ()
+    daemon_prefix: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _require(bool(self.job), contract.JOB_NAME, self.job, "set a non-empty job name")
@@ -152,6 +157,16 @@ class AgentSettings:
             f"use one of {', '.join(DISTRIBUTIONS)}",
         )
         _require(self.mode in MODES, contract.MODE, self.mode, f"use one of {', '.join(MODES)}")
+        if self.distribution in SINGLE_CONTROLLER:
+            _require(self.num_proc == 1, contract.NUM_PROC, self.num_proc,
+                     f"a {self.distribution} job runs one driver process, on node 0, and {self.distribution}'s "
+                     "own workers on every node; use 1")
+            _require(not self.elastic, contract.MIN_WORKERS, f"{self.min_workers}..{self.max_workers}",
+                     f"a {self.distribution} job cannot be elastic (its head is node 0); unset "
+                     f"{contract.MIN_WORKERS} and {contract.MAX_WORKERS}")
+        _require(not self.daemon_args or self.distribution == "ray", contract.DAEMON_ARGS, list(self.daemon_args),
+                 f"daemon arguments go to `ray start`, and this job's distribution is {self.distribution!r}; "
+                 "unset it")
         _require(self.tree_threshold >= 1, contract.TREE_THRESHOLD, self.tree_threshold, "use 1 or more nodes")
         _require(self.tree_fanout >= 2, contract.TREE_FANOUT, self.tree_fanout, "use 2 or more children per node")
 
@@ -174,6 +189,12 @@ class AgentSettings:
     def max_nodes(self) -> int:
         """The most nodes the job may have."""
         return self.workers if self.max_workers is None else self.max_workers
+
+    @property
+    def local_world_size(self) -> int:
+        """User processes (ranks) this node runs: ``num_proc``, or for a single-controller job 1 on
+        node 0 (the driver) and 0 elsewhere."""
+        return local_world_size(self.distribution, self.node_id, self.num_proc)
 
     @property
     def is_coordinator(self) -> bool:
@@ -214,7 +235,7 @@ class AgentSettings:
             node_id=_node_id(env),
             workers=_int(env, contract.WORKERS, 1),
             num_proc=_int(env, contract.NUM_PROC, 1),
-            entrypoint=_entrypoint(env.get(contract.ENTRYPOINT, "")),
+            entrypoint=_string_list(env, contract.ENTRYPOINT, '["train.py"]'),
             coordinator=host,
             coordinator_port=coordinator_port,
             agent_port=agent_port,
@@ -241,6 +262,8 @@ class AgentSettings:
             verdict_file=env.get(contract.VERDICT_FILE) or None,
             run_root=env.get(contract.RUN_ROOT) or None,
             no_python=_bool(env, contract.NO_PYTHON, False),
+            daemon_args=_string_list(env, contract.DAEMON_ARGS),
+            daemon_prefix=_string_list(env, contract.DAEMON_PREFIX),
         )
 
 
@@ -302,15 +325,16 @@ def _node_id(env: Mapping[str, str]) -> int:
     )
 
 
-def _entrypoint(text: str) -> tuple[str, ...]:
+def _string_list(env: Mapping[str, str], name: str, example: str = '["--num-cpus=4"]') -> tuple[str, ...]:
+    text = env.get(name, "")
     if not text:
         return ()
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        raise ConfigError(f"{contract.ENTRYPOINT}={text!r} is not JSON: use a list such as [\"train.py\"]") from None
+        raise ConfigError(f"{name}={text!r} is not JSON: use a list such as {example}") from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{contract.ENTRYPOINT}={text!r} must be a JSON list of strings")
+        raise ConfigError(f"{name}={text!r} must be a JSON list of strings")
     return tuple(value)
 
 

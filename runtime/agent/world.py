@@ -13,8 +13,11 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from runtime.agent import contract
 
-DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow")
+DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
 """Distribution kinds the local agent knows. ``spmd`` sets every framework's variables."""
+SINGLE_CONTROLLER = ("ray", "monarch")
+"""Distributions with one driver process, on node 0; every node runs the framework's daemon
+(``runtime.agent.controller``), and the driver's exit decides the job."""
 
 RUNNING = "running"
 SUCCEEDED = "succeeded"
@@ -70,6 +73,8 @@ class Failure:
         stderr_tail: the last lines it wrote to stderr, oldest first.
         timestamp: wall-clock time of the exit on its node, seconds since the epoch.
         addr: its node's address.
+        daemon: for a framework daemon rather than a rank (single-controller jobs), its name, e.g.
+            ``"ray worker"``; ``rank`` and ``local_rank`` are then -1.
     """
 
     rank: int
@@ -79,13 +84,18 @@ class Failure:
     stderr_tail: tuple[str, ...] = ()
     timestamp: float = 0.0
     addr: str = ""
+    daemon: str = ""
 
     def describe(self) -> str:
-        """One paragraph naming the rank, the node, the exit code and the stderr tail."""
-        head = (
-            f"rank {self.rank} (node {self.node_id} at {self.addr}, local rank {self.local_rank}) "
-            f"exited with code {self.exit_code}"
-        )
+        """One paragraph naming the rank (or daemon), the node, the exit code and the stderr tail."""
+        if self.daemon:
+            head = (f"the {self.daemon} daemon (node {self.node_id} at {self.addr}) exited with code "
+                    f"{self.exit_code} while the driver was running")
+        else:
+            head = (
+                f"rank {self.rank} (node {self.node_id} at {self.addr}, local rank {self.local_rank}) "
+                f"exited with code {self.exit_code}"
+            )
         if not self.stderr_tail:
             return head
         return head + "; last stderr lines:\n" + "\n".join(f"    {line}" for line in self.stderr_tail)
@@ -101,6 +111,7 @@ class Failure:
             stderr_tail=tuple(str(s) for s in data.get("stderr_tail", ())),
             timestamp=float(data.get("timestamp", 0.0)),
             addr=str(data.get("addr", "")),
+            daemon=str(data.get("daemon", "")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -159,6 +170,12 @@ class World:
         """This generation's JAX coordinator port: like :attr:`rendezvous_port`, but in the block
         starting at ``contract.JAX_PORT_OFFSET``, so it never equals MASTER_PORT."""
         return self.master_port + contract.JAX_PORT_OFFSET + (self.generation - 1) % contract.RENDEZVOUS_PORT_SPAN
+
+    @property
+    def controller_port(self) -> int:
+        """Single-controller jobs: the Ray head's port on node 0, and every node's Monarch worker port
+        (TCP): ``master_port + contract.CONTROLLER_PORT_OFFSET``."""
+        return self.master_port + contract.CONTROLLER_PORT_OFFSET
 
     @property
     def master_addr(self) -> str:
@@ -251,7 +268,9 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
 
     Returns:
         Variable name to value. ``spmd`` sets every framework's variables; ``pytorch``, ``jax``
-        and ``tensorflow`` set the common ones plus their own.
+        and ``tensorflow`` set the common ones plus their own. ``ray`` and ``monarch`` worlds have
+        one process, the driver on node 0 (rank 0 of world size 1; ``POD_IPS`` still lists every
+        node), which also gets ``RAY_ADDRESS`` or ``MONARCH_WORKER_ADDRESSES``.
 
     Raises:
         IndexError: ``node_rank`` or ``local_rank`` is outside the world.
@@ -288,7 +307,17 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
         env[contract.JAX_LOCAL_DEVICE_IDS] = str(local_rank)
     if dist in ("spmd", "tensorflow"):
         env[contract.TF_CONFIG] = tf_config(world, rank)
+    if dist == "ray":
+        env[contract.RAY_ADDRESS] = host_port(master, world.controller_port)
+    if dist == "monarch":
+        env[contract.MONARCH_WORKER_ADDRESSES] = ",".join(f"tcp://{host_port(n.addr, world.controller_port)}"
+                                                          for n in world.nodes)
     return env
+
+
+def host_port(addr: str, port: int) -> str:
+    """``addr:port``, with an IPv6 address in brackets (``[fd00::1]:29532``), as Ray and Monarch spell it."""
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
 def tf_config(world: World, rank: int) -> str:

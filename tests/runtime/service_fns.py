@@ -76,3 +76,8 @@ def mark_then_sleep(path: str, sleep: float = 60.0) -> int:
         f.write(str(os.getpid()))
     time.sleep(sleep)
     return rank()
+
+
+def environment(names: list[str]) -> dict[str, str]:
+    """The values of ``names`` in this process's environment (absent ones left out)."""
+    return {name: os.environ[name] for name in names if name in os.environ}

@@ -52,11 +52,20 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
         ({}, "cannot tell this node's rank"),
         ({contract.NODE_RANK_SETTING: "0", contract.QUORUM_WORKERS: "5"}, "TRAINPLANE_QUORUM_WORKERS=5"),
         ({contract.NODE_RANK_SETTING: "0", contract.ENTRYPOINT: "train.py"}, "is not JSON"),
-        ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "mpi"}, "use one of spmd, pytorch"),
+        ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "mpi"},
+         "use one of spmd, pytorch, jax, tensorflow, ray, monarch"),
         ({contract.NODE_RANK_SETTING: "0", contract.MONITOR_MEMBERS: "maybe"}, "use true or false"),
         ({contract.NODE_RANK_SETTING: "0", contract.MASTER_PORT: "0"}, "MASTER_PORT=0 is invalid"),
         ({contract.NODE_RANK_SETTING: "0", contract.MODE: "service", contract.NO_PYTHON: "true"},
          "TRAINPLANE_NO_PYTHON=True is invalid: unset it in service mode"),
+        ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "ray", contract.NUM_PROC: "2"},
+         "TRAINPLANE_NUM_PROC=2 is invalid: a ray job runs one driver process, on node 0"),
+        ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "monarch", contract.MIN_WORKERS: "2",
+          contract.MAX_WORKERS: "4"}, "a monarch job cannot be elastic"),
+        ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "monarch", contract.DAEMON_ARGS: '["--num-cpus=1"]'},
+         "TRAINPLANE_DAEMON_ARGS=['--num-cpus=1'] is invalid: daemon arguments go to `ray start`"),
+        ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "ray", contract.DAEMON_ARGS: "--num-cpus=1"},
+         "TRAINPLANE_DAEMON_ARGS='--num-cpus=1' is not JSON"),
     ],
 )
 def test_bad_settings_name_the_variable(extra: dict, message: str):
@@ -69,3 +78,11 @@ def test_no_python_is_read_from_the_environment():
     assert not AgentSettings.from_env(env).no_python
     command = AgentSettings.from_env({**env, contract.NO_PYTHON: "true"})
     assert command.no_python and command.entrypoint == ("/opt/train", "--fast")
+
+
+@pytest.mark.parametrize(("distribution", "node_id", "local"), [
+    ("ray", 0, 1), ("ray", 2, 0), ("monarch", 0, 1), ("monarch", 1, 0), ("spmd", 2, 1),
+])
+def test_single_controller_nodes_run_the_driver_on_node_0_only(distribution: str, node_id: int, local: int):
+    s = AgentSettings.from_env({**BASE, contract.NODE_RANK_SETTING: str(node_id), contract.DISTRIBUTION: distribution})
+    assert s.local_world_size == local and s.num_proc == 1

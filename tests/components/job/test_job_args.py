@@ -67,7 +67,8 @@ INVALID = [
     ({"cpus": 0}, "cpus", GIVEN, "number > 0", "pass a positive int or float"),
     ({"memory": "16GB"}, "memory", GIVEN, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"'),
     ({"shm_size": 1024}, "shm_size", GIVEN, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"'),
-    ({"distribution": "horovod"}, "distribution", GIVEN, "unknown value", "use one of spmd, pytorch, jax, tensorflow"),
+    ({"distribution": "horovod"}, "distribution", GIVEN, "unknown value",
+     "use one of spmd, pytorch, jax, tensorflow, ray, monarch"),
     ({"mode": "interactive"}, "mode", GIVEN, "unknown value", "use one of batch, service"),
     ({"backend": "deployment"}, "backend", GIVEN, "unknown value", "use one of indexed-job, pytorchjob, statefulset"),
     ({"mode": "service", "backend": "indexed-job"}, "backend", GIVEN, "service mode needs a long-running backend",
@@ -150,6 +151,21 @@ INVALID = [
      "use a dict with keys from"),
     ({"allow_from": [{}]}, "allow_from[0]", {}, "not a NetworkPolicyPeer", "use a dict with keys from"),
     ({"cluster_domain": "Cluster.Local"}, "cluster_domain", GIVEN, "not a valid name", SUBDOMAIN_FIX),
+    ({"distribution": "ray", "num_proc": 2}, "num_proc", GIVEN,
+     "a ray job runs one driver process, on node 0, and ray's own workers", "set num_proc=1"),
+    ({"distribution": "monarch", "num_proc": "auto", "gpus": 8}, "num_proc", GIVEN, "a monarch job runs one driver",
+     "set num_proc=1"),
+    ({"distribution": "ray", "num_proc": 1, "min_workers": 1, "max_workers": 2}, "min_workers", GIVEN,
+     "a ray job cannot be elastic: its head is node 0", "unset min_workers and max_workers"),
+    ({"distribution": "ray", "num_proc": 1, "agent_port": 29533}, "agent_port", GIVEN,
+     "ray listens there (ray-client: master_port + 33)", "give agent_port another port"),
+    ({"distribution": "monarch", "num_proc": 1, "master_port": 65510}, "master_port", GIVEN,
+     "monarch listens on master_port + 32 (65542, monarch), beyond the last TCP port",
+     "use a master_port of at most 65503"),
+    ({"distribution": "monarch", "num_proc": 1, "daemon_args": ["--num-cpus=1"]}, "daemon_args", GIVEN,
+     "they go to `ray start`, and distribution is 'monarch'", 'unset daemon_args, or use distribution="ray"'),
+    ({"distribution": "ray", "num_proc": 1, "daemon_args": "--num-cpus=1"}, "daemon_args", GIVEN,
+     "must be a list of strings", 'pass e.g. ["--object-store-memory=2000000000"]'),
 ]
 
 
@@ -338,3 +354,10 @@ def test_a_service_job_runs_no_script() -> None:
     assert args.entrypoint == ()
     assert job_args(script=None, module="pkg.train", args=["--lr", "0.1"]).entrypoint == ("-m", "pkg.train", "--lr",
                                                                                           "0.1")
+
+
+def test_ray_start_gets_the_pods_cpus_and_gpus_then_daemon_args() -> None:
+    args = job_args(distribution="ray", num_proc=1, cpus=3.5, gpus=2, daemon_args=["--num-cpus=2"])
+    assert args.ray_start_args == ("--num-cpus=3", "--num-gpus=2", "--num-cpus=2")
+    assert job_args(distribution="ray", num_proc=1, cpus=0.5).ray_start_args == ("--num-cpus=1",)
+    assert job_args(distribution="ray", num_proc=1, mode="service", script=None).ray_start_args == ()

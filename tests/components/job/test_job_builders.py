@@ -276,6 +276,36 @@ def test_network_policy_admits_only_job_pods_and_allowed_clients_on_agent_port()
     }
 
 
+SINGLE_CONTROLLER_PORTS = {
+    "ray": {contract.RAY_HEAD_PORT_NAME: 30032, contract.RAY_CLIENT_PORT_NAME: 30033},
+    "monarch": {contract.MONARCH_PORT_NAME: 30032},
+}
+
+
+@pytest.mark.parametrize("distribution", SINGLE_CONTROLLER_PORTS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_single_controller_jobs_validate_and_name_their_framework_ports(distribution: str, backend: str) -> None:
+    overrides = {k: v for k, v in BACKENDS[backend][0].items() if k not in ("min_workers", "max_workers")}
+    job = render(**{**overrides, **FULL, "num_proc": 1, "distribution": distribution, "master_port": 30000})
+    for manifest in job.manifests:
+        validate_manifest(manifest.body)
+    expected = {contract.AGENT_PORT_NAME: contract.AGENT_PORT, **SINGLE_CONTROLLER_PORTS[distribution]}
+    service = {p["name"]: p["port"] for p in kind_of(job, "Service")["spec"]["ports"]}
+    assert service == {**expected, contract.MASTER_PORT_NAME: 30000}
+    for template in templates(job):
+        container = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+        assert expected.items() <= container.items()
+        env = env_of(template)
+        assert env[contract.DISTRIBUTION] == distribution and env[contract.NUM_PROC] == "1"
+        if distribution == "ray":
+            assert json.loads(env[contract.DAEMON_ARGS]) == ["--num-cpus=7", "--num-gpus=2"]
+        else:
+            assert contract.DAEMON_ARGS not in env
+    assert kind_of(job, "NetworkPolicy")["spec"]["ingress"][0] == {
+        "from": [{"podSelector": kind_of(job, "NetworkPolicy")["spec"]["podSelector"]}]
+    }, "the job's own pods reach every port, Ray's ephemeral ones included"
+
+
 def test_statefulset_for_service_mode() -> None:
     job = render(mode="service", workers=3, quorum_workers=2)
     body = workload(job)

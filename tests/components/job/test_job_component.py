@@ -210,3 +210,17 @@ def test_an_output_namespace_fails_at_preview_naming_the_field_and_the_fix() -> 
                        r"resolve$"):
         deploy(program, monitor=monitor)
     assert [r.name for r in monitor.registrations.values()] == ["training"], "nothing of the job is registered"
+
+
+def test_a_ray_service_job_reaches_the_engine_with_its_framework_ports() -> None:
+    result = run_job(mode="service", script=None, distribution="ray", num_proc=1, cpus=4)
+    service = result.named("demo-service").inputs
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        contract.AGENT_PORT_NAME: contract.AGENT_PORT, contract.MASTER_PORT_NAME: contract.DEFAULT_MASTER_PORT,
+        contract.RAY_HEAD_PORT_NAME: contract.DEFAULT_MASTER_PORT + contract.CONTROLLER_PORT_OFFSET,
+        contract.RAY_CLIENT_PORT_NAME: contract.DEFAULT_MASTER_PORT + contract.RAY_CLIENT_PORT_OFFSET,
+    }
+    container = result.named("demo-statefulset").inputs["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env[contract.DISTRIBUTION], env[contract.MODE], env[contract.DAEMON_ARGS]) == (
+        "ray", "service", '["--num-cpus=4"]')
