@@ -506,6 +506,8 @@ def _plain_type(annotation: str) -> str:
     if text.startswith("Union["):
         text = " or ".join(part.strip() for part in text[len("Union["):-1].split(","))
     return text.replace("Sequence[", "list[").replace("Mapping[", "dict[")
+
+
 def _validate_single_controller(a: DistributedJobArgs) -> None:
     if not isinstance(a.daemon_args, tuple) or not all(isinstance(x, str) for x in a.daemon_args):
         raise InvalidJobArgs("daemon_args", a.daemon_args, "must be a list of strings",
