@@ -286,7 +286,10 @@ SINGLE_CONTROLLER_PORTS = {
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_single_controller_jobs_validate_and_name_their_framework_ports(distribution: str, backend: str) -> None:
     overrides = {k: v for k, v in BACKENDS[backend][0].items() if k not in ("min_workers", "max_workers")}
-    job = render(**{**overrides, **FULL, "num_proc": 1, "distribution": distribution, "master_port": 30000})
+    overrides = {**overrides, **FULL, "num_proc": 1, "distribution": distribution, "master_port": 30000}
+    if overrides.get("mode") == "service":
+        overrides.pop("args")  # a service job runs no entrypoint to take them
+    job = render(**overrides)
     for manifest in job.manifests:
         validate_manifest(manifest.body)
     expected = {contract.AGENT_PORT_NAME: contract.AGENT_PORT, **SINGLE_CONTROLLER_PORTS[distribution]}
