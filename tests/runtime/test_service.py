@@ -14,8 +14,9 @@ import pytest
 from runtime import CallTimeout, RemoteError, TransportError, Unauthorized
 from runtime.agent import contract
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec, start
+from runtime.local import LocalJob, LocalJobSpec
 from tests.conftest import ROOT
+from tests.runtime.jobs import serving
 
 FNS = "tests.runtime.service_fns"
 GRACE = 1.0
@@ -27,12 +28,8 @@ OPERATOR_ENV = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_RDZV_ENDPOINT
 def job() -> Iterator[LocalJob]:
     spec = LocalJobSpec(workers=2, num_proc=2, mode="service", master_port=0, grace_period=GRACE,
                         pythonpath=(str(ROOT),), job_name="service-test", env=OPERATOR_ENV)
-    running = start(spec)
-    try:
-        running.wait_ready(60)
+    with serving(spec, ready_timeout=60) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

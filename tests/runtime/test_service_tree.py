@@ -10,8 +10,9 @@ from runtime import RemoteError
 from runtime.agent import contract
 from runtime.agent.transport import request_json
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec, start
+from runtime.local import LocalJob, LocalJobSpec
 from tests.conftest import ROOT, wait_until
+from tests.runtime.jobs import serving
 
 FNS = "tests.runtime.service_fns"
 NODES = 13
@@ -24,12 +25,8 @@ def job() -> Iterator[LocalJob]:
     spec = LocalJobSpec(workers=NODES, num_proc=1, mode="service", master_port=0, grace_period=1.0, heartbeat_ttl=10.0,
                         pythonpath=(str(ROOT),), env={contract.TREE_THRESHOLD: "4", contract.TREE_FANOUT: "3",
                                                       contract.ALLOW_PICKLE: "true"})
-    running = start(spec)
-    try:
-        running.wait_ready(120)
+    with serving(spec, ready_timeout=120) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_the_world_travels_the_tree_each_node_sending_it_to_its_own_children(job: LocalJob):

@@ -20,8 +20,9 @@ from runtime import TransportError
 from runtime.agent import contract, controller
 from runtime.agent.coordinator import EXIT_NODE_LOST
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec, start
+from runtime.local import LocalJob, LocalJobSpec
 from tests.conftest import ROOT, AgentCluster, launch, processes_with, project_env, wait_until
+from tests.runtime.jobs import serving
 
 STANDIN = Path(__file__).with_name("daemon_standin.py")
 RAY_ARGS = ("--daemon-arg=--num-cpus=1", "--daemon-arg=--object-store-memory=80000000", "--grace-period", "2")
@@ -167,12 +168,8 @@ def test_a_daemon_only_node_stops_when_node_0_is_lost(tmp_path: Path, script):
 def monarch_service(tmp_path: Path) -> Iterator[LocalJob]:
     spec = LocalJobSpec(workers=2, mode="service", distribution="monarch", master_port=0, grace_period=1.0,
                         pythonpath=(str(ROOT),), job_name=f"monarch-{uuid.uuid4().hex[:8]}", env=monarch_env(tmp_path))
-    running = start(spec)
-    try:
-        running.wait_ready(60)
+    with serving(spec, ready_timeout=60) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_monarch_service_calls_run_on_node_0_only(monarch_service: LocalJob):
