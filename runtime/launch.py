@@ -42,6 +42,32 @@ class _Spelled(argparse.Action):
         namespace.spelled = {**namespace.spelled, self.dest: option_string or self.option_strings[0]}
 
 
+class _Nodes(_Spelled):
+    """``--workers``/``--nnodes``: store N as ``workers`` and an elastic MIN (``MIN:MAX``) as ``nnodes_min``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: Optional[str] = None) -> None:
+        count, namespace.nnodes_min = values  # type: ignore[misc]  # node_count's pair
+        super().__call__(parser, namespace, count, option_string)
+
+
+def node_count(text: str) -> tuple[int, Optional[int]]:
+    """``--nnodes`` as torchrun takes it: ``N``, or ``MIN:MAX`` for an elastic job.
+
+    Returns:
+        ``(N, None)``, or ``(MAX, MIN)``: the local launcher starts MAX nodes and keeps going while MIN
+        remain.
+
+    Raises:
+        argparse.ArgumentTypeError: neither form.
+    """
+    low, colon, high = text.partition(":")
+    try:
+        return (int(high), int(low)) if colon else (int(text), None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX nodes, got {text!r}") from None
+
+
 def flag(ns: argparse.Namespace, dest: str, default: str) -> str:
     """The flag for ``dest`` as the user typed it (``--nnodes``), else ``default`` (``--workers``)."""
     return str(ns.spelled.get(dest, default))
@@ -50,9 +76,11 @@ def flag(ns: argparse.Namespace, dest: str, default: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The ``launch`` command line."""
     p = _Parser(prog="python -m runtime launch", description=__doc__.split("\n\n")[0])
-    p.set_defaults(spelled={})
-    p.add_argument("--workers", "--nnodes", dest="workers", type=int, default=1, action=_Spelled,
-                   help="nodes (agents); default 1")
+    p.set_defaults(spelled={}, nnodes_min=None)
+    p.add_argument("--workers", "--nnodes", dest="workers", type=node_count, default=1, action=_Nodes,
+                   metavar="N|MIN:MAX",
+                   help="nodes (agents); default 1. MIN:MAX, as torchrun takes it, starts MAX nodes and keeps "
+                        "going while MIN remain (the same as --min-workers MIN --max-workers MAX)")
     p.add_argument("--num-proc", "--nproc-per-node", "--nproc_per_node", dest="num_proc", type=int, default=1,
                    action=_Spelled, help="processes per node; default 1")
     p.add_argument("--mode", choices=MODES, default="batch",
@@ -63,14 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "every node (--num-proc 1)")
     p.add_argument("--daemon-arg", dest="daemon_args", action="append", default=[], metavar="ARG",
                    help="ray: append ARG to every node's `ray start` (repeatable; write --daemon-arg=--num-cpus=2); "
-                        "by default each node gets its share of this machine's CPUs and object store memory")
+                        "default none: each node gets its share of this machine's CPUs and object store memory")
     p.add_argument("--quorum-workers", type=int, default=None, help="nodes needed to start; default all")
     p.add_argument("--quorum-timeout", type=float, default=60.0, help="seconds to wait for quorum; default 60")
     p.add_argument("--max-restarts", "--max_restarts", type=int, default=0, action=_Spelled,
-                   help="restarts of the whole job after a failure")
+                   help="restarts of the whole job after a failure; default 0")
     p.add_argument("--min-workers", type=int, default=None,
-                   help="elastic: continue while at least this many nodes remain (losing a node shrinks the world)")
-    p.add_argument("--max-workers", type=int, default=None, help="elastic: admit late nodes up to this many")
+                   help="elastic: continue while at least this many nodes remain (losing a node shrinks the "
+                        "world); default: not elastic")
+    p.add_argument("--max-workers", type=int, default=None,
+                   help="elastic: admit late nodes up to this many; default: not elastic")
     p.add_argument("--no-monitor-members", dest="monitor_members", action="store_false",
                    help="do not raise WorkerMembershipChanged in user processes (runtime.membership.poll works)")
     p.add_argument("--heartbeat-ttl", type=float, default=3.0,
@@ -102,9 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
-    """Check flag values; calls ``parser.error`` (exit 2) naming the flag and the fix."""
+    """Check flag values; calls ``parser.error`` (exit 2) naming the flag and the fix.
+
+    Also resolves ``--nnodes MIN:MAX`` into ``workers``, ``min_workers`` and ``max_workers``.
+    """
     batch = ns.mode == "batch"
     workers = flag(ns, "workers", "--workers")
+    if ns.nnodes_min is not None:
+        if ns.min_workers is not None or ns.max_workers is not None:
+            parser.error(f"{workers}: MIN:MAX and --min-workers/--max-workers both set the elastic bounds; "
+                         f"use one of them")
+        ns.min_workers, ns.max_workers = ns.nnodes_min, ns.workers
     master_port = flag(ns, "master_port", "--master-port")
     reserved = contract.TF_PORT_OFFSET + ns.workers * ns.num_proc  # see contract.RENDEZVOUS_PORT_SPAN
     checks = (
@@ -149,9 +187,10 @@ def _single_controller_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str],
                    f"--daemon-arg: applies to --distribution ray (got --distribution {dist})")
     if dist not in SINGLE_CONTROLLER:
         return (daemon_args,)
+    num_proc = flag(ns, "num_proc", "--num-proc")
     return (
-        (ns.num_proc == 1, f"--num-proc: a {dist} job runs one driver process, on node 0, and {dist}'s own workers "
-                           f"on every node; use --num-proc 1 (got {ns.num_proc})"),
+        (ns.num_proc == 1, f"{num_proc}: a {dist} job runs one driver process, on node 0, and {dist}'s own "
+                           f"workers on every node; use {num_proc} 1 (got {ns.num_proc})"),
         (ns.min_workers is None and ns.max_workers is None,
          f"--min-workers/--max-workers: a {dist} job cannot be elastic (its head is node 0); drop them"),
         daemon_args,

@@ -16,7 +16,7 @@ import pytest
 from runtime import local
 from runtime.agent import contract
 from runtime.client import JobClient
-from runtime.launch import build_parser
+from runtime.launch import build_parser, spec_from_args, validate
 from runtime.local import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
@@ -324,6 +324,11 @@ def test_sigkill_of_the_launcher_leaves_no_orphan(script):
         (["--mode", "service", "--pythonpath", "no/such/dir"], "--pythonpath"),
         (["--no-python", "-m", "pkg.train"], "--no-python"),
         (["--mode", "service", "--no-python"], "--no-python"),
+        (["--nnodes", "1:x", "x.py"], "expected N or MIN:MAX nodes, got '1:x'"),
+        (["--nnodes", "3:2", "x.py"], "--min-workers: must be from 1 to --nnodes (2) (got 3)"),
+        (["--nnodes", "1:2", "--min-workers", "1", "x.py"], "--nnodes: MIN:MAX and --min-workers/--max-workers"),
+        (["--nproc-per-node", "2", "--distribution", "ray", "examples/ray_nodes.py"],
+         "--nproc-per-node: a ray job runs one driver"),
     ],
 )
 def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
@@ -434,6 +439,16 @@ def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(
     assert proc.returncode == 128 + signal.SIGINT
     assert "service ready at http://" in err
     assert wait_until(lambda: not processes_with(marker), timeout=10)
+
+
+def test_nnodes_min_max_starts_max_nodes_and_keeps_going_while_min_remain(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    parser = build_parser()
+    ns = parser.parse_args(["--nnodes", "1:3", str(script)])
+    validate(parser, ns)
+    spec = spec_from_args(ns)
+    assert (spec.workers, spec.min_workers, spec.max_workers) == (3, 1, 3)
 
 
 @pytest.mark.parametrize(("spelling", "dest", "value"), [
