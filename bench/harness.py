@@ -121,6 +121,9 @@ class NullProcesses:
         """Pretend every process is alive."""
         return True
 
+    def renumber(self, first_rank: int) -> None:
+        """No process, nothing to renumber."""
+
 
 def lightweight_address(node_id: int) -> str:
     """A distinct loopback address for each of up to 65,000 lightweight nodes."""

@@ -508,6 +508,7 @@ class Agent:
             self._service.fail_in_flight(change)
         if self._procs is None:
             return
+        self._procs.renumber(world.first_rank(world.node_rank_of(self.settings.node_id)))
         for local_rank in range(self.node.num_proc):
             self._write_world_file(local_rank, self._world_state(change, world, local_rank))
             if self.settings.monitor_members:

@@ -100,6 +100,13 @@ class WorkerPool:
         and each worker applies the new world before its next call. Always ``False``."""
         return False
 
+    def renumber(self, first_rank: int) -> None:
+        """Local rank 0 is now global rank ``first_rank``: results, errors and output prefixes carry
+        the new ranks from the next call on (each process applies the new world before it)."""
+        self.ranks = tuple(first_rank + i for i in range(len(self._slots)))
+        for slot, rank in zip(self._slots, self.ranks):
+            slot.renumber(rank)
+
     def submit(self, call: LocalCall) -> None:
         """Queue ``call`` on every slot; each posts one event when its process answers."""
         control = _Control(call, len(self._slots))
@@ -152,6 +159,13 @@ class _Slot:
         self._broken = ""
         self.ready = False
         self._thread = threading.Thread(target=self._serve, name=f"service-rank-{rank}", daemon=True)
+
+    def renumber(self, rank: int) -> None:
+        """This slot's process now holds global rank ``rank``."""
+        self.rank = rank
+        proc = self._proc
+        if proc is not None:
+            proc.renumber(rank)
 
     @property
     def pid(self) -> Optional[int]:

@@ -75,7 +75,7 @@ class _Output:
 
     def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
                  lock: threading.Lock) -> None:
-        self._prefix = f"[{prefix}] ".encode()
+        self.prefix = prefix
         self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
         self._out = out
         self._err = err
@@ -95,7 +95,7 @@ class _Output:
                 if keep:
                     self.tail.append(line.decode(errors="replace").rstrip("\n"))
                 with self._lock:
-                    sink.write(self._prefix + line)
+                    sink.write(f"[{self.prefix}] ".encode() + line)
                     sink.flush()
                     if self._log:
                         self._log.write(line)
@@ -123,6 +123,10 @@ class Supervisor(Protocol):
 
     def send(self, local_rank: int, sig: int) -> bool:
         """Signal one process; whether it was still running."""
+
+    def renumber(self, first_rank: int) -> None:
+        """A membership change moved this node's processes: local rank 0 is now global rank
+        ``first_rank``. Output prefixes and exit reports use the new ranks from now on."""
 
 
 Spawner = Callable[..., Supervisor]
@@ -179,6 +183,7 @@ class LocalProcesses:
         self._err = err or sys.stderr.buffer
         self._lock = threading.Lock()
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._outputs: list[_Output] = []
         self._stopping = threading.Event()
         self._watchers: list[threading.Thread] = []
 
@@ -213,6 +218,7 @@ class LocalProcesses:
             name = f"{self._label} {rank}"
             log_path = self._log_dir / f"{name.replace(' ', '-')}.log" if self._log_dir else None
             output = _Output(name, log_path, self._out, self._err, self._lock)
+            self._outputs.append(output)
             output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
             watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)
             watcher.start()
@@ -248,6 +254,14 @@ class LocalProcesses:
         except ProcessLookupError:
             return False
         return True
+
+    def renumber(self, first_rank: int) -> None:
+        """Local rank 0 is now global rank ``first_rank``: prefixes and exit reports follow (log files
+        keep the names they were opened with)."""
+        with self._lock:
+            self._first_rank = first_rank
+            for local_rank, output in enumerate(self._outputs):
+                output.prefix = f"{self._label} {first_rank + local_rank}"
 
     def stop(self, grace: float) -> None:
         """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all.

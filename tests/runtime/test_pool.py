@@ -64,3 +64,18 @@ def test_calls_run_in_one_long_lived_process_and_a_cancelled_call_is_interrupted
     finally:
         pool.stop(1.0)
     assert pool.ready == 0
+
+
+def test_a_renumbered_pool_answers_for_its_new_ranks():
+    lines: list[str] = []
+    pool = pool_of(sys.executable, lines)
+    pool.start()
+    try:
+        assert wait_until(lambda: pool.ready == 1, timeout=60)
+        assert run(pool, "c1", "os:getpid").rank == 5
+        pool.renumber(3)
+        assert pool.ranks == (3,)
+        event = run(pool, "c2", "os:getpid")
+        assert isinstance(event, RankDone) and event.rank == 3 and event.value == pool.pids[0]
+    finally:
+        pool.stop(1.0)

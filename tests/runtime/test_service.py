@@ -15,7 +15,7 @@ from runtime import CallTimeout, RemoteError, TransportError, Unauthorized
 from runtime.agent import contract
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_until
 from tests.runtime.jobs import serving
 
 FNS = "tests.runtime.service_fns"
@@ -170,3 +170,14 @@ def test_pickle_is_refused_when_the_deployment_did_not_opt_in(job: LocalJob):
     with JobClient(job.url, job.token, serialization="pickle") as pickling, pytest.raises(TransportError) as info:
         pickling.call(f"{FNS}:echo", {1, 2}, timeout=30)
     assert info.value.status == 415 and "TRAINPLANE_ALLOW_PICKLE" in str(info.value)
+
+
+def test_after_an_elastic_shrink_calls_answer_from_the_renumbered_ranks():
+    spec = LocalJobSpec(workers=3, num_proc=1, mode="service", master_port=0, grace_period=GRACE, min_workers=2,
+                        pythonpath=(str(ROOT),), job_name="service-elastic")
+    with serving(spec, ready_timeout=60) as job, JobClient(job.url, job.token) as client:
+        assert client.call(f"{FNS}:rank", timeout=60) == [0, 1, 2]
+        job.agents[1].kill()
+        assert wait_until(lambda: client.members().generation == 2, timeout=30)
+        assert wait_until(lambda: client.info().status == "running", timeout=30)
+        assert client.call(f"{FNS}:rank", timeout=30) == [0, 1], "node 2's process is rank 1 now, and answers"
