@@ -20,7 +20,7 @@ from runtime import local
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError
 from runtime.agent.settings import MODES
-from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER
+from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER, reserved_ports
 
 SERVICE_READY_TIMEOUT_MARGIN = 30.0
 """Seconds beyond the quorum timeout a service job may take to report ready."""
@@ -144,7 +144,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
                          f"use one of them")
         ns.min_workers, ns.max_workers = ns.nnodes_min, ns.workers
     master_port = flag(ns, "master_port", "--master-port")
-    reserved = contract.TF_PORT_OFFSET + ns.workers * ns.num_proc  # see contract.RENDEZVOUS_PORT_SPAN
+    reserved = reserved_ports(ns.workers * ns.num_proc)
     checks = (
         (ns.workers >= 1, f"{workers}: must be 1 or more (got {ns.workers})"),
         (ns.num_proc >= 1, f"{flag(ns, 'num_proc', '--num-proc')}: must be 1 or more (got {ns.num_proc})"),

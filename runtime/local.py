@@ -28,7 +28,7 @@ from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.procs import RUNTIME_ROOT, exit_status
 from runtime.agent.settings import MODES
 from runtime.agent.transport import port_is_free, request_json
-from runtime.agent.world import SINGLE_CONTROLLER
+from runtime.agent.world import SINGLE_CONTROLLER, reserved_ports
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
@@ -279,7 +279,7 @@ def plan(workers: int, master_port: int, num_proc: int = 1) -> LaunchPlan:
             chosen.append(free_port("127.0.0.1", chosen))
         ports = tuple(chosen)
     if master_port == 0:
-        reserved = contract.TF_PORT_OFFSET + workers * num_proc
+        reserved = reserved_ports(workers * num_proc)
         master_port = free_port(addresses[0])
         while any(master_port <= p < master_port + reserved for p in ports):
             master_port = free_port(addresses[0])

@@ -24,7 +24,6 @@ import importlib
 import math
 import os
 import re
-import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
@@ -117,9 +116,7 @@ class Invocation:
             TypeError: the object found is not callable.
         """
         module_name, _, qualname = self.fn.partition(":")
-        target: Any = sys.modules.get(module_name)
-        if target is None or getattr(getattr(target, "__spec__", None), "_initializing", False):
-            target = importlib.import_module(module_name)  # imports it, or waits for the thread importing it
+        target: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             target = getattr(target, part)
         if not callable(target):

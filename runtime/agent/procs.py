@@ -75,7 +75,7 @@ class _Output:
 
     def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
                  lock: threading.Lock) -> None:
-        self.prefix = prefix
+        self.rename(prefix)
         self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
         self._out = out
         self._err = err
@@ -95,11 +95,15 @@ class _Output:
                 if keep:
                     self.tail.append(line.decode(errors="replace").rstrip("\n"))
                 with self._lock:
-                    sink.write(f"[{self.prefix}] ".encode() + line)
+                    sink.write(self._prefix + line)
                     sink.flush()
                     if self._log:
                         self._log.write(line)
                         self._log.flush()
+
+    def rename(self, prefix: str) -> None:
+        """Prefix lines with ``[prefix]`` from now on."""
+        self._prefix = f"[{prefix}] ".encode()
 
     def close(self, timeout: float) -> None:
         for thread in self._threads:
@@ -261,7 +265,7 @@ class LocalProcesses:
         with self._lock:
             self._first_rank = first_rank
             for local_rank, output in enumerate(self._outputs):
-                output.prefix = f"{self._label} {first_rank + local_rank}"
+                output.rename(f"{self._label} {first_rank + local_rank}")
 
     def stop(self, grace: float) -> None:
         """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all.

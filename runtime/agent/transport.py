@@ -137,14 +137,6 @@ MAX_HEADERS = 100
 _REASONS = {status: status.phrase for status in HTTPStatus}
 
 
-class _BadRequest(Exception):
-    """A request line or head that cannot be parsed: answered 400 (or ``status``), then the connection closes."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class _Headers:
     """A request's headers, names case-insensitive: ``get(name)`` as on ``email.message.Message``."""
 
@@ -186,7 +178,7 @@ class _RequestHandler(socketserver.StreamRequestHandler):
                 return False
             method, path, keep_alive = self._request_line(line)
             self.headers = self._read_headers()
-        except _BadRequest as exc:
+        except HttpError as exc:  # an unparsable head: answer, then close
             self._reply(Response(exc.status, {"error": str(exc)}), keep_alive=False)
             return False
         connection = (self.headers.get("Connection") or "").lower()
@@ -204,10 +196,10 @@ class _RequestHandler(socketserver.StreamRequestHandler):
     def _request_line(line: bytes) -> Tuple[str, str, bool]:
         """``(method, target, keep-alive by default)`` of ``METHOD target HTTP/1.x``."""
         if len(line) > MAX_LINE:
-            raise _BadRequest("request line too long", 414)
+            raise HttpError(414, "request line too long")
         parts = line.decode("latin-1").split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            raise _BadRequest(f"malformed request line {line[:80]!r}")
+            raise HttpError(400, f"malformed request line {line[:80]!r}")
         return parts[0], parts[1], parts[2] != "HTTP/1.0"
 
     def _read_headers(self) -> _Headers:
@@ -215,14 +207,14 @@ class _RequestHandler(socketserver.StreamRequestHandler):
         for _ in range(MAX_HEADERS + 1):
             line = self.rfile.readline(MAX_LINE + 1)
             if len(line) > MAX_LINE:
-                raise _BadRequest("header line too long", 431)
+                raise HttpError(431, "header line too long")
             if line in (b"\r\n", b"\n", b""):
                 return _Headers(fields)
             name, sep, value = line.decode("latin-1").partition(":")
             if not sep or not name or name != name.strip():
-                raise _BadRequest(f"malformed header line {line[:80]!r}")
+                raise HttpError(400, f"malformed header line {line[:80]!r}")
             fields[name.lower()] = value.strip()
-        raise _BadRequest(f"more than {MAX_HEADERS} header lines", 431)
+        raise HttpError(431, f"more than {MAX_HEADERS} header lines")
 
     def _handle(self, method: str, path: str) -> Response:
         if method == "GET" and path == contract.ROUTE_HEALTHZ:

@@ -320,6 +320,12 @@ def host_port(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
+def reserved_ports(processes: int) -> int:
+    """How many ports from the job's base port up a job of ``processes`` processes may use:
+    rendezvous, JAX and TensorFlow (see ``contract.RENDEZVOUS_PORT_SPAN``)."""
+    return contract.TF_PORT_OFFSET + processes
+
+
 def tf_config(world: World, rank: int) -> str:
     """TensorFlow's ``TF_CONFIG``: one worker entry per process, this process's index.
 
