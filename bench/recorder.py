@@ -36,8 +36,12 @@ if os.environ["RANK"] == os.environ.get("CRASH_RANK") and os.environ["TRAINPLANE
     with open(os.path.join(out, "crash-time"), "w") as f:
         f.write(repr(time.time()))
     sys.exit(5)
-while not os.path.exists(stop):
+# The change is raised wherever the main thread is, so the stop check sits inside the try too
+# (raised from a loop condition outside it, it would end the process and lose its node).
+while True:
     try:
+        if os.path.exists(stop):
+            break
         time.sleep(0.02)
         if mode == "poll":
             change = runtime.membership.poll()
