@@ -10,7 +10,12 @@ USAGE = "usage: python -m runtime launch [options] SCRIPT [ARGS...]   (python -m
 
 
 def main(argv: list[str]) -> int:
-    """Dispatch to a subcommand; 2 with a usage line for an unknown one."""
+    """Dispatch to a subcommand: 0 with the usage line for ``-h``/``--help``, 2 with it for anything
+    but ``launch``."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"{USAGE}\n\ncommands:\n  launch    run a job on this machine: one agent process per node, on loopback "
+              f"addresses")
+        return 0
     if not argv or argv[0] != "launch":
         print(USAGE, file=sys.stderr)
         return 2

@@ -12,9 +12,10 @@ Agents are started by ``runtime.local``. Standard library only.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from runtime import local
 from runtime.agent import contract
@@ -26,11 +27,41 @@ SERVICE_READY_TIMEOUT_MARGIN = 30.0
 """Seconds beyond the quorum timeout a service job may take to report ready."""
 
 
+TORCHRUN_ONLY = {
+    "--standalone": "every node runs on this machine already",
+    "--rdzv-backend": "the agents run their own rendezvous", "--rdzv_backend": "the agents run their own rendezvous",
+    "--rdzv-endpoint": "node 0's agent is the rendezvous", "--rdzv_endpoint": "node 0's agent is the rendezvous",
+    "--rdzv-id": "use --job-name", "--rdzv_id": "use --job-name",
+    "--node-rank": "the launcher starts every node itself", "--node_rank": "the launcher starts every node itself",
+    "--master-addr": "node 0's address is the master", "--master_addr": "node 0's address is the master",
+}
+"""torchrun flags this launcher does not take, with why it needs none (for the error's hint)."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``prog: error: ...``) and exit code 2."""
+    """argparse with one-line errors (``prog: error: ...``) and exit code 2. An error about a flag
+    with several spellings names the one typed; an unknown torchrun flag gets a hint."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._typed: list[str] = []
+
+    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Optional[argparse.Namespace] = None,
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        self._typed = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(contract.EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        message = re.sub(r"^argument ((?:-[\w-]+/)+-[\w-]+): ", lambda m: f"argument {self._as_typed(m[1])}: ", message)
+        hints = [f"torchrun's {f} is not needed: {why}" for f, why in TORCHRUN_ONLY.items()
+                 if message.startswith("unrecognized arguments:") and f in message.split()]
+        self.exit(contract.EXIT_USAGE, f"{self.prog}: error: {'; '.join([message, *hints])} (see --help)\n")
+
+    def _as_typed(self, spellings: str) -> str:
+        """The spelling of ``--a/--b/--c`` that the command line used, else the first."""
+        typed = {token.split("=", 1)[0] for token in self._typed}
+        flags = spellings.split("/")
+        return next((f for f in flags if f in typed), flags[0])
 
 
 class _Spelled(argparse.Action):
@@ -139,6 +170,8 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     batch = ns.mode == "batch"
     workers = flag(ns, "workers", "--workers")
     if ns.nnodes_min is not None:
+        if not 1 <= ns.nnodes_min <= ns.workers:
+            parser.error(f"{workers}: MIN:MAX needs 1 <= MIN <= MAX (got {ns.nnodes_min}:{ns.workers})")
         if ns.min_workers is not None or ns.max_workers is not None:
             parser.error(f"{workers}: MIN:MAX and --min-workers/--max-workers both set the elastic bounds; "
                          f"use one of them")

@@ -625,7 +625,10 @@ class Agent:
             request_json(host or self.settings.coordinator, port, "PUT", contract.ROUTE_MEMBERS,
                          self.settings.token, body, timeout=self._timing.ttl)
         except TransportError as exc:
-            self.say(f"could not report {body['state']} to the coordinator: {exc}")
+            if body["state"] == STOPPED and exc.status is None:
+                self.say(f"the coordinator did not answer this node's stop (it is likely stopping too): {exc}")
+            else:
+                self.say(f"could not report {body['state']} to the coordinator: {exc}")
 
     def _member_body(self) -> dict[str, Any]:
         return {"node_id": self.node.node_id, "addr": self.node.addr, "port": self.node.port,

@@ -325,7 +325,11 @@ def test_sigkill_of_the_launcher_leaves_no_orphan(script):
         (["--no-python", "-m", "pkg.train"], "--no-python"),
         (["--mode", "service", "--no-python"], "--no-python"),
         (["--nnodes", "1:x", "x.py"], "expected N or MIN:MAX nodes, got '1:x'"),
-        (["--nnodes", "3:2", "x.py"], "--min-workers: must be from 1 to --nnodes (2) (got 3)"),
+        (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got 3:2)"),
+        (["--nproc_per_node", "two", "x.py"], "argument --nproc_per_node: invalid int value: 'two'"),
+        (["--nproc-per-node=two", "x.py"], "argument --nproc-per-node: invalid int value: 'two'"),
+        (["--standalone", "x.py"], "torchrun's --standalone is not needed: every node runs on this machine"),
+        (["--node_rank", "1", "x.py"], "torchrun's --node_rank is not needed: the launcher starts every node"),
         (["--nnodes", "1:2", "--min-workers", "1", "x.py"], "--nnodes: MIN:MAX and --min-workers/--max-workers"),
         (["--nproc-per-node", "2", "--distribution", "ray", "examples/ray_nodes.py"],
          "--nproc-per-node: a ray job runs one driver"),
@@ -337,6 +341,15 @@ def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert flag in lines[0] and "error" in lines[0]
+
+
+def test_help_exits_0_and_an_unknown_command_2():
+    helped = subprocess.run([sys.executable, "-m", "runtime", "--help"], cwd=ROOT, env=project_env(),
+                            capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and "launch" in helped.stdout
+    unknown = subprocess.run([sys.executable, "-m", "runtime", "run"], cwd=ROOT, env=project_env(),
+                             capture_output=True, text=True, timeout=30)
+    assert unknown.returncode == 2 and "usage: python -m runtime launch" in unknown.stderr
 
 
 def test_no_python_runs_a_command_as_is_on_every_rank_with_the_contract():
