@@ -15,7 +15,7 @@ from components import validate
 from components.errors import InvalidJobArgs
 from components.job import checks
 from runtime.agent import contract, controller
-from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER
+from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER, reserved_ports
 
 MODES = ("batch", "service")
 INDEXED_JOB = "indexed-job"
@@ -119,7 +119,10 @@ class DistributedJobArgs:
         working_dir: container working directory (absolute); ``None`` keeps the image's.
         image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; ``None`` = Kubernetes default.
         agent_port: the agent's HTTP port (TCP).
-        master_port: the torch.distributed rendezvous port on node 0 (TCP).
+        master_port: the torch.distributed rendezvous port on node 0 (TCP), and the base of the ports
+            the job counts up from it: ``master_port .. + 64 + procs per pod`` (rendezvous per
+            generation, JAX coordinator, TensorFlow workers), which must end below 65536 and leave
+            out ``agent_port``.
         log_dir: where the agent writes per-process logs in the pod (absolute); ``None`` = its default.
         allow_from: extra NetworkPolicy peers (NetworkPolicyPeer dicts) admitted to the agent port,
             e.g. the namespace a client calls from; the job's own pods are always admitted.
@@ -198,6 +201,7 @@ class DistributedJobArgs:
         _validate_pod(self)
         _validate_network(self)
         _validate_single_controller(self)
+        _validate_port_block(self)
 
     @property
     def workload_backend(self) -> str:
@@ -533,6 +537,22 @@ def _validate_single_controller(a: DistributedJobArgs) -> None:
         if port == a.agent_port:
             raise InvalidJobArgs("agent_port", a.agent_port, f"{dist} listens there ({name}: master_port + "
                                  f"{port - a.master_port})", "give agent_port another port")
+
+
+def _validate_port_block(a: DistributedJobArgs) -> None:
+    """The ports counted up from ``master_port`` (rendezvous per generation, JAX, TensorFlow; see
+    ``contract.RENDEZVOUS_PORT_SPAN``) fit below 65536 and leave ``agent_port`` out. Each pod has its
+    own address, so the TensorFlow block counts one pod's processes."""
+    reserved = reserved_ports(a.procs_per_node)
+    last = a.master_port + reserved - 1
+    if last > 65535:
+        raise InvalidJobArgs("master_port", a.master_port, f"the job uses {reserved} ports from it (rendezvous, "
+                             f"JAX, TensorFlow), up to {last}, beyond the last TCP port",
+                             f"use a master_port of at most {65536 - reserved}")
+    if a.master_port <= a.agent_port <= last:
+        raise InvalidJobArgs("agent_port", a.agent_port, f"inside the ports the job counts up from master_port "
+                             f"({a.master_port}..{last}: rendezvous, JAX, TensorFlow)",
+                             f"give agent_port a port below {a.master_port} or above {last}")
 
 
 def _require_list(name: str, value: Any) -> None:
