@@ -120,7 +120,7 @@ class DistributedJobArgs:
         image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; ``None`` = Kubernetes default.
         agent_port: the agent's HTTP port (TCP).
         master_port: the torch.distributed rendezvous port on node 0 (TCP), and the base of the ports
-            the job counts up from it: ``master_port .. + 64 + procs per pod`` (rendezvous per
+            the job counts up from it, up to ``master_port + 63 + procs per pod`` (rendezvous per
             generation, JAX coordinator, TensorFlow workers), which must end below 65536 and leave
             out ``agent_port``.
         log_dir: where the agent writes per-process logs in the pod (absolute); ``None`` = its default.
