@@ -8,7 +8,8 @@ every node runs the framework's daemon, planned here:
   :attr:`World.controller_port`; every other node runs ``ray start --address=<head> --block``.
   The workers and the driver wait for the head's port to accept connections before they start.
 * ``monarch``: every node, node 0 included, runs Monarch's worker loop
-  (``monarch.actor.run_worker_loop_forever``) serving on ``tcp://<its address>:<controller port>``;
+  (``monarch.actor.run_worker_loop_forever``) serving on ``tcp://<its address>:<port>``
+  (:meth:`World.worker_port`: the controller port, unless nodes share an address);
   the driver attaches to all of them (``monarch.actor.attach_to_workers``), which connects
   asynchronously, so nothing waits.
 
@@ -76,7 +77,7 @@ def daemon(
     node = world.nodes[node_rank]
     port = world.controller_port
     if world.distribution == "monarch":
-        address = f"tcp://{host_port(node.addr, port)}"
+        address = f"tcp://{host_port(node.addr, world.worker_port(node_rank))}"
         return Daemon("monarch worker", (*prefix, python, "-c", MONARCH_WORKER, address))
     if world.distribution != "ray":
         return None

@@ -177,6 +177,17 @@ class World:
         (TCP): ``master_port + contract.CONTROLLER_PORT_OFFSET``."""
         return self.master_port + contract.CONTROLLER_PORT_OFFSET
 
+    def worker_port(self, node_rank: int) -> int:
+        """A Monarch job: the port node ``node_rank``'s worker serves on (TCP). :attr:`controller_port`
+        on every node with an address of its own; nodes sharing one (the local launcher's
+        single-address fallback) count up from it, in node-rank order.
+
+        Raises:
+            IndexError: ``node_rank`` is outside the world.
+        """
+        addr = self.nodes[node_rank].addr
+        return self.controller_port + sum(1 for n in self.nodes[:node_rank] if n.addr == addr)
+
     @property
     def master_addr(self) -> str:
         """Address of node rank 0."""
@@ -310,8 +321,8 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
     if dist == "ray":
         env[contract.RAY_ADDRESS] = host_port(master, world.controller_port)
     if dist == "monarch":
-        env[contract.MONARCH_WORKER_ADDRESSES] = ",".join(f"tcp://{host_port(n.addr, world.controller_port)}"
-                                                          for n in world.nodes)
+        env[contract.MONARCH_WORKER_ADDRESSES] = ",".join(f"tcp://{host_port(n.addr, world.worker_port(i))}"
+                                                          for i, n in enumerate(world.nodes))
     return env
 
 

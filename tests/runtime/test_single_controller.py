@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import TransportError
+from runtime import TransportError, local
 from runtime.agent import contract, controller
 from runtime.agent.coordinator import EXIT_NODE_LOST
 from runtime.client import JobClient
@@ -123,6 +123,29 @@ def test_monarch_controller_gets_every_workers_address_and_runs_on_node_0_only(t
         record = json.loads((tmp_path / f"{address[6:].replace(':', '_')}.json").read_text())
         assert record["argv"] == [sys.executable, "-c", controller.MONARCH_WORKER, address]
     assert gone(job), processes_with(job)
+
+
+def test_monarch_workers_sharing_an_address_get_ports_of_their_own(tmp_path: Path, script,
+                                                                    monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(local, "loopback_range_usable", lambda: False)  # every node on 127.0.0.1
+    for name, value in monarch_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    spec = LocalJobSpec(workers=3, num_proc=1, distribution="monarch", master_port=0, grace_period=1,
+                        entrypoint=(str(script(MONARCH_DRIVER)), str(tmp_path), "wait"),
+                        log_dir=str(tmp_path / "logs"))
+    job = local.start(spec)
+    try:
+        assert wait_until(lambda: not job.running(), timeout=120)
+    finally:
+        job.stop()
+    assert json.loads(Path(local.verdict_path(job.log_dir)).read_text())["exit_code"] == 0
+    [driver] = [json.loads(line) for line in (tmp_path / "driver.jsonl").read_text().splitlines()]
+    port = int(driver["MASTER_PORT"]) + contract.CONTROLLER_PORT_OFFSET
+    addresses = [f"tcp://127.0.0.1:{port + i}" for i in range(3)]
+    assert driver["MONARCH_WORKER_ADDRESSES"] == ",".join(addresses)
+    for address in addresses:  # each worker was told to serve on the address the driver attaches to
+        record = json.loads((tmp_path / f"{address[6:].replace(':', '_')}.json").read_text())
+        assert record["argv"][-1] == address
 
 
 def test_a_monarch_worker_dying_under_a_running_controller_fails_the_job(tmp_path: Path, script):
