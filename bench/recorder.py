@@ -36,8 +36,9 @@ if os.environ["RANK"] == os.environ.get("CRASH_RANK") and os.environ["TRAINPLANE
     with open(os.path.join(out, "crash-time"), "w") as f:
         f.write(repr(time.time()))
     sys.exit(5)
-# The change is raised wherever the main thread is, so the stop check sits inside the try too
-# (raised from a loop condition outside it, it would end the process and lose its node).
+# The change is raised wherever the main thread is, so the stop check sits inside the try too: a
+# change raised outside it ends the process. A few bytecodes (the loop's jump, a record() under
+# way when a second change comes) stay outside; the tests make one change at a time.
 while True:
     try:
         if os.path.exists(stop):

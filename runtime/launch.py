@@ -32,6 +32,7 @@ TORCHRUN_ONLY = {
     "--rdzv-backend": "the agents run their own rendezvous", "--rdzv_backend": "the agents run their own rendezvous",
     "--rdzv-endpoint": "node 0's agent is the rendezvous", "--rdzv_endpoint": "node 0's agent is the rendezvous",
     "--rdzv-id": "use --job-name", "--rdzv_id": "use --job-name",
+    "--rdzv-conf": "the agents run their own rendezvous", "--rdzv_conf": "the agents run their own rendezvous",
     "--node-rank": "the launcher starts every node itself", "--node_rank": "the launcher starts every node itself",
     "--master-addr": "node 0's address is the master", "--master_addr": "node 0's address is the master",
 }
@@ -39,29 +40,44 @@ TORCHRUN_ONLY = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``prog: error: ...``) and exit code 2. An error about a flag
+    """argparse with one-line errors (``prog: error: ...``) and exit code 2, and no abbreviated
+    flags (``--nproc`` would be ambiguous between two spellings of one flag). An error about a flag
     with several spellings names the one typed; an unknown torchrun flag gets a hint."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._typed: list[str] = []
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+        self._flags: set[str] = set()
 
     def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Optional[argparse.Namespace] = None,
                          ) -> tuple[argparse.Namespace, list[str]]:
-        self._typed = list(sys.argv[1:] if args is None else args)
+        self._flags = self._flags_before_script(list(sys.argv[1:] if args is None else args))
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         message = re.sub(r"^argument ((?:-[\w-]+/)+-[\w-]+): ", lambda m: f"argument {self._as_typed(m[1])}: ", message)
-        hints = [f"torchrun's {f} is not needed: {why}" for f, why in TORCHRUN_ONLY.items()
-                 if message.startswith("unrecognized arguments:") and f in message.split()]
+        unknown = {word.split("=", 1)[0] for word in message.split()} if message.startswith("unrecognized") else set()
+        hints = [f"torchrun's {f} is not needed: {why}" for f, why in TORCHRUN_ONLY.items() if f in unknown]
         self.exit(contract.EXIT_USAGE, f"{self.prog}: error: {'; '.join([message, *hints])} (see --help)\n")
+
+    def _flags_before_script(self, args: list[str]) -> set[str]:
+        """The flags typed for this launcher: up to SCRIPT (the first argument that is neither a flag
+        nor a flag's value), as ``--flag`` without ``=value``; what follows SCRIPT is the script's."""
+        flags: set[str] = set()
+        remaining = iter(args)
+        for arg in remaining:
+            if arg == "--" or not arg.startswith("-"):
+                break
+            name, has_value, _ = arg.partition("=")
+            flags.add(name)
+            action = self._option_string_actions.get(name)
+            if action is not None and action.nargs is None and not has_value:
+                next(remaining, None)  # the flag's value
+        return flags
 
     def _as_typed(self, spellings: str) -> str:
         """The spelling of ``--a/--b/--c`` that the command line used, else the first."""
-        typed = {token.split("=", 1)[0] for token in self._typed}
         flags = spellings.split("/")
-        return next((f for f in flags if f in typed), flags[0])
+        return next((f for f in flags if f in self._flags), flags[0])
 
 
 class _Spelled(argparse.Action):

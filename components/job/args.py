@@ -529,11 +529,7 @@ def _validate_single_controller(a: DistributedJobArgs) -> None:
     if a.elastic:
         raise InvalidJobArgs("min_workers", a.min_workers, f"a {dist} job cannot be elastic: its head is node 0 "
                              "and the driver runs there", "unset min_workers and max_workers")
-    for name, port in controller.ports(dist, a.master_port):
-        if port > 65535:
-            raise InvalidJobArgs("master_port", a.master_port, f"{dist} listens on master_port + "
-                                 f"{port - a.master_port} ({port}, {name}), beyond the last TCP port",
-                                 f"use a master_port of at most {65535 - (port - a.master_port)}")
+    for name, port in controller.ports(dist, a.master_port):  # inside the port block (_validate_port_block)
         if port == a.agent_port:
             raise InvalidJobArgs("agent_port", a.agent_port, f"{dist} listens there ({name}: master_port + "
                                  f"{port - a.master_port})", "give agent_port another port")

@@ -58,15 +58,16 @@ def whole_world(job: AgentCluster, workers: int, host: str = "127.0.0.10") -> in
     A test measures its own change from there, so a change while the agents start (a node slow to
     beat on a loaded machine) cannot be mistaken for it."""
 
-    def snapshot() -> dict:
-        return request_json(host, job.port, "GET", "/members", job.token)
+    generation: list[int] = []
 
     def whole() -> bool:
-        members = [m for m in snapshot()["members"] if m["node_rank"] is not None]
+        snapshot = request_json(host, job.port, "GET", "/members", job.token)
+        members = [m for m in snapshot["members"] if m["node_rank"] is not None]
+        generation[:] = [snapshot["generation"]]
         return len(members) == workers and all(m["state"] == "running" and m["last_seen_s"] < 1.5 for m in members)
 
     assert wait_until(whole, timeout=30), job.log(0)
-    return snapshot()["generation"]
+    return generation[0]
 
 
 def test_crashing_process_is_told_to_every_other_node_by_the_fast_path(tmp_path: Path, recorder):
