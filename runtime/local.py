@@ -210,6 +210,8 @@ class LocalJob:
         received: list[int] = []
 
         def forward(signum: int, _frame: object) -> None:
+            if not received:  # os.write: print() is not safe in a handler
+                os.write(2, f"[trainplane] received {signal.Signals(signum).name}: stopping every agent\n".encode())
             received.append(signum)
             for agent in self.agents:
                 if agent.poll() is None:

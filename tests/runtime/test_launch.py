@@ -267,7 +267,8 @@ def test_a_launch_whose_node_cannot_start_fails_with_the_missing_node_and_likely
     assert "never runs" not in result.stdout
 
 
-def test_sigterm_to_the_launcher_stops_everything(tmp_path: Path, script):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_sigint_to_the_launcher_stops_everything(tmp_path: Path, script, sig: signal.Signals):
     marker = f"marker-{uuid.uuid4().hex}"
     started = tmp_path / "started"
     started.mkdir()
@@ -281,10 +282,10 @@ def test_sigterm_to_the_launcher_stops_everything(tmp_path: Path, script):
         cwd=ROOT, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert wait_until(lambda: len(list(started.iterdir())) == 4, timeout=30)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 128 + signal.SIGTERM
-    assert "received SIGTERM" in err
+    assert proc.returncode == 128 + sig
+    assert f"[trainplane] received {sig.name}: stopping every agent" in err
     assert wait_until(lambda: not processes_with(marker), timeout=5)
 
 
