@@ -579,12 +579,7 @@ class Agent:
         if world.status != RUNNING:
             return None
         if event.exit_code != 0:
-            failure = Failure(
-                rank=event.rank, node_id=self.settings.node_id, local_rank=event.local_rank,
-                exit_code=event.exit_code, stderr_tail=event.stderr_tail, timestamp=event.timestamp,
-                addr=self.settings.advertise_address,
-            )
-            self._report(world.generation, FAILED, failure=failure.to_json())
+            self._report_failure(world, event, event.rank, event.local_rank)
         elif done and all(e.exit_code == 0 for e in self._exits.values()):
             self._report(world.generation, SUCCEEDED)
         return None
@@ -604,13 +599,17 @@ class Agent:
                      f"unreachable; stopping this node")
             return ended.exit_code
         if world.status == RUNNING:
-            failure = Failure(
-                rank=-1, node_id=self.settings.node_id, local_rank=-1, exit_code=ended.exit_code,
-                stderr_tail=ended.stderr_tail, timestamp=ended.timestamp, addr=self.settings.advertise_address,
-                daemon=event.name,
-            )
-            self._report(world.generation, FAILED, failure=failure.to_json())
+            self._report_failure(world, ended, -1, -1, daemon=event.name)
         return None
+
+    def _report_failure(self, world: World, ended: ProcExit, rank: int, local_rank: int, daemon: str = "") -> None:
+        """Tell the coordinator that a process of this node (a rank, or the ``daemon``) failed."""
+        failure = Failure(
+            rank=rank, node_id=self.settings.node_id, local_rank=local_rank, exit_code=ended.exit_code,
+            stderr_tail=ended.stderr_tail, timestamp=ended.timestamp, addr=self.settings.advertise_address,
+            daemon=daemon,
+        )
+        self._report(world.generation, FAILED, failure=failure.to_json())
 
     def _report(self, generation: int, state: str, **extra: Any) -> None:
         body = {**self._member_body(), "generation": generation, "state": state, **extra}

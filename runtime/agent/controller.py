@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.world import SINGLE_CONTROLLER, World, host_port
+from runtime.agent.world import SINGLE_CONTROLLER, World
 
 MONARCH_WORKER = (
     "import sys\n"
@@ -77,12 +77,11 @@ def daemon(
     node = world.nodes[node_rank]
     port = world.controller_port
     if world.distribution == "monarch":
-        address = f"tcp://{host_port(node.addr, world.worker_port(node_rank))}"
-        return Daemon("monarch worker", (*prefix, python, "-c", MONARCH_WORKER, address))
+        return Daemon("monarch worker", (*prefix, python, "-c", MONARCH_WORKER, world.worker_address(node_rank)))
     if world.distribution != "ray":
         return None
     common = ("--block", f"--node-ip-address={node.addr}", "--disable-usage-stats")
-    head = head_address(world)
+    head = world.head_address
     if node_rank == 0:
         argv = (
             "ray", "start", "--head", *common, f"--port={port}",
@@ -94,14 +93,9 @@ def daemon(
     return Daemon("ray worker", (*prefix, "ray", "start", f"--address={head}", *common, *extra_args), wait_for=head)
 
 
-def head_address(world: World) -> str:
-    """``host:port`` of the Ray head (its GCS) on node 0."""
-    return host_port(world.master_addr, world.controller_port)
-
-
 def driver_wait(world: World) -> str:
     """What the driver waits for before it starts: the Ray head's address, or ``""``."""
-    return head_address(world) if world.distribution == "ray" else ""
+    return world.head_address if world.distribution == "ray" else ""
 
 
 def ports(distribution: str, master_port: int) -> tuple[tuple[str, int], ...]:

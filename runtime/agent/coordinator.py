@@ -222,7 +222,7 @@ class Coordinator:
         if (count != self._progress_count and (since >= PROGRESS_MIN_GAP or complete)) or since >= PROGRESS_EVERY:
             self._progress_count, self._last_progress = count, now
             actions.append(Say(f"{count}/{self._s.workers} nodes registered (quorum {self._s.quorum})"))
-        if count >= self._s.workers or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):
+        if complete or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):
             self.world = self._world(nodes_from(self.members.values()), 0)
             self._begin_epoch(self.world)
             for n in self.world.nodes:

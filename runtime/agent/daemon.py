@@ -15,8 +15,7 @@ import shutil
 import sys
 from typing import Optional, Sequence
 
-EXIT_NOT_FOUND = 127
-"""Exit code when the daemon's executable is missing (the shell's "command not found")."""
+from runtime.agent.bootstrap import EXIT_NOT_FOUND
 
 
 def resolve(command: str, python: str = sys.executable, path: Optional[str] = None) -> Optional[str]:

@@ -346,13 +346,10 @@ class PeerConnection:
         reused = self._sock is not None
         try:
             head, raw = self._exchange(message)
-        except _Stale as exc:
-            self.close()
-            if reused:
-                return self.request(method, path, body)
-            raise TransportError(f"{where} failed: {exc}") from exc
         except (OSError, ValueError) as exc:
             self.close()
+            if reused and isinstance(exc, _Stale):
+                return self.request(method, path, body)
             raise TransportError(f"{where} failed: {exc}") from exc
         if not head.keep_alive:
             self.close()
@@ -391,6 +388,7 @@ class PeerConnection:
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise _Stale(str(exc)) from exc
         received = bytearray()
+        head = None
         while True:
             try:
                 chunk = sock.recv(1 << 16)
@@ -403,7 +401,7 @@ class PeerConnection:
                     raise ValueError("the connection closed in the middle of the response")
                 raise _Stale("the peer closed the connection without answering")
             received += chunk
-            head = parse_head(received)
+            head = head or parse_head(received)
             if head is not None and len(received) >= head.body_start + head.length:
                 return head, bytes(received[head.body_start:head.body_start + head.length])
 

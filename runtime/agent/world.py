@@ -169,7 +169,7 @@ class World:
     def jax_coordinator_port(self) -> int:
         """This generation's JAX coordinator port: like :attr:`rendezvous_port`, but in the block
         starting at ``contract.JAX_PORT_OFFSET``, so it never equals MASTER_PORT."""
-        return self.master_port + contract.JAX_PORT_OFFSET + (self.generation - 1) % contract.RENDEZVOUS_PORT_SPAN
+        return self.rendezvous_port + contract.JAX_PORT_OFFSET
 
     @property
     def controller_port(self) -> int:
@@ -187,6 +187,19 @@ class World:
         """
         addr = self.nodes[node_rank].addr
         return self.controller_port + sum(1 for n in self.nodes[:node_rank] if n.addr == addr)
+
+    def worker_address(self, node_rank: int) -> str:
+        """A Monarch job: ``tcp://host:port`` that node ``node_rank``'s worker serves on.
+
+        Raises:
+            IndexError: ``node_rank`` is outside the world.
+        """
+        return f"tcp://{host_port(self.nodes[node_rank].addr, self.worker_port(node_rank))}"
+
+    @property
+    def head_address(self) -> str:
+        """A Ray job: ``host:port`` of the Ray head (its GCS) on node 0."""
+        return host_port(self.master_addr, self.controller_port)
 
     @property
     def master_addr(self) -> str:
@@ -319,10 +332,9 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
     if dist in ("spmd", "tensorflow"):
         env[contract.TF_CONFIG] = tf_config(world, rank)
     if dist == "ray":
-        env[contract.RAY_ADDRESS] = host_port(master, world.controller_port)
+        env[contract.RAY_ADDRESS] = world.head_address
     if dist == "monarch":
-        env[contract.MONARCH_WORKER_ADDRESSES] = ",".join(f"tcp://{host_port(n.addr, world.worker_port(i))}"
-                                                          for i, n in enumerate(world.nodes))
+        env[contract.MONARCH_WORKER_ADDRESSES] = ",".join(world.worker_address(i) for i in range(len(world.nodes)))
     return env
 
 
