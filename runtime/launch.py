@@ -27,16 +27,18 @@ SERVICE_READY_TIMEOUT_MARGIN = 30.0
 """Seconds beyond the quorum timeout a service job may take to report ready."""
 
 
-TORCHRUN_ONLY = {
+_TORCHRUN_ONLY = {
     "--standalone": "every node runs on this machine already",
-    "--rdzv-backend": "the agents run their own rendezvous", "--rdzv_backend": "the agents run their own rendezvous",
-    "--rdzv-endpoint": "node 0's agent is the rendezvous", "--rdzv_endpoint": "node 0's agent is the rendezvous",
-    "--rdzv-id": "use --job-name", "--rdzv_id": "use --job-name",
-    "--rdzv-conf": "the agents run their own rendezvous", "--rdzv_conf": "the agents run their own rendezvous",
-    "--node-rank": "the launcher starts every node itself", "--node_rank": "the launcher starts every node itself",
-    "--master-addr": "node 0's address is the master", "--master_addr": "node 0's address is the master",
+    "--rdzv-backend": "the agents run their own rendezvous",
+    "--rdzv-endpoint": "node 0's agent is the rendezvous",
+    "--rdzv-id": "use --job-name",
+    "--rdzv-conf": "the agents run their own rendezvous",
+    "--node-rank": "the launcher starts every node itself",
+    "--master-addr": "node 0's address is the master",
 }
-"""torchrun flags this launcher does not take, with why it needs none (for the error's hint)."""
+TORCHRUN_ONLY = {**_TORCHRUN_ONLY, **{"--" + f[2:].replace("-", "_"): why for f, why in _TORCHRUN_ONLY.items()}}
+"""torchrun flags this launcher does not take, in both of torchrun's spellings, with why it needs
+none (for the error's hint)."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -328,8 +328,7 @@ class fn:  # lower case like Kubetorch's ``kt.fn``, which users know
 
     def __init__(self, func: Callable[..., Any]) -> None:
         self.func = func
-        location = locate(func)
-        self.name, self.root = location.name, location.root
+        self.name, self.root = locate(func)
 
     def to(self, compute: Compute) -> RemoteFunction:
         """Deploy to ``compute`` (start its job, or reuse it) and return the remote function."""

@@ -337,15 +337,13 @@ def _validate_program(a: DistributedJobArgs) -> None:
         raise InvalidJobArgs("script", a.script, "must be a non-empty path", 'pass e.g. "train.py"')
     if a.module is not None and (not isinstance(a.module, str) or not MODULE_NAME.match(a.module)):
         raise InvalidJobArgs("module", a.module, "not a dotted module name", 'pass e.g. "pkg.train"')
-    if not isinstance(a.args, tuple) or not all(isinstance(x, str) for x in a.args):
-        raise InvalidJobArgs("args", a.args, "must be a list of strings", 'quote numbers: ["--epochs", "3"]')
+    _require_strings("args", a.args, "must be a list of strings", 'quote numbers: ["--epochs", "3"]')
 
 
 def _validate_command(a: DistributedJobArgs) -> None:
     command = a.command
-    if not isinstance(command, tuple) or not all(isinstance(x, str) for x in command):
-        raise InvalidJobArgs("command", command, "must be a list of strings: the executable, then its arguments",
-                             'pass e.g. ["bash", "-c", "echo $RANK"]')
+    _require_strings("command", command, "must be a list of strings: the executable, then its arguments",
+                     'pass e.g. ["bash", "-c", "echo $RANK"]')
     if not command or not command[0]:
         raise InvalidJobArgs("command", command, "names no executable",
                              'put the executable first, e.g. ["/opt/train", "--epochs", "3"]')
@@ -513,9 +511,8 @@ def _plain_type(annotation: str) -> str:
 
 
 def _validate_single_controller(a: DistributedJobArgs) -> None:
-    if not isinstance(a.daemon_args, tuple) or not all(isinstance(x, str) for x in a.daemon_args):
-        raise InvalidJobArgs("daemon_args", a.daemon_args, "must be a list of strings",
-                             'pass e.g. ["--object-store-memory=2000000000"]')
+    _require_strings("daemon_args", a.daemon_args, "must be a list of strings",
+                     'pass e.g. ["--object-store-memory=2000000000"]')
     dist = a.distribution
     if a.daemon_args and dist != "ray":
         raise InvalidJobArgs("daemon_args", list(a.daemon_args), f"they go to `ray start`, and distribution is "
@@ -549,6 +546,12 @@ def _validate_port_block(a: DistributedJobArgs) -> None:
         raise InvalidJobArgs("agent_port", a.agent_port, f"inside the ports the job counts up from master_port "
                              f"({a.master_port}..{last}: rendezvous, JAX, TensorFlow)",
                              f"give agent_port a port below {a.master_port} or above {last}")
+
+
+def _require_strings(name: str, value: Any, problem: str, fix: str) -> None:
+    """Raise :class:`InvalidJobArgs` for ``name`` unless ``value`` is a list (frozen to a tuple) of strings."""
+    if not isinstance(value, tuple) or not all(isinstance(x, str) for x in value):
+        raise InvalidJobArgs(name, value, problem, fix)
 
 
 def _require_list(name: str, value: Any) -> None:
