@@ -40,6 +40,15 @@ PROCESS_ENV = (
 )
 """Variables the component or the agent sets; user ``env`` may not override them."""
 RESERVED_ENV_PREFIX = "TRAINPLANE_"
+SETTING_FIELDS = {
+    contract.GRACE_PERIOD: "grace_period", contract.MAX_RESTARTS: "max_restarts",
+    contract.QUORUM_TIMEOUT: "quorum_timeout", contract.QUORUM_WORKERS: "quorum_workers",
+    contract.WORKERS: "workers", contract.NUM_PROC: "num_proc", contract.MIN_WORKERS: "min_workers",
+    contract.MAX_WORKERS: "max_workers", contract.LOG_DIR: "log_dir", contract.MONITOR_MEMBERS: "monitor_members",
+    contract.DISTRIBUTION: "distribution", contract.MODE: "mode", contract.AGENT_PORT_SETTING: "agent_port",
+    contract.MASTER_PORT: "master_port", contract.DAEMON_ARGS: "daemon_args",
+}
+"""The agent settings a DistributedJobArgs field sets, for the fix of a user ``env`` that sets one."""
 OWNED_LABELS = (
     contract.LABEL_NAME, contract.LABEL_INSTANCE, contract.LABEL_COMPONENT, contract.LABEL_PART_OF,
     contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
@@ -520,8 +529,12 @@ def _validate_pod(a: DistributedJobArgs) -> None:
     for key, value in a.env.items():
         checks.require_env_name(f"env[{key!r}]", key)
         if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
-            fix = ("list the directories to import from in pythonpath" if key == "PYTHONPATH"
-                   else "use the matching DistributedJobArgs field instead")
+            if key == "PYTHONPATH":
+                fix = "list the directories to import from in pythonpath"
+            elif key in SETTING_FIELDS:
+                fix = f"set the DistributedJobArgs field {SETTING_FIELDS[key]} instead"
+            else:
+                fix = "use the matching DistributedJobArgs field instead"
             raise InvalidJobArgs(f"env[{key!r}]", value, "is set by trainplane", f"remove it; {fix}")
         if not isinstance(value, str):
             raise InvalidJobArgs(f"env[{key!r}]", value, "environment values are strings", "quote it")
