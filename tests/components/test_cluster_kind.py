@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from components.cluster import KindCluster, KindClusterArgs
-from components.cluster.kind import image_id_command, kind_config
+from components.cluster.kind import kind_config
 from components.errors import ArgumentError
 from tests.components.componenttest import KIND_CLUSTER_SCHEMA, KUBECONFIG, Mocks, RecordingMonitor, deploy
 
@@ -90,14 +90,14 @@ def test_a_rebuilt_image_is_loaded_again_on_the_next_up():
     preview and update) is one of them, so rebuilding ``trainplane-examples:dev`` under the same name
     re-runs ``kind load docker-image``; the image name and the cluster alone would not."""
     args = KindClusterArgs(cluster_name="lab", load_images=["img:dev"])
+    inspect = "docker image inspect --format '{{.Id}}' img:dev"
 
     def loads(image_id):
-        monitor = RecordingMonitor(Mocks(command_stdout={image_id_command("img:dev"): image_id}))
+        monitor = RecordingMonitor(Mocks(command_stdout={inspect: image_id}))
         deploy(lambda: {"kubeconfig": KindCluster("dev", args).kubeconfig}, monitor=monitor)
-        assert monitor.mocks.commands_run == [image_id_command("img:dev")]
+        assert monitor.mocks.commands_run == [inspect]
         return next(r for r in monitor.registrations.values() if r.name == "dev-load-0")
 
     before, after = loads("sha256:aaa"), loads("sha256:bbb")
     assert "sha256:aaa" in before.inputs["triggers"] and "sha256:bbb" in after.inputs["triggers"]
     assert before.inputs["triggers"] != after.inputs["triggers"]
-    assert image_id_command("img:dev") == "docker image inspect --format '{{.Id}}' img:dev"

@@ -10,7 +10,6 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components import DistributedJob
-from components.capabilities import ClusterCapabilities
 from components.errors import InvalidJobArgs
 from components.job.bundle import build_bundle
 from components.job.render import render_job
@@ -259,6 +258,8 @@ def test_the_recorder_fails_on_a_duplicate_urn_instead_of_keeping_one() -> None:
 
 def test_a_job_the_cluster_cannot_run_fails_before_anything_is_registered() -> None:
     """The job component checks its arguments against the cluster it targets (``components.job.fit``)."""
+    from components.capabilities import ClusterCapabilities  # new with the check: the other tests run without it
+
     monitor = RecordingMonitor()
     cluster = ClusterCapabilities(volcano_queues=None)
     with pytest.raises(InvalidJobArgs, match=r"^gang_scheduler='volcano': Volcano is not installed on the cluster"):
