@@ -1,12 +1,18 @@
-"""``Kueue``: job queueing (Helm, pinned) with ResourceFlavors, ClusterQueues and LocalQueues."""
+"""``Kueue``: job queueing (Helm, pinned) with ResourceFlavors, ClusterQueues and LocalQueues.
+
+The add-on owns Kueue's manager configuration: which integrations are on (Kueue leaves the kinds of a
+disabled one alone) and ``waitForPodsReady``, which makes admission all-or-nothing.
+"""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import pulumi
+import yaml
 
 from components import validate
 from components.addons.helm import helm_release
@@ -15,6 +21,31 @@ from components.addons.versions import KUEUE, KUEUE_API
 from components.errors import ArgumentError
 
 Quantity = Union[int, str]
+
+PYTORCHJOB_FRAMEWORK = "kubeflow.org/pytorchjob"
+CHART_FRAMEWORKS = (
+    "batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/rayservice", "ray.io/raycluster",
+    "jobset.x-k8s.io/jobset", "workload.codeflare.dev/appwrapper", "trainer.kubeflow.org/trainjob", "pod",
+    "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset",
+)
+"""The integrations the pinned chart enables (kubernetes-sigs/kueue v0.19.2 ``charts/kueue/values.yaml``,
+``managerConfig.controllerManagerConfigYaml``): ``kubeflow.org/pytorchjob`` is commented out there."""
+CHART_MANAGER_CONFIG: dict[str, Any] = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "health": {"healthProbeBindAddress": ":8081"},
+    "metrics": {"bindAddress": ":8443"},
+    "webhook": {"port": 9443},
+    "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    "controller": {"groupKindConcurrency": {
+        "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
+        "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1,
+    }},
+    "clientConnection": {"qps": 300, "burst": 500},
+    "integrations": {"frameworks": list(CHART_FRAMEWORKS)},
+}
+"""The pinned chart's default manager config (v0.19.2 ``charts/kueue/values.yaml``). The chart takes the
+config as one YAML string and uses it whole, so the add-on renders all of it with its own changes."""
 
 
 @dataclass(frozen=True)
@@ -117,18 +148,41 @@ class KueueArgs:
         cluster_queues: ClusterQueues; each may quote only the flavors above.
         local_queues: LocalQueues; each must feed one of the ClusterQueues above.
         namespace: Namespace of the release.
+        frameworks: The integrations Kueue manages (its ``integrations.frameworks``); the chart's,
+            :data:`CHART_FRAMEWORKS`, by default. Add ``kubeflow.org/pytorchjob`` to queue PyTorchJobs
+            (the stack does when it installs the training operator).
+        pods_ready_timeout: Seconds an admitted workload has for all its pods to become ready before
+            Kueue evicts and requeues it (``waitForPodsReady.timeout``).
+        block_admission: Admit the next workload only once the previous one's pods are all ready
+            (``waitForPodsReady.blockAdmission``), so two half-started jobs never hold each other's
+            nodes.
+        requeue_limit: Evictions for pods that were not ready in time before Kueue deactivates the
+            workload, saying so in its conditions (``requeuingStrategy.backoffLimitCount``); ``None``
+            requeues forever.
 
     Raises:
-        ArgumentError: Duplicate names or references to flavors or queues that are not defined.
+        ArgumentError: Duplicate names or references to flavors or queues that are not defined, or a
+            bad framework list, timeout or limit.
     """
 
     flavors: Sequence[ResourceFlavorArgs] = ()
     cluster_queues: Sequence[ClusterQueueArgs] = ()
     local_queues: Sequence[LocalQueueArgs] = ()
     namespace: str = "kueue-system"
+    frameworks: Sequence[str] = CHART_FRAMEWORKS
+    pods_ready_timeout: int = 600
+    block_admission: bool = True
+    requeue_limit: Optional[int] = 3
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
+        object.__setattr__(self, "frameworks", validate.strings("frameworks", self.frameworks, non_empty=True))
+        _unique("frameworks", list(self.frameworks))
+        validate.integer("pods_ready_timeout", self.pods_ready_timeout, minimum=1)
+        if not isinstance(self.block_admission, bool):
+            raise ArgumentError("block_admission", self.block_admission, "use true or false")
+        if self.requeue_limit is not None:
+            validate.integer("requeue_limit", self.requeue_limit, minimum=0)
         for name in ("flavors", "cluster_queues", "local_queues"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         _unique("flavors", [f.name for f in self.flavors])
@@ -163,6 +217,33 @@ def _unique(field_name: str, names: Sequence[str]) -> None:
         raise ArgumentError(field_name, duplicates, "give each one its own name")
 
 
+def manager_config(args: KueueArgs) -> dict[str, Any]:
+    """Kueue's manager configuration: the chart's, with the add-on's integrations and ``waitForPodsReady``.
+
+    ``waitForPodsReady`` is what makes Kueue's admission all-or-nothing: an admitted workload whose pods
+    are not all ready within the timeout is evicted and requeued (kubernetes-sigs/kueue v0.19.2
+    ``apis/config/v1beta2/configuration_types.go``, ``WaitForPodsReady``). v0.19 turns it on by default
+    with a 30-minute timeout and no blocking, behind a feature gate due for removal
+    (``DisableWaitForPodsReady``, ``pkg/features/kube_features.go``); the add-on sets it explicitly.
+    """
+    config = copy.deepcopy(CHART_MANAGER_CONFIG)
+    config["integrations"] = {"frameworks": list(args.frameworks)}
+    strategy: dict[str, Any] = {"timestamp": "Eviction"}
+    if args.requeue_limit is not None:
+        strategy["backoffLimitCount"] = args.requeue_limit
+    config["waitForPodsReady"] = {
+        "timeout": f"{args.pods_ready_timeout}s",
+        "blockAdmission": args.block_admission,
+        "requeuingStrategy": strategy,
+    }
+    return config
+
+
+def chart_values(args: KueueArgs) -> dict[str, Any]:
+    """The release's values: the manager config as the YAML string the chart takes."""
+    return {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(args), sort_keys=False)}}
+
+
 def resource_flavor(args: ResourceFlavorArgs) -> dict[str, Any]:
     """Render a ResourceFlavor."""
     spec = {"nodeLabels": dict(args.node_labels)} if args.node_labels else {}
@@ -192,6 +273,11 @@ def cluster_queue(args: ClusterQueueArgs) -> dict[str, Any]:
     }
 
 
+LOCAL_QUEUE_REPLACED_ON = ("spec.clusterQueue",)
+"""A LocalQueue's ``spec.clusterQueue`` is immutable (its CRD's rule ``self == oldSelf``, kubernetes-sigs/kueue
+v0.19.2 ``config/components/crd/bases/kueue.x-k8s.io_localqueues.yaml``): a change replaces the queue."""
+
+
 def local_queue(args: LocalQueueArgs) -> dict[str, Any]:
     """Render a LocalQueue."""
     return {
@@ -212,7 +298,8 @@ class Kueue(pulumi.ComponentResource):
     def __init__(self, name: str, args: KueueArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("trainplane:addons:Kueue", name, None, opts)
         self.release = helm_release(
-            f"{name}-release", KUEUE, release_name="kueue", namespace=args.namespace, parent=self, values={}
+            f"{name}-release", KUEUE, release_name="kueue", namespace=args.namespace, parent=self,
+            values=chart_values(args),
         )
         flavors = [
             custom_resource(
@@ -235,5 +322,6 @@ class Kueue(pulumi.ComponentResource):
                 local_queue(q),
                 parent=self,
                 depends_on=[self.release, queues[q.cluster_queue]],
+                replace_on=LOCAL_QUEUE_REPLACED_ON,
             )
         self.register_outputs({})

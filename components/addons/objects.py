@@ -10,7 +10,11 @@ import pulumi_kubernetes as k8s
 
 
 def custom_resource(
-    name: str, obj: Mapping[str, Any], parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+    name: str,
+    obj: Mapping[str, Any],
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+    replace_on: Sequence[str] = (),
 ) -> k8s.apiextensions.CustomResource:
     """Register ``obj`` (with ``apiVersion``, ``kind``, ``metadata`` and ``spec``) under ``parent``.
 
@@ -19,6 +23,8 @@ def custom_resource(
         obj: The object, as returned by a pure builder.
         parent: The add-on component that owns it.
         depends_on: What must exist first: at least the release installing the object's CRD.
+        replace_on: Immutable property paths: a change to one replaces the object (deleting it first,
+            as its name is fixed) instead of patching it.
 
     Returns:
         The custom resource.
@@ -29,5 +35,10 @@ def custom_resource(
         kind=obj["kind"],
         metadata=obj["metadata"],
         spec=obj.get("spec"),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=list(depends_on),
+            replace_on_changes=list(replace_on) or None,
+            delete_before_replace=bool(replace_on) or None,
+        ),
     )

@@ -10,7 +10,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import validate
-from components.addons.versions import TRAINING_OPERATOR_MANIFESTS
+from components.addons.versions import SCHEDULER_PLUGINS_SCHEDULER, TRAINING_OPERATOR_MANIFESTS, VOLCANO_SCHEDULER
+from components.capabilities import NO_GANG, OPERATOR_GANG_SCHEDULERS, SCHEDULER_PLUGINS, VOLCANO
 
 WEBHOOK_CERT_SECRET = "training-operator-webhook-cert"  # noqa: S105 - a Secret's name, not a secret
 """The Secret the operator fills with its self-signed webhook certificate at start-up."""
@@ -19,7 +20,14 @@ WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
 OPERATOR_DEPLOYMENT = "training-operator"
 OPERATOR_CONTAINER = "training-operator"
 GANG_SCHEDULER_FLAG = "--gang-scheduler-name"
-"""Operator flag: ``volcano``, or the scheduler-plugins scheduler name; unset means no gang scheduling."""
+"""Operator flag: ``volcano``, or the scheduler-plugins scheduler name; unset means no gang scheduling.
+
+kubeflow/trainer v1.9.4 ``cmd/training-operator.v1/main.go``: a value equal to ``volcano`` (ignoring
+case) selects Volcano, any other non-empty value is taken as a scheduler-plugins scheduler name, and
+unset leaves every PyTorchJob without a PodGroup (``pkg/controller.v1/common/job.go`` creates one only
+when gang scheduling is enabled). The flag applies to every PyTorchJob the operator runs."""
+FLAG_VALUES = {VOLCANO: VOLCANO_SCHEDULER, SCHEDULER_PLUGINS: SCHEDULER_PLUGINS_SCHEDULER}
+"""The flag value for each gang scheduler trainplane names."""
 
 SECRET_TYPE = "kubernetes:core/v1:Secret"  # noqa: S105 - a type token, not a secret
 WEBHOOK_TYPE = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
@@ -44,6 +52,26 @@ class TrainingOperatorArgs:
     def __post_init__(self) -> None:
         if self.gang_scheduler_name is not None:
             validate.text("gang_scheduler_name", self.gang_scheduler_name)
+
+    @classmethod
+    def for_gang_scheduler(cls, gang_scheduler: str) -> TrainingOperatorArgs:
+        """The operator set up to gang-schedule every PyTorchJob with ``gang_scheduler``.
+
+        Args:
+            gang_scheduler: ``none``, ``volcano`` or ``scheduler-plugins``.
+
+        Raises:
+            ArgumentError: another value.
+        """
+        validate.one_of("gang_scheduler", gang_scheduler, OPERATOR_GANG_SCHEDULERS)
+        return cls(gang_scheduler_name=FLAG_VALUES.get(gang_scheduler))
+
+    @property
+    def gang_scheduler(self) -> str:
+        """The gang scheduler the operator applies to every PyTorchJob, read as the operator reads its flag."""
+        if not self.gang_scheduler_name:
+            return NO_GANG
+        return VOLCANO if self.gang_scheduler_name.lower() == VOLCANO_SCHEDULER else SCHEDULER_PLUGINS
 
 
 def _name(props: Any) -> Optional[str]:

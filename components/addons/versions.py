@@ -38,6 +38,9 @@ VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 VOLCANO_SCHEDULER = "volcano"
 """The scheduler name Volcano registers: pods' ``schedulerName`` and the operator's ``--gang-scheduler-name``."""
 
+SCHEDULER_PLUGINS_SCHEDULER = "scheduler-plugins-scheduler"
+"""The scheduler name scheduler-plugins' second-scheduler chart registers (trainplane does not install it)."""
+
 KUEUE = HelmChart("oci://registry.k8s.io/kueue/charts/kueue", "0.19.2")
 """Kueue v0.19.2 (github.com/kubernetes-sigs/kueue tag v0.19.2; chart published to registry.k8s.io)."""
 KUEUE_API = "kueue.x-k8s.io/v1beta2"

@@ -6,14 +6,26 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from components import validate
 from components.addons.helm import helm_release
 from components.addons.objects import custom_resource
 from components.addons.versions import VOLCANO, VOLCANO_API
+from components.awaiting import WAIT_FOR_ANNOTATION
 
 BUILTIN_QUEUE = "default"
-"""The queue Volcano creates itself; PodGroups without ``spec.queue`` land there."""
+"""The queue Volcano's scheduler creates at start-up; PodGroups without ``spec.queue`` land there (the
+PodGroup CRD defaults ``spec.queue`` to it)."""
+QUEUE_OPEN = "jsonpath={.status.state}=Open"
+"""``pulumi.com/waitFor`` condition: the queue controller has opened the queue.
+
+Volcano's PodGroup admission refuses a PodGroup whose queue is not yet ``Open`` ("can only submit
+PodGroup to queue with state `Open`", volcano-sh/volcano v1.15.1
+``pkg/webhooks/admission/podgroups/validate/validate_podgroup.go``, ``checkQueueState``), a state its
+queue controller sets after the Queue is created (``pkg/controllers/queue/state``). pulumi-kubernetes
+treats a custom resource as ready at once, so without this a job's PodGroup races the queue on the
+first ``pulumi up``."""
 
 
 @dataclass(frozen=True)
@@ -45,24 +57,36 @@ class VolcanoArgs:
 
 
 def volcano_queue(args: VolcanoArgs) -> dict[str, Any]:
-    """Render the Queue: cluster-scoped, reclaimable, weighted."""
+    """Render the Queue: cluster-scoped, reclaimable, weighted; Pulumi waits until it is ``Open``."""
     return {
         "apiVersion": VOLCANO_API,
         "kind": "Queue",
-        "metadata": {"name": args.queue},
+        "metadata": {"name": args.queue, "annotations": {WAIT_FOR_ANNOTATION: QUEUE_OPEN}},
         "spec": {"weight": args.queue_weight, "reclaimable": True},
+    }
+
+
+def builtin_queue_ready() -> dict[str, Any]:
+    """A patch of Volcano's own ``default`` Queue that only adds the annotation making Pulumi wait until
+    it is ``Open``: jobs may submit there too, and the scheduler creates it asynchronously."""
+    return {
+        "apiVersion": VOLCANO_API,
+        "kind": "Queue",
+        "metadata": {"name": BUILTIN_QUEUE, "annotations": {WAIT_FOR_ANNOTATION: QUEUE_OPEN}},
     }
 
 
 class Volcano(pulumi.ComponentResource):
     """Volcano's scheduler, controllers and admission webhook, plus a Queue.
 
-    The release waits for the webhook to be ready, so the Queue (and any PodGroup that depends
-    on this component) is admitted.
+    The release waits for the webhook to be ready, so the Queue is admitted; the component is done
+    once both the Queue and Volcano's ``default`` queue are ``Open``, so a PodGroup that depends on it is
+    admitted too.
 
     Attributes:
         release: The Helm release (installs the ``scheduling.volcano.sh`` CRDs).
         queue: The Queue custom resource.
+        builtin_queue: The patch that waits for Volcano's ``default`` Queue to be ``Open``.
     """
 
     def __init__(
@@ -80,5 +104,13 @@ class Volcano(pulumi.ComponentResource):
         )
         self.queue = custom_resource(
             f"{name}-queue", volcano_queue(args), parent=self, depends_on=[self.release]
+        )
+        ready = builtin_queue_ready()
+        self.builtin_queue = k8s.apiextensions.CustomResourcePatch(
+            f"{name}-default-queue",
+            api_version=ready["apiVersion"],
+            kind=ready["kind"],
+            metadata=ready["metadata"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
         )
         self.register_outputs({"queue": args.queue})

@@ -18,7 +18,16 @@ from components.errors import ArgumentError
 from runtime.agent import contract
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
-"""EKS-optimized Amazon Linux 2023 with the NVIDIA driver and container toolkit preinstalled."""
+"""EKS-optimized Amazon Linux 2023 with the NVIDIA driver and container toolkit preinstalled; it ships
+without the NVIDIA device plugin, which the ``device-plugin`` add-on installs (EKS User Guide, "Install
+Kubernetes device plugin for GPUs": awsdocs/amazon-eks-user-guide ``latest/ug/ml/ml-eks-k8s-device-plugin.adoc``)."""
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+"""The CPU system node group's AMI, named rather than left to the EKS API's default for the version."""
+VPC_CNI_OPTIONS = {"enable_network_policy": True}
+"""The VPC CNI add-on enforces NetworkPolicy only with its network policy agent on, which is off unless
+``enableNetworkPolicy`` is set in its configuration; pulumi-eks passes the option there (pulumi/pulumi-eks
+v4.3.0 ``nodejs/eks/addons/cni-addon.ts``, ``mergeConfigurationValues``). Without it each job's
+NetworkPolicy would be accepted and ignored."""
 CAPACITY_TYPES = ("ON_DEMAND", "SPOT")
 NODE_POLICY_ARNS = {
     "worker": "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
@@ -168,7 +177,10 @@ def gpu_node_group_settings(group: GpuNodeGroupArgs) -> dict[str, object]:
 
     Nodes run the NVIDIA AL2023 AMI, carry ``nvidia.com/gpu=true:NoSchedule`` so that only pods
     tolerating it land there, and the ``nvidia.com/gpu.present=true`` label the device plugin
-    chart selects on.
+    chart selects on. The group's desired size is left to the cluster autoscaler after creation:
+    ``ignore_scaling_changes`` makes pulumi-eks ignore ``scalingConfig.desiredSize`` on later updates
+    (pulumi/pulumi-eks v4.3.0 ``nodejs/eks/nodes/nodegroup.ts``), so the next ``pulumi up`` does not reset
+    a size the autoscaler chose; ``min_size`` and ``max_size`` still apply.
     """
     efa = (
         {"enable_efa_support": True, "placement_group_availability_zone": group.availability_zone}
@@ -189,6 +201,7 @@ def gpu_node_group_settings(group: GpuNodeGroupArgs) -> dict[str, object]:
         "scaling_config": aws.eks.NodeGroupScalingConfigArgs(
             min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size
         ),
+        "ignore_scaling_changes": True,
         **efa,
     }
 
@@ -224,6 +237,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             access_entries={
                 "nodes": eks.AccessEntryArgs(principal_arn=role.arn, type=eks.AccessEntryType.EC2_LINUX)
             },
+            vpc_cni_options=eks.VpcCniOptionsArgs(**VPC_CNI_OPTIONS),
             opts=child,
         )
         node_subnets = list(network.private_subnet_ids) or None
@@ -233,6 +247,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             cluster=self.cluster,
             node_role=role,
             subnet_ids=node_subnets,
+            ami_type=SYSTEM_AMI_TYPE,
             instance_types=[args.system_instance_type],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=args.system_nodes, max_size=args.system_nodes, desired_size=args.system_nodes

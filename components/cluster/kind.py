@@ -20,6 +20,11 @@ KIND_WAIT = "180s"
 """How long ``kind create cluster --wait`` waits for the control plane to be Ready."""
 
 
+def image_id_command(image: str) -> str:
+    """The command printing a local Docker image's ID, which changes whenever the image is rebuilt."""
+    return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(image)}"
+
+
 @dataclass(frozen=True)
 class KindClusterArgs:
     """Settings of a kind cluster.
@@ -73,7 +78,10 @@ class KindCluster(pulumi.ComponentResource):
 
     ``kind create cluster`` runs on create, ``kind delete cluster`` on destroy; a changed config
     replaces the cluster. The kubeconfig is read back with ``kind get kubeconfig``, and the
-    ``load_images`` are copied in with ``kind load docker-image``.
+    ``load_images`` are copied in with ``kind load docker-image``, again whenever an image's ID
+    changes: every preview and update reads the local images' IDs (``docker image inspect``), so a
+    rebuilt image of the same name reaches the nodes on the next ``pulumi up``. Pods started after that
+    run it (running pods keep the image they started with).
 
     Attributes:
         provider: Kubernetes provider for the cluster.
@@ -106,10 +114,11 @@ class KindCluster(pulumi.ComponentResource):
             ),
         )
         for i, image in enumerate(args.load_images):
+            image_id = local.run_output(command=image_id_command(image)).stdout
             local.Command(
                 f"{name}-load-{i}",
                 create=f"kind load docker-image {shlex.quote(image)} --name {cluster}",
-                triggers=[create.id, image],
+                triggers=[create.id, image, image_id],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[create]),
             )
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(read.stdout)

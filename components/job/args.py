@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from components import validate
+from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
 from components.job import checks
 from runtime.agent import contract, controller
@@ -22,11 +23,6 @@ INDEXED_JOB = "indexed-job"
 PYTORCHJOB = "pytorchjob"
 STATEFULSET = "statefulset"
 BACKENDS = (INDEXED_JOB, PYTORCHJOB, STATEFULSET)
-NO_GANG = "none"
-VOLCANO = "volcano"
-SCHEDULER_PLUGINS = "scheduler-plugins"
-KUEUE = "kueue"
-GANG_SCHEDULERS = (NO_GANG, VOLCANO, SCHEDULER_PLUGINS, KUEUE)
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
 PEER_KEYS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
@@ -44,10 +40,23 @@ PROCESS_ENV = (
 )
 """Variables the component or the agent sets; user ``env`` may not override them."""
 RESERVED_ENV_PREFIX = "TRAINPLANE_"
+SETTING_FIELDS = {
+    contract.GRACE_PERIOD: "grace_period", contract.MAX_RESTARTS: "max_restarts",
+    contract.QUORUM_TIMEOUT: "quorum_timeout", contract.QUORUM_WORKERS: "quorum_workers",
+    contract.WORKERS: "workers", contract.NUM_PROC: "num_proc", contract.MIN_WORKERS: "min_workers",
+    contract.MAX_WORKERS: "max_workers", contract.LOG_DIR: "log_dir", contract.MONITOR_MEMBERS: "monitor_members",
+    contract.DISTRIBUTION: "distribution", contract.MODE: "mode", contract.AGENT_PORT_SETTING: "agent_port",
+    contract.MASTER_PORT: "master_port", contract.DAEMON_ARGS: "daemon_args",
+}
+"""The agent settings a DistributedJobArgs field sets, for the fix of a user ``env`` that sets one."""
 OWNED_LABELS = (
     contract.LABEL_NAME, contract.LABEL_INSTANCE, contract.LABEL_COMPONENT, contract.LABEL_PART_OF,
     contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
 )
+DEFAULT_GRACE_PERIOD = 5.0
+"""The agent's own default SIGTERM-to-SIGKILL grace, seconds (``runtime.agent.settings``)."""
+DEFAULT_BACKOFF_LIMIT = 3
+"""Failed pods of an elastic batch job that Kubernetes replaces before it fails the job."""
 STATEFULSET_HASH_SUFFIX = 11
 """A StatefulSet's pods carry ``controller-revision-hash: <name>-<hash of up to 10 characters>``, a
 63-character label: the name takes at most 52."""
@@ -99,7 +108,18 @@ class DistributedJobArgs:
             shrinks (a pod replaced after a disruption rejoins under its index): there
             ``max_workers`` must equal ``workers``.
         max_restarts: world restarts after a failure before the job fails.
-        active_deadline_seconds: batch only: seconds before Kubernetes stops the job.
+        backoff_limit: elastic batch jobs: failed pods Kubernetes replaces (each replacement rejoins
+            the running world) before it fails the job; ``None`` = 3. The Indexed Job's
+            ``backoffLimit`` (failed pods; evictions, preemptions and node drains are not counted)
+            or the PyTorchJob's ``runPolicy.backoffLimit`` (container restarts, under
+            ``restartPolicy: OnFailure``). A fixed-size job fails on its first pod failure (its
+            ``max_restarts`` restarts the world inside the pods instead), so it takes no
+            ``backoff_limit``; neither does a service job, whose StatefulSet always replaces pods.
+        active_deadline_seconds: batch only: seconds the job may run before Kubernetes stops it
+            (the Indexed Job's ``activeDeadlineSeconds``, the PyTorchJob's
+            ``runPolicy.activeDeadlineSeconds``); more than ``quorum_timeout``, so a world that
+            cannot form is reported by the agent, not cut off. A service job's StatefulSet has no
+            deadline: it runs until the stack removes it.
         ttl_seconds_after_finished: batch only: seconds before a finished job is deleted.
         gang_scheduler: ``none``, ``volcano``, ``scheduler-plugins`` or ``kueue``.
         queue: Volcano queue, or the existing Kueue LocalQueue to submit to.
@@ -114,6 +134,9 @@ class DistributedJobArgs:
         node_selector: pod ``nodeSelector``.
         tolerations: pod tolerations (Kubernetes Toleration dicts), added to the GPU toleration.
         service_account: pod service account; ``None`` mounts no API token.
+        grace_period: seconds the agent gives its processes between SIGTERM and SIGKILL when the
+            pod stops (a rank's checkpoint-on-SIGTERM must fit in it); the pod's
+            ``terminationGracePeriodSeconds`` covers it plus the agent's own shutdown.
         shm_size: size limit of the memory-backed ``/dev/shm``, a quantity; ``None`` = no limit
             (the pod's memory limit still applies).
         working_dir: container working directory (absolute); ``None`` keeps the image's.
@@ -154,6 +177,7 @@ class DistributedJobArgs:
     min_workers: Optional[int] = None
     max_workers: Optional[int] = None
     max_restarts: int = 0
+    backoff_limit: Optional[int] = None
     active_deadline_seconds: Optional[int] = None
     ttl_seconds_after_finished: Optional[int] = None
     gang_scheduler: str = NO_GANG
@@ -168,6 +192,7 @@ class DistributedJobArgs:
     tolerations: Sequence[Mapping[str, Any]] = ()
     service_account: Optional[str] = None
     shm_size: Optional[str] = None
+    grace_period: float = DEFAULT_GRACE_PERIOD
     working_dir: Optional[str] = None
     image_pull_policy: Optional[str] = None
     agent_port: int = contract.AGENT_PORT
@@ -197,6 +222,7 @@ class DistributedJobArgs:
         _validate_size(self)
         _validate_modes(self)
         _validate_elastic(self)
+        _validate_restarts(self)
         _validate_scheduling(self)
         _validate_pod(self)
         _validate_network(self)
@@ -229,6 +255,14 @@ class DistributedJobArgs:
     def max_nodes(self) -> int:
         """The most pods the job can ever have: ``max_workers`` when elastic, else ``workers``."""
         return self.max_workers if self.max_workers is not None else self.workers
+
+    @property
+    def pod_backoff_limit(self) -> int:
+        """Failed pods the workload replaces before Kubernetes fails the job: ``backoff_limit`` (or
+        :data:`DEFAULT_BACKOFF_LIMIT`) when elastic, 0 for a fixed-size job."""
+        if not self.elastic:
+            return 0
+        return DEFAULT_BACKOFF_LIMIT if self.backoff_limit is None else self.backoff_limit
 
     @property
     def no_python(self) -> bool:
@@ -388,13 +422,38 @@ def _validate_modes(a: DistributedJobArgs) -> None:
         raise InvalidJobArgs("monitor_members", a.monitor_members, "must be a bool", "pass True or False")
     checks.require_int("max_restarts", a.max_restarts, 0)
     checks.require_positive_number("quorum_timeout", a.quorum_timeout)
+    checks.require_positive_number("grace_period", a.grace_period)
     for name, minimum in (("active_deadline_seconds", 1), ("ttl_seconds_after_finished", 0)):
         value = getattr(a, name)
         if value is None:
             continue
         if a.mode != "batch":
-            raise InvalidJobArgs(name, value, "applies to batch jobs only", "unset it in service mode")
+            what = ("a service job's StatefulSet has no deadline: it runs until the stack removes it"
+                    if name == "active_deadline_seconds" else "a service job's StatefulSet never finishes")
+            raise InvalidJobArgs(name, value, f"applies to batch jobs only; {what}",
+                                 "unset it in service mode (end the job with pulumi destroy, or give the "
+                                 "calls a deadline)")
         checks.require_int(name, value, minimum)
+    deadline = a.active_deadline_seconds
+    if deadline is not None and deadline <= a.quorum_timeout:
+        raise InvalidJobArgs("active_deadline_seconds", deadline, f"Kubernetes would stop the job before its "
+                             f"quorum_timeout={a.quorum_timeout:g} s runs out, cutting off the agent's report of "
+                             "the nodes that never registered",
+                             f"use more than {a.quorum_timeout:g} seconds, or lower quorum_timeout")
+
+
+def _validate_restarts(a: DistributedJobArgs) -> None:
+    """``backoff_limit`` belongs to elastic batch jobs (see :attr:`DistributedJobArgs.pod_backoff_limit`)."""
+    if a.backoff_limit is None:
+        return
+    checks.require_int("backoff_limit", a.backoff_limit, 0)
+    if a.mode == "service":
+        raise InvalidJobArgs("backoff_limit", a.backoff_limit, "a service job's StatefulSet always replaces "
+                             "its pods", "unset backoff_limit")
+    if not a.elastic:
+        raise InvalidJobArgs("backoff_limit", a.backoff_limit, "a fixed-size job fails on its first pod "
+                             "failure (max_restarts restarts its world inside the pods)",
+                             "unset backoff_limit, or make the job elastic with min_workers and max_workers")
 
 
 def _validate_elastic(a: DistributedJobArgs) -> None:
@@ -403,6 +462,12 @@ def _validate_elastic(a: DistributedJobArgs) -> None:
         if a.quorum_workers > a.workers:
             raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"exceeds workers={a.workers}, so "
                                  "quorum could never be met", f"use at most {a.workers}")
+    if a.quorum_workers is not None and a.min_workers is None and a.quorum_workers < a.workers:
+        raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"a fixed-size job starts with the first "
+                             f"{a.quorum_workers} nodes and refuses the other {a.workers - a.quorum_workers}: their "
+                             "agents exit 3, which fails the job on Kubernetes",
+                             f"unset quorum_workers (wait for all {a.workers}), or make the job elastic with "
+                             f"min_workers <= {a.quorum_workers} and max_workers >= {a.workers}")
     if (a.min_workers is None) != (a.max_workers is None):
         raise InvalidJobArgs("min_workers" if a.max_workers is None else "max_workers",
                              a.min_workers if a.max_workers is None else a.max_workers,
@@ -418,6 +483,10 @@ def _validate_elastic(a: DistributedJobArgs) -> None:
     if not a.min_workers <= a.workers <= a.max_workers:
         raise InvalidJobArgs("workers", a.workers, f"outside min_workers..max_workers = "
                              f"{a.min_workers}..{a.max_workers}", "start with a node count inside the bounds")
+    if a.quorum_workers is not None and a.quorum_workers < a.min_workers:
+        raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"the world would form with fewer nodes than "
+                             f"min_workers={a.min_workers}, the fewest it may run with",
+                             f"use a quorum_workers of at least {a.min_workers}, or lower min_workers")
     if a.workload_backend == INDEXED_JOB and a.max_workers > a.workers:
         raise InvalidJobArgs("max_workers", a.max_workers, f"an Indexed Job has exactly workers={a.workers} "
                              "pods, so it can shrink to min_workers but never grow",
@@ -434,6 +503,14 @@ def _validate_scheduling(a: DistributedJobArgs) -> None:
         if a.gang_scheduler != KUEUE:
             raise InvalidJobArgs("cluster_queue", a.cluster_queue, "is a Kueue setting",
                                  f'set gang_scheduler="{KUEUE}" or unset cluster_queue')
+    if a.gang_scheduler == KUEUE and a.max_nodes > a.workers:
+        why = (f"Kueue's StatefulSet webhook keeps replicas at {a.workers} while it manages the job (it allows "
+               "scaling only to and from 0)" if a.workload_backend == STATEFULSET else
+               f"Kueue admitted {a.workers} Worker replicas; a resized PyTorchJob no longer matches its admitted "
+               "Workload, which Kueue evicts")
+        raise InvalidJobArgs("max_workers", a.max_workers, f"the job could never grow past workers={a.workers}: "
+                             f"{why}", f"set max_workers={a.workers} (the job may still shrink to min_workers), "
+                             "or use another gang_scheduler")
     if a.gang_scheduler == KUEUE and (a.queue is None) == (a.cluster_queue is None):
         raise InvalidJobArgs("queue", a.queue, "Kueue needs exactly one of queue (an existing LocalQueue) "
                              f"and cluster_queue (cluster_queue={a.cluster_queue!r})",
@@ -452,8 +529,12 @@ def _validate_pod(a: DistributedJobArgs) -> None:
     for key, value in a.env.items():
         checks.require_env_name(f"env[{key!r}]", key)
         if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
-            fix = ("list the directories to import from in pythonpath" if key == "PYTHONPATH"
-                   else "use the matching DistributedJobArgs field instead")
+            if key == "PYTHONPATH":
+                fix = "list the directories to import from in pythonpath"
+            elif key in SETTING_FIELDS:
+                fix = f"set the DistributedJobArgs field {SETTING_FIELDS[key]} instead"
+            else:
+                fix = "use the matching DistributedJobArgs field instead"
             raise InvalidJobArgs(f"env[{key!r}]", value, "is set by trainplane", f"remove it; {fix}")
         if not isinstance(value, str):
             raise InvalidJobArgs(f"env[{key!r}]", value, "environment values are strings", "quote it")

@@ -12,8 +12,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from components.capabilities import ClusterCapabilities
 from components.job.args import DistributedJobArgs, validate_job_name
 from components.job.bundle import build_bundle
+from components.job.fit import check_fits
+from components.job.naming import resource_name
 from components.job.render import Manifest, render_job
 
 RESOURCE_TYPE = "trainplane:job:DistributedJob"
@@ -36,6 +39,10 @@ TOP_LEVEL_ARGS = {"metadata": "metadata", "spec": "spec", "data": "data", "strin
 class DistributedJob(pulumi.ComponentResource):
     """One distributed training job: token Secret, runtime ConfigMap, headless Service, workload,
     gang-scheduling objects, NetworkPolicy and (service mode) PodDisruptionBudget.
+
+    The component and its children are named after :func:`~components.job.naming.resource_name`: the
+    job name in the ``default`` namespace, ``<namespace>/<name>`` elsewhere, so jobs of one name in two
+    namespaces have distinct URNs.
 
     Attributes:
         job_name: the job's Kubernetes name.
@@ -60,6 +67,7 @@ class DistributedJob(pulumi.ComponentResource):
         args: DistributedJobArgs,
         opts: Optional[pulumi.ResourceOptions] = None,
         crd_dependencies: Sequence[pulumi.Resource] = (),
+        cluster: Optional[ClusterCapabilities] = None,
     ) -> None:
         """Create the job.
 
@@ -71,24 +79,30 @@ class DistributedJob(pulumi.ComponentResource):
                 other than the ambient one. Children inherit it.
             crd_dependencies: resources the custom resources (PyTorchJob, PodGroup, LocalQueue)
                 depend on, typically the add-ons that install their CRDs.
+            cluster: what the target cluster provides; when given, a job it cannot run is refused
+                before anything is registered (``components.job.fit``).
 
         Raises:
             InvalidJobArgs: the name is not a plain str, is invalid, or is too long for ``args``
-                (the message names the derived name that would overflow).
+                (the message names the derived name that would overflow); or ``cluster`` cannot run
+                the job (the message names the field, the value and the fix).
             BundleError: the agent's sources cannot be read or exceed the ConfigMap limit.
             OperatorRuleError: a rendered PyTorchJob would break a training-operator rule.
         """
         validate_job_name(name, args)
+        if cluster is not None:
+            check_fits(args, cluster)
         bundle = build_bundle()
-        super().__init__(RESOURCE_TYPE, name, None, opts)
+        prefix = resource_name(name, args.namespace)
+        super().__init__(RESOURCE_TYPE, prefix, None, opts)
         password = random.RandomPassword(
-            f"{name}-token-value", length=TOKEN_LENGTH, special=False,
+            f"{prefix}-token-value", length=TOKEN_LENGTH, special=False,
             opts=pulumi.ResourceOptions(parent=self),
         )
         rendered = render_job(name, args, password.result, bundle)
         self.resources: dict[str, pulumi.CustomResource] = {}
         for manifest in rendered.manifests:
-            self.resources[manifest.role] = self._create(name, manifest, crd_dependencies)
+            self.resources[manifest.role] = self._create(prefix, manifest, crd_dependencies)
         names = rendered.names
         self.job_name = pulumi.Output.from_input(names.job)
         self.namespace = pulumi.Output.from_input(names.namespace)
@@ -104,7 +118,7 @@ class DistributedJob(pulumi.ComponentResource):
         })
 
     def _create(
-        self, name: str, manifest: Manifest, crd_dependencies: Sequence[pulumi.Resource]
+        self, prefix: str, manifest: Manifest, crd_dependencies: Sequence[pulumi.Resource]
     ) -> pulumi.CustomResource:
         body = manifest.body
         depends_on = list(crd_dependencies) if manifest.custom else []
@@ -113,10 +127,10 @@ class DistributedJob(pulumi.ComponentResource):
         opts = pulumi.ResourceOptions(
             parent=self,
             depends_on=depends_on,
-            delete_before_replace=manifest.replace or None,
-            replace_on_changes=["spec"] if manifest.replace else None,
+            delete_before_replace=bool(manifest.replace_on) or None,
+            replace_on_changes=list(manifest.replace_on) or None,
         )
-        resource_name = f"{name}-{manifest.role}"
+        resource_name = f"{prefix}-{manifest.role}"
         kwargs: dict[str, Any] = {arg: body[key] for key, arg in TOP_LEVEL_ARGS.items() if key in body}
         if manifest.custom:
             return k8s.apiextensions.CustomResource(

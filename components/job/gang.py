@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from components.addons.versions import KUEUE_API, VOLCANO_API, VOLCANO_SCHEDULER
+from components.addons.versions import KUEUE_API, SCHEDULER_PLUGINS_SCHEDULER, VOLCANO_API, VOLCANO_SCHEDULER
 from components.job.args import KUEUE, NO_GANG, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, DistributedJobArgs
 from components.job.naming import JobNames
 
@@ -20,7 +20,7 @@ COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-DEFAULT_SCHEDULER_NAMES = {VOLCANO: VOLCANO_SCHEDULER, SCHEDULER_PLUGINS: "scheduler-plugins-scheduler"}
+DEFAULT_SCHEDULER_NAMES = {VOLCANO: VOLCANO_SCHEDULER, SCHEDULER_PLUGINS: SCHEDULER_PLUGINS_SCHEDULER}
 """Scheduler names the Volcano and scheduler-plugins (second-scheduler) Helm charts register."""
 
 

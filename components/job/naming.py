@@ -9,6 +9,7 @@ from components.job.args import PYTORCHJOB, DistributedJobArgs
 
 PYTORCH_MASTER = "Master"
 PYTORCH_WORKER = "Worker"
+DEFAULT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class JobNames:
         service: the headless Service; pods are ``<pod-host>.<service>``.
         token_secret: the Secret holding the job token.
         runtime_configmap: the ConfigMap holding the agent's source files.
+        size_configmap: the ConfigMap holding an elastic service job's size settings.
         service_fqdn: ``<service>.<namespace>.svc.<cluster domain>``.
         coordinator_env: value of ``TRAINPLANE_COORDINATOR`` in pods; ``None`` when the training
             operator's ``MASTER_ADDR`` names node 0 (PyTorchJob with a Master).
@@ -33,10 +35,21 @@ class JobNames:
     service: str
     token_secret: str
     runtime_configmap: str
+    size_configmap: str
     service_fqdn: str
     coordinator_env: Optional[str]
     coordinator_fqdn: str
     coordinator_url: str
+
+
+def resource_name(name: str, namespace: str) -> str:
+    """The job's Pulumi resource name, which its children's names start with: ``name`` in the
+    ``default`` namespace, ``<namespace>/<name>`` elsewhere (kubectl's spelling).
+
+    Pulumi tells resources apart by URN (type, parent and name), so two jobs of one name in two
+    namespaces must not share a resource name; job names cannot contain ``/``, so no two jobs map to one.
+    """
+    return name if namespace == DEFAULT_NAMESPACE else f"{namespace}/{name}"
 
 
 def pytorch_replica_host(job: str, replica_type: str, index: int) -> str:
@@ -67,6 +80,7 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
         service=name,
         token_secret=f"{name}-token",
         runtime_configmap=f"{name}-runtime",
+        size_configmap=f"{name}-size",
         service_fqdn=f"{name}.{svc_suffix}",
         coordinator_env=coordinator_env,
         coordinator_fqdn=coordinator_fqdn,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -24,6 +25,11 @@ MANAGED_BY = "pulumi"
 NODE_COMPONENT = "node"
 READ_ONLY_MODE = 0o444
 AGENT_COMMAND = ("python3", "-m", contract.AGENT_MODULE)
+AGENT_STOP_MARGIN = 10
+"""Seconds a stopping pod keeps beyond the agent's grace period: the agent's own SIGKILL of stragglers,
+its verdict and report, and the kubelet's delivery of SIGTERM."""
+SIZE_SETTINGS = (contract.WORKERS, contract.QUORUM_WORKERS)
+"""Settings an elastic StatefulSet's pods read from the job's size ConfigMap rather than their template."""
 
 
 @dataclass(frozen=True)
@@ -31,22 +37,28 @@ class PodRole:
     """The parts of a pod that differ between backends.
 
     Attributes:
-        restart_policy: ``Never`` for batch workloads, ``Always`` for a StatefulSet.
+        restart_policy: ``Never`` for an Indexed Job, ``Always`` for a StatefulSet; ``None`` leaves it
+            unset (a PyTorchJob's replica ``restartPolicy`` decides, and the operator warns about a pod
+            template that sets one: kubeflow/trainer v1.9.4 ``pkg/controller.v1/common/pod.go``).
         container_name: the agent container's name (the training operator requires ``pytorch``).
         rendezvous_port_name: name of the ``master_port`` container port (the operator reads its own).
         subdomain: pod ``subdomain`` (Indexed Jobs: the headless Service, so pods get DNS names).
         set_master_port: whether to set ``MASTER_PORT`` (the operator sets it when there is a Master).
         node_rank_from: ``valueFrom`` of ``TRAINPLANE_NODE_RANK``, when the rank comes from a label.
         probes: readiness and liveness probes on the agent's ``/healthz`` (service mode).
+        size_from: the ConfigMap that holds the job's size settings (:data:`SIZE_SETTINGS`), when the
+            pods read them from it: an elastic StatefulSet, so that a resize adds or removes pods
+            instead of rolling every pod for a changed template.
     """
 
-    restart_policy: str
+    restart_policy: Optional[str]
     container_name: str = AGENT_CONTAINER
     rendezvous_port_name: str = contract.MASTER_PORT_NAME
     subdomain: Optional[str] = None
     set_master_port: bool = True
     node_rank_from: Optional[Mapping[str, Any]] = None
     probes: bool = False
+    size_from: Optional[str] = None
 
 
 def common_labels(names: JobNames, args: DistributedJobArgs, component: str) -> dict[str, str]:
@@ -77,6 +89,17 @@ def seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
+def size_settings(args: DistributedJobArgs) -> dict[str, str]:
+    """The settings that change when the job is resized: worker count and quorum."""
+    return {contract.WORKERS: str(args.workers), contract.QUORUM_WORKERS: str(args.quorum)}
+
+
+def termination_grace_seconds(args: DistributedJobArgs) -> int:
+    """The pod's ``terminationGracePeriodSeconds``: the agent's grace period plus :data:`AGENT_STOP_MARGIN`,
+    whole seconds."""
+    return math.ceil(args.grace_period) + AGENT_STOP_MARGIN
+
+
 def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[dict[str, Any]]:
     """The agent's environment: downward API, the bundle path, its settings, then the user's env."""
     env: list[dict[str, Any]] = [
@@ -89,14 +112,14 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
          "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
     ]
     settings: dict[str, Optional[str]] = {
-        contract.WORKERS: str(args.workers),
+        **size_settings(args),
         contract.NUM_PROC: str(args.procs_per_node),
         contract.COORDINATOR_HOST: names.coordinator_env,
         contract.AGENT_PORT_SETTING: str(args.agent_port),
         contract.MASTER_PORT: str(args.master_port) if role.set_master_port else None,
-        contract.QUORUM_WORKERS: str(args.quorum),
         contract.QUORUM_TIMEOUT: seconds(args.quorum_timeout),
         contract.MAX_RESTARTS: str(args.max_restarts),
+        contract.GRACE_PERIOD: seconds(args.grace_period),
         contract.DISTRIBUTION: args.distribution,
         contract.MODE: args.mode,
         contract.MONITOR_MEMBERS: "true" if args.monitor_members else "false",
@@ -107,7 +130,11 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         contract.NO_PYTHON: "true" if args.no_python else None,
         contract.DAEMON_ARGS: json.dumps(list(args.ray_start_args)) if args.distribution == "ray" else None,
     }
-    env += [{"name": k, "value": v} for k, v in settings.items() if v is not None]
+    for key, value in settings.items():
+        if role.size_from is not None and key in SIZE_SETTINGS:
+            env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
+        elif value is not None:
+            env.append({"name": key, "value": value})
     if role.node_rank_from is not None:
         env.append({"name": contract.NODE_RANK_SETTING, "valueFrom": dict(role.node_rank_from)})
     env += [{"name": k, "value": v} for k, v in args.env.items()]
@@ -193,13 +220,14 @@ def pod_template(
     """
     labels = {**common_labels(names, args, NODE_COMPONENT), **gang.pod_labels, ISTIO_INJECT_LABEL: "false"}
     spec: dict[str, Any] = {
-        "restartPolicy": role.restart_policy,
         "containers": [container(names, args, role)],
         "volumes": volumes(names, args, bundle),
         "enableServiceLinks": False,
         "automountServiceAccountToken": args.service_account is not None,
+        "terminationGracePeriodSeconds": termination_grace_seconds(args),
     }
     optional = {
+        "restartPolicy": role.restart_policy,
         "serviceAccountName": args.service_account,
         "schedulerName": gang.scheduler_name,
         "subdomain": role.subdomain,

@@ -5,18 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from components.job.args import DistributedJobArgs, validate_job_name
+from components.addons.kueue import LOCAL_QUEUE_REPLACED_ON
+from components.job.args import KUEUE, STATEFULSET, DistributedJobArgs, validate_job_name
 from components.job.bundle import RuntimeBundle, configmap_manifest
 from components.job.gang import local_queue_manifest, placement, podgroup_manifest
 from components.job.naming import JobNames, job_names
 from components.job.network import disruption_budget, headless_service, network_policy
-from components.job.pod import TOKEN_KEY, common_labels
+from components.job.pod import TOKEN_KEY, common_labels, size_settings
 from components.job.workloads import workload_manifest
 
 BUILTIN_API_VERSIONS = frozenset({"v1", "apps/v1", "batch/v1", "networking.k8s.io/v1", "policy/v1"})
 """API versions every cluster serves; anything else is a custom resource."""
-IMMUTABLE_KINDS = frozenset({"Job", "PyTorchJob"})
-"""Workloads whose pod template cannot change in place: a change replaces them."""
+REPLACED_ON = {"Job": ("spec",), "PyTorchJob": ("spec",), "LocalQueue": LOCAL_QUEUE_REPLACED_ON}
+"""Property paths whose change replaces the object instead of patching it: a Job's pod template is
+immutable (the API server refuses a change), so is trainplane's PyTorchJob (the operator does not roll
+a changed template), and so is a LocalQueue's ``spec.clusterQueue``."""
+KUEUE_STATEFULSET_REPLACED_ON = ("spec",)
+"""A StatefulSet managed by Kueue keeps ``replicas`` and its pods' shape (requests, ports, node
+selector, tolerations) while managed: Kueue's StatefulSet webhook refuses changing them
+(kubernetes-sigs/kueue v0.19.2 ``pkg/controller/jobs/statefulset/statefulset_webhook.go``,
+``ValidateUpdate``), so a change replaces it and Kueue admits the new one."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,8 @@ class Manifest:
         body: the Kubernetes object (``apiVersion``, ``kind``, ``metadata``, ...). May hold Pulumi
             Outputs where the caller passed them (the token).
         custom: a custom resource, whose CRD an add-on installs.
-        replace: a changed object must be replaced (deleted first: its name is fixed), not patched.
+        replace_on: property paths whose change replaces the object (deleting it first: its name is
+            fixed) instead of patching it; empty when every change is patched.
         after_previous: created only once every earlier object exists (the workload: its pods need
             the Secret, the bundle and their PodGroup or queue from the start).
     """
@@ -36,7 +45,7 @@ class Manifest:
     role: str
     body: dict[str, Any]
     custom: bool = False
-    replace: bool = False
+    replace_on: tuple[str, ...] = ()
     after_previous: bool = False
 
 
@@ -59,9 +68,29 @@ def token_secret(names: JobNames, labels: dict[str, str], token: Any) -> dict[st
     }
 
 
+def size_configmap(names: JobNames, args: DistributedJobArgs, labels: dict[str, str]) -> Optional[dict[str, Any]]:
+    """An elastic service job's size settings, which its StatefulSet's pods read (else ``None``)."""
+    if not (args.elastic and args.workload_backend == STATEFULSET):
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": names.size_configmap, "namespace": names.namespace, "labels": labels},
+        "data": size_settings(args),
+    }
+
+
+def replaced_on(body: dict[str, Any], args: DistributedJobArgs) -> tuple[str, ...]:
+    """The property paths of ``body`` whose change replaces it (see :data:`REPLACED_ON`)."""
+    if body["kind"] == "StatefulSet" and args.gang_scheduler == KUEUE:
+        return KUEUE_STATEFULSET_REPLACED_ON
+    return REPLACED_ON.get(body["kind"], ())
+
+
 def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeBundle) -> RenderedJob:
-    """Render job ``name``: token Secret, runtime ConfigMap, headless Service, queue or PodGroup,
-    the workload, NetworkPolicy and (service mode) PodDisruptionBudget.
+    """Render job ``name``: token Secret, runtime ConfigMap, (elastic service jobs) size ConfigMap,
+    headless Service, queue or PodGroup, the workload, NetworkPolicy and (service mode)
+    PodDisruptionBudget.
 
     Args:
         name: the job name (DNS-1035, short enough for derived names).
@@ -81,6 +110,7 @@ def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeB
         ("token", token_secret(names, common_labels(names, args, "token"), token)),
         ("runtime", configmap_manifest(names.runtime_configmap, names.namespace,
                                        common_labels(names, args, "runtime"), bundle)),
+        ("size", size_configmap(names, args, common_labels(names, args, "size"))),
         ("service", headless_service(names, args, common_labels(names, args, "service"))),
         ("localqueue", local_queue_manifest(names, args, common_labels(names, args, "queue"))),
         ("podgroup", podgroup_manifest(names, args, common_labels(names, args, "podgroup"))),
@@ -93,7 +123,7 @@ def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeB
             role=role,
             body=body,
             custom=body["apiVersion"] not in BUILTIN_API_VERSIONS,
-            replace=body["kind"] in IMMUTABLE_KINDS,
+            replace_on=replaced_on(body, args),
             after_previous=role == args.workload_backend,
         )
         for role, body in candidates

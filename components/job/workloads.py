@@ -1,14 +1,17 @@
 """The workload that runs the pods: Indexed Job, StatefulSet or Kubeflow PyTorchJob.
 
-Restarts belong to the agent (``max_restarts`` restarts the world in place), so the workloads do
-not retry failed pods themselves: ``backoffLimit`` is 0, and only pods lost to disruptions
-(preemption, eviction, node drain) are replaced.
+Restarts of the world belong to the agent (``max_restarts`` restarts it in place), so a fixed-size job's
+workload fails on its first failed pod: an Indexed Job with ``backoffLimit: 0``, a PyTorchJob whose
+replicas have ``restartPolicy: Never``. An elastic job survives a lost pod: the workload replaces it (up
+to ``backoff_limit`` times) and the replacement rejoins the running world. Pods lost to disruptions
+(preemption, eviction, node drain) are replaced without counting.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from components.awaiting import CREATED, WAIT_FOR_ANNOTATION
 from components.errors import InvalidJobArgs, OperatorRuleError
 from components.job import checks
 from components.job.args import INDEXED_JOB, NO_GANG, PYTORCHJOB, STATEFULSET, DistributedJobArgs
@@ -17,7 +20,6 @@ from components.job.gang import GangPlacement, pytorch_scheduling_policy
 from components.job.naming import PYTORCH_MASTER, PYTORCH_WORKER, JobNames
 from components.job.pod import PodRole, pod_selector, pod_template
 
-SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
 PYTORCHJOB_API = "kubeflow.org/v1"
 PYTORCH_CONTAINER = "pytorch"
 """The container the training operator injects its env into (``PyTorchJobDefaultContainerName``)."""
@@ -28,29 +30,34 @@ REPLICA_INDEX_REF = {"fieldRef": {"fieldPath": f"metadata.labels['{PYTORCH_REPLI
 """Downward-API source of a replica's index (elastic, Worker-only jobs: index = node rank)."""
 CLEAN_POD_POLICY = "Running"
 """Delete still-running pods once the job ends (the operator's default, None, leaves workers running)."""
+DISRUPTION_IGNORED = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+"""Pod failure policy rule: a pod lost to preemption, eviction or a node drain is replaced, uncounted."""
 
 
-def skip_await(args: DistributedJobArgs) -> bool:
-    """Whether Pulumi must not wait for the workload.
+def awaits_readiness(args: DistributedJobArgs) -> bool:
+    """Whether ``pulumi up`` waits for the workload to become ready (Pulumi's own await logic).
 
-    Gang-scheduled pods may stay Pending until the whole gang fits, and Pulumi waits for a Job
-    to *complete*, i.e. for training to end; either would hold ``pulumi up`` for its 10-minute
-    timeout. A plain StatefulSet is awaited: its readiness probes make that cheap and meaningful.
+    Only a plain StatefulSet is awaited: its readiness probes make that cheap and meaningful. Pulumi
+    waits for a Job to *complete*, i.e. for training to end, and gang-scheduled pods may stay Pending
+    until the whole gang fits; either would hold ``pulumi up`` for its 10-minute timeout.
     """
-    return args.gang_scheduler != NO_GANG or args.workload_backend == INDEXED_JOB
+    return args.workload_backend == STATEFULSET and args.gang_scheduler == NO_GANG
 
 
 def workload_metadata(
     names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], gang: GangPlacement
 ) -> dict[str, Any]:
-    """Name, namespace, labels (plus the gang's) and the skip-await annotation of the workload."""
+    """Name, namespace, labels (plus the gang's) and, unless Pulumi awaits readiness, the cheap
+    ``pulumi.com/waitFor`` that replaces Pulumi's await logic but, unlike ``pulumi.com/skipAwait``, leaves
+    the delete of a replaced Job awaited (``components.awaiting``).
+    """
     meta: dict[str, Any] = {
         "name": names.job,
         "namespace": names.namespace,
         "labels": {**labels, **gang.workload_labels},
     }
-    if skip_await(args):
-        meta["annotations"] = {SKIP_AWAIT_ANNOTATION: "true"}
+    if not awaits_readiness(args):
+        meta["annotations"] = {WAIT_FOR_ANNOTATION: CREATED}
     return meta
 
 
@@ -60,18 +67,20 @@ def indexed_job(
 ) -> dict[str, Any]:
     """A ``batch/v1`` Indexed Job: one pod per node, node rank = ``JOB_COMPLETION_INDEX``.
 
-    ``subdomain`` is the headless Service, so pod ``i`` resolves as ``<job>-<i>.<service>``.
+    ``subdomain`` is the headless Service, so pod ``i`` resolves as ``<job>-<i>.<service>``. The Job
+    controller's rule (k8s.io/api ``batch/v1`` ``JobSpec``): a failed pod not matched by a pod failure
+    policy rule counts toward ``backoffLimit``, and while the count stays within it the controller creates
+    a replacement pod for the index; past it the Job fails. ``Ignore`` rules (``DisruptionTarget``) do
+    not count. So ``backoffLimit`` is 0 for a fixed-size job and ``backoff_limit`` for an elastic one.
     """
     role = PodRole(restart_policy="Never", subdomain=names.service)
     spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": args.workers,
         "parallelism": args.workers,
-        "backoffLimit": 0,
+        "backoffLimit": args.pod_backoff_limit,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {"rules": [
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-        ]},
+        "podFailurePolicy": {"rules": [DISRUPTION_IGNORED]},
         "template": pod_template(names, args, role, bundle, gang),
     }
     if args.active_deadline_seconds is not None:
@@ -86,8 +95,13 @@ def stateful_set(
     names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
-    """An ``apps/v1`` StatefulSet for service mode: pods start in parallel, rank = ordinal."""
-    role = PodRole(restart_policy="Always", probes=True)
+    """An ``apps/v1`` StatefulSet for service mode: pods start in parallel, rank = ordinal.
+
+    An elastic one reads its size settings from the size ConfigMap, so a changed ``workers`` changes only
+    ``replicas``: new pods join the running world and no running pod is rolled.
+    """
+    size_from = names.size_configmap if args.elastic else None
+    role = PodRole(restart_policy="Always", probes=True, size_from=size_from)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -114,12 +128,20 @@ def pytorch_job(
     for elastic jobs; the agent is pointed at ``<job>-worker-0`` and takes its node rank from the
     pod's replica-index label.
 
+    Restarts, by the operator's rule (kubeflow/trainer v1.9.4
+    ``pkg/controller.v1/pytorch/pytorchjob_controller.go``, ``UpdateJobStatus``): a failed pod of a
+    replica whose ``restartPolicy`` is ``Never`` fails the whole job, so a fixed-size job keeps
+    ``Never``. An elastic one has ``OnFailure``: the kubelet restarts a failed agent in its pod, which
+    never reaches phase Failed, and ``runPolicy.backoffLimit`` bounds those restarts (the operator counts
+    the containers' restarts against it, ``pkg/core/job.go`` ``PastBackoffLimit``). A deleted or evicted
+    pod is recreated under either policy.
+
     Raises:
         OperatorRuleError: the rendered job breaks a rule of :func:`check_pytorchjob`.
     """
     elastic = args.elastic
     role = PodRole(
-        restart_policy="Never",
+        restart_policy=None,
         container_name=PYTORCH_CONTAINER,
         rendezvous_port_name=PYTORCH_PORT_NAME,
         set_master_port=elastic,
@@ -129,7 +151,8 @@ def pytorch_job(
     replicas: dict[str, int] = (
         {PYTORCH_WORKER: args.workers} if elastic else {PYTORCH_MASTER: 1, PYTORCH_WORKER: args.workers - 1}
     )
-    run_policy: dict[str, Any] = {"cleanPodPolicy": CLEAN_POD_POLICY, "backoffLimit": 0}
+    restart_policy = "OnFailure" if elastic else "Never"
+    run_policy: dict[str, Any] = {"cleanPodPolicy": CLEAN_POD_POLICY, "backoffLimit": args.pod_backoff_limit}
     optional = {
         "activeDeadlineSeconds": args.active_deadline_seconds,
         "ttlSecondsAfterFinished": args.ttl_seconds_after_finished,
@@ -139,7 +162,7 @@ def pytorch_job(
     spec: dict[str, Any] = {
         "nprocPerNode": str(args.procs_per_node),
         "pytorchReplicaSpecs": {
-            replica: {"replicas": count, "restartPolicy": "Never", "template": template}
+            replica: {"replicas": count, "restartPolicy": restart_policy, "template": template}
             for replica, count in replicas.items()
             if count > 0
         },

@@ -6,6 +6,7 @@ the fix, raised while ``pulumi preview`` runs the program.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -19,7 +20,8 @@ from components.addons import (
     TrainingOperatorArgs,
     VolcanoArgs,
 )
-from components.addons.versions import VOLCANO_SCHEDULER
+from components.addons.kueue import PYTORCHJOB_FRAMEWORK
+from components.capabilities import NO_GANG, SCHEDULER_PLUGINS, VOLCANO, ClusterCapabilities
 from components.cluster import (
     ClusterArgs,
     EksGpuClusterArgs,
@@ -28,10 +30,13 @@ from components.cluster import (
     KindClusterArgs,
 )
 from components.cluster.existing import load_kubeconfig
-from components.errors import ArgumentError, StackConfigError
+from components.errors import ArgumentError, InvalidJobArgs, StackConfigError
 from components.job import DistributedJobArgs
-from components.job.args import KUEUE, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, validate_job_name
+from components.job.args import validate_job_name
+from components.job.fit import check_fits
 from components.stack import keys
+from components.stack.addons import AddonsConfig
+from components.stack.capabilities import cluster_capabilities
 from components.stack.keys import build, full_key, translate
 
 CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
@@ -73,16 +78,6 @@ ADDONS = (DEVICE_PLUGIN, TRAINING_OPERATOR, VOLCANO_ADDON, KUEUE_ADDON)
 
 
 @dataclass(frozen=True)
-class AddonsConfig:
-    """The add-ons to install; None means not installed."""
-
-    device_plugin: Optional[NvidiaDevicePluginArgs] = None
-    training_operator: Optional[TrainingOperatorArgs] = None
-    volcano: Optional[VolcanoArgs] = None
-    kueue: Optional[KueueArgs] = None
-
-
-@dataclass(frozen=True)
 class JobConfig:
     """One job of the stack: its name (also its Kubernetes name) and arguments."""
 
@@ -92,11 +87,12 @@ class JobConfig:
 
 @dataclass(frozen=True)
 class StackConfig:
-    """Everything ``__main__.py`` builds."""
+    """Everything ``__main__.py`` builds, and what the cluster will provide its jobs."""
 
     cluster: ClusterArgs
     addons: AddonsConfig
     jobs: tuple[JobConfig, ...]
+    capabilities: ClusterCapabilities
 
 
 def parse_stack_config(get: Callable[[str], Optional[str]]) -> StackConfig:
@@ -113,11 +109,12 @@ def parse_stack_config(get: Callable[[str], Optional[str]]) -> StackConfig:
     """
     raw = keys.read(get)
     cluster = parse_cluster(raw)
-    addons = parse_addons(raw)
+    addons = parse_addons(raw, cluster)
     jobs = parse_jobs(raw.get("jobs") or [])
+    capabilities = cluster_capabilities(cluster, addons)
     for i, job in enumerate(jobs):
-        check_job_fits(i, job, cluster, addons)
-    return StackConfig(cluster=cluster, addons=addons, jobs=jobs)
+        check_job_fits(i, job, capabilities)
+    return StackConfig(cluster=cluster, addons=addons, jobs=jobs, capabilities=capabilities)
 
 
 def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
@@ -150,11 +147,17 @@ def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
     return args
 
 
-def parse_addons(raw: Mapping[str, Any]) -> AddonsConfig:
-    """Build the add-on args from ``addons`` (names), ``volcanoQueue`` and ``kueue``.
+def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
+    """Build the add-on args from ``addons`` (names), ``volcanoQueue``, ``trainingOperatorGangScheduler``
+    and ``kueue``.
+
+    The add-ons are configured for each other: the training operator gang-schedules PyTorchJobs with
+    Volcano when the stack installs Volcano (unless ``trainingOperatorGangScheduler`` says otherwise),
+    and Kueue queues PyTorchJobs when the stack installs the training operator.
 
     Raises:
-        StackConfigError: Unknown add-on, Kueue queues without the Kueue add-on, or a bad value.
+        StackConfigError: Unknown add-on, settings of an add-on that is not installed, a gang scheduler
+            for the operator that the cluster does not run, or a bad value.
     """
     names = raw.get("addons") or []
     for name in names:
@@ -168,15 +171,48 @@ def parse_addons(raw: Mapping[str, Any]) -> AddonsConfig:
             volcano = VolcanoArgs(queue=raw.get("volcanoQueue") or VolcanoArgs.queue)
         except ArgumentError as exc:
             raise translate(exc, "", {"queue": "volcanoQueue"}) from exc
-    operator = None
-    if TRAINING_OPERATOR in names:
-        operator = TrainingOperatorArgs(gang_scheduler_name=VOLCANO_SCHEDULER if volcano else None)
+    operator = parse_operator(raw, names, cluster, volcano)
+    kueue = None
+    if KUEUE_ADDON in names:
+        kueue = parse_kueue(raw.get("kueue") or {})
+        if operator is not None and PYTORCHJOB_FRAMEWORK not in kueue.frameworks:
+            kueue = dataclasses.replace(kueue, frameworks=(*kueue.frameworks, PYTORCHJOB_FRAMEWORK))
     return AddonsConfig(
         device_plugin=NvidiaDevicePluginArgs() if DEVICE_PLUGIN in names else None,
         training_operator=operator,
         volcano=volcano,
-        kueue=parse_kueue(raw.get("kueue") or {}) if KUEUE_ADDON in names else None,
+        kueue=kueue,
     )
+
+
+def parse_operator(
+    raw: Mapping[str, Any], names: Sequence[str], cluster: ClusterArgs, volcano: Optional[VolcanoArgs]
+) -> Optional[TrainingOperatorArgs]:
+    """The training operator's args, its gang scheduler from ``trainingOperatorGangScheduler`` (default:
+    ``volcano`` when the stack installs Volcano, else ``none``).
+
+    Raises:
+        StackConfigError: The key without the operator, an unknown value, or a scheduler the cluster
+            does not run (the operator exits at start-up without its PodGroup CRD).
+    """
+    key = "trainingOperatorGangScheduler"
+    value = raw.get(key)
+    if TRAINING_OPERATOR not in names:
+        if value is not None:
+            raise StackConfigError(full_key(key), value,
+                                   "add training-operator to trainplane:addons or remove this key")
+        return None
+    gang = value if value is not None else (VOLCANO if volcano is not None else NO_GANG)
+    try:
+        operator = TrainingOperatorArgs.for_gang_scheduler(gang)
+    except ArgumentError as exc:
+        raise translate(exc, "", {"gang_scheduler": key}) from exc
+    if gang == VOLCANO and volcano is None:
+        raise StackConfigError(full_key(key), gang, "add volcano to trainplane:addons, or use none")
+    if gang == SCHEDULER_PLUGINS and not isinstance(cluster, ExistingClusterArgs):
+        raise StackConfigError(full_key(key), gang, "trainplane does not install scheduler-plugins; use volcano "
+                               "or none, or an existing cluster that runs it")
+    return operator
 
 
 def parse_kueue(raw: Any) -> KueueArgs:
@@ -228,65 +264,13 @@ def parse_jobs(raw: Any) -> tuple[JobConfig, ...]:
     return tuple(jobs)
 
 
-def check_job_fits(index: int, job: JobConfig, cluster: ClusterArgs, addons: AddonsConfig) -> None:
-    """Check that the cluster and add-ons can run ``job``.
+def check_job_fits(index: int, job: JobConfig, capabilities: ClusterCapabilities) -> None:
+    """Check that the stack's cluster and add-ons can run ``job`` (``components.job.fit``).
 
     Raises:
-        StackConfigError: GPUs on a cluster without GPU nodes, a gang scheduler or queue that is not
-            installed or configured, or a PyTorchJob without the training operator.
+        StackConfigError: The job's first setting the cluster cannot honour, on its config key.
     """
-    args, path = job.args, f"jobs[{index}]"
-    if args.gpus and not cluster.gpu_nodes:
-        raise StackConfigError(
-            full_key(f"{path}.gpus"),
-            args.gpus,
-            "the cluster has no GPU nodes: add a GPU node group to trainplane:gpuNodeGroups (eks), "
-            "set trainplane:existingGpuNodes (existing), or set gpus to 0",
-        )
-    if args.workload_backend == PYTORCHJOB and addons.training_operator is None:
-        raise StackConfigError(
-            full_key(f"{path}.backend"), args.backend, f"add {TRAINING_OPERATOR} to trainplane:addons"
-        )
-    if args.gang_scheduler == VOLCANO:
-        _check_volcano(path, args, addons.volcano)
-    elif args.gang_scheduler == KUEUE:
-        _check_kueue(path, args, addons.kueue)
-    elif args.gang_scheduler == SCHEDULER_PLUGINS and not isinstance(cluster, ExistingClusterArgs):
-        raise StackConfigError(
-            full_key(f"{path}.gangScheduler"),
-            args.gang_scheduler,
-            "trainplane does not install scheduler-plugins; use volcano or kueue, or a cluster that has it",
-        )
-
-
-def _check_volcano(path: str, args: DistributedJobArgs, volcano: Optional[VolcanoArgs]) -> None:
-    if volcano is None:
-        raise StackConfigError(
-            full_key(f"{path}.gangScheduler"), args.gang_scheduler, "add volcano to trainplane:addons"
-        )
-    if args.queue is not None and args.queue not in volcano.queues:
-        raise StackConfigError(
-            full_key(f"{path}.queue"),
-            args.queue,
-            f"use a Volcano queue the stack has: {', '.join(volcano.queues)}",
-        )
-
-
-def _check_kueue(path: str, args: DistributedJobArgs, kueue: Optional[KueueArgs]) -> None:
-    if kueue is None:
-        raise StackConfigError(full_key(f"{path}.gangScheduler"), args.gang_scheduler, "add kueue to trainplane:addons")
-    if args.queue is not None and not kueue.has_local_queue(args.namespace, args.queue):
-        known = [f"{q.namespace}/{q.name}" for q in kueue.local_queues] or ["none"]
-        raise StackConfigError(
-            full_key(f"{path}.queue"),
-            args.queue,
-            f"no LocalQueue {args.queue!r} in namespace {args.namespace!r} (configured: {', '.join(known)}); "
-            "add it to trainplane:kueue.localQueues",
-        )
-    cluster_queues = [q.name for q in kueue.cluster_queues]
-    if args.cluster_queue is not None and args.cluster_queue not in cluster_queues:
-        raise StackConfigError(
-            full_key(f"{path}.clusterQueue"),
-            args.cluster_queue,
-            f"use a ClusterQueue from trainplane:kueue.clusterQueues: {', '.join(cluster_queues) or 'none'}",
-        )
+    try:
+        check_fits(job.args, capabilities)
+    except InvalidJobArgs as exc:
+        raise translate(exc, f"jobs[{index}].", {}) from exc

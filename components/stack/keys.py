@@ -37,6 +37,7 @@ KEY_TYPES: dict[str, type] = {
     "gpuNodeGroups": list,
     "addons": list,
     "volcanoQueue": str,
+    "trainingOperatorGangScheduler": str,
     "kueue": dict,
     "jobs": list,
 }

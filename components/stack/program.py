@@ -17,7 +17,8 @@ from components.cluster import (
     KindCluster,
 )
 from components.job import DistributedJob
-from components.stack.config import AddonsConfig, StackConfig
+from components.stack.addons import AddonsConfig
+from components.stack.config import StackConfig
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ def build_stack(config: StackConfig, name: str = "trainplane") -> StackOutputs:
     """Create the cluster, its add-ons and the jobs.
 
     Jobs depend on every add-on: the add-ons install the CRDs the jobs' custom resources use and
-    the admission webhooks their pods pass through.
+    the admission webhooks their pods pass through. Each job is checked against what the cluster
+    provides (``config.capabilities``).
 
     Args:
         config: The validated stack config.
@@ -91,6 +93,7 @@ def build_stack(config: StackConfig, name: str = "trainplane") -> StackOutputs:
             job.args,
             opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[cluster, *addons]),
             crd_dependencies=addons,
+            cluster=config.capabilities,
         )
         for job in config.jobs
     }

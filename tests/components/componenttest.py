@@ -146,6 +146,10 @@ def unsecret(value: Any) -> Any:
     return value
 
 
+class DuplicateUrn(AssertionError):
+    """Two resources registered one URN: the Pulumi engine refuses the second ("Duplicate resource URN")."""
+
+
 @dataclass
 class Registration:
     """One resource as the engine saw it."""
@@ -164,11 +168,18 @@ class Registration:
     transforms: list[Any] = field(default_factory=list)
 
 
-class Mocks(pulumi.runtime.Mocks):
-    """Non-empty ids, ``metadata`` on Kubernetes objects, and the outputs the programs read."""
+LOCAL_RUN = "command:local:run"
+"""pulumi-command's ``local.run`` invoke: a command run at every preview and update."""
 
-    def __init__(self) -> None:
+
+class Mocks(pulumi.runtime.Mocks):
+    """Non-empty ids, ``metadata`` on Kubernetes objects, the outputs the programs read, and the stdout
+    of ``local.run`` commands (``command_stdout``, by command; a stand-in image ID otherwise)."""
+
+    def __init__(self, command_stdout: Optional[Mapping[str, str]] = None) -> None:
         self.seen: dict[tuple[str, str], pulumi.runtime.MockResourceArgs] = {}
+        self.command_stdout = dict(command_stdout or {})
+        self.commands_run: list[str] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         self.seen[args.typ, args.name] = args
@@ -186,8 +197,13 @@ class Mocks(pulumi.runtime.Mocks):
             outputs["result"] = PASSWORD
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, None]:
-        return {}, None
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        if args.token != LOCAL_RUN:
+            return {}
+        command = args.args["command"]
+        self.commands_run.append(command)
+        stdout = self.command_stdout.get(command, f"sha256:{sum(command.encode()):064x}")
+        return {"command": command, "stdout": stdout, "stderr": ""}
 
 
 class RecordingMonitor(MockMonitor):
@@ -197,8 +213,8 @@ class RecordingMonitor(MockMonitor):
     ``cluster``) arrives as its URN instead of being rehydrated on the monitor's own event loop.
     """
 
-    def __init__(self) -> None:
-        super().__init__(Mocks())
+    def __init__(self, mocks: Optional[Mocks] = None) -> None:
+        super().__init__(mocks or Mocks())
         self.registrations: dict[str, Registration] = {}
 
     def GetDeploymentInfo(self, request: Any) -> Any:
@@ -217,6 +233,8 @@ class RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
+        if response.urn in self.registrations:
+            raise DuplicateUrn(response.urn)
         if request.type != STACK_TYPE:
             seen = self.mocks.seen[request.type, request.name]
             self.registrations[response.urn] = Registration(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
+import yaml
 
 from components.addons import (
     ClusterQueueArgs,
@@ -25,9 +26,15 @@ from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, VOLCANO
 from components.addons.volcano import volcano_queue
 from components.cluster import GpuNodeGroupArgs
 from components.cluster.eks import gpu_node_group_settings
-from tests.components.componenttest import KUBECONFIG, deploy, tolerates
+from tests.components.componenttest import KUBECONFIG, deploy, kube_home, run_program, stack_config, tolerates
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
+KUEUE_CHART_FRAMEWORKS = [
+    "batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/rayservice", "ray.io/raycluster",
+    "jobset.x-k8s.io/jobset", "workload.codeflare.dev/appwrapper", "trainer.kubeflow.org/trainjob", "pod",
+    "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset",
+]
+"""``integrations.frameworks`` enabled in kubernetes-sigs/kueue v0.19.2 ``charts/kueue/values.yaml``."""
 
 
 def deploy_addon(build):
@@ -169,3 +176,144 @@ def test_gang_scheduler_flag_replaces_an_earlier_value_and_leaves_the_input_alon
 
     assert again["spec"]["template"]["spec"]["containers"][0]["args"] == ["--gang-scheduler-name=volcano"]
     assert "args" not in OPERATOR["spec"]["template"]["spec"]["containers"][0]
+
+
+# --- upstream rules: what the add-ons must configure ---------------------------------------------
+
+
+def kueue_manager_config(deployment):
+    """The manager config the Kueue release hands the chart (one YAML string, used whole)."""
+    (release,) = [r for r in deployment.of_type(RELEASE) if r.inputs["chart"] == KUEUE.chart]
+    return yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A HOME with a ~/.kube/config: the existing stack reads kubectl's default kubeconfig."""
+    monkeypatch.setenv("HOME", str(kube_home(tmp_path)))
+    return tmp_path
+
+
+def test_kueue_queues_pytorchjobs_when_the_stack_installs_the_training_operator(home):
+    """kubernetes-sigs/kueue v0.19.2 ``charts/kueue/values.yaml`` (and
+    ``config/components/manager/controller_manager_config.yaml``): ``kubeflow.org/pytorchjob`` is commented
+    out of ``integrations.frameworks``; ``pkg/controller/jobframework/setup.go`` gives a disabled
+    integration a no-op webhook, so its jobs run at once and ignore their queue. The chart takes the
+    config as one string and uses it whole (``charts/kueue/templates/manager/manager-config.yaml``), so
+    the chart's other settings and integrations must be rendered too."""
+    config = kueue_manager_config(run_program(stack_config("existing")))
+
+    assert "kubeflow.org/pytorchjob" in config["integrations"]["frameworks"]
+    assert set(KUEUE_CHART_FRAMEWORKS) <= set(config["integrations"]["frameworks"])
+    assert {k: config[k] for k in ("apiVersion", "kind", "health", "metrics", "webhook", "leaderElection")} == {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    }
+
+
+def test_kueue_without_the_training_operator_keeps_the_charts_integrations():
+    deployment = deploy_addon(lambda opts: Kueue("queues", KueueArgs(), opts=opts))
+
+    assert kueue_manager_config(deployment)["integrations"]["frameworks"] == KUEUE_CHART_FRAMEWORKS
+
+
+def test_kueue_admission_is_all_or_nothing_with_wait_for_pods_ready():
+    """kubernetes-sigs/kueue v0.19.2 ``apis/config/v1beta2/configuration_types.go`` (``WaitForPodsReady``):
+    an admitted workload whose pods are not all ready within ``timeout`` is evicted and requeued;
+    ``blockAdmission`` admits the next one only when the previous is ready; ``requeuingStrategy.
+    backoffLimitCount`` deactivates a workload after that many requeues (null: forever). v0.19 enables it
+    by default only behind ``DisableWaitForPodsReady`` (``pkg/features/kube_features.go``: "planned to be
+    removed"), with a 30-minute timeout and no blocking (``apis/config/v1beta2/defaults.go``)."""
+    deployment = deploy_addon(lambda opts: Kueue("queues", KueueArgs(pods_ready_timeout=420, requeue_limit=2),
+                                                 opts=opts))
+
+    assert kueue_manager_config(deployment)["waitForPodsReady"] == {
+        "timeout": "420s",
+        "blockAdmission": True,
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 2},
+    }
+
+
+def test_a_local_queue_is_replaced_when_its_cluster_queue_changes():
+    """kubernetes-sigs/kueue v0.19.2 ``config/components/crd/bases/kueue.x-k8s.io_localqueues.yaml``:
+    ``spec.clusterQueue`` carries ``x-kubernetes-validations: self == oldSelf`` ("field is immutable"),
+    so an in-place update is refused; the queue must be deleted and created again."""
+    args = KueueArgs(
+        flavors=[ResourceFlavorArgs(name="default")],
+        cluster_queues=[ClusterQueueArgs(name="shared", quotas={"default": {"cpu": "4"}})],
+        local_queues=[LocalQueueArgs(name="team", namespace="ml", cluster_queue="shared")],
+    )
+    deployment = deploy_addon(lambda opts: Kueue("queues", args, opts=opts))
+
+    team = deployment.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue")
+    assert team.replace_on_changes == ["spec.clusterQueue"]
+    assert team.delete_before_replace is True
+    assert not deployment.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue").replace_on_changes
+
+
+def test_pulumi_waits_until_the_volcano_queues_are_open():
+    """volcano-sh/volcano v1.15.1 ``pkg/webhooks/admission/podgroups/validate/validate_podgroup.go``
+    (``checkQueueState``): a PodGroup is refused unless its queue's ``status.state`` is ``Open``, which
+    the queue controller sets after the Queue exists; the scheduler creates the ``default`` queue at
+    start-up (``pkg/scheduler/cache/cache.go``). pulumi-kubernetes treats custom resources as ready at
+    once, so both queues carry ``pulumi.com/waitFor: jsonpath={.status.state}=Open`` (the built-in one
+    through a patch that adds only that annotation)."""
+    deployment = deploy_addon(lambda opts: Volcano("sched", VolcanoArgs(queue="research"), opts=opts))
+
+    release = deployment.one(RELEASE)
+    queue = deployment.one("kubernetes:scheduling.volcano.sh/v1beta1:Queue")
+    builtin = deployment.one("kubernetes:scheduling.volcano.sh/v1beta1:QueuePatch")
+    for reg in (queue, builtin):
+        assert reg.inputs["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.status.state}=Open"}
+        assert release.urn in reg.dependencies
+    assert builtin.inputs["metadata"]["name"] == "default"
+    assert "spec" not in builtin.inputs, "the patch changes nothing of Volcano's own queue"
+
+
+def test_the_local_stacks_podgroup_waits_for_its_open_queue():
+    deployment = run_program(stack_config("local"))
+
+    queue = deployment.one("kubernetes:scheduling.volcano.sh/v1beta1:Queue")
+    builtin = deployment.one("kubernetes:scheduling.volcano.sh/v1beta1:QueuePatch")
+    group = deployment.one("kubernetes:scheduling.volcano.sh/v1beta1:PodGroup")
+    assert group.inputs["spec"]["queue"] == queue.inputs["metadata"]["name"]
+    assert {queue.urn, builtin.urn} <= set(group.dependencies)
+    assert "pulumi.com/waitFor" in queue.inputs["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "flag"),
+    [
+        ("scheduler-plugins", ["--gang-scheduler-name=scheduler-plugins-scheduler"]),
+        ("volcano", ["--gang-scheduler-name=volcano"]),
+    ],
+)
+def test_the_stack_sets_the_operators_gang_scheduler_it_asks_for(home, setting, flag):
+    """kubeflow/trainer v1.9.4 ``cmd/training-operator.v1/main.go``: ``--gang-scheduler-name`` equal to
+    ``volcano`` selects Volcano, any other value is taken as a scheduler-plugins scheduler name, and
+    without it ``pkg/controller.v1/common/job.go`` creates no PodGroup for any PyTorchJob, so a
+    scheduler-plugins gang never forms unless the flag names its scheduler."""
+    addons = ["training-operator", "volcano"] if setting == "volcano" else ["training-operator"]
+    deployment = run_program(stack_config("existing", addons=addons, kueue=None, jobs=[],
+                                          trainingOperatorGangScheduler=setting))
+
+    transforms = deployment.one("kubernetes:kustomize/v2:Directory").transforms
+    results = transformed(transforms, "kubernetes:apps/v1:Deployment", OPERATOR)
+    (container,) = results[0].props["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == flag
+
+
+@pytest.mark.parametrize(
+    ("flag", "gang"),
+    [(None, "none"), ("volcano", "volcano"), ("Volcano", "volcano"), ("scheduler-plugins-scheduler",
+                                                                    "scheduler-plugins"), ("my-coscheduler",
+                                                                                           "scheduler-plugins")],
+)
+def test_the_operators_gang_scheduler_is_read_as_the_operator_reads_its_flag(flag, gang):
+    """kubeflow/trainer v1.9.4 ``cmd/training-operator.v1/main.go``: ``strings.EqualFold(name, "volcano")``
+    selects Volcano; any other non-empty name is the scheduler-plugins scheduler's."""
+    assert TrainingOperatorArgs(gang_scheduler_name=flag).gang_scheduler == gang

@@ -24,7 +24,7 @@ def test_volcano_queue_matches_the_crd_and_is_reclaimable():
     queue = volcano_queue(VolcanoArgs(queue="research", queue_weight=3))
 
     validate_manifest(queue)
-    assert queue["metadata"] == {"name": "research"}
+    assert queue["metadata"]["name"] == "research"
     assert queue["spec"] == {"weight": 3, "reclaimable": True}
 
 

@@ -69,7 +69,7 @@ def test_system_node_group_is_untainted_cpu_and_node_groups_wait_for_the_role_po
 
     system = deployment.named("gpu-system")
     policies = deployment.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-    assert "taints" not in system.inputs and "amiType" not in system.inputs
+    assert "taints" not in system.inputs and system.inputs["amiType"] == "AL2023_x86_64_STANDARD"
     assert system.inputs["instanceTypes"] == ["m6i.large"]
     assert system.inputs["scalingConfig"] == {"minSize": 3, "maxSize": 3, "desiredSize": 3}
     assert {p.inputs["policyArn"].rsplit("/", 1)[1] for p in policies} == {
@@ -191,3 +191,27 @@ def test_cluster_args_reject_inconsistent_networks_and_groups(kwargs, field, mes
     with pytest.raises(ArgumentError, match=message) as caught:
         EksGpuClusterArgs(**kwargs)
     assert caught.value.field == field
+
+
+def test_the_vpc_cni_enforces_network_policies():
+    """pulumi/pulumi-eks v4.3.0 ``nodejs/eks/addons/cni-addon.ts``: ``vpcCniOptions.enableNetworkPolicy``
+    becomes the VPC CNI add-on's ``enableNetworkPolicy: "true"`` configuration value
+    (``mergeConfigurationValues``); the add-on's network policy agent, which enforces NetworkPolicy
+    objects, is off otherwise (EKS User Guide, "Restrict Pod network traffic with Kubernetes network
+    policies"), leaving every job's NetworkPolicy accepted and ignored."""
+    deployment = deploy_cluster(EksGpuClusterArgs(gpu_node_groups=[A10G], availability_zones=ZONES))
+
+    assert deployment.one("eks:index:Cluster").inputs["vpcCniOptions"]["enableNetworkPolicy"] is True
+
+
+def test_gpu_node_group_sizes_survive_the_autoscaler_and_the_system_group_names_its_ami():
+    """pulumi/pulumi-eks v4.3.0 ``nodejs/eks/nodes/nodegroup.ts``: ``ignoreScalingChanges`` puts
+    ``scalingConfig.desiredSize`` in the managed node group's ``ignoreChanges``, so a size the cluster
+    autoscaler chose is not reset by the next ``pulumi up``; without it the desired size (2 of 0..4) is
+    re-applied. An unset ``amiType`` leaves the AMI to the EKS API's default for the version."""
+    deployment = deploy_cluster(EksGpuClusterArgs(gpu_node_groups=[A10G], availability_zones=ZONES))
+
+    assert deployment.named("gpu-gpu-a10g").inputs["ignoreScalingChanges"] is True
+    system = deployment.named("gpu-system").inputs
+    assert system["amiType"] == "AL2023_x86_64_STANDARD"
+    assert "ignoreScalingChanges" not in system, "the system group's size is fixed; a changed size must apply"

@@ -9,7 +9,7 @@ import yaml
 from components.cluster import KindCluster, KindClusterArgs
 from components.cluster.kind import kind_config
 from components.errors import ArgumentError
-from tests.components.componenttest import KIND_CLUSTER_SCHEMA, KUBECONFIG, deploy
+from tests.components.componenttest import KIND_CLUSTER_SCHEMA, KUBECONFIG, Mocks, RecordingMonitor, deploy
 
 
 @pytest.mark.parametrize(
@@ -82,3 +82,22 @@ def test_kind_args_reject_bad_values_naming_the_field(kwargs, field):
     with pytest.raises(ArgumentError, match=rf"^{field}=") as caught:
         KindClusterArgs(**kwargs)
     assert caught.value.field == field
+
+
+def test_a_rebuilt_image_is_loaded_again_on_the_next_up():
+    """pulumi/pulumi-command ``local.Command`` runs ``create`` again only when it is replaced, i.e. when a
+    ``trigger`` changes. The image's ID (``docker image inspect``, read through ``local.run`` on every
+    preview and update) is one of them, so rebuilding ``trainplane-examples:dev`` under the same name
+    re-runs ``kind load docker-image``; the image name and the cluster alone would not."""
+    args = KindClusterArgs(cluster_name="lab", load_images=["img:dev"])
+    inspect = "docker image inspect --format '{{.Id}}' img:dev"
+
+    def loads(image_id):
+        monitor = RecordingMonitor(Mocks(command_stdout={inspect: image_id}))
+        deploy(lambda: {"kubeconfig": KindCluster("dev", args).kubeconfig}, monitor=monitor)
+        assert monitor.mocks.commands_run == [inspect]
+        return next(r for r in monitor.registrations.values() if r.name == "dev-load-0")
+
+    before, after = loads("sha256:aaa"), loads("sha256:bbb")
+    assert "sha256:aaa" in before.inputs["triggers"] and "sha256:bbb" in after.inputs["triggers"]
+    assert before.inputs["triggers"] != after.inputs["triggers"]

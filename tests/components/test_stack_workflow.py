@@ -162,12 +162,12 @@ def test_the_client_run_is_the_example_attached_to_the_forwarded_job_with_a_thre
 
 
 def test_the_job_it_waits_on_is_the_stacks_batch_job(local):
-    wait = command("kubectl", "wait")
-    name = wait[-1].removeprefix("job/")
+    wait = command("stacks/wait-for-job.sh")
     (job,) = [r for r in local.of_type("kubernetes:batch/v1:Job")]
 
-    assert "--for=condition=complete" in wait
-    assert job.inputs["metadata"]["name"] == name
+    assert (REPO_ROOT / wait[0]).is_file()
+    assert job.inputs["metadata"]["name"] == wait[1]
+    assert not [c for c in commands() if c[:2] == ["kubectl", "wait"]], "kubectl wait never stops on a failed job"
 
 
 def test_the_logs_it_shows_select_every_jobs_pods(local):

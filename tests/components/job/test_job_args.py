@@ -94,6 +94,35 @@ INVALID = [
     ({"min_workers": 1, "max_workers": 4}, "max_workers", GIVEN, "an Indexed Job has exactly workers=2 pods",
      'set max_workers=2, or use backend="pytorchjob"'),
     ({"active_deadline_seconds": 0}, "active_deadline_seconds", GIVEN, "must be >= 1", "pass an int >= 1"),
+    # Issue 12: combinations the runtime cannot honour, refused at preview.
+    ({"workers": 3, "quorum_workers": 2}, "quorum_workers", GIVEN,
+     "a fixed-size job starts with the first 2 nodes and refuses the other 1",
+     "unset quorum_workers (wait for all 3), or make the job elastic with min_workers <= 2 and max_workers >= 3"),
+    ({"mode": "service", "workers": 4, "quorum_workers": 1}, "quorum_workers", GIVEN, "a fixed-size job starts",
+     "or make the job elastic"),
+    ({"backend": "pytorchjob", "workers": 4, "min_workers": 3, "max_workers": 4, "quorum_workers": 2},
+     "quorum_workers", GIVEN, "the world would form with fewer nodes than min_workers=3",
+     "use a quorum_workers of at least 3, or lower min_workers"),
+    ({"active_deadline_seconds": 300}, "active_deadline_seconds", GIVEN,
+     "Kubernetes would stop the job before its quorum_timeout=300 s runs out", "use more than 300 seconds"),
+    ({"active_deadline_seconds": 60, "quorum_timeout": 90.5}, "active_deadline_seconds", GIVEN,
+     "quorum_timeout=90.5 s", "use more than 90.5 seconds, or lower quorum_timeout"),
+    ({"mode": "service", "active_deadline_seconds": 3600}, "active_deadline_seconds", GIVEN,
+     "a service job's StatefulSet has no deadline: it runs until the stack removes it", "unset it in service mode"),
+    ({"grace_period": 0}, "grace_period", GIVEN, "number > 0", "pass a positive int or float"),
+    ({"grace_period": "30s"}, "grace_period", GIVEN, "number > 0", "pass a positive int or float"),
+    ({"backoff_limit": 2}, "backoff_limit", GIVEN, "a fixed-size job fails on its first pod failure",
+     "unset backoff_limit, or make the job elastic"),
+    ({"backoff_limit": -1, "min_workers": 1, "max_workers": 2}, "backoff_limit", GIVEN, "must be >= 0",
+     "pass an int >= 0"),
+    ({"mode": "service", "backoff_limit": 2, "min_workers": 1, "max_workers": 3}, "backoff_limit", GIVEN,
+     "a service job's StatefulSet always replaces its pods", "unset backoff_limit"),
+    # Issue 13: Kueue keeps a job at the pod count it admitted.
+    ({"mode": "service", "gang_scheduler": "kueue", "queue": "q", "min_workers": 1, "max_workers": 4}, "max_workers",
+     GIVEN, "the job could never grow past workers=2: Kueue's StatefulSet webhook keeps replicas at 2",
+     "set max_workers=2 (the job may still shrink to min_workers), or use another gang_scheduler"),
+    ({"backend": "pytorchjob", "gang_scheduler": "kueue", "queue": "q", "min_workers": 1, "max_workers": 3},
+     "max_workers", GIVEN, "a resized PyTorchJob no longer matches its admitted Workload", "set max_workers=2"),
     ({"ttl_seconds_after_finished": -5}, "ttl_seconds_after_finished", GIVEN, "must be >= 0", "pass an int >= 0"),
     ({"mode": "service", "ttl_seconds_after_finished": 60}, "ttl_seconds_after_finished", GIVEN, "batch jobs only",
      "unset it in service mode"),
@@ -118,6 +147,10 @@ INVALID = [
      "remove it; use the matching DistributedJobArgs field instead"),
     ({"env": {"TRAINPLANE_TOKEN": "x"}}, "env['TRAINPLANE_TOKEN']", "x", "is set by trainplane",
      "remove it; use the matching DistributedJobArgs field instead"),
+    ({"env": {"TRAINPLANE_GRACE_PERIOD": "60"}}, "env['TRAINPLANE_GRACE_PERIOD']", "60", "is set by trainplane",
+     "remove it; set the DistributedJobArgs field grace_period instead"),
+    ({"env": {"MASTER_PORT": "29400"}}, "env['MASTER_PORT']", "29400", "is set by trainplane",
+     "remove it; set the DistributedJobArgs field master_port instead"),
     ({"env": {"PYTHONPATH": "/src"}}, "env['PYTHONPATH']", "/src", "is set by trainplane",
      "remove it; list the directories to import from in pythonpath"),
     ({"env": {"1BAD": "x"}}, "env['1BAD']", "1BAD", "not an environment variable name",
@@ -366,3 +399,18 @@ def test_ray_start_gets_the_pods_cpus_and_gpus_then_daemon_args() -> None:
     assert args.ray_start_args == ("--num-cpus=3", "--num-gpus=2", "--num-cpus=2")
     assert job_args(distribution="ray", num_proc=1, cpus=0.5).ray_start_args == ("--num-cpus=1",)
     assert job_args(distribution="ray", num_proc=1, mode="service", script=None).ray_start_args == ()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"workers": 3, "quorum_workers": 2, "min_workers": 2, "max_workers": 3},  # elastic: late nodes are admitted
+        {"mode": "service", "gang_scheduler": "kueue", "queue": "q", "workers": 3, "min_workers": 1, "max_workers": 3},
+        {"active_deadline_seconds": 301},
+        {"grace_period": 0.5},
+        {"backoff_limit": 0, "min_workers": 1, "max_workers": 2},
+    ],
+)
+def test_combinations_the_cluster_and_the_runtime_can_honour_are_accepted(overrides: dict[str, Any]) -> None:
+    args = job_args(**overrides)
+    assert all(getattr(args, name) == value for name, value in overrides.items())

@@ -13,7 +13,7 @@ from components.cluster import GpuNodeGroupArgs
 from components.cluster.eks import gpu_node_group_settings
 from components.errors import OperatorRuleError
 from components.job.bundle import build_bundle
-from components.job.render import RenderedJob, render_job
+from components.job.render import Manifest, RenderedJob, render_job
 from components.job.workloads import check_pytorchjob
 from runtime.agent import contract
 from tests.components.componenttest import TOKEN, job_args, tolerates, validate_manifest
@@ -46,7 +46,7 @@ COMMON_KINDS = {
 }
 FULL = {
     "workers": 3,
-    "quorum_workers": 2,
+    "quorum_workers": 3,
     "gpus": 2,
     "num_proc": "auto",
     "cpus": 7.5,
@@ -70,6 +70,13 @@ def render(name: str = "demo", **overrides: Any) -> RenderedJob:
     return render_job(name, job_args(**overrides), TOKEN, BUNDLE)
 
 
+def within_kueue(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Elastic bounds Kueue can honour: it keeps a job at the pod count it admitted, so no growth."""
+    if overrides.get("gang_scheduler") == "kueue" and "max_workers" in overrides:
+        return {**overrides, "max_workers": overrides.get("workers", 2)}
+    return overrides
+
+
 def expected_kinds(backend: str, gang: str) -> set[tuple[str, str]]:
     kinds = COMMON_KINDS | {BACKENDS[backend][1]}
     if backend == "statefulset":
@@ -84,8 +91,12 @@ def expected_kinds(backend: str, gang: str) -> set[tuple[str, str]]:
     return kinds
 
 
+def workload_manifest_of(job: RenderedJob) -> Manifest:
+    return next(m for m in job.manifests if m.role in ("indexed-job", "statefulset", "pytorchjob"))
+
+
 def workload(job: RenderedJob) -> dict[str, Any]:
-    return next(m.body for m in job.manifests if m.role in ("indexed-job", "statefulset", "pytorchjob"))
+    return workload_manifest_of(job).body
 
 
 def templates(job: RenderedJob) -> list[dict[str, Any]]:
@@ -108,7 +119,7 @@ def kind_of(job: RenderedJob, kind: str) -> dict[str, Any]:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("extra", [{}, FULL], ids=["small", "full"])
 def test_every_object_matches_its_schema(backend: str, gang: str, extra: dict[str, Any]) -> None:
-    overrides = {**BACKENDS[backend][0], **GANGS[gang], **extra}
+    overrides = within_kueue({**BACKENDS[backend][0], **GANGS[gang], **extra})
     if overrides.get("mode") == "service":
         overrides.pop("args", None)  # a service job runs no entrypoint to take them
     job = render(**overrides)
@@ -144,7 +155,7 @@ def test_indexed_job_shape() -> None:
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == job.names.service == "demo"
     assert pod["restartPolicy"] == "Never"
-    assert body["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert body["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
 
 
 def test_pod_runs_the_agent_with_the_env_contract() -> None:
@@ -231,7 +242,7 @@ def test_gpu_pod_resources_and_toleration() -> None:
     env = env_of(template)
     assert (env[contract.NUM_PROC], env[contract.QUORUM_WORKERS], env[contract.LOG_DIR]) == (
         "2",
-        "2",
+        "3",
         "/var/log/trainplane",
     )
     assert env["NCCL_DEBUG"] == "INFO"
@@ -310,7 +321,7 @@ def test_single_controller_jobs_validate_and_name_their_framework_ports(distribu
 
 
 def test_statefulset_for_service_mode() -> None:
-    job = render(mode="service", workers=3, quorum_workers=2)
+    job = render(mode="service", workers=3, quorum_workers=2, min_workers=2, max_workers=3)
     body = workload(job)
     spec = body["spec"]
     assert (spec["podManagementPolicy"], spec["replicas"], spec["serviceName"]) == ("Parallel", 3, "demo")
@@ -430,7 +441,8 @@ def test_worker_only_with_elastic_policy_passes_operator_rules() -> None:
 
 
 def test_volcano_podgroup_and_pods() -> None:
-    job = render(gang_scheduler="volcano", queue="research", workers=4, quorum_workers=3)
+    job = render(gang_scheduler="volcano", queue="research", workers=4, quorum_workers=3, min_workers=3,
+                 max_workers=4)
     group = kind_of(job, "PodGroup")
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
     assert group["metadata"]["name"] == "demo"
@@ -438,7 +450,7 @@ def test_volcano_podgroup_and_pods() -> None:
     template = templates(job)[0]
     assert template["spec"]["schedulerName"] == "volcano"
     assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "demo"
-    assert workload(job)["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert workload(job)["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
 
 
 def test_scheduler_plugins_podgroup_and_pods() -> None:
@@ -449,7 +461,7 @@ def test_scheduler_plugins_podgroup_and_pods() -> None:
     template = templates(job)[0]
     assert template["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
     assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "demo"
-    assert workload(job)["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert workload(job)["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
 
 
 def test_custom_scheduler_name_wins() -> None:
@@ -476,7 +488,7 @@ def test_pytorchjob_gang_goes_through_the_operator(gang: dict[str, Any], policy:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_kueue_labels_the_workload(backend: str) -> None:
-    overrides = {**BACKENDS[backend][0], "gang_scheduler": "kueue", "queue": "team-a"}
+    overrides = within_kueue({**BACKENDS[backend][0], "gang_scheduler": "kueue", "queue": "team-a"})
     job = render(**overrides)
     assert workload(job)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert "suspend" not in workload(job)["spec"], "Kueue's webhook suspends; Pulumi must not fight it"
@@ -499,19 +511,157 @@ def test_secret_holds_the_token() -> None:
 
 def test_manifest_flags() -> None:
     job = render(backend="pytorchjob", gang_scheduler="kueue", cluster_queue="gpu-pool")
-    flags = {m.role: (m.custom, m.replace, m.after_previous) for m in job.manifests}
+    flags = {m.role: (m.custom, m.replace_on, m.after_previous) for m in job.manifests}
     assert flags == {
-        "token": (False, False, False),
-        "runtime": (False, False, False),
-        "service": (False, False, False),
-        "localqueue": (True, False, False),
-        "pytorchjob": (True, True, True),
-        "network-policy": (False, False, False),
+        "token": (False, (), False),
+        "runtime": (False, (), False),
+        "service": (False, (), False),
+        "localqueue": (True, ("spec.clusterQueue",), False),
+        "pytorchjob": (True, ("spec",), True),
+        "network-policy": (False, (), False),
     }
-    assert {m.role: m.replace for m in render().manifests}["indexed-job"] is True
-    assert {m.role: m.replace for m in render(mode="service").manifests}["statefulset"] is False
+    assert {m.role: m.replace_on for m in render().manifests}["indexed-job"] == ("spec",)
+    assert {m.role: m.replace_on for m in render(mode="service").manifests}["statefulset"] == ()
 
 
 def test_render_rejects_a_bad_name() -> None:
     with pytest.raises(ValueError, match=r"name='Demo': not a valid name"):
         render("Demo")
+
+
+# --- upstream rules: how the rendered workloads behave on a real cluster --------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"gang_scheduler": "volcano"}, {"backend": "pytorchjob"},
+     {"backend": "pytorchjob", "gang_scheduler": "volcano"}, {"mode": "service", "gang_scheduler": "volcano"},
+     {"mode": "service", "gang_scheduler": "kueue", "queue": "q"}],
+    ids=["indexed-job", "indexed-job-volcano", "pytorchjob", "pytorchjob-volcano", "statefulset-volcano",
+         "statefulset-kueue"],
+)
+def test_no_workload_skips_awaiting_its_delete(overrides: dict[str, Any]) -> None:
+    """pulumi/pulumi-kubernetes v4.32.0 ``provider/pkg/metadata/overrides.go``: ``pulumi.com/skipAwait``
+    also skips awaiting the delete of a ``batch/v1`` Job or an ``apps/v1`` StatefulSet
+    (``allowsSkipAwaitWithDelete``); the delete is Foreground (``DeletionPropagation``) and the replacement
+    is an immediate Create (``provider/pkg/await/await.go``, ``Creation``, retried only on NotFound), so
+    replacing the workload on a changed image fails with ``object is being deleted: jobs.batch "<job>"
+    already exists``. ``pulumi.com/waitFor`` (``ReadyCondition``) replaces the wait for completion or
+    readiness and leaves the delete awaited."""
+    manifest = workload_manifest_of(render(**overrides))
+    annotations = manifest.body["metadata"].get("annotations", {})
+    assert "pulumi.com/skipAwait" not in annotations
+    assert annotations == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
+
+
+def test_a_plain_service_job_is_awaited_until_ready() -> None:
+    """pulumi-kubernetes' StatefulSet await logic waits for every replica to be ready; a ``waitFor``
+    would replace it (``provider/pkg/await/await.go``: built-in logic only ``if !custom``)."""
+    assert "annotations" not in workload(render(mode="service"))["metadata"]
+
+
+def test_a_fixed_size_indexed_job_fails_on_its_first_failed_pod() -> None:
+    """Kubernetes ``batch/v1`` JobSpec (k8s.io/api): a failed pod that no pod failure policy rule
+    ignores increments ``status.failed``, checked against ``backoffLimit``; the Job fails when it is
+    exceeded. ``Ignore`` (here ``DisruptionTarget``: preemption, eviction, drain) creates a replacement
+    without counting. With ``backoffLimit: 0`` a fixed-size job's first crashed agent fails it."""
+    spec = workload(render(workers=3))["spec"]
+    assert spec["backoffLimit"] == 0
+    assert spec["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.parametrize(("backoff_limit", "expected"), [(None, 3), (7, 7), (0, 0)])
+def test_an_elastic_indexed_job_replaces_a_lost_pod(backoff_limit: Any, expected: int) -> None:
+    """Kubernetes ``batch/v1`` JobSpec: while ``status.failed`` stays within ``backoffLimit`` the Job
+    controller creates a replacement pod for a failed index (``podReplacementPolicy: Failed``: once the old
+    one is fully terminated), which rejoins the running world under its index. An elastic job
+    therefore gets a ``backoffLimit`` of ``backoff_limit`` (3 by default)."""
+    spec = workload(render(workers=3, min_workers=2, max_workers=3, backoff_limit=backoff_limit))["spec"]
+    assert (spec["backoffLimit"], spec["podReplacementPolicy"]) == (expected, "Failed")
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_a_fixed_size_pytorchjob_fails_when_a_pod_fails() -> None:
+    """kubeflow/trainer v1.9.4 ``pkg/controller.v1/pytorch/pytorchjob_controller.go`` (``UpdateJobStatus``):
+    ``failed > 0`` with a replica ``restartPolicy`` of ``Never`` marks the whole job Failed."""
+    spec = workload(render(backend="pytorchjob", workers=3))["spec"]
+    assert {r["restartPolicy"] for r in spec["pytorchReplicaSpecs"].values()} == {"Never"}
+    assert spec["runPolicy"]["backoffLimit"] == 0
+
+
+def test_an_elastic_pytorchjob_restarts_a_failed_agent_instead_of_failing() -> None:
+    """kubeflow/trainer v1.9.4 ``pkg/controller.v1/pytorch/pytorchjob_controller.go``: a replica whose
+    ``restartPolicy`` is not ``Never`` is restarted, not failed; under ``OnFailure`` the kubelet restarts
+    the container in its pod (the pod never reaches Failed), and ``pkg/core/job.go`` (``PastBackoffLimit``)
+    fails the job once the containers' restarts reach ``runPolicy.backoffLimit``. The replica's policy
+    overrides the pod template's, which the operator warns about when set (``pkg/controller.v1/common/
+    pod.go``, ``SetPodTemplateRestartPolicy``), so the template leaves it unset."""
+    spec = workload(render(backend="pytorchjob", workers=2, min_workers=1, max_workers=4, backoff_limit=5))["spec"]
+    (worker,) = spec["pytorchReplicaSpecs"].values()
+    assert worker["restartPolicy"] == "OnFailure"
+    assert "restartPolicy" not in worker["template"]["spec"]
+    assert spec["runPolicy"]["backoffLimit"] == 5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path", "field"),
+    [({}, ("spec",), "activeDeadlineSeconds"), ({"backend": "pytorchjob"}, ("spec", "runPolicy"),
+                                                  "activeDeadlineSeconds")],
+    ids=["indexed-job", "pytorchjob"],
+)
+def test_the_job_level_time_limit_is_rendered_where_the_workload_takes_it(overrides, path, field) -> None:
+    """Kubernetes ``batch/v1`` JobSpec ``activeDeadlineSeconds`` (the Job controller fails the Job with
+    ``DeadlineExceeded``); kubeflow/trainer v1.9.4 ``RunPolicy.activeDeadlineSeconds`` (the operator fails
+    the job past it, ``pkg/controller.v1/common/job.go``)."""
+    node = workload(render(active_deadline_seconds=3600, **overrides))
+    for key in path:
+        node = node[key]
+    assert node[field] == 3600
+
+
+def test_pods_stop_within_a_grace_period_that_covers_the_agents() -> None:
+    """Kubernetes sends SIGTERM and kills the pod ``terminationGracePeriodSeconds`` later (30 s when
+    unset); the agent gives its processes ``TRAINPLANE_GRACE_PERIOD`` between SIGTERM and SIGKILL
+    (``runtime.agent.settings``), so a rank's checkpoint-on-SIGTERM needs both to cover it."""
+    for template in templates(render(grace_period=45)):
+        assert env_of(template)[contract.GRACE_PERIOD] == "45"
+        assert template["spec"]["terminationGracePeriodSeconds"] == 55
+    default = templates(render())[0]
+    assert env_of(default)[contract.GRACE_PERIOD] == "5"
+    assert default["spec"]["terminationGracePeriodSeconds"] == 15
+
+
+def test_resizing_an_elastic_service_job_changes_replicas_not_its_pod_template() -> None:
+    """Kubernetes ``apps/v1`` StatefulSet: any change to ``spec.template`` is a rolling update of every
+    pod; a change of ``replicas`` only adds or removes pods. An elastic service job's size settings come
+    from a ConfigMap (read when each pod starts), so new pods join the running world."""
+    small = render(mode="service", workers=2, min_workers=1, max_workers=4)
+    large = render(mode="service", workers=3, min_workers=1, max_workers=4)
+    assert workload(small)["spec"]["template"] == workload(large)["spec"]["template"]
+    assert (workload(small)["spec"]["replicas"], workload(large)["spec"]["replicas"]) == (2, 3)
+    size = next(m.body for m in large.manifests if m.role == "size")
+    assert size["data"] == {contract.WORKERS: "3", contract.QUORUM_WORKERS: "3"}
+    validate_manifest(size)
+    env = env_of(workload(large)["spec"]["template"])
+    assert env[contract.WORKERS] == {"configMapKeyRef": {"name": "demo-size", "key": contract.WORKERS}}
+    assert env[contract.QUORUM_WORKERS] == {"configMapKeyRef": {"name": "demo-size", "key": contract.QUORUM_WORKERS}}
+    assert "size" not in {m.role for m in render(mode="service", workers=3).manifests}, "fixed size: no ConfigMap"
+
+
+def test_a_kueue_service_job_is_replaced_rather_than_patched() -> None:
+    """kubernetes-sigs/kueue v0.19.2 ``pkg/controller/jobs/statefulset/statefulset_webhook.go``
+    (``ValidateUpdate``): while Kueue manages a StatefulSet, ``replicas`` may change only to or from 0 and
+    the pod shape (``ValidateImmutablePodGroupPodSpec``: requests, ports, node selector, tolerations) not
+    at all, so trainplane replaces it (deleting first) and Kueue admits the new one."""
+    manifest = workload_manifest_of(render(mode="service", gang_scheduler="kueue", queue="team-a"))
+    assert manifest.replace_on == ("spec",)
+    assert workload_manifest_of(render(mode="service")).replace_on == ()
+
+
+def test_a_jobs_local_queue_is_replaced_when_its_cluster_queue_changes() -> None:
+    """kubernetes-sigs/kueue v0.19.2 ``config/components/crd/bases/kueue.x-k8s.io_localqueues.yaml``:
+    ``spec.clusterQueue`` is immutable (``x-kubernetes-validations: self == oldSelf``)."""
+    (queue,) = [m for m in render(gang_scheduler="kueue", cluster_queue="gpu-pool").manifests if m.role == "localqueue"]
+    assert queue.replace_on == ("spec.clusterQueue",)

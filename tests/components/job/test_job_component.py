@@ -19,6 +19,7 @@ from tests.components.componenttest import (
     PROJECT,
     STACK,
     Deployment,
+    DuplicateUrn,
     RecordingMonitor,
     deploy,
     is_secret,
@@ -102,8 +103,8 @@ def test_children_parents_and_inputs(backend: str, gang: str) -> None:
         child = children[f"demo-{manifest.role}"]
         assert unsecret(child.inputs) == manifest.body, f"{manifest.role} inputs differ from the builder's"
         assert (result.outputs["addon"] in child.dependencies) is manifest.custom, "only CRs wait for their CRD"
-        assert child.delete_before_replace is manifest.replace
-        assert child.replace_on_changes == (["spec"] if manifest.replace else [])
+        assert child.delete_before_replace is bool(manifest.replace_on)
+        assert child.replace_on_changes == list(manifest.replace_on)
         if manifest.role == backend:
             assert set(earlier) <= set(child.dependencies), "the workload waits for everything before it"
         else:
@@ -115,7 +116,7 @@ def test_children_parents_and_inputs(backend: str, gang: str) -> None:
 def test_workload_key_fields_reach_the_engine(backend: str) -> None:
     result = run_job(workers=3, gang_scheduler="volcano", **BACKENDS[backend])
     workload = next(r for r in result.registrations.values() if r.type == WORKLOAD_TYPES[backend]).inputs
-    assert workload["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert workload["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
     if backend == "pytorchjob":
         replicas = workload["spec"]["pytorchReplicaSpecs"]
         assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
@@ -132,10 +133,10 @@ def test_workload_key_fields_reach_the_engine(backend: str) -> None:
 
 def test_token_secret_and_outputs() -> None:
     result = run_job(namespace="research")
-    secret = result.named("demo-token").inputs
+    secret = result.named("research/demo-token").inputs
     assert is_secret(secret["stringData"]), "the token must stay a Pulumi secret"
     assert unsecret(secret["stringData"]) == {"token": PASSWORD}
-    password = result.named("demo-token-value").inputs
+    password = result.named("research/demo-token-value").inputs
     assert (password["length"], password["special"]) == (48, False)
     assert {k: result.outputs[k] for k in OUTPUTS} == {
         "job_name": "demo",
@@ -224,3 +225,44 @@ def test_a_ray_service_job_reaches_the_engine_with_its_framework_ports() -> None
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert (env[contract.DISTRIBUTION], env[contract.MODE], env[contract.DAEMON_ARGS]) == (
         "ray", "service", '["--num-cpus=4"]')
+
+
+def test_jobs_of_one_name_in_two_namespaces_have_distinct_urns() -> None:
+    """Pulumi identifies a resource by its URN (stack, project, parent types, type and name) and refuses
+    a second registration of one URN ("Duplicate resource URN"); children named from the job name alone
+    would collide across namespaces."""
+
+    def program() -> dict[str, pulumi.Output[Any]]:
+        jobs = [DistributedJob("demo", job_args(namespace=ns)) for ns in ("default", "research")]
+        return {f"url-{i}": job.coordinator_url for i, job in enumerate(jobs)}
+
+    result = deploy(program)
+    components = result.of_type(COMPONENT_TYPE)
+    assert sorted(c.name for c in components) == ["demo", "research/demo"]
+    secrets = result.of_type("kubernetes:core/v1:Secret")
+    assert sorted((s.name, s.inputs["metadata"]["namespace"]) for s in secrets) == [
+        ("demo-token", "default"), ("research/demo-token", "research")]
+    assert {r.inputs["metadata"]["name"] for r in secrets} == {"demo-token"}, "Kubernetes names are unchanged"
+    assert result.outputs["url-1"] == f"http://demo-0.demo.research.svc.cluster.local:{contract.AGENT_PORT}"
+
+
+def test_the_recorder_fails_on_a_duplicate_urn_instead_of_keeping_one() -> None:
+    def program() -> dict[str, pulumi.Output[Any]]:
+        first = k8s.core.v1.Namespace("same")
+        second = k8s.core.v1.Namespace("same")
+        return {"first": first.urn, "second": second.urn}
+
+    with pytest.raises(DuplicateUrn, match=r"kubernetes:core/v1:Namespace::same$"):
+        deploy(program)
+
+
+def test_a_job_the_cluster_cannot_run_fails_before_anything_is_registered() -> None:
+    """The job component checks its arguments against the cluster it targets (``components.job.fit``)."""
+    from components.capabilities import ClusterCapabilities  # new with the check: the other tests run without it
+
+    monitor = RecordingMonitor()
+    cluster = ClusterCapabilities(volcano_queues=None)
+    with pytest.raises(InvalidJobArgs, match=r"^gang_scheduler='volcano': Volcano is not installed on the cluster"):
+        deploy(lambda: {"name": DistributedJob("demo", job_args(gang_scheduler="volcano"), cluster=cluster).job_name},
+               monitor=monitor)
+    assert monitor.registrations == {}

@@ -1,0 +1,45 @@
+"""What the stack's cluster provides, derived from its config: the value its jobs are checked against."""
+
+from __future__ import annotations
+
+from components.addons import KueueArgs
+from components.capabilities import NO_GANG, ClusterCapabilities, KueueCapabilities, KueueClusterQueue, KueueFlavor
+from components.cluster import ClusterArgs, ExistingClusterArgs
+from components.stack.addons import AddonsConfig
+
+
+def kueue_capabilities(args: KueueArgs) -> KueueCapabilities:
+    """Kueue as the add-on installs it: its integrations, ClusterQueues (flavors in order) and LocalQueues."""
+    labels = {f.name: f.node_labels for f in args.flavors}
+    queues = {
+        q.name: KueueClusterQueue(q.name, tuple(
+            KueueFlavor(flavor, labels.get(flavor, {}), {r: str(v) for r, v in quotas.items()})
+            for flavor, quotas in q.quotas.items()
+        ))
+        for q in args.cluster_queues
+    }
+    return KueueCapabilities(
+        frameworks=frozenset(args.frameworks),
+        cluster_queues=queues,
+        local_queues={(q.namespace, q.name): q.cluster_queue for q in args.local_queues},
+    )
+
+
+def cluster_capabilities(cluster: ClusterArgs, addons: AddonsConfig) -> ClusterCapabilities:
+    """What a stack's cluster and add-ons provide.
+
+    GPUs are advertised when the stack installs the device plugin; an existing cluster's GPU nodes
+    (``existingGpuNodes``) are taken to advertise them already, and such a cluster may run the
+    scheduler-plugins scheduler, which trainplane never installs.
+    """
+    existing = isinstance(cluster, ExistingClusterArgs)
+    operator = addons.training_operator
+    return ClusterCapabilities(
+        gpu_nodes=cluster.gpu_nodes,
+        gpu_resources=cluster.gpu_nodes and (existing or addons.device_plugin is not None),
+        training_operator=operator is not None,
+        operator_gang_scheduler=operator.gang_scheduler if operator is not None else NO_GANG,
+        volcano_queues=addons.volcano.queues if addons.volcano is not None else None,
+        scheduler_plugins=existing,
+        kueue=kueue_capabilities(addons.kueue) if addons.kueue is not None else None,
+    )
