@@ -17,6 +17,9 @@ Compute kinds, one module each; a kind implements ``_start(request) -> Endpoint`
 * :class:`LocalCompute` (``local_compute``) starts local agent processes (``runtime.local``);
 * :class:`ExistingCompute` (``existing``) attaches to a service-mode job that is already running,
   such as a stack's job reached through ``kubectl port-forward``; it neither starts nor stops it;
+* :class:`KubernetesCompute` (``kubernetes_compute``) deploys a service-mode ``DistributedJob`` as
+  a Pulumi stack of its own with the Automation API (``stacks``, ``program``) and reaches node 0
+  through a port-forward opened with the ``kubernetes`` client (``portforward``).
 
 The called function must be importable by the worker processes: defined with ``def`` at the top
 level of a module in a ``.py`` file; ``fn()`` refuses anything else at once (``locate``). A local
@@ -26,21 +29,26 @@ in the driver script itself is imported from that script's file by its stem, so 
 keep its driver code under ``if __name__ == "__main__":``: ``.to()`` inside a job's own process
 raises :class:`NestedJobError` (``guard``) instead of starting jobs inside jobs.
 
-Importing this package needs httpx (the client) only.
+Importing this package needs httpx (the client); Pulumi, the components and the ``kubernetes``
+client are imported only when a ``KubernetesCompute`` is made or deploys.
 """
 
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
+from runtime.workflow.errors import DeployError, NestedJobError
 from runtime.workflow.existing import ExistingCompute
 from runtime.workflow.functions import CallOptions, RemoteFunction, fn
+from runtime.workflow.kubernetes_compute import KubernetesCompute
 from runtime.workflow.local_compute import LocalCompute
 from runtime.workflow.locate import Location, locate
 
 __all__ = [
     "CallOptions",
     "Compute",
+    "DeployError",
     "DeployRequest",
     "Endpoint",
     "ExistingCompute",
+    "KubernetesCompute",
     "LocalCompute",
     "Location",
     "NestedJobError",

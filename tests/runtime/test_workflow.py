@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -37,7 +37,11 @@ def make_closure() -> Callable[[], int]:
 
 def undecorated(func: Callable[[], int]) -> Callable[[], int]:
     """A decorator that forgets functools.wraps: the module name then refers to its wrapper."""
-    return lambda: func()
+
+    def wrapper() -> int:
+        return func()
+
+    return wrapper
 
 
 def rebound() -> int:
@@ -46,7 +50,7 @@ def rebound() -> int:
 
 
 original_rebound = rebound
-rebound = undecorated(rebound)  # noqa: F811 - the point of the test
+rebound = undecorated(rebound)
 
 
 @pytest.mark.parametrize(("func", "why"), [
