@@ -150,6 +150,9 @@ def test_the_example_trains_an_existing_job_and_checks_its_accuracy(job: local.L
     (["--url", "http://127.0.0.1:32300"], {contract.TOKEN: ""}, f"--url needs the job's token: set {contract.TOKEN}"),
     (["--url", "http://127.0.0.1:32300", "--workers", "3"], {contract.TOKEN: "t"},
      "--workers and --num-proc size a local job"),
+    (["--url", "http://127.0.0.1:32300", "--image", "trainer:1"], {contract.TOKEN: "t"},
+     "--url attaches to a running job and --image deploys one: pass one of them"),
+    (["--namespace", "research", "--keep"], {}, "--namespace, --keep configure a Kubernetes job: add --image IMAGE"),
 ])
 def test_the_examples_inconsistent_command_lines_are_refused_before_anything_runs(args, env, message, tmp_path):
     refused = subprocess.run([sys.executable, str(EXAMPLES / "service_digits.py"), *args], cwd=tmp_path,

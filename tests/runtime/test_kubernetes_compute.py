@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import getpass
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from runtime.agent.errors import ConfigError, RendezvousError
 from runtime.workflow import DeployError, KubernetesCompute, fn
 from runtime.workflow import program as job_program
 from runtime.workflow.kubernetes_compute import default_job_name
-from tests.conftest import ROOT, processes_with, wait_until
+from tests.conftest import ROOT, processes_with, project_env, wait_until
 from tests.runtime import service_fns
 from tests.runtime.kubecluster import FakeCluster
 
@@ -166,3 +168,17 @@ def test_the_default_job_name_is_user_and_function_as_a_dns_label(function: str,
     name = default_job_name(function, 52, user=user)
     assert name == expected
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 52
+
+
+def test_the_service_example_deploys_with_kubernetes_compute_and_says_when_the_pulumi_cli_is_missing(tmp_path: Path):
+    env = project_env(PATH=str(tmp_path / "empty-bin"), TRAINPLANE_HOME=str(tmp_path / "state"))
+    result = subprocess.run([sys.executable, str(ROOT / "examples/service_digits.py"), "--image", "trainer:1",
+                             "--workers", "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 1, result.stderr
+    user = default_job_name("digits_service_fns:train", 52)
+    assert result.stderr.strip().endswith(
+        f"DeployError: stack '{user}' (outputs): KubernetesCompute deploys through the Pulumi Automation API, which "
+        "runs the Pulumi CLI, and no `pulumi` is on PATH: install it (https://www.pulumi.com/docs/install/: curl "
+        "-fsSL https://get.pulumi.com | sh) and put it on PATH")
+    assert (tmp_path / "state" / "passphrase").is_file(), "the workspace was prepared before the CLI was needed"
