@@ -128,7 +128,7 @@ class KubernetesCompute(Compute):
         self._relay: Optional[Relay] = None
         self._check()
 
-    def job_args(self) -> Any:
+    def distributed_job_args(self) -> Any:
         """The ``components.DistributedJobArgs`` this compute deploys (service mode).
 
         Raises:
@@ -192,7 +192,7 @@ class KubernetesCompute(Compute):
         self._stacks().destroy(self.name)
 
     def _check(self) -> None:
-        args = self.job_args()
+        args = self.distributed_job_args()
         if self.name is not None:
             self._validate_name(self.name, args)
 
@@ -222,7 +222,7 @@ class KubernetesCompute(Compute):
         from components.job.args import max_name_length
         from runtime.workflow import program
 
-        args = self.job_args()
+        args = self.distributed_job_args()
         name = self.name or default_job_name(request.function, max_name_length(args))
         self._validate_name(name, args)
         cluster = program.ClusterAccess(self.kubeconfig, self.context)

@@ -50,6 +50,9 @@ def test_the_default_workspace_is_a_file_backend_and_a_generated_passphrase_only
 
 @pytest.mark.parametrize("given", [{PASSPHRASE: "mine"}, {PASSPHRASE: ""}, {PASSPHRASE_FILE: "/secrets/p"}])
 def test_a_passphrase_from_the_environment_is_left_to_pulumi(tmp_path: Path, given: dict[str, str]):
+    """Pulumi reads ``PULUMI_CONFIG_PASSPHRASE`` when it is set at all (even empty: ``os.LookupEnv``), else a
+    non-empty ``PULUMI_CONFIG_PASSPHRASE_FILE``, whose content it trims (pulumi/pulumi
+    ``pkg/secrets/passphrase/manager.go``, ``readPassphrase``): either one is the user's, and no file is made."""
     settings = workspace_settings(environ={"TRAINPLANE_HOME": str(tmp_path), **given})
 
     assert PASSPHRASE_FILE not in settings.env and PASSPHRASE not in settings.env
