@@ -147,7 +147,7 @@ class FakeApiServer:
                          + frame(b"\x03\xe8", opcode=0x8))
             return None
         upstream.settimeout(None)
-        for sock in (conn, upstream):  # as the API server and kubelet send: no Nagle delay on small frames
+        for sock in (conn, upstream):  # no Nagle delay, as Go (the API server, the kubelet) sets on every TCP conn
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         threading.Thread(target=self._pump_down, args=(upstream, conn), daemon=True).start()
         try:
