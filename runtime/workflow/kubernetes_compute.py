@@ -226,6 +226,7 @@ class KubernetesCompute(Compute):
         name = self.name or default_job_name(request.function, max_name_length(args))
         self._validate_name(name, args)
         cluster = program.ClusterAccess(self.kubeconfig, self.context)
+        connector_for = self._connect_factory()
         stacks = self._stacks()
         outputs = stacks.outputs(name)
         if outputs and outputs.get(program.SPEC) == program.spec_digest(name, args, cluster):
@@ -241,7 +242,7 @@ class KubernetesCompute(Compute):
         namespace, pod = str(outputs[program.NAMESPACE]), str(outputs[program.COORDINATOR_POD])
         port, token = int(outputs[program.AGENT_PORT]), str(outputs[program.TOKEN])
         _say(f"job {name} in namespace {namespace}: {self.last_deploy}; port-forward to pod {pod}:{port}")
-        relay = Relay(self._connect_factory()(namespace, pod, port), describe=f"pod {pod}:{port} in {namespace}")
+        relay = Relay(connector_for(namespace, pod, port), describe=f"pod {pod}:{port} in {namespace}")
         try:
             wait_until_serving(relay.url, token, self.serialization, self.ready_timeout,
                                self._expectation(name, namespace, args, relay))
@@ -273,8 +274,10 @@ class KubernetesCompute(Compute):
         try:
             api_client = config.new_client_from_config(config_file=self.kubeconfig, context=self.context)
         except (ConfigException, OSError) as exc:
-            raise ConfigError(f"kubeconfig={self.kubeconfig!r} (context {self.context!r}) is not usable for the "
-                              f"port-forward: {exc}") from exc
+            where = "" if self.kubeconfig else " (none given: $KUBECONFIG or ~/.kube/config)"
+            raise ConfigError(f"kubeconfig={self.kubeconfig!r}{where} with context={self.context!r} is not usable: "
+                              f"{exc}; pass kubeconfig= the path of a kubeconfig for the cluster, and context= one "
+                              "of its contexts") from exc
         return lambda namespace, pod, port: pod_connector(api_client, namespace, pod, port)
 
     def _expectation(self, name: str, namespace: str, args: Any, relay: Relay) -> Expectation:

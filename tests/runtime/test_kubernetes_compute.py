@@ -20,6 +20,7 @@ from runtime.agent.errors import ConfigError, RendezvousError
 from runtime.workflow import DeployError, KubernetesCompute, fn
 from runtime.workflow import program as job_program
 from runtime.workflow.kubernetes_compute import default_job_name
+from tests.components.componenttest import KUBECONFIG
 from tests.conftest import ROOT, processes_with, project_env, wait_until
 from tests.runtime import service_fns
 from tests.runtime.kubecluster import FakeCluster
@@ -172,8 +173,10 @@ def test_the_default_job_name_is_user_and_function_as_a_dns_label(function: str,
 
 def test_the_service_example_deploys_with_kubernetes_compute_and_says_when_the_pulumi_cli_is_missing(tmp_path: Path):
     env = project_env(PATH=str(tmp_path / "empty-bin"), TRAINPLANE_HOME=str(tmp_path / "state"))
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
     result = subprocess.run([sys.executable, str(ROOT / "examples/service_digits.py"), "--image", "trainer:1",
-                             "--workers", "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                             "--workers", "2", "--kubeconfig", str(tmp_path / "kubeconfig")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
 
     assert result.returncode == 1, result.stderr
     user = default_job_name("digits_service_fns:train", 52)
@@ -182,3 +185,16 @@ def test_the_service_example_deploys_with_kubernetes_compute_and_says_when_the_p
         "runs the Pulumi CLI, and no `pulumi` is on PATH: install it (https://www.pulumi.com/docs/install/: curl "
         "-fsSL https://get.pulumi.com | sh) and put it on PATH")
     assert (tmp_path / "state" / "passphrase").is_file(), "the workspace was prepared before the CLI was needed"
+
+
+def test_without_a_usable_kubeconfig_nothing_is_deployed(cluster: FakeCluster, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    compute = KubernetesCompute(image=IMAGE, name="trainer", stacks=cluster)
+
+    with pytest.raises(ConfigError, match=r"^kubeconfig=None \(none given: \$KUBECONFIG or ~/.kube/config\) with "
+                                          r"context=None is not usable: .*; pass kubeconfig= the path of a kubeconfig"):
+        fn(service_fns.rank).to(compute)
+
+    assert cluster.calls == [], "the stack was not touched"
