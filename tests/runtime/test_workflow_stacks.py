@@ -23,6 +23,7 @@ from runtime.workflow.stacks import (
     plugin_versions,
     workspace_settings,
 )
+from tests.components.componenttest import KUBECONFIG
 from tests.runtime import service_fns
 
 
@@ -101,7 +102,9 @@ def test_without_the_pulumi_cli_deploying_fails_at_once_saying_what_to_install(t
                                                                               monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.setenv("TRAINPLANE_HOME", str(tmp_path / "state"))
-    compute = KubernetesCompute(image="registry.example/trainer:1", name="trainer")
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    compute = KubernetesCompute(image="registry.example/trainer:1", name="trainer",
+                                kubeconfig=str(tmp_path / "kubeconfig"))
 
     for attempt in (lambda: fn(service_fns.rank).to(compute), compute.destroy):
         with pytest.raises(DeployError, match=r"KubernetesCompute deploys through the Pulumi Automation API, which "
