@@ -188,7 +188,9 @@ def pod_connector(api_client: Any, namespace: str, pod: str, port: int) -> Conne
 
 class _ForwardedSocket:
     """A port-forward's socket; closing it closes the forward, and its error channel's message
-    (e.g. ``connection refused`` inside the pod) becomes the error of a read that found the stream ended."""
+    (e.g. ``connection refused`` inside the pod) becomes the error of a read that found the stream
+    ended or reset. The ``kubernetes`` client records that message before it closes the stream
+    (``kubernetes/stream/ws_client.py``, ``PortForward._proxy``)."""
 
     def __init__(self, forward: Any, stream: Any, port: int) -> None:
         self._forward = forward
@@ -196,12 +198,21 @@ class _ForwardedSocket:
         self._port = port
 
     def recv(self, size: int) -> bytes:
-        data = self._stream.recv(size)
+        try:
+            data = self._stream.recv(size)
+        except OSError:
+            # The client closes its end of the socket pair once the error channel has spoken; data
+            # it had not read yet turns that close into a reset. The error channel says why.
+            self._raise_forward_error()
+            raise
         if not data:
-            error = self._forward.error(self._port)
-            if error:
-                raise OSError(error)
+            self._raise_forward_error()
         return data
+
+    def _raise_forward_error(self) -> None:
+        error = self._forward.error(self._port)
+        if error:
+            raise OSError(error)
 
     def sendall(self, data: bytes) -> None:
         self._stream.sendall(data)

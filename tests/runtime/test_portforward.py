@@ -41,6 +41,15 @@ def connect(url: str) -> socket.socket:
     return socket.create_connection((parsed.hostname, parsed.port), timeout=10)
 
 
+def ended_without_an_answer(connection: socket.socket) -> bool:
+    """Whether the peer closed ``connection`` without sending anything (a close with our request still
+    unread in its buffer arrives as a reset)."""
+    try:
+        return connection.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+
+
 def test_calls_through_the_relay_reach_the_job_concurrently_and_carry_large_bodies(job: LocalJob):
     with Relay(tcp_connector(job), describe="the coordinator") as relay:
         assert relay.url.startswith("http://127.0.0.1:")
@@ -70,7 +79,7 @@ def test_closing_the_relay_closes_its_port_and_its_open_connections(job: LocalJo
 
     relay.close()
 
-    assert open_connection.recv(4096) == b"", "the relayed connection is closed"
+    assert ended_without_an_answer(open_connection), "the relayed connection is closed"
     with pytest.raises(ConnectionRefusedError):
         connect(relay.url)
 
@@ -82,7 +91,7 @@ def test_a_connector_failure_closes_that_connection_and_is_kept_for_the_message(
     with Relay(refuse, describe="pod trainer-0:32300 in default") as relay:
         client = connect(relay.url)
         client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert client.recv(4096) == b""
+        assert ended_without_an_answer(client)
         client.close()
         assert relay.last_error == "port-forward to pod trainer-0:32300 in default failed: no route to the cluster"
 
@@ -124,6 +133,6 @@ def test_the_port_forwards_failures_reach_the_relays_message(api: FakeApiServer,
     with Relay(pod_connector(client, "research", pod, 32300), describe=f"pod {pod}:32300 in research") as relay:
         connection = connect(relay.url)
         connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert connection.recv(4096) == b""
+        assert ended_without_an_answer(connection)
         connection.close()
         assert relay.last_error == f"port-forward to pod {pod}:32300 in research {error}"
