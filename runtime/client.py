@@ -129,19 +129,19 @@ class JobClient:
             raise ValueError(f"{path} is not a connection file: expected an object with 'url' and 'token'")
         return cls(data["url"], data["token"], **options)
 
-    def call(self, fn: str, *args: Any, timeout: Optional[float] = None, workers: Optional[Sequence[int]] = None,
+    def call(self, fn: str, *args: Any, timeout: Optional[float] = None, node_ranks: Optional[Sequence[int]] = None,
              **kwargs: Any) -> list[Any]:
-        """Run ``fn(*args, **kwargs)`` on every rank (or on the ranks of ``workers``); one result per rank.
+        """Run ``fn(*args, **kwargs)`` on every rank (or on the processes of the nodes in ``node_ranks``).
 
-        Keyword arguments named ``timeout`` or ``workers`` cannot reach the function this way: use
-        :meth:`invoke`.
+        Keyword arguments named ``timeout`` or ``node_ranks`` cannot reach the function this way: use
+        :meth:`invoke`, which takes the function's arguments as a sequence and a mapping.
 
         Args:
             fn: ``"module:qualname"``, importable in the worker processes.
             *args: positional arguments (JSON values, or anything picklable with pickle).
             timeout: seconds the whole call may take; ``None`` waits as long as it runs.
-            workers: node ranks to run on; ``None`` for every node that runs processes (in a ``ray`` or
-                ``monarch`` job, node 0: the driver).
+            node_ranks: node ranks to run on, e.g. ``[0]``; ``None`` for every node that runs processes
+                (in a ``ray`` or ``monarch`` job, node 0: the driver).
             **kwargs: keyword arguments.
 
         Returns:
@@ -152,13 +152,13 @@ class JobClient:
             TransportError: see the module docstring.
             TypeError: an argument is not JSON-serialisable (with ``json``).
         """
-        return self.invoke(fn, args, kwargs, timeout=timeout, workers=workers)
+        return self.invoke(fn, args, kwargs, timeout=timeout, node_ranks=node_ranks)
 
     def invoke(self, fn: str, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None, *,
-               timeout: Optional[float] = None, workers: Optional[Sequence[int]] = None) -> list[Any]:
-        """:meth:`call` with the arguments as a sequence and a mapping."""
+               timeout: Optional[float] = None, node_ranks: Optional[Sequence[int]] = None) -> list[Any]:
+        """:meth:`call` with the function's arguments as a sequence and a mapping (any keyword reaches it)."""
         body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
-                                "workers": list(workers) if workers is not None else None,
+                                "workers": list(node_ranks) if node_ranks is not None else None,
                                 **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
         try:
             content = json.dumps(body).encode()

@@ -63,7 +63,7 @@ def test_401_is_unauthorized_and_other_refusals_keep_their_status():
 def test_the_request_carries_token_function_arguments_deadline_and_subset():
     seen: list[httpx.Request] = []
     client = client_answering(200, {"ranks": [0, 1], "results": ["a", "b"]}, seen)
-    assert client.call("pkg.mod:fn", 1, [2], timeout=7.5, workers=[1, 0], lr=0.1) == ["a", "b"]
+    assert client.call("pkg.mod:fn", 1, [2], timeout=7.5, node_ranks=[1, 0], lr=0.1) == ["a", "b"]
     request = seen[0]
     assert request.url.path == "/call"
     assert request.headers["Authorization"] == f"Bearer {TOKEN}"

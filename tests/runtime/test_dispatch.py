@@ -89,8 +89,8 @@ def test_tree_and_flat_return_every_rank_in_order_whatever_the_completion_order(
 @pytest.mark.parametrize(("workers", "ranks"), [([2, 5, 6, 9, 11], [4, 5, 10, 11, 12, 13, 18, 19, 22, 23]),
                                                 ([0, 12], [0, 1, 24, 25]), ([7], [14, 15])])
 def test_a_subset_of_nodes_answers_for_its_ranks_only(tree: Fleet, flat: Fleet, workers: list[int], ranks: list[int]):
-    assert tree.client.call(f"{FNS}:delayed_rank", 0.02, 1, timeout=20, workers=workers) == ranks
-    assert flat.client.call(f"{FNS}:delayed_rank", 0.02, 1, timeout=20, workers=workers) == ranks
+    assert tree.client.call(f"{FNS}:delayed_rank", 0.02, 1, timeout=20, node_ranks=workers) == ranks
+    assert flat.client.call(f"{FNS}:delayed_rank", 0.02, 1, timeout=20, node_ranks=workers) == ranks
 
 
 def test_an_exception_deep_in_the_tree_is_a_remote_error_and_cancels_every_running_subtree(tree: Fleet):

@@ -51,13 +51,13 @@ def test_attach_reads_the_jobs_shape_calls_it_and_detaching_leaves_it_running(jo
     compute = ExistingCompute(job.url, job.token)
     with fn(service_fns.whoami).to(compute) as whoami:
         assert (compute.workers, compute.num_proc, compute.distribution) == (2, 1, "pytorch")
-        first = whoami(timeout=60)
+        first = whoami.options(timeout=60)()
         assert [r["rank"] for r in first] == [0, 1]
     assert not compute.running
     assert job.running() and status_of(job) == "running"
 
     again = fn(service_fns.whoami).to(ExistingCompute(job.url, job.token))
-    second = again(timeout=60)
+    second = again.options(timeout=60)()
     again.teardown()
     assert [r["pid"] for r in second] == [r["pid"] for r in first], "the same processes serve the next attach"
     assert [r["calls"] for r in second] == [r["calls"] + 1 for r in first], "their state survived the detach"
@@ -68,7 +68,7 @@ def test_attach_waits_for_a_job_that_is_still_starting(tmp_path: Path):
     starting = service_job(tmp_path, workers=1)
     try:
         compute = ExistingCompute(starting.url, starting.token, ready_timeout=120)
-        assert fn(service_fns.rank).to(compute)(timeout=60) == [0]
+        assert fn(service_fns.rank).to(compute).options(timeout=60)() == [0]
     finally:
         starting.stop(timeout=15)
 
@@ -150,6 +150,9 @@ def test_the_example_trains_an_existing_job_and_checks_its_accuracy(job: local.L
     (["--url", "http://127.0.0.1:32300"], {contract.TOKEN: ""}, f"--url needs the job's token: set {contract.TOKEN}"),
     (["--url", "http://127.0.0.1:32300", "--workers", "3"], {contract.TOKEN: "t"},
      "--workers and --num-proc size a local job"),
+    (["--url", "http://127.0.0.1:32300", "--image", "trainer:1"], {contract.TOKEN: "t"},
+     "--url attaches to a running job and --image deploys one: pass one of them"),
+    (["--namespace", "research", "--keep"], {}, "--namespace, --keep configure a Kubernetes job: add --image IMAGE"),
 ])
 def test_the_examples_inconsistent_command_lines_are_refused_before_anything_runs(args, env, message, tmp_path):
     refused = subprocess.run([sys.executable, str(EXAMPLES / "service_digits.py"), *args], cwd=tmp_path,

@@ -67,7 +67,7 @@ def test_service_workers_get_neither_the_token_nor_agent_settings(client: JobCli
 
 @pytest.mark.parametrize(("workers", "ranks"), [([1], [2, 3]), ([0], [0, 1]), ([1, 0], [0, 1, 2, 3])])
 def test_a_subset_of_nodes(client: JobClient, workers: list[int], ranks: list[int]):
-    assert client.call(f"{FNS}:rank", timeout=30, workers=workers) == ranks
+    assert client.call(f"{FNS}:rank", timeout=30, node_ranks=workers) == ranks
 
 
 def test_keyword_and_positional_arguments_reach_every_rank(client: JobClient):

@@ -56,8 +56,8 @@ def test_a_tree_call_reaches_every_rank_in_order_with_three_requests_from_the_co
 def test_a_flat_subset_and_a_tree_subset_agree_with_the_whole(job: LocalJob):
     with JobClient(job.url, job.token) as client:
         everyone = client.call(f"{FNS}:whoami", timeout=60)
-        flat = client.call(f"{FNS}:whoami", timeout=60, workers=[4, 12])
-        tree = client.call(f"{FNS}:whoami", timeout=60, workers=[1, 2, 7, 8, 11])
+        flat = client.call(f"{FNS}:whoami", timeout=60, node_ranks=[4, 12])
+        tree = client.call(f"{FNS}:whoami", timeout=60, node_ranks=[1, 2, 7, 8, 11])
     pids = {r["rank"]: r["pid"] for r in everyone}
     assert [(r["rank"], r["pid"]) for r in flat] == [(4, pids[4]), (12, pids[12])]
     assert [(r["rank"], r["pid"]) for r in tree] == [(n, pids[n]) for n in (1, 2, 7, 8, 11)]
@@ -71,6 +71,6 @@ def test_an_error_at_a_leaf_climbs_the_tree(job: LocalJob):
 
 def test_pickled_arguments_and_results_when_the_deployment_opts_in(job: LocalJob):
     with JobClient(job.url, job.token, serialization="pickle") as client:
-        results = client.call(f"{FNS}:echo", {1, 2}, key=b"bytes", timeout=60, workers=[0, 5])
+        results = client.call(f"{FNS}:echo", {1, 2}, key=b"bytes", timeout=60, node_ranks=[0, 5])
     assert results == [{"rank": 0, "args": [{1, 2}], "kwargs": {"key": b"bytes"}},
                        {"rank": 5, "args": [{1, 2}], "kwargs": {"key": b"bytes"}}]

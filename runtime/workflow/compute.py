@@ -1,0 +1,175 @@
+"""``Compute``: where a job runs and how big it is, and the running job it holds once deployed.
+
+A compute kind implements ``_start(request) -> Endpoint`` and ``_stop()``; the base class decides
+when to start, reuse or replace the job (:meth:`Compute.deploy`), and refuses to deploy from inside
+a job's own process (:mod:`runtime.workflow.guard`).
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from runtime.agent.errors import ConfigError
+from runtime.agent.wire import JSON, SERIALIZATIONS
+from runtime.agent.world import DISTRIBUTIONS
+from runtime.workflow.guard import refuse_inside_job
+
+READY_TIMEOUT = 120.0
+"""Seconds a job may take to report ready (a local job to start; an existing job to be reachable and running)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A running service-mode job as a caller reaches it.
+
+    Attributes:
+        url: the coordinator's base URL.
+        token: the job's bearer token.
+    """
+
+    url: str
+    token: str
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    """What ``fn(...).to(compute)`` asks of a compute.
+
+    Attributes:
+        pythonpath: the caller's directories the function's module imports from (used by computes
+            whose processes run on this machine, :attr:`Compute.imports_from_caller`).
+        function: ``module:qualname`` of the function being deployed (a compute may name its job after it).
+    """
+
+    pythonpath: tuple[str, ...] = ()
+    function: str = ""
+
+
+class Compute(abc.ABC):
+    """Where a job runs and how big it is; holds the job once deployed.
+
+    Args:
+        workers: nodes.
+        num_proc: processes per node.
+        distribution: which framework's environment to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``),
+            or a single-controller job (``ray``, ``monarch``: calls run on node 0 only).
+        serialization: ``json`` or ``pickle`` for calls (``pickle`` makes the deployment accept it).
+
+    Raises:
+        ConfigError: a value is invalid; names it.
+    """
+
+    imports_from_caller: ClassVar[bool] = True
+    """Whether the job's processes import from the caller's directories (a job on this machine), so a
+    function from another directory needs the job restarted with it; a job in pods, or one already
+    running, imports from its own PYTHONPATH instead."""
+
+    def __init__(self, workers: int = 1, num_proc: int = 1, distribution: str = "spmd",
+                 serialization: str = JSON) -> None:
+        for name, value, ok, fix in (
+            ("workers", workers, isinstance(workers, int) and workers >= 1, "use 1 or more nodes"),
+            ("num_proc", num_proc, isinstance(num_proc, int) and num_proc >= 1, "use 1 or more processes per node"),
+            ("distribution", distribution, distribution in DISTRIBUTIONS, f"use one of {', '.join(DISTRIBUTIONS)}"),
+            ("serialization", serialization, serialization in SERIALIZATIONS,
+             f"use one of {', '.join(SERIALIZATIONS)}"),
+        ):
+            if not ok:
+                raise ConfigError(f"{name}={value!r} is invalid: {fix}")
+        self.workers = workers
+        self.num_proc = num_proc
+        self.distribution = distribution
+        self.serialization = serialization
+        self._endpoint: Optional[Endpoint] = None
+        self._pythonpath: tuple[str, ...] = ()
+
+    def distribute(self, distribution: str, workers: Optional[int] = None, num_proc: Optional[int] = None) -> Compute:
+        """A copy of this (not yet deployed) compute with a distribution and, optionally, a new size.
+
+        Raises:
+            ConfigError: a value is invalid.
+            RuntimeError: this compute is already deployed.
+        """
+        if self.running:
+            raise RuntimeError("distribute() a compute before deploying it (or teardown() first)")
+        other = copy.copy(self)
+        Compute.__init__(other, self.workers if workers is None else workers,
+                         self.num_proc if num_proc is None else num_proc, distribution, self.serialization)
+        return other
+
+    @property
+    def running(self) -> bool:
+        """Whether a job is deployed."""
+        return self._endpoint is not None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The running job.
+
+        Raises:
+            RuntimeError: nothing is deployed.
+        """
+        if self._endpoint is None:
+            raise RuntimeError("this compute is not deployed: call fn(...).to(compute) first")
+        return self._endpoint
+
+    def deploy(self, request: DeployRequest = DeployRequest()) -> Endpoint:
+        """Start the job, or reuse the running one.
+
+        A compute that :attr:`imports_from_caller` reuses its job only if the job already has every
+        directory of ``request.pythonpath``; otherwise it restarts the job with them (its processes'
+        state is lost).
+
+        Raises:
+            NestedJobError: called from inside a job's own process.
+            RendezvousError: the job did not become ready.
+        """
+        refuse_inside_job(self.describe())
+        if self._endpoint is not None and (not self.imports_from_caller
+                                           or set(request.pythonpath) <= set(self._pythonpath)):
+            return self._endpoint
+        needed = tuple(dict.fromkeys((*self._pythonpath, *request.pythonpath)))
+        self.teardown()
+        self._endpoint = self._start(DeployRequest(needed, request.function))
+        self._pythonpath = needed
+        return self._endpoint
+
+    def teardown(self) -> None:
+        """Stop the job if one is running."""
+        if self._endpoint is not None:
+            self._endpoint = None
+            self._stop()
+
+    def continues(self, previous: Compute) -> bool:
+        """Whether deploying this compute takes over ``previous``'s running job instead of replacing it.
+
+        ``RemoteFunction.to(self)`` then releases ``previous`` (:meth:`release`) rather than tearing
+        its job down, and this compute's deployment updates the job (a Kubernetes compute resizes its
+        stack's job in place of destroying and recreating it). The default: never.
+        """
+        return False
+
+    def release(self) -> None:
+        """Let go of the running job without stopping it (another compute :meth:`continues` it)."""
+        self._endpoint = None
+
+    def describe(self) -> str:
+        """This compute as a short constructor call, for messages."""
+        return (f"{type(self).__name__}(workers={self.workers}, num_proc={self.num_proc}, "
+                f"distribution={self.distribution!r})")
+
+    def __enter__(self) -> Compute:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.teardown()
+
+    @abc.abstractmethod
+    def _start(self, request: DeployRequest) -> Endpoint:
+        """Start (or reach) a service-mode job of this shape for ``request``."""
+
+    @abc.abstractmethod
+    def _stop(self) -> None:
+        """Stop the job ``_start`` started."""

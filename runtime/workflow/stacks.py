@@ -1,0 +1,282 @@
+"""A job's Pulumi stack, through the Automation API: the one narrow interface ``KubernetesCompute`` uses.
+
+:class:`Stacks` is the seam: read a stack's outputs, ``up`` it with an inline program, ``destroy``
+it. :class:`AutomationStacks` implements it with ``pulumi.automation`` (which drives the Pulumi
+CLI): by default no account is needed, state lives in a local file backend under the user's home
+and secrets are encrypted with a passphrase::
+
+    ~/.trainplane/                 (mode 0700; TRAINPLANE_HOME moves it)
+        passphrase                 generated on first use, mode 0600, unless PULUMI_CONFIG_PASSPHRASE
+                                   or PULUMI_CONFIG_PASSPHRASE_FILE is set (then Pulumi reads that)
+        pulumi/state/              the file backend (file://...), one stack per job
+        pulumi/workspace/          the workspace: Pulumi.yaml, and Pulumi.<job>.yaml with each stack's
+                                   passphrase salt, kept so later runs can decrypt the stack's secrets
+
+Pulumi's errors are translated here, at this one boundary, into :class:`~runtime.workflow.errors.DeployError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Protocol
+
+from runtime.agent.errors import ConfigError
+from runtime.workflow.errors import DeployError
+
+PROJECT = "trainplane-compute"
+"""The Pulumi project of every ``KubernetesCompute`` stack (apart from the repository's own ``trainplane``)."""
+HOME_SETTING = "TRAINPLANE_HOME"
+"""Environment variable naming the state directory (default ``~/.trainplane``)."""
+PASSPHRASE = "PULUMI_CONFIG_PASSPHRASE"  # noqa: S105 - the variable's name, not a secret
+PASSPHRASE_FILE = "PULUMI_CONFIG_PASSPHRASE_FILE"  # noqa: S105 - the variable's name
+PASSPHRASE_BYTES = 32
+"""Random bytes in a generated passphrase (URL-safe base64 text of about 43 characters)."""
+PLUGIN_PACKAGES = ("pulumi_kubernetes", "pulumi_random")
+"""The SDK packages the inline program uses; their provider plugins are installed at the same versions."""
+OUTPUT_TAIL = 2000
+"""Characters of Pulumi's output quoted in a :class:`DeployError`."""
+STDERR_MARK = "\n stderr: "
+"""Where the CLI's stderr starts in the text of an Automation API ``CommandError`` (``CommandResult.__str__``)."""
+INSTALL_CLI = ("install it (https://www.pulumi.com/docs/install/: curl -fsSL https://get.pulumi.com | sh) and put it "
+               "on PATH")
+
+Program = Callable[[], None]
+"""An inline Pulumi program: registers resources and exports outputs when the engine runs it."""
+
+
+class Stacks(Protocol):
+    """The stacks of jobs, by name: what ``KubernetesCompute`` needs from Pulumi, and all of it."""
+
+    def outputs(self, stack: str) -> Optional[Mapping[str, Any]]:
+        """The stack's outputs as plain values (secrets revealed), or ``None`` when no such stack exists.
+
+        Raises:
+            DeployError: the backend or the CLI failed.
+        """
+
+    def up(self, stack: str, program: Program) -> Mapping[str, Any]:
+        """Create the stack if it does not exist, run ``pulumi up`` with ``program``; return its outputs.
+
+        Raises:
+            DeployError: the update failed; names the stack and quotes Pulumi's output.
+        """
+
+    def destroy(self, stack: str) -> None:
+        """``pulumi destroy`` the stack's resources and remove the stack; nothing when it does not exist.
+
+        Raises:
+            DeployError: the destroy failed.
+        """
+
+
+def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """The state directory: ``$TRAINPLANE_HOME``, else ``~/.trainplane``."""
+    env = os.environ if environ is None else environ
+    return Path(env[HOME_SETTING]).expanduser() if env.get(HOME_SETTING) else Path.home() / ".trainplane"
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) if needed; the directory itself is made mode 0700 when created."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o700)
+    return path
+
+
+def passphrase_file(directory: Path) -> Path:
+    """The generated passphrase under ``directory``: created (mode 0600) on first use, else checked.
+
+    Raises:
+        ConfigError: the file exists but other users may read it, or it is empty; names the fix.
+    """
+    path = private_dir(directory) / "passphrase"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fd = -1
+    if fd < 0:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise ConfigError(f"{path} is readable by other users (mode {mode:o}): it holds the passphrase of "
+                              f"your job stacks' secrets; run chmod 600 {path}")
+        if not path.read_text().strip():
+            raise ConfigError(f"{path} is empty: remove it only if no stack uses it yet, or put its passphrase back")
+        return path
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(PASSPHRASE_BYTES) + "\n")
+    return path
+
+
+def plugin_versions() -> dict[str, str]:
+    """Provider plugin name to version, as pinned by the installed SDK packages (their ``pulumi-plugin.json``)."""
+    versions = {}
+    for package in PLUGIN_PACKAGES:
+        meta = json.loads(resources.files(package).joinpath("pulumi-plugin.json").read_text())
+        versions[meta["name"]] = meta["version"]
+    return versions
+
+
+@dataclass(frozen=True)
+class WorkspaceSettings:
+    """Where stacks live and how their secrets are encrypted.
+
+    Attributes:
+        backend_url: the Pulumi backend, e.g. ``file:///home/me/.trainplane/pulumi/state``, ``s3://bucket``
+            or ``https://api.pulumi.com``.
+        secrets_provider: ``passphrase`` or a KMS URL (``awskms://...``, ...), as ``pulumi stack init`` takes it.
+        work_dir: the workspace directory (``Pulumi.yaml`` and each stack's settings).
+        env: variables for every Pulumi command (the passphrase file, when one is generated).
+    """
+
+    backend_url: str
+    secrets_provider: str
+    work_dir: Path
+    env: Mapping[str, str]
+
+
+def workspace_settings(backend_url: Optional[str] = None, secrets_provider: str = "passphrase",
+                       environ: Optional[Mapping[str, str]] = None) -> WorkspaceSettings:
+    """The default workspace, or one with another backend or secrets provider.
+
+    Creates the state directory, and the passphrase file when the passphrase provider is used and the
+    environment gives no passphrase of its own.
+
+    Raises:
+        ConfigError: the passphrase file is unsafe (see :func:`passphrase_file`).
+    """
+    env = os.environ if environ is None else environ
+    home = state_dir(env)
+    pulumi_dir = private_dir(private_dir(home) / "pulumi")
+    backend = backend_url or (private_dir(pulumi_dir / "state")).as_uri()
+    extra: dict[str, str] = {"PULUMI_SKIP_UPDATE_CHECK": "true"}
+    if secrets_provider == "passphrase" and env.get(PASSPHRASE) is None and not env.get(PASSPHRASE_FILE):
+        extra[PASSPHRASE_FILE] = str(passphrase_file(home))
+    return WorkspaceSettings(backend, secrets_provider, private_dir(pulumi_dir / "workspace"), extra)
+
+
+def _print_progress(line: str) -> None:
+    sys.stderr.write(f"[pulumi] {line.rstrip()}\n")
+    sys.stderr.flush()
+
+
+class AutomationStacks:
+    """:class:`Stacks` through ``pulumi.automation`` with an inline program (needs the Pulumi CLI on PATH).
+
+    Args:
+        settings: the workspace (default: :func:`workspace_settings`, created on first use).
+        project: the Pulumi project name of the stacks.
+        on_output: receives Pulumi's progress lines during ``up`` and ``destroy`` (default: printed to
+            stderr, prefixed ``[pulumi]``).
+    """
+
+    def __init__(self, settings: Optional[WorkspaceSettings] = None, project: str = PROJECT,
+                 on_output: Callable[[str], None] = _print_progress) -> None:
+        self._settings = settings
+        self.project = project
+        self.on_output = on_output
+
+    @property
+    def settings(self) -> WorkspaceSettings:
+        """The workspace settings (the default ones are made on first use)."""
+        if self._settings is None:
+            self._settings = workspace_settings()
+        return self._settings
+
+    def workspace_options(self, program: Program) -> Any:
+        """The ``pulumi.automation.LocalWorkspaceOptions`` of every stack: project, backend, secrets, env."""
+        from pulumi import automation as auto
+
+        settings = self.settings
+        project = auto.ProjectSettings(name=self.project, runtime="python",
+                                       backend=auto.ProjectBackend(url=settings.backend_url),
+                                       main=str(settings.work_dir))
+        return auto.LocalWorkspaceOptions(work_dir=str(settings.work_dir), program=program,
+                                          env_vars=dict(settings.env), secrets_provider=settings.secrets_provider,
+                                          project_settings=project)
+
+    def outputs(self, stack: str) -> Optional[Mapping[str, Any]]:
+        """See :meth:`Stacks.outputs`."""
+        from pulumi import automation as auto
+
+        with _translated(stack, "outputs"):
+            try:
+                selected = auto.select_stack(stack, project_name=self.project, program=_no_program,
+                                             opts=self.workspace_options(_no_program))
+            except auto.StackNotFoundError:
+                return None
+            return {key: out.value for key, out in selected.outputs().items()}
+
+    def up(self, stack: str, program: Program) -> Mapping[str, Any]:
+        """See :meth:`Stacks.up`; installs the provider plugins the program needs first."""
+        from pulumi import automation as auto
+
+        with _translated(stack, "up"):
+            selected = auto.create_or_select_stack(stack, project_name=self.project, program=program,
+                                                   opts=self.workspace_options(program))
+            for name, version in plugin_versions().items():
+                selected.workspace.install_plugin(name, f"v{version}")
+            result = selected.up(on_output=self.on_output, color="never")
+            return {key: out.value for key, out in result.outputs.items()}
+
+    def destroy(self, stack: str) -> None:
+        """See :meth:`Stacks.destroy`."""
+        from pulumi import automation as auto
+
+        with _translated(stack, "destroy"):
+            try:
+                selected = auto.select_stack(stack, project_name=self.project, program=_no_program,
+                                             opts=self.workspace_options(_no_program))
+            except auto.StackNotFoundError:
+                return
+            for name, version in plugin_versions().items():
+                selected.workspace.install_plugin(name, f"v{version}")
+            selected.destroy(on_output=self.on_output, color="never", remove=True)
+
+
+def _no_program() -> None:
+    """The program of a stack only read or destroyed (neither runs it)."""
+
+
+class _translated:
+    """Turn the Automation API's failures into :class:`DeployError` naming the stack and the operation."""
+
+    def __init__(self, stack: str, operation: str) -> None:
+        self.stack = stack
+        self.operation = operation
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], _tb: object) -> bool:
+        if exc is None or isinstance(exc, (DeployError, ConfigError)):
+            return False
+        from pulumi import automation as auto
+
+        where = f"stack {self.stack!r} ({self.operation})"
+        if isinstance(exc, FileNotFoundError) and "pulumi" in str(exc):
+            raise DeployError(self.stack, self.operation,
+                              f"{where}: KubernetesCompute deploys through the Pulumi Automation API, which runs the "
+                              f"Pulumi CLI, and no `pulumi` is on PATH: {INSTALL_CLI}") from exc
+        if isinstance(exc, auto.ConcurrentUpdateError):
+            raise DeployError(self.stack, self.operation,
+                              f"{where}: another update of this stack is running (a second driver of the same "
+                              "job?); wait for it to finish, or run `pulumi cancel` on the stack if it was "
+                              "interrupted") from exc
+        if isinstance(exc, auto.CommandError):
+            text = str(exc)
+            text = (text.split(STDERR_MARK, 1)[1] if STDERR_MARK in text else text).strip()
+            hint = ""
+            if "passphrase" in text.lower():
+                hint = (f" (the stack's secrets were encrypted with another passphrase: use the one it was created "
+                        f"with, in {PASSPHRASE} or {PASSPHRASE_FILE}, or unset both to use "
+                        f"{state_dir() / 'passphrase'})")
+            quoted = text if len(text) <= OUTPUT_TAIL else f"...{text[-OUTPUT_TAIL:]}"
+            raise DeployError(self.stack, self.operation, f"{where} failed{hint}: {quoted}") from exc
+        return False
