@@ -8,6 +8,7 @@ import pytest
 
 from components.job import DistributedJobArgs
 from components.job.bundle import build_bundle
+from components.job.naming import resource_name
 from components.job.render import render_job
 from runtime.agent import contract
 from runtime.workflow import program
@@ -38,14 +39,15 @@ def test_the_program_renders_what_distributed_job_renders_under_its_own_provider
     component = deployment.one(COMPONENT)
     children = deployment.children(component)
     rendered = render_job("trainer", args, PASSWORD, build_bundle())
-    assert set(children) - {"trainer-token-value"} == {f"trainer-{m.role}" for m in rendered.manifests}
+    prefix = resource_name("trainer", args.namespace)
+    assert set(children) - {f"{prefix}-token-value"} == {f"{prefix}-{m.role}" for m in rendered.manifests}
     for manifest in rendered.manifests:
-        child = children[f"trainer-{manifest.role}"]
+        child = children[f"{prefix}-{manifest.role}"]
         assert unsecret(child.inputs) == manifest.body, f"{manifest.role} differs from what DistributedJob renders"
         assert child.provider.startswith(provider.urn), f"{manifest.role} is not created through the job's provider"
         if not manifest.custom:
             validate_manifest(unsecret(child.inputs))
-    statefulset = children["trainer-statefulset"].inputs
+    statefulset = children[f"{prefix}-statefulset"].inputs
     assert statefulset["spec"]["replicas"] == 3
 
 
