@@ -2,7 +2,8 @@
 
 Usage (by the agent): ``python -u -m runtime.agent.bootstrap SCRIPT [ARGS...]`` or
 ``python -u -m runtime.agent.bootstrap -m MODULE [ARGS...]``. It ties the process's life to its
-agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``),
+agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``)
+and trainplane's JAX cluster (``runtime.agent.jaxcluster``, for ``jax.distributed.initialize()``),
 waits for ``TRAINPLANE_WAIT_FOR`` (a single-controller job's head) to accept connections if set,
 then runs the user's code as ``__main__`` exactly as
 ``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
@@ -24,7 +25,7 @@ import sys
 import time
 from typing import NoReturn, Sequence
 
-from runtime.agent import contract, membership
+from runtime.agent import contract, jaxcluster, membership
 
 _PR_SET_PDEATHSIG = 1
 EXEC_FLAG = "--exec"
@@ -121,6 +122,7 @@ if __name__ == "__main__":
     else:
         membership.install()
     membership.poll()  # a change that arrived while this process was starting: take it silently
+    jaxcluster.install()  # jax.distributed.initialize() with no arguments finds this job
     head = os.environ.pop(contract.WAIT_FOR, "")
     if head:
         wait_for(head, WAIT_TIMEOUT)
