@@ -520,6 +520,16 @@ class Agent:
             if self.settings.monitor_members:
                 self._procs.send(local_rank, DELIVERY_SIGNAL)
 
+    def _driver_wait(self, world: World) -> dict[str, str]:
+        """A single-controller driver's bootstrap settings: what it waits for, for how long."""
+        wait = controller.driver_wait(world)
+        if not wait.endpoints:
+            return {}
+        env = {contract.WAIT_FOR: ",".join(wait.endpoints), contract.WAIT_TIMEOUT: str(self.settings.quorum_timeout)}
+        if wait.ray_nodes:
+            env[contract.WAIT_RAY_NODES] = ",".join(wait.ray_nodes)
+        return env
+
     def _process_env(self, world: World, local_rank: int) -> dict[str, str]:
         """The world's part of one process's environment (what a membership change updates)."""
         env = process_env(world, world.node_rank_of(self.settings.node_id), local_rank, self.settings.role)
@@ -538,8 +548,7 @@ class Agent:
         base = inherited_env(os.environ)
         envs = []
         unchanged = _change(world, world)
-        head = controller.driver_wait(world)
-        wait = {contract.WAIT_FOR: head} if head else {}
+        wait = self._driver_wait(world)
         log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
         self._error_files = []
         for i in range(self.node.num_proc):

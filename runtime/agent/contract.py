@@ -112,7 +112,9 @@ the bootstrap) and, on service workers, ``TRAINPLANE_SERVICE_FD``."""
 # Single-controller distributions (ray, monarch): the framework daemons the agents run.
 DAEMON_ARGS = "TRAINPLANE_DAEMON_ARGS"  # ray: JSON list appended to every `ray start` (e.g. ["--num-cpus=4"])
 DAEMON_PREFIX = "TRAINPLANE_DAEMON_PREFIX"  # JSON list put before every daemon's command (a wrapper)
-WAIT_FOR = "TRAINPLANE_WAIT_FOR"  # host:port: the bootstrap waits until it accepts TCP connections (a head)
+WAIT_FOR = "TRAINPLANE_WAIT_FOR"  # host:port,...: the bootstrap waits until each accepts TCP connections
+WAIT_RAY_NODES = "TRAINPLANE_WAIT_RAY_NODES"  # addr,...: a Ray driver's bootstrap waits until each node joined
+WAIT_TIMEOUT = "TRAINPLANE_WAIT_TIMEOUT"  # seconds the bootstrap waits for WAIT_FOR and WAIT_RAY_NODES
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"
