@@ -334,7 +334,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         except ValueError:
             parser.error(f"{SHUTDOWN_TIMEOUT_ENV}={shutdown!r}: not a number of seconds")
     if ns.run_path:
-        ns.no_python = False  # torchrun: --run-path takes precedence over --no-python
+        ns.no_python = ns.module = False  # torchrun: --run-path runs SCRIPT as a path, whatever else is set
     for dest, parse in (("redirects", streams.parse_std), ("tee", streams.parse_std),
                         ("local_ranks_filter", streams.parse_ranks), ("signals_to_handle", torchrun.parse_signals)):
         try:
@@ -367,6 +367,9 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
          f"--min-workers: must be from 1 to {workers} ({ns.workers}) (got {ns.min_workers})"),
         (ns.max_workers is None or ns.max_workers >= ns.workers,
          f"--max-workers: must be at least {workers} ({ns.workers}) (got {ns.max_workers})"),
+        (not ns.virtual_local_rank or _gpus_for(ns.num_proc),
+         f"--virtual-local-rank: {contract.CUDA_VISIBLE_DEVICES}={os.environ.get(contract.CUDA_VISIBLE_DEVICES)} "
+         f"names fewer GPUs than the {ns.num_proc} processes per node; name one per process or unset it"),
         (ns.heartbeat_ttl >= 1.0, f"--heartbeat-ttl: must be at least 1 second (got {ns.heartbeat_ttl})"),
         (ns.grace_period >= 0, f"{flag(ns, 'grace_period', '--grace-period')}: must be 0 or more seconds "
                                f"(got {ns.grace_period})"),
@@ -385,6 +388,12 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     for ok, message in checks:
         if not ok:
             parser.error(message)
+
+
+def _gpus_for(num_proc: int) -> bool:
+    """Whether ``CUDA_VISIBLE_DEVICES`` (if set) names a GPU for each of ``num_proc`` processes."""
+    visible = os.environ.get(contract.CUDA_VISIBLE_DEVICES)
+    return visible is None or len(visible.split(",")) >= num_proc
 
 
 def _single_controller_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str], ...]:

@@ -355,3 +355,10 @@ def test_role_and_virtual_local_rank_as_torchrun_sets_them(tmp_path: Path, scrip
     envs = [json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert [(e["ROLE_NAME"], e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in envs] == [
         ("trainer", "0", "4"), ("trainer", "0", "5")]
+
+
+def test_virtual_local_rank_without_a_gpu_per_process_is_refused_naming_both(script):
+    result = launch("--virtual-local-rank", "--nproc-per-node", "2", str(script("")), env={"CUDA_VISIBLE_DEVICES": "3"})
+    assert result.returncode == 2
+    assert ("error: --virtual-local-rank: CUDA_VISIBLE_DEVICES=3 names fewer GPUs than the 2 processes per node"
+            in result.stderr)
