@@ -5,7 +5,7 @@ Usage::
     python bench/fanout.py            # N = 8, 64, 256, 1024; ~100-200 calls per point
     python bench/fanout.py --quick    # the same points with fewer calls: under a minute
 
-Lightweight agents (``runtime.agent.inprocess``: the real HTTP server, auth, planning, fan-out,
+Lightweight agents (``testbed.inprocess``: the real HTTP server, auth, planning, fan-out,
 merging and status checks; the called function runs in the agent's process) are spread over several
 OS processes on loopback: the coordinator alone in one, the other N-1 nodes split evenly over the
 rest. Each point starts a fresh fleet, warms it up (connections are kept alive in production too),
@@ -41,8 +41,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runtime.agent import contract  # noqa: E402 - after the path set-up, for `python bench/fanout.py`
-from runtime.agent.fanout import plan_root, split  # noqa: E402
-from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange  # noqa: E402
+from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange  # noqa: E402
+from runtime.agent.service.fanout import plan_root, split  # noqa: E402
 from runtime.agent.world import Node  # noqa: E402
 
 NOOP = "builtins:int"
@@ -261,9 +261,9 @@ def run_model(fleet_small: Fleet, flat_1024: Point, tree_1024: Point, calls: int
 
 def host(config: dict) -> None:
     """A bench host process: serve ``count`` lightweight agents until stdin closes (exiting closes them)."""
-    from runtime.agent.inprocess import LightweightAgent
-    from runtime.agent.settings import AgentSettings
+    from runtime.agent.spec.settings import AgentSettings
     from runtime.agent.world import World
+    from testbed.inprocess import LightweightAgent
 
     agents = []
     for node_id in range(config["first"], config["first"] + config["count"]):

@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
-from bench.harness import ROOT, AgentCluster, lightweight_address, project_env
-from runtime.agent import contract, topology
+from runtime.agent import contract
 from runtime.agent.errors import TransportError
-from runtime.agent.heartbeat import HeartbeatTiming
-from runtime.agent.transport import request_json
+from runtime.agent.membership import topology
+from runtime.agent.membership.heartbeat import HeartbeatTiming
+from runtime.agent.net.transport import request_json
+from testbed.cluster import ROOT, AgentCluster, project_env
+from testbed.lightweight import lightweight_address
 
 TORCHRUN_DEAD_S = 15.0
 PROBING_DEAD_S = 25.0
@@ -117,7 +119,7 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
         try:
             for first, count, stride in plan:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "bench.harness", "host", "--first", str(first), "--count", str(count),
+                    [sys.executable, "-m", "testbed.lightweight", "host", "--first", str(first), "--count", str(count),
                      "--stride", str(stride), "--settings", json.dumps(settings)],
                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                 ))

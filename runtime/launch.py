@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence, Union
 
 from runtime import local
-from runtime.agent import contract, streams, torchrun
+from runtime.agent import contract
 from runtime.agent.errors import RendezvousError
-from runtime.agent.settings import MODES
+from runtime.agent.spec import streams
+from runtime.agent.spec.settings import MODES
+from runtime.agent.spec.signals import DEFAULT_SIGNALS, parse_signals
 from runtime.agent.world import DEFAULT_ROLE, DISTRIBUTIONS, SINGLE_CONTROLLER, reserved_ports
 
 SERVICE_READY_TIMEOUT_MARGIN = 30.0
@@ -254,9 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--role", default=DEFAULT_ROLE, action=_Spelled,
                    help=f"the workers' role (ROLE_NAME); default {DEFAULT_ROLE}")
     p.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle",
-                   default=torchrun.DEFAULT_SIGNALS, action=_Spelled,
+                   default=DEFAULT_SIGNALS, action=_Spelled,
                    help="signals the launcher and every agent pass on to every rank, comma-separated; default "
-                        f"torchrun's {torchrun.DEFAULT_SIGNALS}, which stop the job; add SIGUSR1,SIGUSR2 to pass "
+                        f"torchrun's {DEFAULT_SIGNALS}, which stop the job; add SIGUSR1,SIGUSR2 to pass "
                         "on a scheduler's preemption notice, after which the job goes on")
     p.add_argument("-r", "--redirects", default="0", action=_Spelled,
                    help="streams of ranks written to files only (torchrun's form: 0 none, 1 stdout, 2 stderr, "
@@ -336,7 +338,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     if ns.run_path:
         ns.no_python = ns.module = False  # torchrun: --run-path runs SCRIPT as a path, whatever else is set
     for dest, parse in (("redirects", streams.parse_std), ("tee", streams.parse_std),
-                        ("local_ranks_filter", streams.parse_ranks), ("signals_to_handle", torchrun.parse_signals)):
+                        ("local_ranks_filter", streams.parse_ranks), ("signals_to_handle", parse_signals)):
         try:
             parse(getattr(ns, dest))
         except ValueError as exc:

@@ -23,11 +23,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import IO, Mapping, Optional, Sequence
 
-from runtime.agent import contract, torchrun
+from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
-from runtime.agent.procs import RUNTIME_ROOT, exit_status
-from runtime.agent.settings import MODES
-from runtime.agent.transport import port_is_free, request_json
+from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
+from runtime.agent.net.transport import port_is_free, request_json
+from runtime.agent.spec.settings import MODES
+from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
+from runtime.agent.spec.signals import handled as handled_signals
 from runtime.agent.world import DEFAULT_ROLE, SINGLE_CONTROLLER, reserved_ports
 
 AGENT_EXIT_GRACE = 10.0
@@ -87,7 +89,7 @@ class LocalJobSpec:
             (:func:`ray_defaults`), so they win.
         role: the workers' role (torchrun's ``--role``): their ``ROLE_NAME``.
         signals_to_handle: torchrun's ``--signals-to-handle``: signals the launcher and every agent
-            pass on to every rank (``runtime.agent.torchrun``).
+            pass on to every rank (``runtime.agent.execution.torchrun``).
         forward_stdin: global rank 0 inherits the caller's stdin (the launcher's, as under torchrun);
             every other process reads EOF.
     """
@@ -113,7 +115,7 @@ class LocalJobSpec:
     no_python: bool = False
     daemon_args: tuple[str, ...] = ()
     role: str = DEFAULT_ROLE
-    signals_to_handle: str = torchrun.DEFAULT_SIGNALS
+    signals_to_handle: str = DEFAULT_SIGNALS
     forward_stdin: bool = False
 
     def __post_init__(self) -> None:
@@ -138,7 +140,7 @@ class LocalJobSpec:
 
 def _signals_ok(text: str) -> bool:
     try:
-        torchrun.parse_signals(text)
+        parse_signals(text)
     except ValueError:
         return False
     return True
@@ -157,9 +159,9 @@ class LocalJob:
     """
 
     def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
-                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = torchrun.DEFAULT_SIGNALS) -> None:
+                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS) -> None:
         self.job = job
-        self.signals = torchrun.parse_signals(signals_to_handle)
+        self.signals = parse_signals(signals_to_handle)
         self.token = token
         self.plan = plan
         self.url = f"http://{plan.addresses[0]}:{plan.ports[0]}"
@@ -234,7 +236,7 @@ class LocalJob:
 
         def forward(signum: int, _frame: object) -> None:
             name = signal.Signals(signum).name
-            if signum not in torchrun.STOP_SIGNALS:
+            if signum not in STOP_SIGNALS:
                 named = signum in self.signals
                 note = "passing it on to every rank" if named else "which --signals-to-handle does not name: ignored"
                 os.write(2, f"[trainplane] received {name}, {note}\n".encode())  # os.write: print() is unsafe here
@@ -246,7 +248,7 @@ class LocalJob:
             received.append(signum)
             self._signal_agents(signum if signum in self.signals else signal.SIGTERM)
 
-        for sig in torchrun.handled(self.signals):
+        for sig in handled_signals(self.signals):
             signal.signal(sig, forward)
         coordinator = self.agents[0]
         deadline: Optional[float] = None

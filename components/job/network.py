@@ -7,7 +7,8 @@ from typing import Any, Mapping, Optional
 from components.job.args import DistributedJobArgs
 from components.job.naming import JobNames
 from components.job.pod import pod_selector
-from runtime.agent import contract, controller
+from runtime.agent import contract
+from runtime.agent.execution import controller
 
 
 def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from components.job.args import DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
-from runtime.agent import contract, controller
+from runtime.agent import contract
+from runtime.agent.execution import controller
 
 AGENT_CONTAINER = "agent"
 BUNDLE_VOLUME = "trainplane-runtime"

@@ -8,7 +8,7 @@ import sys
 from runtime.agent import contract
 from runtime.agent.agent import Agent
 from runtime.agent.errors import ConfigError
-from runtime.agent.settings import AgentSettings
+from runtime.agent.spec.settings import AgentSettings
 
 
 def main() -> int:

@@ -25,18 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO, Union
 
-from runtime.agent import contract, controller, errorfile, topology, torchrun
-from runtime.agent.bootstrap import die_with_parent
-from runtime.agent.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Rejected, Say
-from runtime.agent.dispatch import ServiceNode, batch_mode_routes
+from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, WorkerMembershipChanged
-from runtime.agent.heartbeat import HeartbeatTiming, Liveness
-from runtime.agent.membership import DELIVERY_SIGNAL
-from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange
-from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
-from runtime.agent.resolver import Resolver
-from runtime.agent.settings import AgentSettings
-from runtime.agent.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
+from runtime.agent.execution import controller, errorfile, torchrun
+from runtime.agent.execution.bootstrap import die_with_parent
+from runtime.agent.execution.delivery import DELIVERY_SIGNAL
+from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
+from runtime.agent.membership import topology
+from runtime.agent.membership.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Rejected, Say
+from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange
+from runtime.agent.net.resolver import Resolver
+from runtime.agent.net.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
+from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
+from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
+from runtime.agent.spec.signals import handled as handled_signals
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, Failure, Node, World, process_env
 
 TICK = 0.1
@@ -157,7 +161,7 @@ class Agent:
         self._push_pool = ConnectionPool(settings.token)
         self._probe_slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
         self._worlds_sent = 0
-        self._signals = torchrun.parse_signals(settings.signals_to_handle)
+        self._signals = parse_signals(settings.signals_to_handle)
         self._omp_said = False
         if settings.run_root:
             os.makedirs(settings.run_root, exist_ok=True)
@@ -284,7 +288,7 @@ class Agent:
         if self.settings.die_with_parent:
             die_with_parent(signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
-            for sig in torchrun.handled(self._signals):
+            for sig in handled_signals(self._signals):
                 signal.signal(sig, lambda signum, _frame: self._events.put(_SignalEvent(signum)))
             # Inherited by user processes until their bootstrap installs its handler, so a change
             # that arrives while one is still starting cannot kill it (the bootstrap then polls).
@@ -592,13 +596,13 @@ class Agent:
 
     def _spawn_daemon(self, world: World, node_rank: int, daemon: controller.Daemon, base: dict[str, str],
                       log_dir: Optional[str]) -> Supervisor:
-        """The supervisor of this node's framework daemon, not yet started: ``runtime.agent.daemon``
+        """The supervisor of this node's framework daemon, not yet started: ``runtime.agent.execution.daemon``
         under the bootstrap, which waits for the head if the daemon needs it, then becomes the daemon."""
         env = {**base, contract.MONITOR_MEMBERS: "false"}
         if daemon.wait_for:
             env[contract.WAIT_FOR] = daemon.wait_for
         return self._spawner(
-            world.generation, node_rank, [env], ("-m", "runtime.agent.daemon", daemon.name, *daemon.argv),
+            world.generation, node_rank, [env], ("-m", "runtime.agent.execution.daemon", daemon.name, *daemon.argv),
             lambda event: self._events.put(_DaemonExit(daemon.name, event)), log_dir, label=daemon.name,
         )
 
@@ -692,7 +696,7 @@ class Agent:
 
     def _on_signal(self, signum: int) -> Optional[int]:
         name = signal.Signals(signum).name
-        if signum not in torchrun.STOP_SIGNALS:
+        if signum not in STOP_SIGNALS:
             self._pass_on(signum, name)
             return None
         code = contract.EXIT_INTERRUPTED_BASE + signum

@@ -18,7 +18,7 @@ DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
 """Distribution kinds the local agent knows. ``spmd`` sets every framework's variables."""
 SINGLE_CONTROLLER = ("ray", "monarch")
 """Distributions with one driver process, on node 0; every node runs the framework's daemon
-(``runtime.agent.controller``), and the driver's exit decides the job."""
+(``runtime.agent.execution.controller``), and the driver's exit decides the job."""
 DEFAULT_ROLE = "default"
 """torchrun's ``--role`` default: the workers' ``ROLE_NAME``."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from runtime.agent.errors import ConfigError
-from runtime.agent.wire import JSON, SERIALIZATIONS
+from runtime.agent.service.wire import JSON, SERIALIZATIONS
 from runtime.agent.world import DISTRIBUTIONS
 from runtime.workflow.guard import refuse_inside_job
 

@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
-from runtime.agent.wire import JSON
+from runtime.agent.service.wire import JSON
 from runtime.workflow.attach import Expectation, JobShape, wait_until_serving
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.errors import DeployError

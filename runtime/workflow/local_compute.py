@@ -7,7 +7,7 @@ from typing import Mapping, Optional
 from runtime import local
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError
-from runtime.agent.wire import JSON, PICKLE
+from runtime.agent.service.wire import JSON, PICKLE
 from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint
 
 

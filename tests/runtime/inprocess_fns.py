@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 
-from runtime.agent.inprocess import current_rank
+from testbed.inprocess import current_rank
 
 
 def delayed_rank(max_delay: float, seed: int) -> int:
