@@ -41,8 +41,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runtime.agent import contract  # noqa: E402 - after the path set-up, for `python bench/fanout.py`
+from runtime.agent.membership.tree import plan_root, split  # noqa: E402
 from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange  # noqa: E402
-from runtime.agent.service.fanout import plan_root, split  # noqa: E402
 from runtime.agent.world import Node  # noqa: E402
 
 NOOP = "builtins:int"

@@ -34,8 +34,8 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
-from runtime.agent.membership import topology
 from runtime.agent.membership.heartbeat import HeartbeatTiming
+from runtime.agent.membership.tree import layout
 from runtime.agent.net.transport import request_json
 from testbed.cluster import ROOT, AgentCluster, project_env
 from testbed.lightweight import lightweight_address
@@ -181,7 +181,7 @@ def main() -> None:
             continue
         print(f"load: {nodes} nodes -> {loads[nodes]:.3f} requests/s per node at the coordinator "
               f"({loads[nodes] * nodes:.1f} requests/s)", flush=True)
-    hops = topology.hops(1024, contract.DEFAULT_TREE_FANOUT, contract.DEFAULT_TREE_THRESHOLD)
+    hops = layout(1024, contract.DEFAULT_TREE_FANOUT, contract.DEFAULT_TREE_THRESHOLD).hops
     cap = HeartbeatTiming(ttl=TTL, hops=hops).cap
     width = contract.DEFAULT_TREE_FANOUT
     print(f"model (not a measurement): at 1,024 nodes the coordinator hears only its <= {width} tree children, "

@@ -31,9 +31,9 @@ from runtime.agent.execution import controller, errorfile, torchrun
 from runtime.agent.execution.bootstrap import die_with_parent
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
-from runtime.agent.membership import topology
 from runtime.agent.membership.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Rejected, Say
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.membership.tree import Layout, layout
 from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
@@ -399,7 +399,7 @@ class Agent:
             self._events.put(_WorldEvent(world))
         others = [n for n in push.targets if n.node_id != me]
         members = {n.node_id for n in push.targets if world.has(n.node_id)}
-        if len(members) == len(world.nodes) and topology.is_tree(len(world.nodes), self.settings.tree_threshold):
+        if len(members) == len(world.nodes) and self._tree(world).tree:
             self._send_worlds(world, self._tree_heads(world), relay=True)
             others = [n for n in others if not world.has(n.node_id)]
         self._send_worlds(world, others, relay=False)
@@ -411,10 +411,13 @@ class Agent:
             return [world.nodes[0]]
         return self._tree_children(world, 0)
 
+    def _tree(self, world: World) -> Layout:
+        """The tree over ``world``'s members (``runtime.agent.membership.tree``)."""
+        return layout(len(world.nodes), self.settings.tree_fanout, self.settings.tree_threshold)
+
     def _tree_children(self, world: World, position: int) -> list[Node]:
         """The nodes that report to (and get worlds and calls from) the node at ``position``."""
-        width, threshold = self.settings.tree_fanout, self.settings.tree_threshold
-        return [world.nodes[c] for c in topology.children(position, len(world.nodes), width, threshold)]
+        return [world.nodes[c] for c in self._tree(world).children(position)]
 
     def _send_worlds(self, world: World, targets: Sequence[Node], relay: bool) -> None:
         """Send ``world`` to ``targets`` from one background thread, all at once (``multiplex.Batch``):
@@ -830,11 +833,9 @@ class Agent:
 
     def _heartbeat_target(self, world: World) -> tuple[str, int]:
         """This node's parent in the liveness tree, or the coordinator."""
-        position = world.node_rank_of(self.settings.node_id)
-        up = topology.parent(position, len(world.nodes), self.settings.tree_fanout, self.settings.tree_threshold)
-        if up is None or world.nodes[up].node_id == world.coordinator[0] or not topology.is_tree(
-            len(world.nodes), self.settings.tree_threshold
-        ):
+        tree = self._tree(world)
+        up = tree.parent(world.node_rank_of(self.settings.node_id))
+        if up is None or world.nodes[up].node_id == world.coordinator[0] or not tree.tree:
             return self._coordinator_addr
         return world.nodes[up].addr, world.nodes[up].port
 
@@ -871,8 +872,7 @@ class Agent:
                 host, port, ages, generation = *self._coordinator_addr, {}, 0
             else:
                 if world.generation != generation:
-                    hops = topology.hops(len(world.nodes), self.settings.tree_fanout, self.settings.tree_threshold)
-                    self._timing = dataclasses.replace(self._timing, hops=hops)
+                    self._timing = dataclasses.replace(self._timing, hops=self._tree(world).hops)
                     generation, interval = world.generation, self._timing.first_delay(random.random())
                     continue
                 host, port = self._coordinator_addr if direct else self._heartbeat_target(world)

@@ -19,8 +19,8 @@ from typing import Any, Mapping, Optional, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import QuorumTimeout
-from runtime.agent.membership import topology
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.membership.tree import layout
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
@@ -172,12 +172,12 @@ class Coordinator:
 
     def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
         """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
-        width, threshold = self._s.tree_fanout, self._s.tree_threshold
-        up = topology.parent(position, len(world.nodes), width, threshold)
+        tree = layout(len(world.nodes), self._s.tree_fanout, self._s.tree_threshold)
+        up = tree.parent(position)
         while up:
             if silent[up] or world.nodes[up].node_id in self._probing:
                 return True
-            up = topology.parent(up, len(world.nodes), width, threshold)
+            up = tree.parent(up)
         return False
 
     def suspect(self, node_id: int, reason: str) -> list[Action]:

@@ -36,7 +36,7 @@ class HeartbeatTiming:
     @property
     def cap(self) -> float:
         """The longest interval between beats, seconds: ``ttl / (hops + 2)``, where ``hops`` is how
-        far the deepest member's liveness travels to the coordinator (see ``topology.hops``)."""
+        far the deepest member's liveness travels to the coordinator (see ``tree.Layout.hops``)."""
         return self.ttl / (max(self.hops, 1) + 2)
 
     @property

@@ -1,7 +1,7 @@
 """Service-mode calls through one agent: ``POST /call`` (coordinator) and ``POST /exec`` (every node).
 
 A call's journey: the coordinator validates it (``calls.py``), plans flat or tree fan-out
-(``fanout.py``) and then does what every node does with an ``/exec``: start the call on its own ranks
+(``membership/tree.py``) and then does what every node does with an ``/exec``: start the call on its own ranks
 (``executor.py``), send it to each child (``multiplex.py``: one thread for all children, kept-alive
 connections), and merge what comes back into rank order, whatever order it arrives in.
 
@@ -28,11 +28,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import CallCancelled, CallTimeout, NodeFailed, TrainplaneError, WorkerMembershipChanged
+from runtime.agent.membership.tree import Plan, plan_node, plan_root
 from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange
 from runtime.agent.net.transport import HttpError, Request, Response, Routes
 from runtime.agent.service.calls import CallRequest, ExecRequest
 from runtime.agent.service.executor import LocalCall, LocalExecutor, RankDone, RankFailed
-from runtime.agent.service.fanout import Plan, plan_node, plan_root
 from runtime.agent.service.pool import WorkerPool
 from runtime.agent.service.wire import error_body, error_from_body, error_status
 from runtime.agent.spec.settings import AgentSettings

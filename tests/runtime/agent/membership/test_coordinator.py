@@ -173,12 +173,12 @@ def test_a_probe_answer_for_an_older_world_is_ignored():
 
 
 def test_only_the_topmost_silent_node_of_a_tree_branch_is_probed():
-    # Width 3, threshold 4: 13 nodes, positions 4-6 report through position 1.
+    # Width 3, threshold 4: 13 nodes, positions 2-4 report through position 1 (membership/tree.py).
     c = Coordinator(settings(workers=13, heartbeat_ttl=3.0, tree_fanout=3, tree_threshold=4), now=0.0)
     for i in range(13):
         c.register(node(i), 0.0)
     for t in (0.5, 1.0, 1.5):
         c.tick(t)
-    for i in (2, 3, 7, 8, 9, 10, 11, 12):
+    for i in (5, 6, 7, 8, 9, 10, 11, 12):
         c.heartbeat(i, {}, 2.0)
     assert [p.node.node_id for p in probes(c.tick(2.1))] == [1]

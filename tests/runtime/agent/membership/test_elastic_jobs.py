@@ -124,7 +124,7 @@ def test_when_the_coordinator_node_dies_the_lowest_survivor_takes_over_and_becom
 
 
 def test_a_dead_tree_parent_is_removed_and_its_children_stay(tmp_path: Path, recorder):
-    # Threshold 4, width 2: node 0 hears nodes 1 and 2; node 1 aggregates nodes 3 and 4, node 2 nodes 5 and 6.
+    # Threshold 4, width 2: node 0 hears nodes 1 and 4; node 1 aggregates nodes 2 and 3, node 4 nodes 5 and 6.
     _, out, stop = recorder
     with recording(tmp_path, recorder, 7, TRAINPLANE_MIN_WORKERS="2", TRAINPLANE_TREE_THRESHOLD="4",
                    TRAINPLANE_TREE_FANOUT="2") as job:
@@ -133,9 +133,9 @@ def test_a_dead_tree_parent_is_removed_and_its_children_stay(tmp_path: Path, rec
         assert wait_until(lambda: all_told(out, 6, after), timeout=20), job.log(0)
 
         def orphans_heard_again() -> bool:
-            """Nodes 3 and 4, whose parent died, heard from since (re-parented or probed), not lost."""
+            """Nodes 2 and 3, whose parent died, heard from since (re-parented or probed), not lost."""
             seen = {m["node_id"]: m["last_seen_s"] for m in job.members()["members"] if m["node_rank"] is not None}
-            return all(seen.get(i) is not None and seen[i] < 1.5 for i in (3, 4))
+            return all(seen.get(i) is not None and seen[i] < 1.5 for i in (2, 3))
 
         assert wait_until(orphans_heard_again, timeout=10), job.log(0)
         snapshot = job.members()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime import CallTimeout, NodeFailed, RemoteError, WorkerMembershipChanged
-from runtime.agent.service.fanout import levels
+from runtime.agent.membership.tree import levels
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import Node, World
 from runtime.client import JobClient
