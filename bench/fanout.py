@@ -42,7 +42,8 @@ if str(ROOT) not in sys.path:
 
 from runtime.agent import contract  # noqa: E402 - after the path set-up, for `python bench/fanout.py`
 from runtime.agent.membership.tree import plan_root, split  # noqa: E402
-from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange  # noqa: E402
+from runtime.agent.net.peer import Answer, Exchange  # noqa: E402
+from runtime.agent.net.transport import HttpTransport  # noqa: E402
 from runtime.agent.world import Node  # noqa: E402
 
 NOOP = "builtins:int"
@@ -106,7 +107,7 @@ class Fleet:
             proc.stdin.flush()  # type: ignore[union-attr]
         for proc in self.procs:
             self._line(proc)
-        self.pool = ConnectionPool(self.token)
+        self.transport = HttpTransport(self.token)
         self.nodes = nodes
 
     @staticmethod
@@ -132,7 +133,7 @@ class Fleet:
         answers: list[Answer] = []
         exchanges = [Exchange("127.0.0.1", p, "GET", contract.ROUTE_HEALTHZ) for p in self.ports]
         started = time.perf_counter()
-        Batch(self.pool, exchanges, time.monotonic() + 60).run(answers.append)
+        self.transport.batch(exchanges, time.monotonic() + 60).run(answers.append)
         elapsed = time.perf_counter() - started
         if len(answers) != self.nodes or any(a.status != 200 for a in answers):
             raise RuntimeError("bare request failed")
@@ -153,7 +154,7 @@ class Fleet:
             for i, p in enumerate(self.ports)
         ]
         started = time.perf_counter()
-        Batch(self.pool, exchanges, time.monotonic() + 60).run(answers.append)
+        self.transport.batch(exchanges, time.monotonic() + 60).run(answers.append)
         elapsed = time.perf_counter() - started
         if len(answers) != self.nodes or any(a.status != 200 for a in answers):
             raise RuntimeError("bare exec failed")
@@ -171,7 +172,7 @@ class Fleet:
 
     def _one(self, exchange: Exchange) -> Answer:
         answers: list[Answer] = []
-        Batch(self.pool, [exchange], time.monotonic() + 90).run(answers.append)
+        self.transport.batch([exchange], time.monotonic() + 90).run(answers.append)
         return answers[0]
 
     def stop(self) -> None:
@@ -179,7 +180,7 @@ class Fleet:
             proc.stdin.close()  # type: ignore[union-attr]
         for proc in self.procs:
             proc.wait(timeout=30)
-        self.pool.close()
+        self.transport.close()
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

@@ -26,7 +26,7 @@ from typing import IO, Mapping, Optional, Sequence
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
-from runtime.agent.net.transport import port_is_free, request_json
+from runtime.agent.net.transport import request_json
 from runtime.agent.spec.settings import MODES
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
@@ -285,6 +285,18 @@ def free_port(host: str, avoid: Sequence[int] = ()) -> int:
             port = sock.getsockname()[1]
         if port not in avoid:
             return port
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a TCP port can be bound on ``host`` right now by a listener that sets ``SO_REUSEADDR``
+    (as torch's TCPStore and the agent do), so a previous job's ``TIME_WAIT`` connections don't count."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def loopback_range_usable() -> bool:

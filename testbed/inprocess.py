@@ -18,7 +18,7 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.net.transport import AgentServer, Request, Response
+from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.service.calls import remote_error
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.executor import LocalCall, RankDone, RankEvent, RankFailed

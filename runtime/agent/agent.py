@@ -26,17 +26,26 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO, Union
 
 from runtime.agent import contract
-from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, WorkerMembershipChanged
+from runtime.agent.errors import (
+    HttpError,
+    MembershipRefused,
+    NotAMember,
+    RendezvousError,
+    TransportError,
+    Unauthorized,
+    WorkerMembershipChanged,
+)
 from runtime.agent.execution import controller, errorfile, torchrun
 from runtime.agent.execution.bootstrap import die_with_parent
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
-from runtime.agent.membership.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Rejected, Say
+from runtime.agent.membership.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Say
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership.tree import Layout, layout
-from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange
+from runtime.agent.net.peer import Answer, Exchange, PeerTransport
 from runtime.agent.net.resolver import Resolver
-from runtime.agent.net.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
+from runtime.agent.net.server import AgentServer, Request, Response
+from runtime.agent.net.transport import DEFAULT_TIMEOUT, HttpTransport, encode
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
@@ -131,6 +140,7 @@ class Agent:
         log: TextIO = sys.stderr,
         clock: Callable[[], float] = time.monotonic,
         spawner: Spawner = LocalProcesses,
+        transport: Optional[PeerTransport] = None,
     ) -> None:
         self.settings = settings
         self._spawner = spawner
@@ -158,7 +168,7 @@ class Agent:
         self._error_files: list[str] = []
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
-        self._push_pool = ConnectionPool(settings.token)
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
         self._probe_slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
         self._worlds_sent = 0
         self._signals = parse_signals(settings.signals_to_handle)
@@ -239,8 +249,8 @@ class Agent:
                     actions = self._coordinator.report(
                         node.node_id, generation, state, failure, str(body.get("message", ""))
                     )
-            except Rejected as exc:
-                raise HttpError(exc.status, str(exc)) from None
+            except MembershipRefused as exc:
+                raise _refusal(exc) from None
             world = self._coordinator.world
         if actions:
             self._events.put(_ActionsEvent(tuple(actions)))
@@ -253,8 +263,8 @@ class Agent:
             with self._lock:
                 try:
                     self._coordinator.heartbeat(node_id, ages, now)
-                except Rejected as exc:
-                    raise HttpError(exc.status, str(exc)) from None
+                except MembershipRefused as exc:
+                    raise _refusal(exc) from None
                 world = self._coordinator.world
         else:
             world = self.world
@@ -309,7 +319,7 @@ class Agent:
             self._stop_processes()
             for pusher in self._pushers:
                 pusher.join(timeout=5.0)
-            self._push_pool.close()
+            self._transport.close()
             self._server.stop()
             shutil.rmtree(self._run_dir, ignore_errors=True)
 
@@ -367,10 +377,11 @@ class Agent:
     def _probe(self, probe: Probe) -> None:
         """Ask a silent or refusing node's agent whether it is up; the coordinator decides on the answer."""
         node = probe.node
+        exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ)
+        with self._probe_slots:
+            answer = self._transport.exchange(exchange, self._timing.probe_timeout)
         try:
-            with self._probe_slots:
-                request_json(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ, self.settings.token,
-                             timeout=self._timing.probe_timeout)
+            answer.result(exchange)
             alive, reason = True, probe.reason
         except TransportError as exc:
             alive, reason = False, f"{probe.reason}, and a direct probe failed: {exc}"
@@ -420,7 +431,7 @@ class Agent:
         return [world.nodes[c] for c in self._tree(world).children(position)]
 
     def _send_worlds(self, world: World, targets: Sequence[Node], relay: bool) -> None:
-        """Send ``world`` to ``targets`` from one background thread, all at once (``multiplex.Batch``):
+        """Send ``world`` to ``targets`` from one background thread, all at once (a transport batch):
         a thread per target made the receiving handler of a relayed world wait on thread starts."""
         if not targets:
             return
@@ -434,15 +445,15 @@ class Agent:
     def _deliver_worlds(self, generation: int, targets: tuple[Node, ...], body: bytes, final: bool) -> None:
         exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_WORLD, body) for n in targets]
         answers: list[Answer] = []
-        Batch(self._push_pool, exchanges, self._clock() + self._timing.ttl, clock=self._clock).run(answers.append)
+        self._transport.batch(exchanges, self._clock() + self._timing.ttl).run(answers.append)
         now = self._clock()
         for answer in answers:
             node = targets[answer.index]
-            if answer.status != 200:
+            if not answer.ok:
                 if final:
                     continue  # the job is over: a node already gone has nothing left to learn
-                problem = answer.error or f"answered {answer.status}: {answer.body.get('error', '')}"
-                self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {problem}")
+                self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): "
+                         f"{answer.problem}")
                 if answer.refused:
                     self._suspect(node, f"node {node.node_id} ({node.addr}) refused a world push")
                 continue
@@ -671,13 +682,21 @@ class Agent:
     def _send_report(self, body: dict[str, Any]) -> None:
         host, port = self._coordinator_addr
         try:
-            request_json(host or self.settings.coordinator, port, "PUT", contract.ROUTE_MEMBERS,
-                         self.settings.token, body, timeout=self._timing.ttl)
+            self._to_coordinator(host or self.settings.coordinator, port, body, self._timing.ttl)
         except TransportError as exc:
             if body["state"] == STOPPED and exc.status is None:
                 self.say(f"the coordinator did not answer this node's stop (it is likely stopping too): {exc}")
             else:
                 self.say(f"could not report {body['state']} to the coordinator: {exc}")
+
+    def _to_coordinator(self, host: str, port: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """``PUT /members`` to the coordinator at ``host:port``.
+
+        Raises:
+            TransportError: as ``peer.Answer.result``.
+        """
+        exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
+        return self._transport.exchange(exchange, timeout).result(exchange)
 
     def _member_body(self) -> dict[str, Any]:
         return {"node_id": self.node.node_id, "addr": self.node.addr, "port": self.node.port,
@@ -811,7 +830,7 @@ class Agent:
         body = {**self._member_body(), "state": "joining"}
         while not self._stopping.is_set():
             try:
-                request_json(host, port, "PUT", contract.ROUTE_MEMBERS, s.token, body)
+                self._to_coordinator(host, port, body, DEFAULT_TIMEOUT)
                 self._registered.set()
                 return
             except Unauthorized as exc:
@@ -847,13 +866,10 @@ class Agent:
         failures = 0
         direct = False
         lost_sent: Optional[tuple[int, str, int]] = None
-        link: Optional[PeerConnection] = None
         while True:
             self._beat_now.wait(interval or self._timing.interval)
             self._beat_now.clear()
             if self._stopping.is_set():
-                if link is not None:
-                    link.close()
                 return
             world = self.world
             now = self._clock()
@@ -878,12 +894,9 @@ class Agent:
                 host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
                 ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
             body = {**self._member_body(), "generation": generation, "state": "alive", "ages": ages}
-            if link is None or (link.host, link.port, link.timeout) != (host, port, self._timing.cap):
-                if link is not None:
-                    link.close()
-                link = PeerConnection(host, port, self.settings.token, timeout=self._timing.cap)
+            exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
             try:
-                reply = link.request("PUT", contract.ROUTE_MEMBERS, body)
+                reply = self._transport.exchange(exchange, self._timing.cap).result(exchange)
             except TransportError as exc:
                 if exc.status == 409 and (host, port) != self._coordinator_addr:
                     direct, interval = True, 0.0
@@ -915,3 +928,8 @@ class Agent:
                     self._events.put(_WorldEvent(World.from_json(reply["world"])))
                 except (KeyError, TypeError, ValueError) as exc:
                     self.say(f"ignoring a malformed world in a heartbeat reply: {exc!r}")
+
+
+def _refusal(exc: MembershipRefused) -> HttpError:
+    """How the HTTP layer answers a membership refusal: 400 for a node id outside the job, else 409."""
+    return HttpError(400 if isinstance(exc, NotAMember) else 409, str(exc))

@@ -5,9 +5,17 @@ Tree::
     TrainplaneError
     ├── ConfigError (also ValueError)      bad settings: names the field, the value and the fix
     ├── RendezvousError                    the world could not be formed
-    │   └── QuorumTimeout                  quorum not met in time; names the missing node ids
+    │   ├── QuorumTimeout                  quorum not met in time; names the missing node ids
+    │   └── MembershipRefused              the coordinator (or a tree parent) refuses a member's request:
+    │       │                              the job ended, the world formed without it, it is not (or no
+    │       │                              longer) in the world; the HTTP layer answers 409
+    │       └── NotAMember                 the node id is none of the job's (answered 400)
     ├── TransportError                     an HTTP exchange between agents failed
-    │   └── Unauthorized                   401: missing or wrong job token
+    │   ├── Unauthorized                   401: missing or wrong job token
+    │   └── StaleConnection                a kept-alive connection the peer had closed while idle: nothing
+    │                                      of the request was processed, so it is sent again once
+    ├── HttpError                          raised by a route handler: answer with this HTTP status
+    ├── ChannelClosed (also EOFError)      the channel to a service worker process ended
     ├── CallError                          a service-mode call did not return every rank's result
     │   ├── RemoteError                    the called function raised on a rank
     │   ├── CallTimeout                    the deadline passed; names the ranks that had not answered
@@ -66,6 +74,16 @@ class QuorumTimeout(RendezvousError):
         )
 
 
+class MembershipRefused(RendezvousError):
+    """The coordinator (or a node's tree parent) refuses a member's request: the job has ended, the
+    world formed without the node, or the node is not (or no longer) in the world and should register
+    again. A membership decision, not a transport one: the HTTP layer answers it with 409."""
+
+
+class NotAMember(MembershipRefused):
+    """A node id outside the job's range asked to join (the HTTP layer answers 400)."""
+
+
 class TransportError(TrainplaneError):
     """An HTTP exchange with another agent failed (refused, timed out, or a non-2xx status).
 
@@ -80,6 +98,27 @@ class TransportError(TrainplaneError):
 
 class Unauthorized(TransportError):
     """The peer refused the request with 401: the job token is missing or wrong."""
+
+
+class StaleConnection(TransportError):
+    """The peer closed a kept-alive connection before any byte of the response: it had closed it
+    while idle, so nothing of the request was processed and it can be sent again on a new one."""
+
+
+class HttpError(TrainplaneError):
+    """Raised by a route handler to answer with ``status`` and ``{"error": message}``.
+
+    Attributes:
+        status: the HTTP status to answer with.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ChannelClosed(TrainplaneError, EOFError):
+    """The other end of a service worker's channel closed it (or the stream is corrupt and was closed)."""
 
 
 class CallError(TrainplaneError):

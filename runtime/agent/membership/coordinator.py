@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from runtime.agent import contract
-from runtime.agent.errors import QuorumTimeout
+from runtime.agent.errors import MembershipRefused, NotAMember, QuorumTimeout
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership.tree import layout
 from runtime.agent.spec.settings import AgentSettings
@@ -63,14 +63,6 @@ class Probe:
 Action = Union[Push, Say, Probe]
 
 
-class Rejected(Exception):
-    """A request the coordinator refuses; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class Coordinator:
     """Rendezvous, membership and job state on the coordinating node.
 
@@ -111,11 +103,12 @@ class Coordinator:
         """A node asks to join.
 
         Raises:
-            Rejected: the node id is outside the job (400), the job has ended (409), or the world
-                formed without it and the job is not elastic or already at ``max_workers`` (409).
+            NotAMember: the node id is outside the job.
+            MembershipRefused: the job has ended, or the world formed without the node and the job is
+                not elastic or already at ``max_workers``.
         """
         if not 0 <= node.node_id < self._s.max_nodes:
-            raise Rejected(400, f"node rank {node.node_id} is outside this job's 0..{self._s.max_nodes - 1}")
+            raise NotAMember(f"node rank {node.node_id} is outside this job's 0..{self._s.max_nodes - 1}")
         world = self.world
         if world is None:
             self.members[node.node_id] = node
@@ -124,13 +117,13 @@ class Coordinator:
                 self._quorum_at = now
             return self.tick(now)
         if world.status != RUNNING:
-            raise Rejected(409, f"the job has ended ({world.status})")
+            raise MembershipRefused(f"the job has ended ({world.status})")
         if node in world.nodes:
             self.liveness.beat(node.node_id, now)
             return []
         in_world = world.has(node.node_id)
         if not self._s.elastic or (not in_world and len(world.nodes) >= self._s.max_nodes):
-            raise Rejected(409, f"the world formed at generation {world.generation} without node {node.node_id}")
+            raise MembershipRefused(f"the world formed at generation {world.generation} without node {node.node_id}")
         self.members[node.node_id] = node
         self._dead.pop(node.node_id, None)
         self.liveness.beat(node.node_id, now)
@@ -265,13 +258,13 @@ class Coordinator:
         world once formed, so a lost push heals itself).
 
         Raises:
-            Rejected: 409 when ``node_id`` is not in the current world (it should re-register).
+            MembershipRefused: ``node_id`` is not in the current world (it should register again).
         """
         world = self.world
         if world is None and node_id in self.members:
             return
         if world is None or not world.has(node_id):
-            raise Rejected(409, f"node {node_id} is not in the current world; register again")
+            raise MembershipRefused(f"node {node_id} is not in the current world; register again")
         self.liveness.beat(node_id, now)
         self.liveness.merge({k: v for k, v in ages.items() if world.has(k)}, now)
 

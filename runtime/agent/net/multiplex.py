@@ -9,8 +9,8 @@ handshake, and ``TCP_NODELAY`` is set so small requests are not held back by Nag
 idle connection is checked before reuse (readable while idle means its server closed it), as urllib3
 does. Nothing is ever sent twice: a failed exchange is reported, not retried.
 
-The responses parsed are those of ``transport.AgentServer``: a status line, headers with
-``Content-Length``, and a JSON body.
+The responses parsed are those of ``server.AgentServer``: a status line, headers with
+``Content-Length``, and a JSON body. ``transport.HttpTransport`` runs its batches with this.
 """
 
 from __future__ import annotations
@@ -24,53 +24,13 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from runtime.agent.net.http11 import parse_head, request_bytes
+from runtime.agent.net.peer import Answer, Exchange
 
 MAX_IDLE_PER_PEER = 8
 """Idle connections kept per ``(host, port)``."""
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One request to send.
-
-    Attributes:
-        host: IP address or host name.
-        port: TCP port.
-        method: HTTP method.
-        path: route.
-        body: the JSON body, encoded, or ``None``.
-    """
-
-    host: str
-    port: int
-    method: str
-    path: str
-    body: Optional[bytes] = None
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What came back for one exchange.
-
-    Attributes:
-        index: position of the exchange in its batch.
-        status: the HTTP status, or ``None`` when no complete response arrived.
-        body: the decoded JSON object (empty when there was none, or it was not an object).
-        error: why no usable response arrived (empty when ``status`` is set and the body parsed).
-        refused: the connection was refused, so the request certainly did not start.
-        timed_out: the batch's deadline passed first.
-    """
-
-    index: int
-    status: Optional[int]
-    body: dict[str, Any] = field(default_factory=dict)
-    error: str = ""
-    refused: bool = False
-    timed_out: bool = False
 
 
 class ConnectionPool:
@@ -146,8 +106,9 @@ class _Flight:
         self.counted = False
 
 
-class Batch:
-    """A set of exchanges run concurrently by :meth:`run` in one thread; :meth:`abort` from any thread.
+class MultiplexBatch:
+    """A set of exchanges run concurrently by :meth:`run` in one thread; :meth:`abort` from any thread
+    (a ``peer.Batch``).
 
     Args:
         pool: connections to reuse and return.
@@ -229,6 +190,7 @@ class Batch:
         exchange = flight.exchange
         sock = self._pool.checkout(exchange.host, exchange.port)
         if sock is not None:
+            sock.setblocking(False)  # it may have carried a blocking exchange last
             flight.sock = sock
             selector.register(sock, selectors.EVENT_WRITE, flight)
             return None
@@ -318,12 +280,7 @@ class Batch:
                 self._pool.checkin(flight.exchange.host, flight.exchange.port, sock)
             else:
                 sock.close()
-        try:
-            body = json.loads(raw) if raw else {}
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return Answer(flight.index, status, error=f"{self._peer(flight)} answered {status} with a body that is "
-                                                      f"not JSON")
-        return Answer(flight.index, status, body if isinstance(body, dict) else {})
+        return decoded(flight.index, status, raw)
 
     def _connect_failed(self, flight: _Flight, code: int) -> Answer:
         return Answer(flight.index, None, error=f"cannot connect to {self._peer(flight)}: {os.strerror(code)}",
@@ -340,3 +297,14 @@ class Batch:
     @staticmethod
     def _peer(flight: _Flight) -> str:
         return f"{flight.exchange.host}:{flight.exchange.port}"
+
+
+def decoded(index: int, status: int, raw: bytes) -> Answer:
+    """The answer of a complete response: its status and its body, which must be a JSON object."""
+    try:
+        body = json.loads(raw) if raw else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return Answer(index, status, error="response is not JSON")
+    if not isinstance(body, dict):
+        return Answer(index, status, error="response is not a JSON object")
+    return Answer(index, status, body)

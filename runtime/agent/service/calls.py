@@ -28,8 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from runtime.agent.errors import RemoteError
-from runtime.agent.net.transport import HttpError
+from runtime.agent.errors import HttpError, RemoteError
 from runtime.agent.service.wire import JSON, PICKLE, SERIALIZATIONS, unpack_pickled_arguments
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"

@@ -17,13 +17,11 @@ import threading
 import time
 from typing import Any, Mapping, Optional
 
+from runtime.agent.errors import ChannelClosed
+
 MAX_FRAME = 1 << 30
 """Largest frame accepted, bytes; a longer length prefix means a corrupt stream."""
 _HEADER = struct.Struct(">I")
-
-
-class ChannelClosed(EOFError):
-    """The other end closed the channel (or the stream is corrupt and was closed)."""
 
 
 class Channel:

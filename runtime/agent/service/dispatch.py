@@ -27,10 +27,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from runtime.agent import contract
-from runtime.agent.errors import CallCancelled, CallTimeout, NodeFailed, TrainplaneError, WorkerMembershipChanged
+from runtime.agent.errors import (
+    CallCancelled,
+    CallTimeout,
+    HttpError,
+    NodeFailed,
+    TrainplaneError,
+    WorkerMembershipChanged,
+)
 from runtime.agent.membership.tree import Plan, plan_node, plan_root
-from runtime.agent.net.multiplex import Answer, Batch, ConnectionPool, Exchange
-from runtime.agent.net.transport import HttpError, Request, Response, Routes
+from runtime.agent.net.peer import Answer, Batch, Exchange, PeerTransport
+from runtime.agent.net.server import Request, Response, Routes
+from runtime.agent.net.transport import HttpTransport
 from runtime.agent.service.calls import CallRequest, ExecRequest
 from runtime.agent.service.executor import LocalCall, LocalExecutor, RankDone, RankFailed
 from runtime.agent.service.pool import WorkerPool
@@ -116,6 +124,7 @@ class ServiceNode:
         executor: runs calls on this node's ranks; ``None`` until :meth:`workers` makes one.
         on_unreachable: called with a child node whose connection was refused (membership's probe seam).
         clock: monotonic clock, seconds.
+        transport: how this node reaches its children (default: HTTP).
     """
 
     def __init__(
@@ -126,6 +135,7 @@ class ServiceNode:
         executor: Optional[LocalExecutor] = None,
         on_unreachable: Callable[[Node], None] = lambda _node: None,
         clock: Callable[[], float] = time.monotonic,
+        transport: Optional[PeerTransport] = None,
     ) -> None:
         self._settings = settings
         self._world = world
@@ -133,7 +143,7 @@ class ServiceNode:
         self._executor = executor
         self._on_unreachable = on_unreachable
         self._clock = clock
-        self._connections = ConnectionPool(settings.token)
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
         self._lock = threading.Lock()
         self._call_lock = threading.Lock()
         self._inflight: dict[str, queue.SimpleQueue[_Event]] = {}
@@ -175,11 +185,11 @@ class ServiceNode:
 
     def stats(self) -> dict[str, int]:
         """Counters: calls taken (coordinator), execs and cancels received, requests this node has sent."""
-        return {**self._counts, "requests_sent": self._connections.sent}
+        return {**self._counts, "requests_sent": self._transport.sent}
 
     def close(self) -> None:
         """Close kept-alive connections."""
-        self._connections.close()
+        self._transport.close()
 
     # --- routes (handler threads) -------------------------------------------------------------------
 
@@ -326,12 +336,12 @@ class ServiceNode:
         exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_EXEC, body) for n in nodes]
 
         def check(answer: Answer) -> None:
-            if answer.status is None or not 200 <= answer.status < 300:
+            if not answer.ok:
                 node = nodes[answer.index]
                 self._say(f"cancel of call {call_id} not acknowledged by node {node.node_id} at {node.addr}:"
-                          f"{node.port}: {answer.error or answer.status}")
+                          f"{node.port}: {answer.problem}")
 
-        Batch(self._connections, exchanges, self._clock() + CANCEL_TIMEOUT, self._clock).run(check)
+        self._transport.batch(exchanges, self._clock() + CANCEL_TIMEOUT).run(check)
 
 
 def batch_mode_routes() -> Routes:
@@ -437,7 +447,7 @@ class _Execution:
                      f'{head[:-1]}, "nodes": {json.dumps(list(subtree))}}}'.encode())
             for child, subtree in zip(self._children, self._plan.subtrees)
         ]
-        batch = Batch(node._connections, exchanges, self._deadline, node._clock)
+        batch = node._transport.batch(exchanges, self._deadline)
         threading.Thread(target=batch.run, args=(self._on_answer,), name="fanout", daemon=True).start()
         return batch
 
@@ -471,12 +481,8 @@ class _Execution:
             if answer.refused:
                 self._node._on_unreachable(child)
             return NodeFailed(node_rank, address, answer.error)
-        if not 200 <= answer.status < 300:
-            error = error_from_body(answer.body)
-            if error is not None:
-                return error
-            reason = answer.body.get("error") or answer.error or "no reason given"
-            return NodeFailed(node_rank, address, f"answered {answer.status}: {reason}", answer.status)
+        if not answer.ok:
+            return error_from_body(answer.body) or NodeFailed(node_rank, address, answer.problem, answer.status)
         ranks, results = answer.body.get("ranks"), answer.body.get("results")
         expected = self._child_ranks[answer.index]
         if ranks != expected or not isinstance(results, list) or len(results) != len(expected):

@@ -18,9 +18,9 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.errors import CallCancelled, RemoteError, TrainplaneError
+from runtime.agent.errors import CallCancelled, ChannelClosed, RemoteError, TrainplaneError
 from runtime.agent.execution.procs import LocalProcesses, ProcExit
-from runtime.agent.service.channel import Channel, ChannelClosed
+from runtime.agent.service.channel import Channel
 from runtime.agent.service.executor import LocalCall, RankDone, RankEvent, RankFailed
 from runtime.agent.service.wire import error_from_body
 

@@ -38,13 +38,14 @@ from runtime.agent import contract
 from runtime.agent.errors import (
     CallCancelled,
     CallInterrupt,
+    ChannelClosed,
     RemoteError,
     TrainplaneError,
     WorkerMembershipChanged,
 )
 from runtime.agent.execution import delivery
 from runtime.agent.service.calls import Invocation, remote_error
-from runtime.agent.service.channel import Channel, ChannelClosed
+from runtime.agent.service.channel import Channel
 from runtime.agent.service.wire import error_body, pack_result
 
 CANCEL_SIGNAL = signal.SIGINT

@@ -1,4 +1,4 @@
-"""Agent transport: one-shot requests and the heartbeat's kept-alive peer connection, over real sockets."""
+"""The agent's HTTP server and the HTTP transport: kept-alive exchanges and one-shot requests, over real sockets."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
-from runtime.agent.net.transport import AgentServer, PeerConnection, Request, Response, request_json
+from runtime.agent.net.peer import Exchange
+from runtime.agent.net.server import AgentServer, Request, Response
+from runtime.agent.net.transport import HttpTransport, encode, request_json
 
 TOKEN = "transport-token"
 
@@ -43,10 +45,15 @@ def server() -> Iterator[CountingServer]:
     served.stop()
 
 
-def test_a_peer_connection_sends_every_request_over_one_connection(server: CountingServer):
-    link = PeerConnection("127.0.0.1", server.server_address[1], TOKEN, timeout=5.0)
-    answers = [link.request("PUT", "/echo", {"n": n})["echo"] for n in range(5)]
-    link.close()
+def echo(transport: HttpTransport, port: int, n: int) -> int:
+    exchange = Exchange("127.0.0.1", port, "PUT", "/echo", encode({"n": n}))
+    return transport.exchange(exchange, timeout=5.0).result(exchange)["echo"]
+
+
+def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: CountingServer):
+    transport = HttpTransport(TOKEN)
+    answers = [echo(transport, server.server_address[1], n) for n in range(5)]
+    transport.close()
     assert answers == [0, 1, 2, 3, 4]
     assert server.accepted == 1
     assert server.requests_served == 5
@@ -58,34 +65,39 @@ def test_one_shot_requests_open_a_connection_each(server: CountingServer):
     assert server.accepted == 3
 
 
-def test_a_peer_connection_reopens_a_connection_the_peer_closed_while_idle(server: CountingServer):
-    link = PeerConnection("127.0.0.1", server.server_address[1], TOKEN, timeout=5.0)
-    assert link.request("PUT", "/echo", {"n": 1}) == {"echo": 1}
+def test_a_connection_the_peer_closed_while_idle_is_not_reused(server: CountingServer):
+    transport = HttpTransport(TOKEN)
+    assert echo(transport, server.server_address[1], 1) == 1
     (accepted,) = server.connections
     accepted.shutdown(socket.SHUT_RDWR)
-    assert link.request("PUT", "/echo", {"n": 2}) == {"echo": 2}
-    link.close()
+    assert echo(transport, server.server_address[1], 2) == 2
+    transport.close()
     assert server.accepted == 2
 
 
-def test_a_peer_connection_to_a_closed_port_fails_without_a_status():
+def test_an_exchange_to_a_closed_port_fails_without_a_status():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    link = PeerConnection("127.0.0.1", port, TOKEN, timeout=5.0)
+    transport = HttpTransport(TOKEN)
+    exchange = Exchange("127.0.0.1", port, "PUT", "/echo", encode({"n": 1}))
     for _ in range(2):
+        answer = transport.exchange(exchange, timeout=5.0)
+        assert answer.status is None and answer.refused
         with pytest.raises(TransportError, match="failed") as info:
-            link.request("PUT", "/echo", {"n": 1})
+            answer.result(exchange)
         assert info.value.status is None
 
 
-def test_a_peer_connection_reports_status_errors_and_a_wrong_token(server: CountingServer):
+def test_status_errors_and_a_wrong_token_are_transport_errors(server: CountingServer):
     port = server.server_address[1]
+    nowhere = Exchange("127.0.0.1", port, "PUT", "/nowhere", b"{}")
     with pytest.raises(TransportError) as info:
-        PeerConnection("127.0.0.1", port, TOKEN, timeout=5.0).request("PUT", "/nowhere", {})
+        HttpTransport(TOKEN).exchange(nowhere, timeout=5.0).result(nowhere)
     assert info.value.status == 404
+    wrong = Exchange("127.0.0.1", port, "PUT", "/echo", encode({"n": 1}))
     with pytest.raises(Unauthorized):
-        PeerConnection("127.0.0.1", port, "wrong", timeout=5.0).request("PUT", "/echo", {"n": 1})
+        HttpTransport("wrong").exchange(wrong, timeout=5.0).result(wrong)
 
 
 def exchange_raw(port: int, data: bytes) -> tuple[list[bytes], bytes]:
@@ -198,9 +210,42 @@ def test_a_bad_response_is_a_transport_error_with_the_status_if_one_arrived(
 def test_a_peer_that_closes_without_answering_a_fresh_connection_is_not_asked_twice(canned: tuple[int, list[bytes]]):
     port, replies = canned
     replies.extend([b"", b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}'])
-    link = PeerConnection("127.0.0.1", port, TOKEN, timeout=5.0)
+    transport = HttpTransport(TOKEN)
+    exchange = Exchange("127.0.0.1", port, "GET", "/x")
     with pytest.raises(TransportError, match="closed the connection without answering") as info:
-        link.request("GET", "/x")
+        transport.exchange(exchange, timeout=5.0).result(exchange)
     assert info.value.status is None
-    assert link.request("GET", "/x") == {}
-    link.close()
+    assert transport.exchange(exchange, timeout=5.0).result(exchange) == {}
+    transport.close()
+
+
+def test_a_kept_alive_connection_the_peer_drops_at_the_next_request_is_asked_again_on_a_new_one():
+    """The peer answers one request and keeps the connection, then closes it on reading the next one
+    without answering (as a server does that times out idle connections just then): the request is
+    sent once more, on a new connection, because nothing of it was processed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    reply = b'HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{"n": 1}\n'
+    connections = []
+
+    def serve() -> None:
+        first, _ = listener.accept()
+        connections.append(first)
+        first.recv(65536)
+        first.sendall(reply)
+        first.recv(65536)  # the second request on the kept-alive connection: dropped unanswered
+        first.close()
+        second, _ = listener.accept()
+        connections.append(second)
+        second.recv(65536)
+        second.sendall(reply)
+        second.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    transport = HttpTransport(TOKEN)
+    exchange = Exchange("127.0.0.1", listener.getsockname()[1], "GET", "/x")
+    assert transport.exchange(exchange, timeout=5.0).result(exchange) == {"n": 1}
+    assert transport.exchange(exchange, timeout=5.0).result(exchange) == {"n": 1}
+    thread.join(timeout=5)
+    listener.close()
+    assert len(connections) == 2 and transport.sent == 3

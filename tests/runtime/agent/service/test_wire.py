@@ -9,12 +9,12 @@ import pytest
 from runtime.agent.errors import (
     CallCancelled,
     CallTimeout,
+    HttpError,
     NodeFailed,
     RemoteError,
     TrainplaneError,
     WorkerMembershipChanged,
 )
-from runtime.agent.net.transport import HttpError
 from runtime.agent.service.calls import CallRequest, ExecRequest, Invocation, parse_timeout
 from runtime.agent.service.wire import (
     error_body,
