@@ -47,6 +47,7 @@ from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import DEFAULT_TIMEOUT, HttpTransport, encode
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
+from runtime.agent.service.pool import WorkerPool
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
@@ -592,11 +593,17 @@ class Agent:
         if daemon is not None:
             self._daemon = self._spawn_daemon(world, node_rank, daemon, base, log_dir)
         stdin = 0 if self.settings.forward_stdin and world.first_rank(node_rank) == 0 else None
-        self._procs = self._service.workers(world, envs, log_dir) if self._service is not None else self._spawner(
-            world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
-            self._events.put, log_dir, no_python=self.settings.no_python, outputs=self.settings.outputs,
-            stdin_local_rank=stdin,
-        )
+        if self._service is not None:
+            pool = WorkerPool(world.generation, node_rank, world.first_rank(node_rank), envs, self.say,
+                              self.settings.grace_period, log_dir)
+            self._service.use_executor(pool)
+            self._procs = pool
+        else:
+            self._procs = self._spawner(
+                world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
+                self._events.put, log_dir, no_python=self.settings.no_python, outputs=self.settings.outputs,
+                stdin_local_rank=stdin,
+            )
         first = world.first_rank(node_rank)
         runs = f"ranks {first}..{first + self.node.num_proc - 1} of {world.world_size}"
         if daemon is not None:

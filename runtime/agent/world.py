@@ -240,8 +240,36 @@ class World:
         return positions
 
     def first_rank(self, node_rank: int) -> int:
-        """Global rank of local rank 0 on ``node_rank``: the dense prefix sum of ``num_proc``."""
-        return sum(n.num_proc for n in self.nodes[:node_rank])
+        """Global rank of local rank 0 on ``node_rank``: the dense prefix sum of ``num_proc``.
+
+        Raises:
+            IndexError: ``node_rank`` is outside the world.
+        """
+        return self._firsts[node_rank]
+
+    def ranks_of(self, node_ranks: Sequence[int]) -> list[int]:
+        """The global ranks of the processes of ``node_ranks``, in that order.
+
+        Raises:
+            IndexError: a node rank is outside the world.
+        """
+        firsts, out = self._firsts, []
+        for n in node_ranks:
+            out.extend(range(firsts[n], firsts[n + 1]))
+        return out
+
+    @property
+    def _firsts(self) -> list[int]:
+        """``first_rank`` of every node rank, then the world size; memoised as :attr:`_positions` is."""
+        firsts = self.__dict__.get("_firsts_memo")
+        if firsts is None:
+            firsts, total = [], 0
+            for n in self.nodes:
+                firsts.append(total)
+                total += n.num_proc
+            firsts.append(total)
+            self.__dict__["_firsts_memo"] = firsts
+        return firsts
 
     def finished(self, status: str, message: str, exit_code: int, cause: Failure | None = None) -> World:
         """A copy of this world carrying a terminal status."""

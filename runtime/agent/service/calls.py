@@ -21,12 +21,13 @@ names node ranks; ``null`` means every node.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import re
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from runtime.agent.errors import HttpError, RemoteError
 from runtime.agent.service.wire import JSON, PICKLE, SERIALIZATIONS, unpack_pickled_arguments
@@ -173,12 +174,15 @@ class ExecRequest:
     nodes: tuple[int, ...]
     fanout: int
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object form; :meth:`from_json` reverses it."""
-        return {
-            "call_id": self.call_id, "generation": self.generation, "invocation": self.invocation.to_json(),
-            "timeout": self.timeout, "nodes": list(self.nodes), "fanout": self.fanout,
-        }
+    def bodies(self, subtrees: Sequence[Sequence[int]], timeout: Optional[float]) -> list[bytes]:
+        """The encoded ``/exec`` bodies that send this call on to one child per subtree: each the
+        request with that subtree as ``nodes`` (the child first) and ``timeout`` seconds left;
+        :meth:`from_json` of one reads it back. Everything but ``nodes`` is encoded once, however many
+        children (the invocation's arguments may be megabytes).
+        """
+        head = json.dumps({"call_id": self.call_id, "generation": self.generation,
+                           "invocation": self.invocation.to_json(), "timeout": timeout, "fanout": self.fanout})
+        return [f'{head[:-1]}, "nodes": {json.dumps(list(subtree))}}}'.encode() for subtree in subtrees]
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], allow_pickle: bool) -> ExecRequest:

@@ -7,7 +7,6 @@ fleet with a threshold above 13 is flat. Everything between nodes is production 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +18,7 @@ from runtime.agent.world import Node, World
 from runtime.client import JobClient
 from testbed.inprocess import LightweightAgent
 from tests.conftest import wait_until
+from tests.runtime import inprocess_fns
 
 TOKEN = "dispatch-test-token"
 FNS = "tests.runtime.inprocess_fns"
@@ -94,16 +94,19 @@ def test_a_subset_of_nodes_answers_for_its_ranks_only(tree: Fleet, flat: Fleet, 
 
 
 def test_an_exception_deep_in_the_tree_is_a_remote_error_and_cancels_every_running_subtree(tree: Fleet):
+    """Every other rank waits at a gate opened only after the call returned: had the error waited
+    for them, the call would have ended in its timeout instead."""
     cancels = tree.stats("cancels")
-    started = time.monotonic()
-    with pytest.raises(RemoteError) as info:
-        tree.client.call(f"{FNS}:fail_on", 25, 2.0, timeout=20)
-    elapsed = time.monotonic() - started
+    gate = inprocess_fns.gate("deep-error")
+    try:
+        with pytest.raises(RemoteError) as info:
+            tree.client.call(f"{FNS}:fail_on_gated", 25, "deep-error", timeout=20)
+    finally:
+        gate.set()
     error = info.value
     assert (error.rank, error.node_rank, error.exc_type) == (25, 12, "KeyError")
     assert "rank 25 has no key" in error.message
     assert 'raise KeyError(f"rank {bad_rank} has no key")' in error.remote_traceback
-    assert elapsed < 1.5, "the error waited for the sleeping ranks"
 
     def cancelled() -> list[int]:
         return [n for n, (a, b) in enumerate(zip(cancels, tree.stats("cancels"))) if b > a]
@@ -117,11 +120,14 @@ def test_an_exception_deep_in_the_tree_is_a_remote_error_and_cancels_every_runni
 
 @pytest.mark.parametrize("fleet", ["tree", "flat"])
 def test_a_missed_deadline_names_exactly_the_ranks_that_had_not_answered(fleet: str, request):
+    """Ranks 7 and 20 wait at a gate opened only after the call returned: only the deadline can end it."""
     job: Fleet = request.getfixturevalue(fleet)
-    started = time.monotonic()
-    with pytest.raises(CallTimeout) as info:
-        job.client.call(f"{FNS}:sleep_on", [7, 20], 3.0, timeout=0.5)
-    assert time.monotonic() - started < 1.5
+    gate = inprocess_fns.gate(f"deadline-{fleet}")
+    try:
+        with pytest.raises(CallTimeout) as info:
+            job.client.call(f"{FNS}:gated_on", [7, 20], f"deadline-{fleet}", timeout=0.5)
+    finally:
+        gate.set()
     assert info.value.pending_ranks == (7, 20)
     assert info.value.timeout == 0.5
     assert job.client.call(f"{FNS}:delayed_rank", 0.0, 0, timeout=20) == list(range(26))
@@ -140,7 +146,7 @@ def test_failing_the_calls_in_flight_reaches_the_client_as_that_exception(flat: 
     calls = flat.stats("calls")[0]
     thread = threading.Thread(target=call)
     thread.start()
-    assert wait_until(lambda: flat.stats("calls")[0] > calls and flat.agents[0].service._inflight, timeout=10)
+    assert wait_until(lambda: flat.stats("calls")[0] > calls and flat.agents[0].service.in_flight, timeout=10)
     flat.agents[0].service.fail_in_flight(change)
     thread.join(timeout=10)
     assert len(outcome) == 1 and vars(outcome[0]) == vars(change)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -111,11 +113,21 @@ def test_a_valid_call_body():
     assert parse_timeout(None) is None
 
 
-def test_exec_bodies_round_trip_and_pickle_needs_the_opt_in():
-    request = ExecRequest("id1", 3, Invocation("m:f", "pickle", payload="cGF5"), 1.5, (4, 5, 6), 2)
-    assert ExecRequest.from_json(request.to_json(), allow_pickle=True) == request
+@pytest.mark.parametrize("invocation", [Invocation("m:f", "pickle", payload="cGF5"),
+                                        Invocation("m:f", "json", ("x", [1, {"y": None}]), {"k": "}\"{"})])
+def test_exec_bodies_round_trip_with_each_childs_subtree_and_time_left(invocation: Invocation):
+    request = ExecRequest("id1", 3, invocation, 1.5, (4, 5, 6, 7, 8), 2)
+    bodies = request.bodies([(5, 6), (7, 8)], 1.25)
+    children = [ExecRequest.from_json(json.loads(body), allow_pickle=True) for body in bodies]
+    assert children == [replace(request, nodes=(5, 6), timeout=1.25), replace(request, nodes=(7, 8), timeout=1.25)]
+    [no_deadline] = request.bodies([(6,)], None)
+    assert ExecRequest.from_json(json.loads(no_deadline), allow_pickle=True).timeout is None
+
+
+def test_a_pickled_exec_needs_the_opt_in():
+    [body] = ExecRequest("id1", 3, Invocation("m:f", "pickle", payload="cGF5"), 1.5, (4, 5), 2).bodies([(5,)], 1.0)
     with pytest.raises(HttpError) as info:
-        ExecRequest.from_json(request.to_json(), allow_pickle=False)
+        ExecRequest.from_json(json.loads(body), allow_pickle=False)
     assert info.value.status == 415
 
 
