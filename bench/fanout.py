@@ -262,16 +262,15 @@ def run_model(fleet_small: Fleet, flat_1024: Point, tree_1024: Point, calls: int
 
 def host(config: dict) -> None:
     """A bench host process: serve ``count`` lightweight agents until stdin closes (exiting closes them)."""
-    from runtime.agent.spec.settings import AgentSettings
     from runtime.agent.world import World
     from testbed.inprocess import LightweightAgent
+    from testbed.settings import agent_settings
 
     agents = []
     for node_id in range(config["first"], config["first"] + config["count"]):
-        settings = AgentSettings(job=config["job"], token=config["token"], node_id=node_id,
-                                 workers=config["workers"], num_proc=1, entrypoint=(), coordinator="127.0.0.1",
-                                 mode="service", tree_threshold=config["tree_threshold"],
-                                 tree_fanout=config["tree_fanout"])
+        settings = agent_settings(job_name=config["job"], token=config["token"], node_id=node_id,
+                                  workers=config["workers"], mode="service", tree_threshold=config["tree_threshold"],
+                                  tree_fanout=config["tree_fanout"])
         agent = LightweightAgent(settings, say=lambda line: print(line, file=sys.stderr))
         agent.start()
         agents.append(agent)

@@ -105,7 +105,7 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
     """Heartbeat requests per second per node received by the coordinator of ``nodes`` lightweight agents."""
     token = secrets.token_urlsafe(16)
     settings = {
-        "job": "load", "token": token, "workers": nodes, "num_proc": 1, "entrypoint": ["none.py"],
+        "job_name": "load", "token": token, "workers": nodes, "num_proc": 1, "entrypoint": ["none.py"],
         "agent_port": 32300, "coordinator_port": 32300, "quorum_timeout": 120.0, "distribution": "pytorch",
         "min_workers": 1,
     }

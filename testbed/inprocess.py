@@ -151,7 +151,7 @@ class LightweightAgent:
 
     def join(self, world: World) -> None:
         """Take ``world`` as this node's world and serve calls for it."""
-        node_rank = world.node_rank_of(self.settings.node_id)
+        node_rank = world.node_rank_of(self.settings.node.node_id)
         first = world.first_rank(node_rank)
         self.service.use_executor(InProcessExecutor(range(first, first + world.nodes[node_rank].num_proc), node_rank))
         self.world = world
@@ -163,6 +163,6 @@ class LightweightAgent:
         self.service.close()
 
     def _route_info(self, _request: Request) -> Response:
-        return Response(200, {"node_id": self.settings.node_id, "mode": "service", "lightweight": True,
+        return Response(200, {"node_id": self.settings.node.node_id, "mode": "service", "lightweight": True,
                               "generation": self.world.generation if self.world else 0,
                               "service": self.service.stats()})

@@ -12,7 +12,7 @@ import os
 import threading
 
 from runtime.agent.agent import Agent
-from runtime.agent.spec.settings import AgentSettings
+from testbed.settings import agent_settings
 
 
 class NullProcesses:
@@ -45,11 +45,12 @@ def host(args: argparse.Namespace) -> None:
     settings = json.loads(args.settings)
     agents = []
     for node_id in range(args.first, args.first + args.count * args.stride, args.stride):
-        s = AgentSettings(
+        s = agent_settings(
             **settings, node_id=node_id, advertise_address=lightweight_address(node_id),
             bind_address=lightweight_address(node_id), coordinator=lightweight_address(0),
         )
-        agents.append(Agent(s, log=open(os.environ.get("BENCH_AGENT_LOG", os.devnull), "a"), spawner=NullProcesses))  # noqa: SIM115
+        log = open(os.environ.get("BENCH_AGENT_LOG", os.devnull), "a")  # noqa: SIM115 - the agent's for its life
+        agents.append(Agent(s, log=log, spawner=NullProcesses))
     threads = [threading.Thread(target=a.run, daemon=True) for a in agents]
     for t in threads:
         t.start()
@@ -67,7 +68,8 @@ def main() -> None:
     h.add_argument("--count", type=int, required=True)
     h.add_argument("--stride", type=int, default=1,
                    help="host nodes F, F+S, F+2S, ... (interleaving hosts spreads a tree's parents over them)")
-    h.add_argument("--settings", required=True, help="AgentSettings fields shared by all nodes, as JSON")
+    h.add_argument("--settings", required=True,
+                   help="agent settings shared by all nodes, by name, as JSON (testbed.settings)")
     args = p.parse_args()
     host(args)
 

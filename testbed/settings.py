@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.job import JobSpec
+from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 
-DEFAULTS: dict[str, Any] = {"job_name": "job", "token": "token", "node_id": 0, "workers": 1, "num_proc": 1,
-                            "coordinator": "127.0.0.1"}
-"""What every agent these build gets unless told otherwise."""
+DEFAULTS: dict[str, Any] = {"job_name": "job", "token": "token", "node_id": 0, "coordinator": "127.0.0.1"}
+"""What every agent these build gets unless told otherwise (the job spec's defaults for the rest)."""
 
 
-def agent_settings(**overrides: Any) -> AgentSettings:
-    """Settings of one agent: :data:`DEFAULTS` updated with ``overrides`` (any setting by its name;
-    ``entrypoint`` defaults to ``("train.py",)`` in batch mode and nothing in service mode).
+def agent_settings(**values: Any) -> AgentSettings:
+    """Settings of one agent: :data:`DEFAULTS` updated with ``values``, each routed by name to the job
+    spec, the node's identity or the plumbing; ``entrypoint`` defaults to ``("train.py",)`` in batch
+    mode and nothing in service mode.
 
     Raises:
-        ConfigError: a setting is invalid.
+        SpecError, ConfigError: a setting is invalid.
+        TypeError: a name is none of the three's.
     """
-    values = {**DEFAULTS, **overrides}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in {**DEFAULTS, **values}.items()}
     values.setdefault("entrypoint", () if values.get("mode") == "service" else ("train.py",))
-    values["job"] = values.pop("job_name")
-    return AgentSettings(**values)
+    parts = []
+    for part in (JobSpec, NodeIdentity, Plumbing):
+        names = {f.name for f in fields(part)}
+        parts.append(part(**{k: values.pop(k) for k in list(values) if k in names}))
+    if values:
+        raise TypeError(f"no agent setting is named {sorted(values)}")
+    spec, node, plumbing = parts
+    return AgentSettings(spec, node, plumbing)

@@ -17,7 +17,8 @@ from components.errors import InvalidJobArgs
 from components.job import checks
 from runtime.agent import contract
 from runtime.agent.execution import controller
-from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER, reserved_ports
+from runtime.agent.execution.environment import reserved_ports
+from runtime.agent.spec.job import DISTRIBUTIONS, SINGLE_CONTROLLER
 
 MODES = ("batch", "service")
 INDEXED_JOB = "indexed-job"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.world import SINGLE_CONTROLLER, World
+from runtime.agent.world import World
 
 MONARCH_WORKER = (
     "import sys\n"
@@ -54,14 +54,6 @@ class Daemon:
     name: str
     argv: tuple[str, ...]
     wait_for: str = ""
-
-
-def local_world_size(distribution: str, node_id: int, num_proc: int) -> int:
-    """User processes (ranks) a node runs: ``num_proc``, except under a single-controller
-    distribution: 1 on node 0 (the driver), 0 elsewhere (the daemon only)."""
-    if distribution not in SINGLE_CONTROLLER:
-        return num_proc
-    return 1 if node_id == 0 else 0
 
 
 def daemon(

@@ -74,7 +74,7 @@ class Coordinator:
 
     def __init__(self, settings: AgentSettings, now: float, world: Optional[World] = None) -> None:
         self._s = settings
-        self._ttl = settings.heartbeat_ttl
+        self._ttl = settings.spec.heartbeat_ttl
         self._started = now
         self._last_tick = now
         self._quorum_at: Optional[float] = None
@@ -88,7 +88,7 @@ class Coordinator:
         self._states: dict[int, str] = {}
         self._failures: list[Failure] = []
         self._probing: dict[int, int] = {}
-        self.probe_timeout = HeartbeatTiming(settings.heartbeat_interval, settings.heartbeat_ttl).probe_timeout
+        self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
         """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
         node is still declared dead one TTL after its last heartbeat, and a dead one sooner."""
         if world is not None:
@@ -107,13 +107,13 @@ class Coordinator:
             MembershipRefused: the job has ended, or the world formed without the node and the job is
                 not elastic or already at ``max_workers``.
         """
-        if not 0 <= node.node_id < self._s.max_nodes:
-            raise NotAMember(f"node rank {node.node_id} is outside this job's 0..{self._s.max_nodes - 1}")
+        if not 0 <= node.node_id < self._s.spec.max_nodes:
+            raise NotAMember(f"node rank {node.node_id} is outside this job's 0..{self._s.spec.max_nodes - 1}")
         world = self.world
         if world is None:
             self.members[node.node_id] = node
             self._dead.pop(node.node_id, None)
-            if len(self.members) >= self._s.quorum and self._quorum_at is None:
+            if len(self.members) >= self._s.spec.quorum and self._quorum_at is None:
                 self._quorum_at = now
             return self.tick(now)
         if world.status != RUNNING:
@@ -122,7 +122,7 @@ class Coordinator:
             self.liveness.beat(node.node_id, now)
             return []
         in_world = world.has(node.node_id)
-        if not self._s.elastic or (not in_world and len(world.nodes) >= self._s.max_nodes):
+        if not self._s.spec.elastic or (not in_world and len(world.nodes) >= self._s.spec.max_nodes):
             raise MembershipRefused(f"the world formed at generation {world.generation} without node {node.node_id}")
         self.members[node.node_id] = node
         self._dead.pop(node.node_id, None)
@@ -135,7 +135,7 @@ class Coordinator:
         if now - self._last_tick > self._ttl / 2:
             self.liveness.grace(now)  # this host stalled (e.g. SIGSTOP): don't blame the others
         self._last_tick = now
-        self.liveness.beat(self._s.node_id, now)  # the coordinator hears itself
+        self.liveness.beat(self._s.node.node_id, now)  # the coordinator hears itself
         world = self.world
         if world is None:
             return self._tick_forming(now)
@@ -150,7 +150,7 @@ class Coordinator:
         suspect_after = self._ttl - self.probe_timeout
         silent = [self.liveness.age(n.node_id, now) > suspect_after for n in world.nodes]
         for position, n in enumerate(world.nodes):
-            if not silent[position] or n.node_id == self._s.node_id or n.node_id in self._probing:
+            if not silent[position] or n.node_id == self._s.node.node_id or n.node_id in self._probing:
                 continue
             if self._silent_ancestor(world, position, silent):
                 continue  # its news travels through a silent parent: settle the parent first
@@ -165,7 +165,7 @@ class Coordinator:
 
     def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
         """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
-        tree = layout(len(world.nodes), self._s.tree_fanout, self._s.tree_threshold)
+        tree = layout(len(world.nodes), self._s.spec.tree_fanout, self._s.spec.tree_threshold)
         up = tree.parent(position)
         while up:
             if silent[up] or world.nodes[up].node_id in self._probing:
@@ -212,19 +212,19 @@ class Coordinator:
         actions: list[Action] = []
         count = len(self.members)
         since = now - self._last_progress
-        complete = count >= self._s.workers
+        complete = count >= self._s.spec.workers
         if (count != self._progress_count and (since >= PROGRESS_MIN_GAP or complete)) or since >= PROGRESS_EVERY:
             self._progress_count, self._last_progress = count, now
-            actions.append(Say(f"{count}/{self._s.workers} nodes registered (quorum {self._s.quorum})"))
+            actions.append(Say(f"{count}/{self._s.spec.workers} nodes registered (quorum {self._s.spec.quorum})"))
         if complete or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):
             self.world = self._world(nodes_from(self.members.values()), 0)
             self._begin_epoch(self.world)
             for n in self.world.nodes:
                 self.liveness.beat(n.node_id, now)
             return [*actions, Push(self.world, self.world.nodes)]
-        if now - self._started >= self._s.quorum_timeout:
-            missing = [i for i in range(self._s.workers) if i not in self.members]
-            error = QuorumTimeout(missing, count, self._s.quorum, self._s.quorum_timeout)
+        if now - self._started >= self._s.spec.quorum_timeout:
+            missing = [i for i in range(self._s.spec.workers) if i not in self.members]
+            error = QuorumTimeout(missing, count, self._s.spec.quorum, self._s.spec.quorum_timeout)
             world = self._world(nodes_from(self.members.values()), 0).finished(
                 FAILED, str(error), contract.EXIT_RENDEZVOUS
             )
@@ -234,14 +234,14 @@ class Coordinator:
 
     def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
         return World(
-            job=self._s.job,
+            job=self._s.spec.job_name,
             generation=self.world.generation + 1 if self.world else 1,
             restart_count=restart_count,
-            max_restarts=self._s.max_restarts,
+            max_restarts=self._s.spec.max_restarts,
             nodes=nodes,
-            master_port=self._s.master_port,
-            distribution=self._s.distribution,
-            coordinator=(self._s.node_id, self._s.advertise_address, self._s.agent_port),
+            master_port=self._s.spec.master_port,
+            distribution=self._s.spec.distribution,
+            coordinator=(self._s.node.node_id, self._s.node.advertise_address, self._s.node.agent_port),
         )
 
     def _begin_epoch(self, world: World) -> None:
@@ -323,18 +323,18 @@ class Coordinator:
         if world is None or not world.has(node_id):
             return []
         survivors = tuple(n for n in world.nodes if n.node_id != node_id)
-        if self._s.elastic and len(survivors) >= self._s.min_nodes:
+        if self._s.spec.elastic and len(survivors) >= self._s.spec.min_nodes:
             self._states.pop(node_id, None)
             lost = tuple(n for n in world.nodes if n.node_id == node_id) if alive else ()
             return self._change(world, survivors, reason, extra_targets=lost)
         self._failures.append(
             failure or Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=EXIT_NODE_LOST, addr=reason)
         )
-        if world.restart_count < self._s.max_restarts:
+        if world.restart_count < self._s.spec.max_restarts:
             self.world = self._world(world.nodes, world.restart_count + 1)
             self._begin_epoch(self.world)
             return [
-                Say(f"{reason}\nrestarting ({self.world.restart_count}/{self._s.max_restarts}) "
+                Say(f"{reason}\nrestarting ({self.world.restart_count}/{self._s.spec.max_restarts}) "
                     f"as generation {self.world.generation}"),
                 Push(self.world, world.nodes),
             ]
@@ -388,9 +388,9 @@ class Coordinator:
                 "last_seen_s": round(self.liveness.age(n.node_id, now), 3) if n.node_id in in_world else None,
             })
         return {
-            "job": self._s.job,
-            "workers": self._s.workers,
-            "quorum": self._s.quorum,
+            "job": self._s.spec.job_name,
+            "workers": self._s.spec.workers,
+            "quorum": self._s.spec.quorum,
             "registered": sorted(self.members),
             "generation": world.generation if world else 0,
             "status": world.status if world else "forming",

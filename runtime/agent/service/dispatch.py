@@ -62,7 +62,7 @@ class ServiceNode:
         self._world = world
         self._clock = clock
         self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
-        self._links = Links(self._transport, clock, settings.advertise_address, say, on_unreachable)
+        self._links = Links(self._transport, clock, settings.node.advertise_address, say, on_unreachable)
         self._executor: Optional[LocalExecutor] = None
         self._lock = threading.Lock()
         self._call_lock = threading.Lock()
@@ -110,7 +110,7 @@ class ServiceNode:
         if me != 0:
             coordinator = world.nodes[0]
             raise HttpError(409, f"calls go to the coordinator (node rank 0) at {coordinator.addr}:{coordinator.port}")
-        call = CallRequest.from_json(request.body, self._settings.allow_pickle)
+        call = CallRequest.from_json(request.body, self._settings.spec.allow_pickle)
         serving = tuple(i for i, node in enumerate(world.nodes) if node.num_proc)
         targets = call.workers if call.workers is not None else serving
         if targets[-1] >= len(world.nodes):
@@ -127,9 +127,9 @@ class ServiceNode:
             return Response(error_status(error), error_body(error))
         try:
             s = self._settings
-            plan = plan_root(targets, me, s.tree_threshold, s.tree_fanout)
+            plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)
             exec_request = ExecRequest(uuid.uuid4().hex, world.generation, call.invocation, call.timeout,
-                                       targets, s.tree_fanout)
+                                       targets, s.spec.tree_fanout)
             outcome = self._execute(world, me, exec_request, plan, deadline)
         finally:
             self._call_lock.release()
@@ -143,7 +143,7 @@ class ServiceNode:
         """``POST /exec``: run a call on this node and its subtree, or cancel one."""
         if "cancel" in request.body:
             return self._route_cancel(request.body["cancel"])
-        exec_request = ExecRequest.from_json(request.body, self._settings.allow_pickle)
+        exec_request = ExecRequest.from_json(request.body, self._settings.spec.allow_pickle)
         self._await_generation(exec_request.generation)
         world, me = self._running_world()
         if exec_request.generation != world.generation:
@@ -185,7 +185,7 @@ class ServiceNode:
         The coordinator pushes a new world to every node at once, so a parent in the call tree can
         forward an exec to a child that has not installed that world yet.
         """
-        deadline = self._clock() + self._settings.heartbeat_ttl
+        deadline = self._clock() + self._settings.spec.heartbeat_ttl
         while True:
             world = self._world()
             if (world is not None and world.generation >= generation) or self._clock() >= deadline:
@@ -201,9 +201,9 @@ class ServiceNode:
         world = self._world()
         if world is None or world.status != RUNNING:
             raise HttpError(503, "the job has no running world yet (still forming, or finished); retry shortly")
-        if not world.has(self._settings.node_id):
-            raise HttpError(503, f"node {self._settings.node_id} is not in generation {world.generation}")
-        return world, world.node_rank_of(self._settings.node_id)
+        if not world.has(self._settings.node.node_id):
+            raise HttpError(503, f"node {self._settings.node.node_id} is not in generation {world.generation}")
+        return world, world.node_rank_of(self._settings.node.node_id)
 
     def _membership_view(self, world: World, error: TrainplaneError) -> TrainplaneError:
         current = self._world()

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.agent.world import FAILED, Failure, Node, World, process_env
+from runtime.agent.execution.environment import process_env
+from runtime.agent.world import FAILED, Failure, Node, World
 
 
 def world(num_procs: tuple[int, ...] = (2, 2), distribution: str = "spmd", shared_address: bool = False) -> World:

@@ -14,14 +14,17 @@ from runtime.agent import contract
 from runtime.agent.execution import controller
 from runtime.agent.execution.bootstrap import wait_for
 from runtime.agent.execution.daemon import EXIT_NOT_FOUND, resolve
+from runtime.agent.execution.environment import process_env
 from runtime.agent.membership.coordinator import Coordinator, Push
-from runtime.agent.spec.settings import AgentSettings
-from runtime.agent.world import FAILED, SUCCEEDED, Failure, Node, World, process_env
+from runtime.agent.spec.job import JobSpec
+from runtime.agent.world import FAILED, SUCCEEDED, Failure, Node, World
+from testbed.settings import agent_settings
 from tests.conftest import ROOT, project_env
 
 
 def world(distribution: str, addrs: tuple[str, ...] = ("10.0.0.1", "10.0.0.2", "10.0.0.3")) -> World:
-    nodes = tuple(Node(i, a, 32300, controller.local_world_size(distribution, i, 1)) for i, a in enumerate(addrs))
+    spec = JobSpec(workers=len(addrs), distribution=distribution, entrypoint=("d.py",))
+    nodes = tuple(Node(i, a, 32300, spec.local_world_size(i)) for i, a in enumerate(addrs))
     return World("job", 1, 0, 0, nodes, 29500, distribution)
 
 
@@ -76,8 +79,7 @@ def test_the_driver_is_rank_0_of_1_and_knows_every_node(distribution: str, varia
 
 
 def coordinator(distribution: str) -> Coordinator:
-    s = AgentSettings(job="job", token="t", node_id=0, workers=3, num_proc=1, entrypoint=("d.py",), coordinator="c",
-                      distribution=distribution)
+    s = agent_settings(workers=3, entrypoint=("d.py",), coordinator="c", distribution=distribution)
     c = Coordinator(s, now=0.0)
     for n in world(distribution).nodes:
         c.register(n, 0.0)

@@ -12,11 +12,13 @@ from torch.distributed.elastic.multiprocessing.errors.error_handler import Error
 
 from runtime.agent.errors import ConfigError
 from runtime.agent.execution import errorfile, jaxcluster, raynodes, torchrun
+from runtime.agent.execution.environment import host_of, process_env
 from runtime.agent.spec import streams
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
-from runtime.agent.world import Node, World, host_of, process_env
+from runtime.agent.world import Node, World
+from testbed.settings import agent_settings
 
 
 @pytest.mark.parametrize(("inherited", "local_world_size", "expected"), [
@@ -159,19 +161,21 @@ def test_the_jax_cluster_is_present_only_with_the_contracts_jax_variables():
 
 
 def _settings(**overrides: object) -> AgentSettings:
-    return AgentSettings(job="j", token="t", node_id=0, workers=1, num_proc=1, entrypoint=("x.py",),
-                         coordinator="127.0.0.1", **overrides)
+    return agent_settings(entrypoint=("x.py",), **overrides)
 
 
 def test_agent_settings_refuse_bad_signals_and_file_output_without_a_log_dir():
-    with pytest.raises(ConfigError, match="TORCHELASTIC_SIGNALS_TO_HANDLE='SIGTERM,NOPE' is invalid"):
+    with pytest.raises(ConfigError, match="signals_to_handle='SIGTERM,NOPE' is invalid: 'NOPE' is not a signal"):
         _settings(signals_to_handle="SIGTERM,NOPE")
     with pytest.raises(ConfigError, match="TRAINPLANE_REDIRECTS='3' is invalid: set TRAINPLANE_LOG_DIR"):
-        _settings(outputs=streams.Streams(redirects=streams.parse_std("3")))
+        _settings(redirects=streams.parse_std("3"))
     env = {"TRAINPLANE_JOB": "j", "TRAINPLANE_TOKEN": "t", "TRAINPLANE_NODE_RANK": "0", "TRAINPLANE_COORDINATOR": "h",
            "TRAINPLANE_ENTRYPOINT": "[\"x.py\"]", "TRAINPLANE_TEE": "0:9"}
     with pytest.raises(ConfigError, match="TRAINPLANE_TEE='0:9' is invalid"):
         AgentSettings.from_env(env)
+    with pytest.raises(ConfigError, match="TORCHELASTIC_SIGNALS_TO_HANDLE='SIGTERM,NOPE' is invalid"):
+        AgentSettings.from_env({**env, "TRAINPLANE_TEE": "", "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,NOPE"})
     parsed = AgentSettings.from_env({**env, "TRAINPLANE_TEE": "0:1", "TRAINPLANE_LOG_DIR": "/tmp/x",
                                      "TRAINPLANE_ROLE": "trainer", "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGUSR2"})
-    assert (parsed.outputs.tee.of(0), parsed.role, parsed.signals_to_handle) == (1, "trainer", "SIGUSR2")
+    spec = parsed.spec
+    assert (spec.outputs.tee.of(0), spec.role, spec.signals_to_handle) == (1, "trainer", "SIGUSR2")

@@ -8,12 +8,13 @@ from runtime.agent.errors import MembershipRefused, NotAMember
 from runtime.agent.membership.coordinator import LAST_CALL, PROGRESS_MIN_GAP, Coordinator, Probe, Push, Say
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
+from testbed.settings import agent_settings
 
 
 def settings(**kw) -> AgentSettings:
-    base = dict(job="j", token="t", node_id=0, workers=3, num_proc=2, entrypoint=("x.py",), coordinator="c",
+    base = dict(job_name="j", token="t", node_id=0, workers=3, num_proc=2, entrypoint=("x.py",), coordinator="c",
                 quorum_timeout=10.0)
-    return AgentSettings(**{**base, **kw})
+    return agent_settings(**{**base, **kw})
 
 
 def node(i: int) -> Node:

@@ -13,10 +13,10 @@ import pytest
 
 from runtime import CallTimeout, NodeFailed, RemoteError, WorkerMembershipChanged
 from runtime.agent.membership.tree import levels
-from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import Node, World
 from runtime.client import JobClient
 from testbed.inprocess import LightweightAgent
+from testbed.settings import agent_settings
 from tests.conftest import wait_until
 from tests.runtime import inprocess_fns
 
@@ -30,9 +30,8 @@ class Fleet:
     def __init__(self, nodes: int, num_proc: int, threshold: int, fanout: int, late: tuple[int, ...] = ()) -> None:
         self.agents = []
         for i in range(nodes):
-            settings = AgentSettings(job="fleet", token=TOKEN, node_id=i, workers=nodes, num_proc=num_proc,
-                                     entrypoint=(), coordinator="127.0.0.1", mode="service",
-                                     tree_threshold=threshold, tree_fanout=fanout)
+            settings = agent_settings(job_name="fleet", token=TOKEN, node_id=i, workers=nodes, num_proc=num_proc,
+                                      mode="service", tree_threshold=threshold, tree_fanout=fanout)
             agent = LightweightAgent(settings, say=lambda _line: None)
             agent.start()
             self.agents.append(agent)

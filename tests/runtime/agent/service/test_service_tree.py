@@ -23,8 +23,7 @@ def job() -> Iterator[LocalJob]:
     # Liveness aggregates over the same depth-3 tree; a roomy TTL keeps a loaded machine from
     # declaring a node dead while this test is about calls.
     spec = LocalJobSpec(workers=NODES, num_proc=1, mode="service", master_port=0, grace_period=1.0, heartbeat_ttl=10.0,
-                        pythonpath=(str(ROOT),), env={contract.TREE_THRESHOLD: "4", contract.TREE_FANOUT: "3",
-                                                      contract.ALLOW_PICKLE: "true"})
+                        pythonpath=(str(ROOT),), tree_threshold=4, tree_fanout=3, allow_pickle=True)
     with serving(spec, ready_timeout=120) as running:
         yield running
 

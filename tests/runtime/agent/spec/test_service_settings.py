@@ -14,14 +14,14 @@ BASE = {contract.JOB_NAME: "j", contract.TOKEN: "t", contract.NODE_RANK_SETTING:
 
 def test_defaults_and_a_service_job_needs_no_entrypoint():
     settings = AgentSettings.from_env({**BASE, contract.MODE: "service"})
-    assert (settings.tree_threshold, settings.tree_fanout, settings.allow_pickle) == (100, 50, False)
-    assert settings.entrypoint == ()
+    assert (settings.spec.tree_threshold, settings.spec.tree_fanout, settings.spec.allow_pickle) == (100, 50, False)
+    assert settings.spec.entrypoint == ()
 
 
 def test_values_from_the_environment():
     settings = AgentSettings.from_env({**BASE, contract.MODE: "service", contract.TREE_THRESHOLD: "4",
                                        contract.TREE_FANOUT: "3", contract.ALLOW_PICKLE: "yes"})
-    assert (settings.tree_threshold, settings.tree_fanout, settings.allow_pickle) == (4, 3, True)
+    assert (settings.spec.tree_threshold, settings.spec.tree_fanout, settings.spec.allow_pickle) == (4, 3, True)
 
 
 @pytest.mark.parametrize(("env", "name"), [

@@ -28,20 +28,20 @@ BASE = {
     ],
 )
 def test_node_identity_sources(extra: dict, node_id: int):
-    assert AgentSettings.from_env({**BASE, **extra}).node_id == node_id
+    assert AgentSettings.from_env({**BASE, **extra}).node.node_id == node_id
 
 
 def test_pytorchjob_falls_back_to_the_operators_master_addr():
     env = {k: v for k, v in BASE.items() if k != contract.COORDINATOR_HOST}
     s = AgentSettings.from_env({**env, contract.MASTER_ADDR: "job-master-0", contract.RANK: "1"})
-    assert s.coordinator == "job-master-0" and s.coordinator_port == contract.AGENT_PORT
+    assert s.node.coordinator == "job-master-0" and s.node.coordinator_port == contract.AGENT_PORT
 
 
 def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
     local = AgentSettings.from_env({**BASE, contract.NODE_RANK_SETTING: "0", contract.POD_IP: "127.0.0.5"})
-    assert local.bind_address == "127.0.0.5" and local.advertise_address == "127.0.0.5"
+    assert local.node.bind_address == "127.0.0.5" and local.node.advertise_address == "127.0.0.5"
     pod = AgentSettings.from_env({**BASE, contract.NODE_RANK_SETTING: "0", contract.POD_IP: "10.1.2.3"})
-    assert pod.bind_address == "" and pod.advertise_address == "10.1.2.3"
+    assert pod.node.bind_address == "" and pod.node.advertise_address == "10.1.2.3"
 
 
 @pytest.mark.parametrize(
@@ -75,9 +75,9 @@ def test_bad_settings_name_the_variable(extra: dict, message: str):
 
 def test_no_python_is_read_from_the_environment():
     env = {**BASE, contract.NODE_RANK_SETTING: "0", contract.ENTRYPOINT: json.dumps(["/opt/train", "--fast"])}
-    assert not AgentSettings.from_env(env).no_python
+    assert not AgentSettings.from_env(env).spec.no_python
     command = AgentSettings.from_env({**env, contract.NO_PYTHON: "true"})
-    assert command.no_python and command.entrypoint == ("/opt/train", "--fast")
+    assert command.spec.no_python and command.spec.entrypoint == ("/opt/train", "--fast")
 
 
 @pytest.mark.parametrize(("distribution", "node_id", "local"), [
@@ -85,4 +85,4 @@ def test_no_python_is_read_from_the_environment():
 ])
 def test_single_controller_nodes_run_the_driver_on_node_0_only(distribution: str, node_id: int, local: int):
     s = AgentSettings.from_env({**BASE, contract.NODE_RANK_SETTING: str(node_id), contract.DISTRIBUTION: distribution})
-    assert s.local_world_size == local and s.num_proc == 1
+    assert s.local_world_size == local and s.spec.num_proc == 1
