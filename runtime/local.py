@@ -33,6 +33,7 @@ from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
+from runtime.reservation import LOCK_DIR, PortReservation, reserve
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
@@ -53,11 +54,14 @@ class LaunchPlan:
         addresses: one loopback address per node, by node id.
         ports: one agent port per node, by node id.
         master_port: rendezvous port on node 0.
+        reservation: the locks that keep another job planned on this machine off these ports
+            (``runtime.reservation``), held until the job is over (:meth:`LocalJob.release_ports`).
     """
 
     addresses: tuple[str, ...]
     ports: tuple[int, ...]
     master_port: int
+    reservation: Optional[PortReservation] = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,17 @@ class LocalJob:
             except subprocess.TimeoutExpired:
                 agent.kill()
                 agent.wait()
+        self._over()
+
+    def _over(self) -> None:
+        """Every agent has exited: remove the run directories and release the job's ports."""
         shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
+        self.release_ports()
+
+    def release_ports(self) -> None:
+        """Release the job's port reservation (idempotent), so another job may plan on them."""
+        if self.plan.reservation is not None:
+            self.plan.reservation.release()
 
     def supervise(self) -> int:
         """Wait for the agents, passing signals on; return the job's exit code.
@@ -205,7 +219,7 @@ class LocalJob:
                     if agent.poll() is None:
                         agent.kill()
             time.sleep(0.05)
-        shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
+        self._over()
         if received:
             return contract.EXIT_INTERRUPTED_BASE + received[0]
         try:
@@ -249,39 +263,65 @@ def loopback_range_usable() -> bool:
     return port_is_free("127.0.0.2", 0)
 
 
-def plan(workers: int, master_port: int, num_proc: int = 1) -> LaunchPlan:
-    """Choose addresses and ports: distinct loopback addresses (127.0.0.2, 127.0.0.3, ...) when
-    :func:`loopback_range_usable`, else 127.0.0.1 for every node with distinct agent ports.
+PLAN_ATTEMPTS = 100
+"""Port picks :func:`plan` tries before giving up, each refused by a port in use or reserved."""
+
+
+def plan(workers: int, master_port: int, num_proc: int = 1, lock_dir: str = LOCK_DIR) -> LaunchPlan:
+    """Choose addresses and ports, and reserve the ports (``runtime.reservation``) so that a job
+    planned at the same moment by another process on this machine picks others: distinct loopback
+    addresses (127.0.0.2, 127.0.0.3, ...) when :func:`loopback_range_usable`, else 127.0.0.1 for
+    every node with distinct agent ports. The job releases the reservation when it is over
+    (:meth:`LocalJob.release_ports`; this process's exit releases it too).
 
     Args:
         workers: nodes.
         master_port: the job's base port (TCP); 0 picks one whose reserved range (rendezvous, JAX
-            and TensorFlow ports, see ``contract.RENDEZVOUS_PORT_SPAN``) holds no agent's port.
+            and TensorFlow ports, see ``contract.RENDEZVOUS_PORT_SPAN``) holds no agent's port and
+            no port another job holds.
         num_proc: processes per node, for the number of TensorFlow ports to keep clear.
+        lock_dir: where the reservations' lock files are.
 
     Raises:
-        RuntimeError: ``master_port`` is taken on node 0's address.
+        RuntimeError: ``master_port`` is taken on node 0's address or reserved by another job, or
+            no free ports were found in :data:`PLAN_ATTEMPTS` tries.
     """
+    block = reserved_ports(workers * num_proc)
+    for _ in range(PLAN_ATTEMPTS):
+        addresses, ports = _agent_ports(workers)
+        base = master_port or _free_block(addresses[0], block, ports)
+        if master_port and not port_is_free(addresses[0], master_port):
+            raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
+        held = reserve((*ports, *range(base, base + block)), lock_dir)
+        if held is not None:
+            return LaunchPlan(addresses, ports, base, held)
+        if master_port:
+            raise RuntimeError(f"--master-port: ports {master_port}..{master_port + block - 1} are reserved by another "
+                               f"job on this machine; pass another or 0")
+    raise RuntimeError(f"no free ports for the job after {PLAN_ATTEMPTS} tries (every pick was in use or reserved by "
+                       f"another job)")
+
+
+def _agent_ports(workers: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Addresses and agent ports for ``workers`` nodes, free now."""
     if loopback_range_usable():
         addresses = tuple(f"127.0.0.{2 + i}" for i in range(workers))
         port = free_port("127.0.0.1")
         while not all(port_is_free(a, port) for a in addresses):
             port = free_port("127.0.0.1")
-        ports = (port,) * workers
-    else:
-        addresses = ("127.0.0.1",) * workers
-        chosen: list[int] = []
-        for _ in range(workers):
-            chosen.append(free_port("127.0.0.1", chosen))
-        ports = tuple(chosen)
-    if master_port == 0:
-        reserved = reserved_ports(workers * num_proc)
-        master_port = free_port(addresses[0])
-        while any(master_port <= p < master_port + reserved for p in ports):
-            master_port = free_port(addresses[0])
-    elif not port_is_free(addresses[0], master_port):
-        raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
-    return LaunchPlan(addresses, ports, master_port)
+        return addresses, (port,) * workers
+    chosen: list[int] = []
+    for _ in range(workers):
+        chosen.append(free_port("127.0.0.1", chosen))
+    return ("127.0.0.1",) * workers, tuple(chosen)
+
+
+def _free_block(host: str, block: int, agent_ports: Sequence[int]) -> int:
+    """A free base port on ``host`` whose ``block`` ports upward hold none of ``agent_ports`` and fit below 65536."""
+    while True:
+        base = free_port(host)
+        if base + block <= 65536 and not any(base <= p < base + block for p in agent_ports):
+            return base
 
 
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
@@ -342,10 +382,13 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
     token = secrets.token_urlsafe(32)
     log_dir = spec.log_dir or os.path.join(tempfile.gettempdir(), "trainplane", job)
     os.makedirs(log_dir, exist_ok=True)
-    agents = [
-        subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
-                         stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL,
-                         stdout=stdout, stderr=stderr)
-        for i in range(spec.workers)
-    ]
+    agents: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(spec.workers):
+            agents.append(subprocess.Popen(
+                [sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
+                stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr))
+    except OSError:
+        LocalJob(job, token, lp, log_dir, agents).stop()
+        raise
     return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle)
