@@ -131,7 +131,8 @@ class LocalJob:
                 raise RendezvousError(f"job {self.job}: agent(s) exited before the job was ready "
                                       f"(node, exit code): {exited}; see their output above")
             try:
-                info = request_json(host, port, "GET", contract.ROUTE_INFO, self.token, timeout=2.0)
+                info = request_json(host, port, "GET", contract.ROUTE_INFO, self.token, timeout=2.0,
+                                    job=self.job)
             except TransportError:
                 info = {}
             if info.get("status") == "running":

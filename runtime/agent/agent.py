@@ -170,7 +170,7 @@ class Agent:
         self._error_files: list[str] = []
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
-        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock, job=settings.job)
         self._probe_slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
         self._worlds_sent = 0
         self._signals = parse_signals(settings.spec.signals_to_handle)
@@ -192,6 +192,7 @@ class Agent:
                 **(self._service.routes() if self._service is not None else batch_mode_routes()),
             },
             contract.MAX_BODY_BYTES,
+            job=settings.job,
         )
 
     # --- logging ---------------------------------------------------------------------------------

@@ -169,6 +169,10 @@ ROUTE_EXEC = "/exec"
 ROUTE_WORLD = "/world"
 AUTH_HEADER = "Authorization"
 AUTH_SCHEME = "Bearer"
+JOB_HEADER = "X-Trainplane-Job"
+"""Names the job a request is for. Every agent sends it; an agent refuses a request naming another job
+(403) even when the token is right, so a stray connection from another job is never merged into this
+one. A driver (``runtime.client``) may leave it out: its token alone binds it."""
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Default cap on an HTTP request body, bytes; larger bodies get 413."""
 

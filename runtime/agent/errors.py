@@ -13,6 +13,7 @@ Tree::
     │       └── NotAMember                 the node id is none of the job's (answered 400)
     ├── TransportError                     an HTTP exchange between agents failed
     │   ├── Unauthorized                   401: missing or wrong job token
+    │   ├── WrongJob                       403: the peer serves another job (``contract.JOB_HEADER``)
     │   └── StaleConnection                a kept-alive connection the peer had closed while idle: nothing
     │                                      of the request was processed, so it is sent again once
     ├── HttpError                          raised by a route handler: answer with this HTTP status
@@ -154,6 +155,11 @@ class TransportError(TrainplaneError):
 
 class Unauthorized(TransportError):
     """The peer refused the request with 401: the job token is missing or wrong."""
+
+
+class WrongJob(TransportError):
+    """The peer refused the request with 403: it serves another job than the one the request names
+    (``contract.JOB_HEADER``), so the two jobs' messages are never merged."""
 
 
 class StaleConnection(TransportError):

@@ -38,10 +38,12 @@ class ConnectionPool:
 
     Args:
         token: the job token, sent as a bearer token on every request.
+        job: the job id, sent with it on every request (``contract.JOB_HEADER``).
     """
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, job: str) -> None:
         self.token = token
+        self.job = job
         self._idle: dict[tuple[str, int], list[socket.socket]] = {}
         self._lock = threading.Lock()
         self.sent = 0
@@ -184,7 +186,7 @@ class MultiplexBatch:
 
     def _request(self, exchange: Exchange) -> bytes:
         return request_bytes(exchange.method, exchange.path, exchange.host, exchange.port, self._pool.token,
-                             exchange.body)
+                             self._pool.job, exchange.body)
 
     def _start(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
         exchange = flight.exchange

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from runtime.agent.errors import TransportError, Unauthorized
+from runtime.agent.errors import TransportError, Unauthorized, WrongJob
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class Answer:
 
         Raises:
             Unauthorized: the peer answered 401 (a missing or wrong job token).
+            WrongJob: the peer answered 403: it serves another job.
             TransportError: no response, a non-2xx status, or a body that is not a JSON object;
                 ``status`` is ``None`` when no response arrived.
         """
@@ -90,6 +91,8 @@ class Answer:
             raise TransportError(f"{exchange.where} failed: {self.problem}")
         if self.status == 401:
             raise Unauthorized(f"{exchange.where}: 401 {self.body.get('error', '')}", 401)
+        if self.status == 403:
+            raise WrongJob(f"{exchange.where}: 403 {self.body.get('error', '')}", 403)
         if self.error:
             raise TransportError(f"{exchange.where}: {self.error}", self.status)
         raise TransportError(f"{exchange.where}: {self.status} {self.body.get('error', '')}", self.status)
@@ -114,6 +117,8 @@ class PeerTransport(Protocol):
 
     token: str
     """The job token every request carries."""
+    job: str
+    """The job id every request carries with the token."""
 
     @property
     def sent(self) -> int:

@@ -1,8 +1,10 @@
 """The agent's HTTP server: a small authenticated JSON server. Standard library only.
 
 Every route but ``GET /healthz`` requires ``Authorization: Bearer <job token>``, compared with
-``hmac.compare_digest``. Request bodies are capped (413 past the cap), must be JSON objects (400
-otherwise), and need a ``Content-Length`` (411 without one).
+``hmac.compare_digest``, and a request that names a job (``contract.JOB_HEADER``, which every agent
+sends) must name this one: another job's is refused with 403, never merged. Request bodies are
+capped (413 past the cap), must be JSON objects (400 otherwise), and need a ``Content-Length`` (411
+without one).
 """
 
 from __future__ import annotations
@@ -69,14 +71,16 @@ class AgentServer(socketserver.ThreadingTCPServer):
         token: the job's bearer token.
         routes: ``(method, path)`` to handler.
         max_body: request body cap, bytes.
+        job: the job id this server serves; a request naming another is refused (403).
     """
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, address: tuple[str, int], token: str, routes: Routes, max_body: int) -> None:
+    def __init__(self, address: tuple[str, int], token: str, routes: Routes, max_body: int, *, job: str) -> None:
         self.token = token
+        self.job = job
         self.routes = routes
         self.max_body = max_body
         self.requests_served = 0
@@ -227,6 +231,11 @@ class _RequestHandler(socketserver.StreamRequestHandler):
         if not authorized(self.headers.get(contract.AUTH_HEADER), self.server.token):
             self._drain()
             raise HttpError(401, "missing or wrong bearer token")
+        named = self.headers.get(contract.JOB_HEADER)
+        if named is not None and named != self.server.job:
+            self._drain()
+            raise HttpError(403, f"this agent serves job {self.server.job!r}, not {named!r}: a request from "
+                                 f"another job is refused")
         try:
             handler = route(self.server.routes, method, path)
         except HttpError:

@@ -61,7 +61,7 @@ class ServiceNode:
         self._settings = settings
         self._world = world
         self._clock = clock
-        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock, job=settings.job)
         self._links = Links(self._transport, clock, settings.node.advertise_address, say, on_unreachable)
         self._executor: Optional[LocalExecutor] = None
         self._lock = threading.Lock()

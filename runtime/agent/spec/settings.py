@@ -103,6 +103,11 @@ class AgentSettings:
         return self.plumbing.token
 
     @property
+    def job(self) -> str:
+        """The job id (``JobSpec.job_name``, never empty here), which every message between agents names."""
+        return self.spec.job_name or ""
+
+    @property
     def local_world_size(self) -> int:
         """User processes (ranks) this node runs (``JobSpec.local_world_size``)."""
         return self.spec.local_world_size(self.node.node_id)

@@ -61,7 +61,7 @@ def whole_world(job: AgentCluster, workers: int, host: str = "127.0.0.10") -> in
     generation: list[int] = []
 
     def whole() -> bool:
-        snapshot = request_json(host, job.port, "GET", "/members", job.token)
+        snapshot = request_json(host, job.port, "GET", "/members", job.token, job=job.job)
         members = [m for m in snapshot["members"] if m["node_rank"] is not None]
         generation[:] = [snapshot["generation"]]
         return len(members) == workers and all(m["state"] == "running" and m["last_seen_s"] < 1.5 for m in members)
@@ -114,7 +114,7 @@ def test_when_the_coordinator_node_dies_the_lowest_survivor_takes_over_and_becom
         assert [(e["rank"], e["world_size"], e["master"]) for e in told] == [("0", "2", "127.0.0.11"),
                                                                             ("1", "2", "127.0.0.11")]
         assert all(e["removed"] == ["127.0.0.10"] for e in told)
-        snapshot = request_json("127.0.0.11", job.port, "GET", "/members", job.token)
+        snapshot = request_json("127.0.0.11", job.port, "GET", "/members", job.token, job=job.job)
         assert snapshot["generation"] == after and snapshot["status"] == "running", job.log(1)
         assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [1, 2]
         assert "takes over" in job.log(1)
