@@ -27,6 +27,7 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.execution.environment import reserved_ports
 from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
+from runtime.agent.net.address import url
 from runtime.agent.net.transport import request_json
 from runtime.agent.spec import environment
 from runtime.agent.spec.job import SETTINGS, JobSpec
@@ -113,7 +114,7 @@ class LocalJob:
         self.signals = parse_signals(signals_to_handle)
         self.token = token
         self.plan = plan
-        self.url = f"http://{plan.addresses[0]}:{plan.ports[0]}"
+        self.url = url(plan.addresses[0], plan.ports[0])
         self.log_dir = log_dir
         self.agents = list(agents)
 

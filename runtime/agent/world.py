@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from runtime.agent import contract
+from runtime.agent.net.address import host_port
 
 DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
 """Distribution kinds the local agent knows. ``spmd`` sets every framework's variables."""
@@ -323,11 +324,6 @@ class World:
 def _coordinator(value: Sequence[Any]) -> tuple[int, str, int]:
     node_id, addr, port = value
     return int(node_id), str(addr), int(port)
-
-
-def host_port(addr: str, port: int) -> str:
-    """``addr:port``, with an IPv6 address in brackets (``[fd00::1]:29532``), as Ray and Monarch spell it."""
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
 def nodes_from(entries: Sequence[Node]) -> tuple[Node, ...]:

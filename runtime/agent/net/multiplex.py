@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+from runtime.agent.net.address import host_port
 from runtime.agent.net.http11 import parse_head, request_bytes
 from runtime.agent.net.peer import Answer, Exchange
 
@@ -201,7 +202,7 @@ class MultiplexBatch:
                                                                  type=socket.SOCK_STREAM)[0]
             sock = socket.socket(family, kind, proto)
         except OSError as exc:
-            return Answer(flight.index, None, error=f"cannot reach {exchange.host}:{exchange.port}: {exc}")
+            return Answer(flight.index, None, error=f"cannot reach {host_port(exchange.host, exchange.port)}: {exc}")
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         code = sock.connect_ex(address)
@@ -298,7 +299,7 @@ class MultiplexBatch:
 
     @staticmethod
     def _peer(flight: _Flight) -> str:
-        return f"{flight.exchange.host}:{flight.exchange.port}"
+        return host_port(flight.exchange.host, flight.exchange.port)
 
 
 def decoded(index: int, status: int, raw: bytes) -> Answer:

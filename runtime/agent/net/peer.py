@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from runtime.agent.errors import TransportError, Unauthorized, WrongJob
+from runtime.agent.net.address import url
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Exchange:
     @property
     def where(self) -> str:
         """``METHOD http://host:port/path``, for messages."""
-        return f"{self.method} http://{self.host}:{self.port}{self.path}"
+        return f"{self.method} {url(self.host, self.port, self.path)}"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
+from runtime.agent.net.address import bind_family
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,9 @@ class AgentServer(socketserver.ThreadingTCPServer):
     answer) and whose handler parses heads with the ``email`` package (see ``_RequestHandler``).
 
     Args:
-        address: ``(host, port)`` to bind; port 0 picks a free one.
+        address: ``(host, port)`` to bind, either family; host ``""`` binds every interface, dual-stack
+            (``::`` with ``IPV6_V6ONLY`` off, so IPv4 clients reach it as ``::ffff:a.b.c.d``) where this
+            host has IPv6, else ``0.0.0.0``; port 0 picks a free one.
         token: the job's bearer token.
         routes: ``(method, path)`` to handler.
         max_body: request body cap, bytes.
@@ -85,7 +88,14 @@ class AgentServer(socketserver.ThreadingTCPServer):
         self.max_body = max_body
         self.requests_served = 0
         self._count_lock = threading.Lock()
-        super().__init__(address, _RequestHandler)
+        self.address_family, host = bind_family(address[0])
+        super().__init__((host, address[1]), _RequestHandler)
+
+    def server_bind(self) -> None:
+        """Bind, dual-stack when bound to every IPv6 interface (``::``)."""
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     def count_request(self) -> None:
         """Count one request (any route, any status); read back as ``requests_served``."""
@@ -105,9 +115,10 @@ class AgentServer(socketserver.ThreadingTCPServer):
         stopper = threading.Thread(target=self.shutdown, daemon=True)
         stopper.start()
         host, port = self.server_address[:2]
+        host = {"::": "::1", "0.0.0.0": "127.0.0.1"}.get(host, host)
         while stopper.is_alive():
             with contextlib.suppress(OSError):
-                socket.create_connection((host or "127.0.0.1", port), timeout=0.2).close()
+                socket.create_connection((host, port), timeout=0.2).close()
             stopper.join(0.02)
         self.server_close()
 

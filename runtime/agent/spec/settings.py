@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, SpecError
+from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
 
 _ORDINAL = re.compile(r"-(\d+)$")
@@ -120,7 +121,7 @@ class AgentSettings:
         (set by the Kubeflow training operator on PyTorchJob replicas: Master 0, Worker i+1; read
         before the pod name, since ``<job>-worker-0`` ends in 0), else the ordinal suffix of
         ``POD_NAME`` (StatefulSet). Coordinator: ``TRAINPLANE_COORDINATOR`` (``host`` or
-        ``host:port``), else the operator's ``MASTER_ADDR``.
+        ``host:port``, an IPv6 address bare or as ``[fd00::2]:40000``), else the operator's ``MASTER_ADDR``.
 
         Raises:
             ConfigError: a variable is missing or malformed, or a setting is invalid; the message
@@ -162,14 +163,18 @@ def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
     _require(bool(coordinator), contract.COORDINATOR_HOST, "<unset>",
              "set it to node 0's host name (e.g. <job>-0.<service>)")
     agent_port = _int(env, contract.AGENT_PORT_SETTING, contract.AGENT_PORT)
-    host, _, port_text = coordinator.rpartition(":") if coordinator.count(":") == 1 else (coordinator, "", "")
+    try:
+        host, port = split_host_port(coordinator)
+    except ValueError as exc:
+        raise ConfigError(f"{contract.COORDINATOR_HOST}={coordinator!r} is invalid: {exc}; use host, host:port, an "
+                          f"IPv6 address, or [IPv6 address]:port") from None
     advertise = env.get(contract.ADVERTISE_ADDRESS) or env.get(contract.POD_IP, "") or "127.0.0.1"
     bind = env.get(contract.BIND_ADDRESS)
     if bind is None:
         bind = advertise if _is_loopback(advertise) else ""
     return NodeIdentity(
         node_id=_node_id(env), coordinator=host,
-        coordinator_port=_parse_int(contract.COORDINATOR_HOST, port_text) if port_text else agent_port,
+        coordinator_port=agent_port if port is None else port,
         agent_port=agent_port, advertise_address=advertise, bind_address=bind,
     )
 
