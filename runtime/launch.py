@@ -330,7 +330,8 @@ def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run a job locally; return its exit code (the failing rank's code, or 0)."""
+    """Run a job locally; return its exit code (0, the root cause's code, or one of the launcher's:
+    ``runtime.local.Outcome``, whose line ends the output of a failed job)."""
     parser = build_parser()
     ns = parser.parse_args(argv)
     validate(parser, ns)
@@ -353,4 +354,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return contract.EXIT_RENDEZVOUS
         print(f"[trainplane] service ready at {job.url}; connection (URL and token) in {job.write_connection_file()};"
               f" Ctrl-C stops it", file=sys.stderr, flush=True)
-    return job.supervise()
+    outcome = job.supervise()
+    if outcome.exit_code:
+        print(outcome.line(), file=sys.stderr, flush=True)
+    return outcome.exit_code

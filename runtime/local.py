@@ -21,7 +21,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import IO, Mapping, Optional, Sequence
+from typing import IO, Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
@@ -94,6 +94,55 @@ class LocalJobSpec(JobSpec):
             if key in by_env:
                 raise ConfigError(f"env={{{key!r}: ...}} is invalid: {key} is the job setting {by_env[key]}; set "
                                   f"LocalJobSpec's {by_env[key]} instead")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a local job ended: its exit code and whose it is.
+
+    The launcher's own codes are ``contract.EXIT_USAGE`` (2, only ever before a job starts, in the
+    one ``error:`` line), ``contract.EXIT_RENDEZVOUS`` (3: the world could not be formed) and 128 + N
+    (stopped by signal N); every other failure passes on the root cause's code: a rank's, or a
+    framework daemon's. The numbers overlap (a rank may exit 2 or 3), so :meth:`line`, the
+    launcher's last line, names the owner.
+
+    Attributes:
+        exit_code: the job's exit code.
+        owner: ``"rank"``, ``"daemon"`` (the root cause's own code, passed through), or
+            ``"launcher"`` (one of the launcher's codes, or an agent's verdict without a root cause).
+        detail: whose code, ``rank 1's own exit code (node 1 at 127.0.0.3)``, or why the launcher
+            ended the job.
+    """
+
+    exit_code: int
+    owner: str
+    detail: str
+
+    @classmethod
+    def of(cls, verdict: Optional[Mapping[str, Any]], agent_codes: Sequence[int], signum: Optional[int]) -> Outcome:
+        """The outcome from the agents' verdict file (``None`` when none was written: agents killed
+        or the world never formed), the agents' exit codes and the stop signal received, if any."""
+        if signum is not None:
+            return cls(contract.EXIT_INTERRUPTED_BASE + signum, "launcher",
+                       f"stopped by {signal.Signals(signum).name} (128 + {signum})")
+        if verdict is None:
+            code = next((c for c in agent_codes if c), 0)
+            why = ("the world could not be formed" if code == contract.EXIT_RENDEZVOUS
+                   else f"an agent exited with code {code}")
+            return cls(code, "launcher", f"{why}; see the agents' lines above")
+        code, cause = int(verdict["exit_code"]), verdict.get("cause")
+        if cause and code == cause.get("exit_code"):
+            where = f"node {cause['node_id']}" + (f" at {cause['addr']}" if cause.get("addr") else "")
+            if cause.get("daemon"):
+                return cls(code, "daemon", f"the {cause['daemon']} daemon's own exit code ({where})")
+            return cls(code, "rank", f"rank {cause['rank']}'s own exit code ({where})")
+        return cls(code, "launcher", str(verdict.get("message") or verdict.get("status", "")).split(";")[0])
+
+    def line(self) -> str:
+        """The launcher's last line for a non-zero exit, naming whose code it is."""
+        if self.owner == "launcher":
+            return f"[trainplane] exit code {self.exit_code}: the launcher's own: {self.detail}"
+        return f"[trainplane] exit code {self.exit_code}: {self.detail}, passed through (not the launcher's)"
 
 
 class LocalJob:
@@ -180,8 +229,8 @@ class LocalJob:
         if self.plan.reservation is not None:
             self.plan.reservation.release()
 
-    def supervise(self) -> int:
-        """Wait for the agents, passing signals on; return the job's exit code.
+    def supervise(self) -> Outcome:
+        """Wait for the agents, passing signals on; return how the job ended (its exit code, whose).
 
         A stop signal (SIGTERM, SIGINT, and SIGHUP, SIGQUIT when handled) goes to every agent (as
         itself if ``signals_to_handle`` names it, else as SIGTERM), which stops its ranks with it. Any
@@ -189,9 +238,10 @@ class LocalJob:
         it on to its ranks, and the job goes on; SIGUSR1/SIGUSR2 not named are reported and ignored.
 
         The coordinator decides the verdict and every agent still in the job writes it to the
-        verdict file, which gives the exit code; without one (agents killed), the first non-zero
-        agent exit code counts. Once node 0's agent has exited, the others get ``AGENT_EXIT_GRACE``
-        seconds before they are killed, so no agent outlives the caller.
+        verdict file, which gives the exit code and its root cause; without one (agents killed,
+        the world never formed), the first non-zero agent exit code counts (:meth:`Outcome.of`).
+        Once node 0's agent has exited, the others get ``AGENT_EXIT_GRACE`` seconds before they are
+        killed, so no agent outlives the caller.
         """
         received: list[int] = []
 
@@ -222,14 +272,12 @@ class LocalJob:
                         agent.kill()
             time.sleep(0.05)
         self._over()
-        if received:
-            return contract.EXIT_INTERRUPTED_BASE + received[0]
         try:
             with open(verdict_path(self.log_dir)) as f:
-                return int(json.load(f)["exit_code"])
-        except (OSError, ValueError, KeyError):
-            codes = [exit_status(a.returncode) for a in self.agents]
-            return next((c for c in codes if c), 0)
+                verdict: Optional[dict[str, Any]] = json.load(f)
+        except (OSError, ValueError):
+            verdict = None
+        return Outcome.of(verdict, [exit_status(a.returncode) for a in self.agents], received[0] if received else None)
 
 
     def _signal_agents(self, sig: int) -> None:

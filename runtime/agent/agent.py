@@ -726,7 +726,7 @@ class Agent:
         if self.settings.plumbing.verdict_file:
             tmp = f"{self.settings.plumbing.verdict_file}.{self.settings.node.node_id}.tmp"
             with open(tmp, "w") as f:
-                json.dump({"status": world.status, "exit_code": world.exit_code, "message": world.message}, f)
+                json.dump(world.verdict(), f)
             os.replace(tmp, self.settings.plumbing.verdict_file)
         return world.exit_code
 

@@ -275,6 +275,12 @@ class World:
         """A copy of this world carrying a terminal status."""
         return replace(self, status=status, message=message, exit_code=exit_code, cause=cause)
 
+    def verdict(self) -> dict[str, Any]:
+        """The job's verdict as the local launcher reads it (``runtime.local``): ``status``,
+        ``exit_code``, ``message`` and ``cause`` (the root cause, :meth:`Failure.to_json`, or ``None``)."""
+        return {"status": self.status, "exit_code": self.exit_code, "message": self.message,
+                "cause": self.cause.to_json() if self.cause else None}
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_json` reverses it. Computed once per world: do not mutate."""
         encoded = self.__dict__.get("_json_memo")
