@@ -162,7 +162,8 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                      "help": f"seconds between the stop signal and SIGKILL; unset, {SHUTDOWN_TIMEOUT_ENV} if set (as "
                              f"torchrun reads it), else {default('grace_period'):g}"},
     "log_dir": {"help": "base directory for logs, as torchrun takes it: each job writes to its own "
-                        "<job id>_<random> directory in it; unset, a temporary directory"},
+                        "<job id>_<random> directory in it; unset, <tmp>/trainplane-<uid>/<job id>, private to "
+                        "this user, where only the newest 20 job directories are kept (runtime/logdirs.py)"},
     "daemon_args": {"action": _SpelledAppend, "default": [], "metavar": "ARG",
                     "help": "ray: append ARG to every node's `ray start` (repeatable; write "
                             "--daemon-arg=--num-cpus=2); unset, each node gets its share of this machine's CPUs and "

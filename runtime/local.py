@@ -17,12 +17,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Mapping, Optional, Sequence
 
+from runtime import logdirs
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.execution.environment import reserved_ports
@@ -158,7 +158,8 @@ class LocalJob:
     """
 
     def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
-                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS) -> None:
+                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS,
+                 log_hold: Optional[int] = None) -> None:
         self.job = job
         self.signals = parse_signals(signals_to_handle)
         self.token = token
@@ -166,6 +167,7 @@ class LocalJob:
         self.url = url(plan.addresses[0], plan.ports[0])
         self.log_dir = log_dir
         self.agents = list(agents)
+        self._log_hold = log_hold
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until the coordinator reports a running world.
@@ -220,9 +222,13 @@ class LocalJob:
         self._over()
 
     def _over(self) -> None:
-        """Every agent has exited: remove the run directories and release the job's ports."""
+        """Every agent has exited: remove the run directories, release the job's ports, and let its
+        log directory be pruned (``runtime.logdirs``)."""
         shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
         self.release_ports()
+        if self._log_hold is not None:
+            os.close(self._log_hold)
+            self._log_hold = None
 
     def release_ports(self) -> None:
         """Release the job's port reservation (idempotent), so another job may plan on them."""
@@ -424,14 +430,19 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
         stderr: likewise for errors.
 
     Raises:
-        RuntimeError: ``spec.master_port`` is taken.
+        RuntimeError: ``spec.master_port`` is taken, the default log directory is not this user's, or
+            a job of the same name is running in it.
         OSError: an agent process could not be started.
     """
     lp = plan(spec.workers, spec.master_port, spec.num_proc)
     job = spec.job_name or f"local-{uuid.uuid4().hex[:8]}"
     token = secrets.token_urlsafe(32)
-    log_dir = spec.log_dir or os.path.join(tempfile.gettempdir(), "trainplane", job)
+    base = None if spec.log_dir else logdirs.default_base()
+    log_dir = spec.log_dir or os.path.join(base or "", job)
     os.makedirs(log_dir, exist_ok=True)
+    log_hold = logdirs.hold(log_dir)
+    if base is not None:
+        logdirs.prune(base)
     agents: list[subprocess.Popen[bytes]] = []
     try:
         for i in range(spec.workers):
@@ -439,6 +450,6 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
                 [sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
                 stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr))
     except OSError:
-        LocalJob(job, token, lp, log_dir, agents).stop()
+        LocalJob(job, token, lp, log_dir, agents, log_hold=log_hold).stop()
         raise
-    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle)
+    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle, log_hold)

@@ -57,15 +57,28 @@ def reserve(ports: Iterable[int], lock_dir: str = LOCK_DIR) -> Optional[PortRese
     wanted = sorted(set(ports))
     fds: list[int] = []
     for port in wanted:
-        fd = os.open(os.path.join(lock_dir, f"{port}.lock"), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o444)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(os.path.join(lock_dir, f"{port}.lock"))
+        if fd is None:
             PortReservation((), fds).release()
             return None
         fds.append(fd)
     return PortReservation(wanted, fds)
+
+
+def try_lock(path: str) -> Optional[int]:
+    """An exclusive ``flock`` on ``path`` (created, empty, if missing): the open descriptor holding
+    it (close it to release), or ``None`` when another process holds it.
+
+    Raises:
+        OSError: the file cannot be created or opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o444)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _make_shared_dir(path: str) -> None:
