@@ -216,5 +216,8 @@ share numbers with a rank's: a rank's code is passed through as the job's. The l
 says whose a non-zero code is (``runtime.local.Outcome``)."""
 EXIT_RENDEZVOUS = 3
 """Quorum not met, coordinator unreachable, or the world could not be formed."""
+EXIT_NODE_LOST = 1
+"""A fixed-size job lost a node without a failing process to blame; a daemon-only node whose driver's
+node is lost."""
 EXIT_INTERRUPTED_BASE = 128
 """Stopped by a signal: 128 + signal number, the shell's convention."""
