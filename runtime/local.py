@@ -34,6 +34,7 @@ from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
+from runtime.outcome import Outcome
 from runtime.reservation import LOCK_DIR, PortReservation, reserve
 
 AGENT_EXIT_GRACE = 10.0
@@ -56,7 +57,7 @@ class LaunchPlan:
         ports: one agent port per node, by node id.
         master_port: rendezvous port on node 0.
         reservation: the locks that keep another job planned on this machine off these ports
-            (``runtime.reservation``), held until the job is over (:meth:`LocalJob.release_ports`).
+            (``runtime.reservation``), held until the job is over.
     """
 
     addresses: tuple[str, ...]
@@ -94,55 +95,6 @@ class LocalJobSpec(JobSpec):
             if key in by_env:
                 raise ConfigError(f"env={{{key!r}: ...}} is invalid: {key} is the job setting {by_env[key]}; set "
                                   f"LocalJobSpec's {by_env[key]} instead")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a local job ended: its exit code and whose it is.
-
-    The launcher's own codes are ``contract.EXIT_USAGE`` (2, only ever before a job starts, in the
-    one ``error:`` line), ``contract.EXIT_RENDEZVOUS`` (3: the world could not be formed) and 128 + N
-    (stopped by signal N); every other failure passes on the root cause's code: a rank's, or a
-    framework daemon's. The numbers overlap (a rank may exit 2 or 3), so :meth:`line`, the
-    launcher's last line, names the owner.
-
-    Attributes:
-        exit_code: the job's exit code.
-        owner: ``"rank"``, ``"daemon"`` (the root cause's own code, passed through), or
-            ``"launcher"`` (one of the launcher's codes, or an agent's verdict without a root cause).
-        detail: whose code, ``rank 1's own exit code (node 1 at 127.0.0.3)``, or why the launcher
-            ended the job.
-    """
-
-    exit_code: int
-    owner: str
-    detail: str
-
-    @classmethod
-    def of(cls, verdict: Optional[Mapping[str, Any]], agent_codes: Sequence[int], signum: Optional[int]) -> Outcome:
-        """The outcome from the agents' verdict file (``None`` when none was written: agents killed
-        or the world never formed), the agents' exit codes and the stop signal received, if any."""
-        if signum is not None:
-            return cls(contract.EXIT_INTERRUPTED_BASE + signum, "launcher",
-                       f"stopped by {signal.Signals(signum).name} (128 + {signum})")
-        if verdict is None:
-            code = next((c for c in agent_codes if c), 0)
-            why = ("the world could not be formed" if code == contract.EXIT_RENDEZVOUS
-                   else f"an agent exited with code {code}")
-            return cls(code, "launcher", f"{why}; see the agents' lines above")
-        code, cause = int(verdict["exit_code"]), verdict.get("cause")
-        if cause and code == cause.get("exit_code"):
-            where = f"node {cause['node_id']}" + (f" at {cause['addr']}" if cause.get("addr") else "")
-            if cause.get("daemon"):
-                return cls(code, "daemon", f"the {cause['daemon']} daemon's own exit code ({where})")
-            return cls(code, "rank", f"rank {cause['rank']}'s own exit code ({where})")
-        return cls(code, "launcher", str(verdict.get("message") or verdict.get("status", "")).split(";")[0])
-
-    def line(self) -> str:
-        """The launcher's last line for a non-zero exit, naming whose code it is."""
-        if self.owner == "launcher":
-            return f"[trainplane] exit code {self.exit_code}: the launcher's own: {self.detail}"
-        return f"[trainplane] exit code {self.exit_code}: {self.detail}, passed through (not the launcher's)"
 
 
 class LocalJob:
@@ -225,15 +177,11 @@ class LocalJob:
         """Every agent has exited: remove the run directories, release the job's ports, and let its
         log directory be pruned (``runtime.logdirs``)."""
         shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
-        self.release_ports()
+        if self.plan.reservation is not None:
+            self.plan.reservation.release()
         if self._log_hold is not None:
             os.close(self._log_hold)
             self._log_hold = None
-
-    def release_ports(self) -> None:
-        """Release the job's port reservation (idempotent), so another job may plan on them."""
-        if self.plan.reservation is not None:
-            self.plan.reservation.release()
 
     def supervise(self) -> Outcome:
         """Wait for the agents, passing signals on; return how the job ended (its exit code, whose).
@@ -327,8 +275,8 @@ def plan(workers: int, master_port: int, num_proc: int = 1, lock_dir: str = LOCK
     """Choose addresses and ports, and reserve the ports (``runtime.reservation``) so that a job
     planned at the same moment by another process on this machine picks others: distinct loopback
     addresses (127.0.0.2, 127.0.0.3, ...) when :func:`loopback_range_usable`, else 127.0.0.1 for
-    every node with distinct agent ports. The job releases the reservation when it is over
-    (:meth:`LocalJob.release_ports`; this process's exit releases it too).
+    every node with distinct agent ports. The job releases the reservation when it is over (this
+    process's exit releases it too).
 
     Args:
         workers: nodes.
@@ -345,7 +293,10 @@ def plan(workers: int, master_port: int, num_proc: int = 1, lock_dir: str = LOCK
     block = reserved_ports(workers * num_proc)
     for _ in range(PLAN_ATTEMPTS):
         addresses, ports = _agent_ports(workers)
-        base = master_port or _free_block(addresses[0], block, ports)
+        base = master_port
+        while not base:  # a free base port whose block holds no agent port and fits below 65536
+            pick = free_port(addresses[0])
+            base = pick if pick + block <= 65536 and not any(pick <= p < pick + block for p in ports) else 0
         if master_port and not port_is_free(addresses[0], master_port):
             raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
         held = reserve((*ports, *range(base, base + block)), lock_dir)
@@ -370,14 +321,6 @@ def _agent_ports(workers: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
     for _ in range(workers):
         chosen.append(free_port("127.0.0.1", chosen))
     return ("127.0.0.1",) * workers, tuple(chosen)
-
-
-def _free_block(host: str, block: int, agent_ports: Sequence[int]) -> int:
-    """A free base port on ``host`` whose ``block`` ports upward hold none of ``agent_ports`` and fit below 65536."""
-    while True:
-        base = free_port(host)
-        if base + block <= 65536 and not any(base <= p < base + block for p in agent_ports):
-            return base
 
 
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
