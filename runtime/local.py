@@ -34,18 +34,15 @@ from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
+from runtime.localray import ray_defaults
 from runtime.outcome import Outcome
 from runtime.reservation import LOCK_DIR, PortReservation, reserve
 
 AGENT_EXIT_GRACE = 10.0
-"""Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
+"""Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
+(an elastic job's go on: the lowest survivor takes over as coordinator)."""
 CONNECTION_FILE = "connection.json"
 """Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
-RAY_OBJECT_STORE_SHARE = 0.3
-"""Share of this machine's memory the local nodes' Ray object stores get together (Ray's own default
-for one node), split evenly between them."""
-RAY_MIN_OBJECT_STORE = 80 * 1024 * 1024
-"""Smallest object store given to a local Ray node, bytes (Ray refuses less than 75 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +104,12 @@ class LocalJob:
         plan: where every agent listens.
         log_dir: the job's log directory.
         agents: the agent processes, by node id.
+        elastic: whether the job continues without a node, node 0 included.
     """
 
     def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
                  agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS,
-                 log_hold: Optional[int] = None) -> None:
+                 log_hold: Optional[int] = None, elastic: bool = False) -> None:
         self.job = job
         self.signals = parse_signals(signals_to_handle)
         self.token = token
@@ -120,6 +118,7 @@ class LocalJob:
         self.log_dir = log_dir
         self.agents = list(agents)
         self._log_hold = log_hold
+        self.elastic = elastic
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until the coordinator reports a running world.
@@ -194,8 +193,8 @@ class LocalJob:
         The coordinator decides the verdict and every agent still in the job writes it to the
         verdict file, which gives the exit code and its root cause; without one (agents killed,
         the world never formed), the first non-zero agent exit code counts (:meth:`Outcome.of`).
-        Once node 0's agent has exited, the others get ``AGENT_EXIT_GRACE`` seconds before they are
-        killed, so no agent outlives the caller.
+        Once node 0's agent has exited, a fixed-size job's others get ``AGENT_EXIT_GRACE`` seconds
+        before they are killed; an elastic job's go on. No agent outlives the caller (each dies with it).
         """
         received: list[int] = []
 
@@ -218,7 +217,7 @@ class LocalJob:
         coordinator = self.agents[0]
         deadline: Optional[float] = None
         while self.running():
-            if deadline is None and coordinator.poll() is not None:
+            if deadline is None and not self.elastic and coordinator.poll() is not None:
                 deadline = time.monotonic() + AGENT_EXIT_GRACE
             if deadline is not None and time.monotonic() > deadline:
                 for agent in self.agents:
@@ -341,18 +340,6 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
     return env
 
 
-def ray_defaults(workers: int) -> tuple[str, ...]:
-    """``ray start`` arguments for ``workers`` local nodes sharing this machine: each gets its share
-    of the CPUs and of the object store memory Ray would give one node on it (``RAY_OBJECT_STORE_SHARE``)."""
-    args = [f"--num-cpus={max(1, (os.cpu_count() or 1) // workers)}"]
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return tuple(args)
-    args.append(f"--object-store-memory={max(RAY_MIN_OBJECT_STORE, int(memory * RAY_OBJECT_STORE_SHARE) // workers)}")
-    return tuple(args)
-
-
 def run_root(log_dir: str) -> str:
     """Where the agents keep their run directories; the launcher removes it when the job is over,
     including what an agent killed by SIGKILL left behind."""
@@ -395,4 +382,4 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
     except OSError:
         LocalJob(job, token, lp, log_dir, agents, log_hold=log_hold).stop()
         raise
-    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle, log_hold)
+    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle, log_hold, spec.elastic)

@@ -263,13 +263,24 @@ class Member:
         passed = signum if signum in self.signals else signal.SIGTERM
         said = Say(f"received {name}: stopping processes" + (f" ({name} to each)" if passed != signal.SIGTERM else ""))
         world = self.world
-        if self.coordinating:
+        if self.coordinating and not self._others_go_on(world):
             tell: tuple[MemberAction, ...] = (StopJob(f"the coordinator received {name}", code),)
+        elif self.coordinating:
+            tell = ()  # this pod goes away (eviction, drain, spot reclaim): the lowest survivor takes over
         elif world is not None and world.status == RUNNING:
             tell = (Report(world.generation, STOPPED, message=f"received {name}", now=True),)
         else:
             tell = ()
         return said, StopProcesses(passed), *tell, Exit(code)
+
+    def _others_go_on(self, world: Optional[World]) -> bool:
+        """Whether the job goes on without this node when it leaves on a stop signal: an elastic job's
+        running world has other nodes. A stop signal reaches one agent when its pod goes away
+        (eviction, drain, spot reclaim) and every agent when the whole job stops (the launcher's
+        Ctrl-C, ``pulumi destroy``): either way each node leaves, the job ends once the last has gone,
+        and a coordinator that leaves first hands over by falling silent (the lowest survivor takes
+        over, as when it is SIGKILLed)."""
+        return self.elastic and world is not None and world.status == RUNNING and len(world.nodes) > 1
 
     def _on_coordinator_lost(self, event: CoordinatorLost) -> tuple[MemberAction, ...]:
         world = self.world
