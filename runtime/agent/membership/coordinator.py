@@ -10,6 +10,14 @@ the earliest failure as root cause. Elastic jobs (``min_workers``/``max_workers`
 removed and the survivors continue in a new generation, ranks re-packed densely in node order, as
 long as ``min_workers`` remain; a node that registers after the world formed is admitted at the next
 generation, up to ``max_workers``.
+
+Failure budget of an elastic job: each failure of a node's process (a rank or the framework daemon
+exiting non-zero) counts against that node's ``max_restarts``, as torchrun's agent counts its own
+worker group's failures (torch 2.13.0 ``torch/distributed/elastic/agent/server/api.py``,
+``_invoke_run``: ``UNHEALTHY``/``FAILED`` decrements ``_remaining_restarts``, while a membership
+change, ``num_nodes_waiting() > 0``, "do[es] not count as retries"); the node's failure past its
+budget fails the job with it as root cause. A node that vanishes (SIGKILL, eviction: its agent lost,
+not a process failing) and a node joining count for nothing: the survivors are told, not restarted.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ class Coordinator:
         self._epoch = world.generation if world else 1
         self._states: dict[int, str] = {}
         self._failures: list[Failure] = []
+        self._node_failures: dict[int, int] = {}
+        """Elastic jobs: failed processes so far, by node id (the failure budget)."""
         self._probing: dict[int, int] = {}
         self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
         """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
@@ -296,14 +306,15 @@ class Coordinator:
         if world is None or not world.has(node_id):
             return []
         survivors = tuple(n for n in world.nodes if n.node_id != node_id)
-        if self._s.spec.elastic and len(survivors) >= self._s.spec.min_nodes:
+        spent = failure is not None and self._spend(node_id)
+        if self._s.spec.elastic and len(survivors) >= self._s.spec.min_nodes and not spent:
             self._states.pop(node_id, None)
             lost = tuple(n for n in world.nodes if n.node_id == node_id) if alive else ()
             return self._change(world, survivors, reason, extra_targets=lost)
         self._failures.append(
             failure or Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=contract.EXIT_NODE_LOST, addr=reason)
         )
-        if world.restart_count < self._s.spec.max_restarts:
+        if not spent and world.restart_count < self._s.spec.max_restarts:
             self.world = self._world(world.nodes, world.restart_count + 1)
             self._begin_epoch(self.world)
             return [
@@ -311,11 +322,22 @@ class Coordinator:
                     f"as generation {self.world.generation}"),
                 Push(self.world, world.nodes),
             ]
-        cause = min(self._failures, key=lambda f: (f.timestamp, f.rank))
+        cause = failure if spent else min(self._failures, key=lambda f: (f.timestamp, f.rank))
         known = cause.rank >= 0 or bool(cause.daemon)
         message = cause.describe() if known else reason
+        if spent:
+            message = (f"node {node_id}'s processes failed {self._node_failures[node_id]} time(s), past its budget "
+                       f"(max_restarts {self._s.spec.max_restarts}); the last: {message}")
         self.world = world.finished(FAILED, message, cause.exit_code or 1, cause if known else None)
         return [Say(f"job failed: {message}"), Push(self.world, self._everyone(world))]
+
+    def _spend(self, node_id: int) -> bool:
+        """Count one failed process of node ``node_id`` in an elastic job; whether that was past its
+        budget (``max_restarts`` failures are allowed, the next one fails the job)."""
+        if not self._s.spec.elastic:
+            return False
+        self._node_failures[node_id] = self._node_failures.get(node_id, 0) + 1
+        return self._node_failures[node_id] > self._s.spec.max_restarts
 
     def _everyone(self, world: World) -> tuple[Node, ...]:
         """The world's nodes and every other node still known (e.g. one waiting to rejoin): all are

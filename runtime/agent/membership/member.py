@@ -56,6 +56,10 @@ from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, W
 
 WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered node waits for a world beyond the quorum timeout."""
+REJOIN_BACKOFF_CAP = 60.0
+"""Most seconds a node whose processes keep failing waits before it registers again: a node left out
+of an elastic world waits one TTL, doubled for each failure of its own processes so far (a node that
+fails at every start is re-admitted ever more slowly while its failure budget lasts), up to this."""
 
 
 class MemberState(enum.Enum):
@@ -113,6 +117,8 @@ class Member:
         self.finished = False
         self._rejoining = False
         self._running: Optional[_Running] = None
+        self.failures = 0
+        """Times this node's processes (or daemon) failed: the re-admission backoff's exponent."""
 
     @property
     def state(self) -> MemberState:
@@ -206,7 +212,8 @@ class Member:
                 Exit(contract.EXIT_RENDEZVOUS)
         self.world = None
         self._rejoining = True
-        return (Say(f"{reason}: registering again in {self.ttl:g} s"), *self._register(self.ttl, now))
+        delay = min(REJOIN_BACKOFF_CAP, self.ttl * 2 ** self.failures)
+        return (Say(f"{reason}: registering again in {delay:g} s"), *self._register(delay, now))
 
     def _register(self, delay: float, now: float) -> tuple[MemberAction, ...]:
         self.world_deadline = now + delay + self.quorum_timeout + WORLD_WAIT_MARGIN
@@ -229,6 +236,7 @@ class Member:
         if world.status != RUNNING:
             return ()
         if ended.exit_code != 0:
+            self.failures += 1
             return (Report(world.generation, FAILED, exit=ended),)
         if done and all(e.exit_code == 0 for e in running.exits.values()):
             return (Report(world.generation, SUCCEEDED),)
@@ -247,6 +255,7 @@ class Member:
             return Say(f"the {event.name} daemon exited with code {ended.exit_code} while the coordinator is "
                        f"unreachable; stopping this node"), Exit(ended.exit_code)
         if world.status == RUNNING:
+            self.failures += 1
             return (Report(world.generation, FAILED, exit=ended, daemon=event.name),)
         return ()
 
