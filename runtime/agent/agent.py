@@ -44,13 +44,15 @@ from runtime.agent.net.transport import HttpTransport, encode
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.spec.settings import AgentSettings
-from runtime.agent.spec.signals import handled
-from runtime.agent.world import STOPPED, Node, World
+from runtime.agent.spec.signals import STOP_SIGNALS, handled
+from runtime.agent.world import FAILED, STOPPED, Node, World
 
 TICK = 0.1
 """Seconds between the coordinator's time-driven checks (liveness, quorum)."""
 WORKER_TICK = 1.0
 """Seconds between a worker's time-driven checks (only the wait for a first world); events wake it at once."""
+ENDED_LINGER = 10.0
+"""Seconds a failed service job's coordinator keeps telling clients why the job ended."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,9 @@ class Agent:
             if not self._coordination.active:
                 self._heartbeats.start()
             code = self._apply(self.member.start(self._clock()))
-            return code if code is not None else self._loop()
+            code = code if code is not None else self._loop()
+            self._serve_why()
+            return code
         finally:
             self._stopping.set()
             self._wake.set()
@@ -154,6 +158,24 @@ class Agent:
             self._pusher.join(timeout=5.0)
             self._transport.close()
             self._server.stop()
+
+    def _serve_why(self) -> None:
+        """A service job's coordinator whose job failed keeps answering for ``ENDED_LINGER`` seconds
+        (or until a stop signal), so its clients learn why it ended (``JobEnded``, ``/info``)
+        instead of finding nobody there."""
+        world = self.member.world
+        if self.settings.spec.mode != "service" or not self._coordination.active or world is None \
+                or world.status != FAILED:
+            return
+        self.say(f"telling clients why the job ended for {ENDED_LINGER:g} s")
+        deadline = self._clock() + ENDED_LINGER
+        while self._clock() < deadline:
+            try:
+                item = self._events.get(timeout=max(0.0, deadline - self._clock()))
+            except queue.Empty:
+                return
+            if isinstance(item, SignalReceived) and item.signum in STOP_SIGNALS:
+                return
 
     def _loop(self) -> int:
         while True:

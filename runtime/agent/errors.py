@@ -22,7 +22,8 @@ Tree::
     │   ├── RemoteError                    the called function raised on a rank
     │   ├── CallTimeout                    the deadline passed; names the ranks that had not answered
     │   ├── CallCancelled                  stopped because the call failed elsewhere (or was failed)
-    │   └── NodeFailed                     a node on the call's path did not answer properly
+    │   ├── NodeFailed                     a node on the call's path did not answer properly
+    │   └── JobEnded                       the job has ended: every call after its end raises it, with why
     └── WorkerMembershipChanged            the world changed (delivered into user processes; fails
                                            in-flight service calls)
 
@@ -263,6 +264,26 @@ class NodeFailed(CallError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.node_rank, self.address, self.reason, self.status)
+
+
+class JobEnded(CallError):
+    """The job has ended (its verdict is in): every call after that raises this, carrying why.
+
+    Attributes:
+        status: the job's terminal status: ``failed``, ``stopped`` or ``succeeded``.
+        reason: why it ended: the root cause of a failure (the failing rank or the lost node), or
+            what stopped it.
+        exit_code: the job's exit code.
+    """
+
+    def __init__(self, status: str, reason: str, exit_code: int = 0) -> None:
+        self.status = status
+        self.reason = reason
+        self.exit_code = exit_code
+        super().__init__(f"the job has ended ({status}, exit code {exit_code}): {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.status, self.reason, self.exit_code)
 
 
 class WorkerMembershipChanged(TrainplaneError):

@@ -18,7 +18,7 @@ from runtime.agent.membership.heartbeat import Liveness
 from runtime.agent.membership.push import RELAY, WorldPusher
 from runtime.agent.net.server import Request, Response, Routes
 from runtime.agent.spec.settings import AgentSettings
-from runtime.agent.world import Failure, Node, World
+from runtime.agent.world import TERMINAL, Failure, Node, World
 
 
 def status_of(refusal: MembershipRefused) -> int:
@@ -84,6 +84,7 @@ class AgentRoutes:
             "mode": spec.mode, "distribution": spec.distribution, "coordinator": self._coordination.active,
             "requests_served": self._counters.requests_served(), "worlds_sent": self._counters.worlds_sent(),
             "service": self._counters.service(),
+            **({"message": world.message, "exit_code": world.exit_code} if world and world.status in TERMINAL else {}),
         })
 
     def members(self, _request: Request) -> Response:
