@@ -33,8 +33,6 @@ PROGRESS_MIN_GAP = 1.0
 """Fewest seconds between two progress lines, so a thousand registrations make a few lines, not a thousand."""
 
 
-
-
 class Coordinator:
     """Rendezvous, membership and job state on the coordinating node.
 
@@ -206,7 +204,7 @@ class Coordinator:
 
     def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
         return World(
-            job=self._s.spec.job_name,
+            job=self._s.spec.job_name or "",  # AgentSettings requires one
             generation=self.world.generation + 1 if self.world else 1,
             restart_count=restart_count,
             max_restarts=self._s.spec.max_restarts,
