@@ -222,7 +222,7 @@ class Agent:
             elif isinstance(action, act.TakeOver):
                 self._take_over(action)
             elif isinstance(action, act.StopJob):
-                self._perform(self._coordination.decide(lambda c, a=action: c.stop(a.message, a.exit_code)))
+                self._stop_job(action)
             elif isinstance(action, act.Finish):
                 self._write_verdict(action.world)
         return None
@@ -313,6 +313,10 @@ class Agent:
         coordinator = Coordinator(self.settings, self._clock(), world=action.world)
         self._perform(self._coordination.take_over(
             coordinator, lambda c: c.lose(action.lost, f"coordinator node {action.lost} lost")))
+
+    def _stop_job(self, action: act.StopJob) -> None:
+        """The coordinator is stopping: stop every other node."""
+        self._perform(self._coordination.decide(lambda c: c.stop(action.message, action.exit_code)))
 
     def _write_verdict(self, world: World) -> None:
         path = self.settings.plumbing.verdict_file

@@ -13,6 +13,7 @@ from runtime.agent import contract
 from runtime.agent.errors import HttpError, MembershipRefused, NotAMember
 from runtime.agent.membership.actions import CoordinatorAction
 from runtime.agent.membership.coordination import Coordination
+from runtime.agent.membership.coordinator import Coordinator
 from runtime.agent.membership.events import WorldArrived
 from runtime.agent.membership.heartbeat import Liveness
 from runtime.agent.membership.push import RELAY, WorldPusher
@@ -130,8 +131,12 @@ class AgentRoutes:
         """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent)."""
         now = self._clock()
         if self._coordination.active:
+            def beat(c: Coordinator) -> Optional[World]:
+                c.heartbeat(node_id, ages, now)
+                return c.world
+
             try:
-                world = self._coordination.use(lambda c: (c.heartbeat(node_id, ages, now), c.world)[1])
+                world = self._coordination.use(beat)
             except MembershipRefused as exc:
                 raise HttpError(status_of(exc), str(exc)) from None
         else:

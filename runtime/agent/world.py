@@ -9,7 +9,7 @@ library only.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from runtime.agent import contract
 from runtime.agent.net.address import host_port
@@ -253,7 +253,7 @@ class World:
         Raises:
             IndexError: a node rank is outside the world.
         """
-        firsts, out = self._firsts, []
+        firsts, out = self._firsts, list[int]()
         for n in node_ranks:
             out.extend(range(firsts[n], firsts[n + 1]))
         return out
@@ -332,6 +332,6 @@ def _coordinator(value: Sequence[Any]) -> tuple[int, str, int]:
     return int(node_id), str(addr), int(port)
 
 
-def nodes_from(entries: Sequence[Node]) -> tuple[Node, ...]:
+def nodes_from(entries: Iterable[Node]) -> tuple[Node, ...]:
     """Nodes in node-rank order: ascending stable node id."""
     return tuple(sorted(entries, key=lambda n: n.node_id))

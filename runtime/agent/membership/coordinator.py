@@ -41,8 +41,6 @@ PROGRESS_MIN_GAP = 1.0
 """Fewest seconds between two progress lines, so a thousand registrations make a few lines, not a thousand."""
 
 
-
-
 class Coordinator:
     """Rendezvous, membership and job state on the coordinating node.
 
@@ -216,7 +214,7 @@ class Coordinator:
 
     def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
         return World(
-            job=self._s.spec.job_name,
+            job=self._s.spec.job_name or "",  # AgentSettings requires one
             generation=self.world.generation + 1 if self.world else 1,
             restart_count=restart_count,
             max_restarts=self._s.spec.max_restarts,
@@ -322,7 +320,7 @@ class Coordinator:
                     f"as generation {self.world.generation}"),
                 Push(self.world, world.nodes),
             ]
-        cause = failure if spent else min(self._failures, key=lambda f: (f.timestamp, f.rank))
+        cause = failure if spent and failure is not None else min(self._failures, key=lambda f: (f.timestamp, f.rank))
         known = cause.rank >= 0 or bool(cause.daemon)
         message = cause.describe() if known else reason
         if spent:

@@ -232,7 +232,7 @@ class HeartbeatState:
         coordinator instead made every child of a busy parent a herd.
         """
         self._failures += 1
-        lines = ()
+        lines: tuple[str, ...] = ()
         if self._failures == 1 or self._failures % HEARTBEAT_LOG_EVERY == 0:
             lines = (f"heartbeat to {where} failed ({self._failures} in a row): {error}",)
         self._direct = False

@@ -114,8 +114,8 @@ class AgentServer(socketserver.ThreadingTCPServer):
         waiting out its poll interval (:data:`SERVE_POLL_INTERVAL`)."""
         stopper = threading.Thread(target=self.shutdown, daemon=True)
         stopper.start()
-        host, port = self.server_address[:2]
-        host = {"::": "::1", "0.0.0.0": "127.0.0.1"}.get(host, host)
+        bound, port = self.server_address[:2]
+        host = {"::": "::1", "0.0.0.0": "127.0.0.1"}.get(str(bound), str(bound))
         while stopper.is_alive():
             with contextlib.suppress(OSError):
                 socket.create_connection((host, port), timeout=0.2).close()
@@ -153,7 +153,7 @@ MAX_LINE = 64 * 1024
 """Longest request line or header line accepted, bytes (as ``http.server``'s ``_MAXLINE``)."""
 MAX_HEADERS = 100
 """Most header lines accepted per request (as ``http.client``'s ``_MAXHEADERS``)."""
-_REASONS = {status: status.phrase for status in HTTPStatus}
+_REASONS: dict[int, str] = {status: status.phrase for status in HTTPStatus}
 
 
 class _Headers:
