@@ -153,6 +153,7 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                          "CPUs)"},
     "mode": {"choices": MODES}, "distribution": {"choices": DISTRIBUTIONS},
     "quorum_workers": {"type": int}, "quorum_timeout": {"type": float}, "max_restarts": {"type": int},
+    "timeout": {"type": float}, "hang_report_after": {"type": float},
     "min_workers": {"type": int}, "max_workers": {"type": int}, "heartbeat_ttl": {"type": float},
     "master_port": {"type": int, "default": None,
                     "help": "rendezvous port on node 0 (TCP), the base of the ports the job counts up from; unset or "

@@ -112,7 +112,7 @@ class Agent:
             self._transport, lambda: (self.member.world, self._registration.registered.is_set(),
                                       self._coordination.active),
             lambda: self._coordinator_addr, self._children, self._events.put, self.say, clock, self._stopping,
-            self._wake)
+            self._wake, self._processes.activity)
         routes = AgentRoutes(
             settings, lambda: self.member.world, self._coordination, self._children, self._pusher,
             lambda decided: self._events.put(_Decided(tuple(decided))), self._events.put,
@@ -189,7 +189,15 @@ class Agent:
                 code = self._apply(self._handle(item))
                 if code is not None:
                     return code
-            self._perform(self._coordination.decide(lambda c: c.tick(self._clock())))
+            self._perform(self._coordination.decide(self._tick))
+
+    def _tick(self, coordinator: Coordinator) -> list[act.CoordinatorAction]:
+        """The coordinator's time-driven decisions, its own node's ranks noted first (``stragglers``)."""
+        now, world = self._clock(), coordinator.world
+        if world is not None:
+            ranks = [[rank, code, silent] for rank, code, silent in self._processes.activity()]
+            coordinator.activity(self.node.node_id, world.generation, ranks, now)
+        return coordinator.tick(now)
 
     def _handle(self, event: Event) -> tuple[act.MemberAction, ...]:
         if isinstance(event, WorldArrived) and self.member.newer(event.world):

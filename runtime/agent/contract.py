@@ -70,6 +70,8 @@ BIND_ADDRESS = "TRAINPLANE_BIND_ADDRESS"
 ADVERTISE_ADDRESS = "TRAINPLANE_ADVERTISE_ADDRESS"
 QUORUM_WORKERS = "TRAINPLANE_QUORUM_WORKERS"
 QUORUM_TIMEOUT = "TRAINPLANE_QUORUM_TIMEOUT"
+TIMEOUT = "TRAINPLANE_TIMEOUT"
+HANG_REPORT_AFTER = "TRAINPLANE_HANG_REPORT_AFTER"
 MAX_RESTARTS = "TRAINPLANE_MAX_RESTARTS"
 DISTRIBUTION = "TRAINPLANE_DISTRIBUTION"
 ROLE = "TRAINPLANE_ROLE"  # the workers' role (torchrun's --role): ROLE_NAME; default "default"
@@ -216,6 +218,9 @@ share numbers with a rank's: a rank's code is passed through as the job's. The l
 says whose a non-zero code is (``runtime.local.Outcome``)."""
 EXIT_RENDEZVOUS = 3
 """Quorum not met, coordinator unreachable, or the world could not be formed."""
+EXIT_TIMEOUT = 124
+"""The job's time limit (``--timeout``) passed; the last lines name the ranks still running (124, as
+coreutils' ``timeout`` exits)."""
 EXIT_NODE_LOST = 1
 """A fixed-size job lost a node without a failing process to blame; a daemon-only node whose driver's
 node is lost."""

@@ -21,7 +21,7 @@ from runtime.agent import contract
 from runtime.agent.errors import WorkerMembershipChanged
 from runtime.agent.execution import controller, delivery, errorfile, torchrun
 from runtime.agent.execution.environment import process_env
-from runtime.agent.execution.procs import ProcExit, Spawner, Supervisor, inherited_env, rank_dir
+from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.pool import WorkerPool
 from runtime.agent.spec.settings import AgentSettings
@@ -153,6 +153,12 @@ class NodeProcesses:
             delivery.write(self._world_file(local_rank), news, self._process_env(world, local_rank))
             if self._settings.spec.monitor_members:
                 self._procs.send(local_rank, delivery.DELIVERY_SIGNAL)
+
+    def activity(self) -> list[tuple[int, Optional[int], float]]:
+        """This node's ranks as the straggler report takes them (``LocalProcesses.activity``); none for
+        a service job's worker pool or a spawner that runs nothing."""
+        procs = self._procs
+        return procs.activity() if isinstance(procs, LocalProcesses) else []
 
     def send(self, sig: int) -> list[int]:
         """Send ``sig`` to every process still running; the local ranks it reached."""
