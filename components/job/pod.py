@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from components.gpu import gpu_toleration
-from components.job.args import DistributedJobArgs
+from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
@@ -142,6 +142,8 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
     if names.coordinator_env is not None:  # a PyTorchJob's agents find the operator's MASTER_ADDR instead
         settings[contract.COORDINATOR_HOST] = names.coordinator_env
+    if args.workload_backend != PYTORCHJOB:  # pods named <job>-<index> under the Service: how a replaced one
+        settings[contract.PEERS] = f"{names.job}-{{index}}.{names.service}"  # finds the current coordinator
     settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
     env += [{"name": key, "value": value} for key, value in settings.items()]
     if role.node_rank_from is not None:

@@ -32,6 +32,7 @@ from runtime.agent.membership import actions as act
 from runtime.agent.membership.beating import Heartbeats
 from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.discovery import peer_addresses, running_coordinator
 from runtime.agent.membership.events import DaemonExited, Event, ProcessExited, SignalReceived, Tick, WorldArrived
 from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
 from runtime.agent.membership.member import Member
@@ -103,10 +104,11 @@ class Agent:
                                    lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
         self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason: self._decide(
             lambda c: c.probed(probe, alive, reason, self._clock())))
+        self._resolver = resolver or Resolver(settings.plumbing.resolve)
         self._registration = Registration(
             node.coordinator, {**self._member_body(), "state": "joining"}, spec.quorum_timeout, self._transport,
-            resolver or Resolver(settings.plumbing.resolve), lambda: self._coordinator_addr, self._resolved,
-            self._events.put, self._stopping, clock)
+            self._resolver, lambda: self._coordinator_addr, self._resolved, self._events.put, self._stopping, clock,
+            self._discover)
         self._heartbeats = Heartbeats(
             HeartbeatState(timing, node.node_id, spec.tree_fanout, spec.tree_threshold, clock()), self._member_body(),
             self._transport, lambda: (self.member.world, self._registration.registered.is_set(),
@@ -145,6 +147,8 @@ class Agent:
             signal.signal(DELIVERY_SIGNAL, signal.SIG_IGN)
         self._server.start()
         try:
+            if self._coordination.active and self.settings.node.peers:
+                self._join_running_world()
             if not self._coordination.active:
                 self._heartbeats.start()
             code = self._apply(self.member.start(self._clock()))
@@ -158,6 +162,22 @@ class Agent:
             self._pusher.join(timeout=5.0)
             self._transport.close()
             self._server.stop()
+
+    def _discover(self) -> Optional[tuple[str, int]]:
+        """The coordinator of the world the other nodes run in, if they do (``discovery``)."""
+        node = self.settings.node
+        peers = peer_addresses(node.peers, self.settings.spec.max_nodes, node.agent_port)
+        return running_coordinator(peers, node.node_id, self._transport, self._resolver, self._clock)
+
+    def _join_running_world(self) -> None:
+        """Node 0 starting while the job already runs (its pod was replaced): join that world, under
+        its coordinator, instead of starting a rendezvous of its own."""
+        found = self._discover()
+        if found is not None:
+            self._coordination.resign()
+            self.member.coordinating = False
+            self._coordinator_addr = found
+            self.say(f"the job already runs, coordinated from {found[0]}:{found[1]}: joining its world")
 
     def _serve_why(self) -> None:
         """A service job's coordinator whose job failed keeps answering for ``ENDED_LINGER`` seconds

@@ -86,6 +86,7 @@ class AgentRoutes:
             "requests_served": self._counters.requests_served(), "worlds_sent": self._counters.worlds_sent(),
             "service": self._counters.service(),
             **({"message": world.message, "exit_code": world.exit_code} if world and world.status in TERMINAL else {}),
+            "world_coordinator": list(world.coordinator) if world else None,
         })
 
     def members(self, _request: Request) -> Response:

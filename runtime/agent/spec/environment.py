@@ -39,6 +39,7 @@ def identity_env(node: NodeIdentity) -> dict[str, str]:
         contract.AGENT_PORT_SETTING: str(node.agent_port),
         contract.ADVERTISE_ADDRESS: node.advertise_address,
         contract.BIND_ADDRESS: node.bind_address,
+        **({contract.PEERS: ",".join(node.peers)} if node.peers else {}),
     }
 
 

@@ -33,6 +33,11 @@ class NodeIdentity:
         agent_port: this agent's HTTP port (TCP).
         advertise_address: the address peers reach this node at.
         bind_address: the address the HTTP server binds; ``""`` for all interfaces.
+        peers: where every node index's agent is, ``host`` or ``host:port`` (this agent's port when
+            none), by node id; one entry holding ``{index}`` stands for every index (a pod's name
+            under the headless Service, ``<job>-{index}.<service>``). A node that starts when the job
+            already runs (a replaced pod, node 0's included) finds the current coordinator through
+            them. Empty: only ``coordinator`` is asked.
     """
 
     node_id: int
@@ -41,6 +46,7 @@ class NodeIdentity:
     agent_port: int = contract.AGENT_PORT
     advertise_address: str = "127.0.0.1"
     bind_address: str = ""
+    peers: tuple[str, ...] = ()
 
     @property
     def is_coordinator(self) -> bool:
@@ -176,6 +182,7 @@ def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
         node_id=_node_id(env), coordinator=host,
         coordinator_port=agent_port if port is None else port,
         agent_port=agent_port, advertise_address=advertise, bind_address=bind,
+        peers=tuple(p.strip() for p in env.get(contract.PEERS, "").split(",") if p.strip()),
     )
 
 
