@@ -10,25 +10,7 @@ import pytest
 
 from runtime.agent import contract
 from tests.conftest import ROOT, launch, project_env
-
-NODE_1_NEVER_STARTS = """
-import sys
-from runtime import launch, local
-from runtime.agent import contract
-
-agent_env = local.agent_env
-
-
-def broken_node_1(spec, lp, node_id, *rest):
-    env = agent_env(spec, lp, node_id, *rest)
-    if node_id == 1:
-        env[contract.NUM_PROC] = "broken"  # its agent exits at once, like a pod that crashes on start
-    return env
-
-
-local.agent_env = broken_node_1
-sys.exit(launch.main(sys.argv[1:]))
-"""
+from tests.runtime.test_launch import QUORUM_DRIVER
 
 
 @pytest.mark.parametrize("code", [contract.EXIT_USAGE, contract.EXIT_RENDEZVOUS, 5])
@@ -43,7 +25,7 @@ def test_a_ranks_exit_code_is_passed_through_and_the_last_line_says_it_is_the_ra
 
 def test_a_world_that_never_formed_ends_with_the_launchers_own_3(script):
     path = script("print('never runs')\n")
-    result = subprocess.run([sys.executable, "-c", NODE_1_NEVER_STARTS, "--workers", "2", "--quorum-timeout", "1.5",
+    result = subprocess.run([sys.executable, "-c", QUORUM_DRIVER, "--workers", "2", "--quorum-timeout", "1.5",
                              str(path)], cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == contract.EXIT_RENDEZVOUS, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
