@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from components.gpu import gpu_toleration
-from components.job.args import DistributedJobArgs
+from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
@@ -97,6 +97,18 @@ def termination_grace_seconds(args: DistributedJobArgs) -> int:
     return math.ceil(args.grace_period) + AGENT_STOP_MARGIN
 
 
+DEADLINE_REPORT_MARGIN = 30
+"""Seconds before ``activeDeadlineSeconds`` that the agents end a job themselves (their ``timeout``,
+counted from the coordinator's start), so the report of the ranks still running is printed before
+Kubernetes kills the pods, as long as the coordinator's pod started within this margin of the Job."""
+
+
+def agent_deadline(active_deadline_seconds: int) -> float:
+    """The agents' ``timeout`` for a Job whose ``activeDeadlineSeconds`` is given: that less
+    :data:`DEADLINE_REPORT_MARGIN`, or half of it when it is shorter than twice the margin."""
+    return active_deadline_seconds - min(DEADLINE_REPORT_MARGIN, active_deadline_seconds / 2)
+
+
 def job_spec(names: JobNames, args: DistributedJobArgs) -> JobSpec:
     """The job spec the arguments describe, for the one writer of the agent's environment."""
     return JobSpec(
@@ -106,6 +118,7 @@ def job_spec(names: JobNames, args: DistributedJobArgs) -> JobSpec:
         min_workers=args.min_workers, max_workers=args.max_workers, master_port=args.master_port,
         monitor_members=args.monitor_members, grace_period=args.grace_period, log_dir=args.log_dir,
         daemon_args=args.ray_start_args if args.distribution == "ray" else (),
+        timeout=None if args.active_deadline_seconds is None else agent_deadline(args.active_deadline_seconds),
     )
 
 
@@ -129,6 +142,8 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
     if names.coordinator_env is not None:  # a PyTorchJob's agents find the operator's MASTER_ADDR instead
         settings[contract.COORDINATOR_HOST] = names.coordinator_env
+    if args.workload_backend != PYTORCHJOB:  # pods named <job>-<index> under the Service: how a replaced one
+        settings[contract.PEERS] = f"{names.job}-{{index}}.{names.service}"  # finds the current coordinator
     settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
     env += [{"name": key, "value": value} for key, value in settings.items()]
     if role.node_rank_from is not None:
