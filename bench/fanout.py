@@ -176,6 +176,7 @@ class Fleet:
         return answers[0]
 
     def stop(self) -> None:
+        """Close every host process's stdin (its signal to stop) and wait for it to exit."""
         for proc in self.procs:
             proc.stdin.close()  # type: ignore[union-attr]
         for proc in self.procs:

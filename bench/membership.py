@@ -37,6 +37,7 @@ from runtime.agent.errors import TransportError
 from runtime.agent.membership.heartbeat import HeartbeatTiming
 from runtime.agent.membership.tree import layout
 from runtime.agent.net.transport import request_json
+from runtime.agent.spec.job import default
 from testbed.cluster import ROOT, AgentCluster, project_env
 from testbed.lightweight import lightweight_address
 
@@ -182,7 +183,7 @@ def main() -> None:
         print(f"load: {nodes} nodes -> {loads[nodes]:.3f} requests/s per node at the coordinator "
               f"({loads[nodes] * nodes:.1f} requests/s)", flush=True)
     hops = layout(1024, contract.DEFAULT_TREE_FANOUT, contract.DEFAULT_TREE_THRESHOLD).hops
-    cap = HeartbeatTiming(ttl=TTL, hops=hops).cap
+    cap = HeartbeatTiming(interval=default("heartbeat_interval"), ttl=TTL, hops=hops).cap
     width = contract.DEFAULT_TREE_FANOUT
     print(f"model (not a measurement): at 1,024 nodes the coordinator hears only its <= {width} tree children, "
           f"each at most every TTL/(hops+2) = {cap:g} s: <= {width / cap / 1024:.3f} requests/s per node", flush=True)

@@ -92,15 +92,6 @@ class _Spelled(argparse.Action):
         namespace.spelled = {**namespace.spelled, self.dest: option_string or self.option_strings[0]}
 
 
-class _Flag(argparse.Action):
-    """A flag (``nargs=0``) that remembers it was typed, for the ignored-options notice."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: Optional[str] = None) -> None:
-        setattr(namespace, self.dest, True)
-        namespace.spelled = {**namespace.spelled, self.dest: option_string or self.option_strings[0]}
-
-
 class _Nodes(_Spelled):
     """``--workers``/``--nnodes``: store N as ``workers`` and an elastic MIN (``MIN:MAX``) as ``nnodes_min``."""
 

@@ -58,9 +58,12 @@ class AgentCluster:
             self.add(node_id)
 
     def address(self, node_id: int) -> str:
+        """The loopback address node ``node_id`` advertises (``127.0.0.<10 + node_id>``)."""
         return f"127.0.0.{10 + node_id}"
 
     def add(self, node_id: int) -> subprocess.Popen[str]:
+        """Start the agent of node ``node_id`` (a real ``python -m runtime.agent`` process, its log in
+        ``agent-<node_id>.log``); returns its process."""
         env = project_env(**self.settings, TRAINPLANE_NODE_RANK=str(node_id),
                           TRAINPLANE_ADVERTISE_ADDRESS=self.address(node_id))
         log = open(self.tmp_path / f"agent-{node_id}.log", "w")  # noqa: SIM115 - the agent owns it
@@ -69,6 +72,7 @@ class AgentCluster:
         return self.agents[node_id]
 
     def log(self, node_id: int) -> str:
+        """Everything node ``node_id``'s agent has written so far."""
         return (self.tmp_path / f"agent-{node_id}.log").read_text()
 
     def members(self) -> dict[str, Any]:
@@ -90,9 +94,15 @@ class AgentCluster:
                 os.kill(pid, signal.SIGKILL)
 
     def wait(self, timeout: float) -> dict[int, int]:
+        """Each agent's exit code by node id, waiting up to ``timeout`` seconds per agent.
+
+        Raises:
+            subprocess.TimeoutExpired: an agent is still running after ``timeout``.
+        """
         return {i: a.wait(timeout=timeout) for i, a in self.agents.items()}
 
     def close(self) -> None:
+        """SIGKILL every agent still running and reap it."""
         for agent in self.agents.values():
             if agent.poll() is None:
                 agent.kill()

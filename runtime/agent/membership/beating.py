@@ -87,7 +87,7 @@ class Heartbeats:
 
     def _handle(self, sent: tuple[Beat, Exchange, Any], world: Optional[World]) -> None:
         beat, exchange, answer = sent
-        if answer.status == 409:
+        if answer.membership_refused:
             outcome = self._state.refused(beat, answer.problem)
         elif not answer.ok:
             where = f"{exchange.host}:{exchange.port}"

@@ -34,8 +34,8 @@ class HeartbeatTiming:
         ttl: a member not heard from for this long is dead; for twice this long, removed.
     """
 
-    interval: float = 0.25
-    ttl: float = 3.0
+    interval: float
+    ttl: float
     hops: int = 1
 
     @property

@@ -10,7 +10,7 @@ States (:class:`MemberState`)::
 
     JOINING ──world──▶ RUNNING ──new world, same restart epoch──▶ RUNNING (change delivered)
        │                  │ ──new world, next epoch──────────────▶ RUNNING (processes restarted)
-       │                  │ ──not in the new world / refused─────▶ REJOINING (elastic) ──TTL──▶ JOINING
+       │                  │ ──not in the new world / refused─────▶ REJOINING (elastic) ──backoff, world──▶ RUNNING
        │                  │ ──coordinator lost, no successor─────▶ ORPHANED ──processes end──▶ FINISHED
        │                  │ ──coordinator lost, this node next───▶ RUNNING (coordinating)
        └──no world in time, fatal, stop signal, verdict──────────────────────────────────────▶ FINISHED

@@ -68,6 +68,12 @@ class Answer:
         return self.status is not None and 200 <= self.status < 300 and not self.error
 
     @property
+    def membership_refused(self) -> bool:
+        """The coordinator refused this node's membership message (409: the node is not, or no longer,
+        in the world and must register again; see ``runtime.agent.routes.status_of``)."""
+        return self.status == 409
+
+    @property
     def problem(self) -> str:
         """What went wrong, in words (``""`` when :attr:`ok`): the connection's failure, or the status
         and the peer's ``error``."""

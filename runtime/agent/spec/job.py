@@ -53,7 +53,7 @@ SINGLE_CONTROLLER = ("ray", "monarch")
 (``runtime.agent.execution.controller``), and the driver's exit decides the job."""
 DEFAULT_ROLE = "default"
 """torchrun's ``--role`` default: the workers' ``ROLE_NAME``."""
-PORT_FIX = "use a TCP port from 1 to 65535"
+PORT_FIX = "use a TCP port from 1 to 65535, or 0 for a free one"
 
 
 class _Rule(NamedTuple):

@@ -30,7 +30,7 @@ def test_the_cap_leaves_each_hop_of_a_width_50_tree_one_cap_within_the_ttl(nodes
 
 def test_a_narrow_tree_is_deep_and_beats_more_often():
     assert [layout(n, width=3, threshold=4).hops for n in (3, 4, 13, 14, 40, 41, 100)] == [1, 1, 2, 3, 3, 4, 4]
-    assert HeartbeatTiming(ttl=3.0, hops=4).cap == pytest.approx(0.5)
+    assert HeartbeatTiming(interval=0.25, ttl=3.0, hops=4).cap == pytest.approx(0.5)
 
 
 def test_first_beats_after_a_new_world_spread_over_one_cap():

@@ -110,7 +110,7 @@ def test_one_check_is_worded_by_each_front_end_in_its_own_names():
     ("tree_fanout", 1, ("must be 2 or more", "use 2 or more children per node")),
     ("quorum_timeout", 0, ("must be a positive number of seconds", "use seconds > 0")),
     ("grace_period", -1.0, ("must be 0 or more seconds", "use 0 or more seconds")),
-    ("master_port", 70000, ("must be from 0 to 65535", "use a TCP port from 1 to 65535")),
+    ("master_port", 70000, ("must be from 0 to 65535", "use a TCP port from 1 to 65535, or 0 for a free one")),
     ("distribution", "mpi", ("must be one of spmd, pytorch, jax, tensorflow, ray, monarch",
                              "use one of spmd, pytorch, jax, tensorflow, ray, monarch")),
     ("quorum_workers", None, None),
