@@ -18,9 +18,11 @@ httpx's own exceptions are translated at this one boundary (``raise ... from``).
 from __future__ import annotations
 
 import json
+import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import httpx
 
@@ -35,6 +37,25 @@ CONNECT_TIMEOUT = 10.0
 """Seconds to establish a connection to the coordinator."""
 READ_TIMEOUT = 30.0
 """Seconds to wait for ``info()`` and ``members()``."""
+OUTPUT_WAIT = 0.25
+"""Seconds one read of a call's output may wait on the coordinator for more (a long poll)."""
+OUTPUT_AFTER_CALL = 10.0
+"""Seconds the last reads of a call's output may take once the call has answered."""
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of what one rank wrote during a call.
+
+    Attributes:
+        rank: the global rank that wrote it.
+        stream: ``stdout`` or ``stderr``.
+        text: the text, whole lines or the start of one (a prompt, a progress bar), in the order written.
+    """
+
+    rank: int
+    stream: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -155,21 +176,38 @@ class JobClient:
         return self.invoke(fn, args, kwargs, timeout=timeout, node_ranks=node_ranks)
 
     def invoke(self, fn: str, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None, *,
-               timeout: Optional[float] = None, node_ranks: Optional[Sequence[int]] = None) -> list[Any]:
-        """:meth:`call` with the function's arguments as a sequence and a mapping (any keyword reaches it)."""
+               timeout: Optional[float] = None, node_ranks: Optional[Sequence[int]] = None,
+               output: Optional[Callable[[OutputChunk], None]] = None) -> list[Any]:
+        """:meth:`call` with the function's arguments as a sequence and a mapping (any keyword reaches it).
+
+        Args:
+            output: receives what the ranks write to stdout and stderr while the call runs, chunk by
+                chunk, in order per rank and stream, from a thread of this client, while the call runs;
+                everything written before a rank answered has been given to it when this returns or
+                raises. ``None`` (the default): the output is not fetched (it stays in the job's logs).
+        """
         body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
                                 "workers": list(node_ranks) if node_ranks is not None else None,
                                 **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
+        reader = None
+        if output is not None:
+            body["output"] = uuid.uuid4().hex
+            reader = _OutputReader(self, body["output"], output)
         try:
             content = json.dumps(body).encode()
         except (TypeError, ValueError) as exc:
             raise TypeError(f"arguments of {fn} are not JSON-serialisable ({exc}): pass plain data, or use "
                             f"serialization='pickle' with a deployment that allows it") from exc
         read = None if timeout is None else timeout + ANSWER_SLACK
+        if reader is not None:
+            reader.start()
         try:
             answer = self._request("POST", contract.ROUTE_CALL, content, httpx.Timeout(read, connect=CONNECT_TIMEOUT))
         except httpx.TimeoutException as exc:
             raise CallTimeout(timeout, (), fn, f"the coordinator did not answer within {read:g} s") from exc
+        finally:
+            if reader is not None:
+                reader.finish()
         serialization = answer.get("serialization", JSON)
         return [unpack_result(value, serialization) for value in answer.get("results", [])]
 
@@ -201,6 +239,12 @@ class JobClient:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    def read_output(self, key: str, after: int, wait: float) -> dict[str, Any]:
+        """One read of a call's output (``POST /output``; ``runtime.agent.service.output``)."""
+        content = json.dumps({"output": key, "after": after, "wait": wait}).encode()
+        return self._request("POST", contract.ROUTE_OUTPUT, content,
+                             httpx.Timeout(wait + READ_TIMEOUT, connect=CONNECT_TIMEOUT))
 
     def _get(self, path: str) -> dict[str, Any]:
         try:
@@ -235,3 +279,38 @@ class JobClient:
         if response.status_code == 401:
             raise Unauthorized(message, 401)
         raise TransportError(message, response.status_code)
+
+
+class _OutputReader:
+    """Reads one call's output from the coordinator while the call runs, and hands it on."""
+
+    def __init__(self, client: JobClient, key: str, deliver: Callable[[OutputChunk], None]) -> None:
+        self._client = client
+        self._key = key
+        self._deliver = deliver
+        self._answered = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="call-output", daemon=True)
+        self.problem = ""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self) -> None:
+        """The call has answered: wait for the last of its output (the coordinator has it all by now)."""
+        self._answered.set()
+        self._thread.join(OUTPUT_AFTER_CALL)
+
+    def _run(self) -> None:
+        after = 0
+        while True:
+            answered = self._answered.is_set()
+            try:
+                page = self._client.read_output(self._key, after, 0.0 if answered else OUTPUT_WAIT)
+            except (TransportError, httpx.HTTPError) as exc:
+                self.problem = str(exc)
+                return
+            for rank, stream, text in page.get("chunks", []):
+                self._deliver(OutputChunk(int(rank), str(stream), str(text)))
+            after = int(page.get("next", after))
+            if page.get("done") or (answered and not page.get("chunks")):
+                return  # the end; or the call was refused before it ran, so it has no output

@@ -10,6 +10,7 @@ stderr lines are kept for the root-cause report.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import select
 import signal
@@ -85,17 +86,27 @@ def rank_dir(log_dir: Path, local_rank: int) -> Path:
     return log_dir / str(local_rank)
 
 
+OutputTap = Callable[[int, bytes], None]
+"""Receives a copy of what one process writes: the stream (0 stdout, 1 stderr) and the bytes, in order."""
+
+
 class _Output:
     """Copies one process's output streams to the agent's streams (with a ``[rank N]`` prefix at
-    the start of every line), to its log file, and to the files its :class:`streams.Streams` plan
-    asks for. Whole lines go at once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a
-    prompt without a newline (``breakpoint()``'s ``(Pdb)``) shows."""
+    the start of every line), to its log file, to the files its :class:`streams.Streams` plan
+    asks for, and to its tap (service mode: the output of the call it runs). Whole lines go at
+    once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a prompt without a newline
+    (``breakpoint()``'s ``(Pdb)``) shows, or at once when :meth:`drain` is asked."""
 
     def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
                  lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = _SHOWN,
                  stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
-                 filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None)) -> None:
+                 filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None),
+                 tap: Optional[OutputTap] = None) -> None:
         self.rename(prefix)
+        self._tap = tap
+        self._fds: list[Optional[int]] = [None, None]
+        self._pending = [b"", b""]
+        self._read_locks = (threading.Lock(), threading.Lock())
         self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
         self._sinks = (out, err)
         self._plans = plans
@@ -121,26 +132,51 @@ class _Output:
         """Pass on whole lines as they arrive; an unfinished line once nothing more has come for
         :data:`PARTIAL_LINE_DELAY` (a prompt), so lines of different ranks do not interleave."""
         fd = stream.fileno()
-        pending = b""
+        self._fds[index] = fd
         with stream:
             while True:
-                ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_DELAY if pending else None)
-                if not ready:
-                    self._emit(index, pending)
-                    pending = b""
-                    continue
-                chunk = os.read(fd, CHUNK_BYTES)
-                if not chunk:
-                    break
-                data = pending + chunk
-                cut = data.rfind(b"\n") + 1
-                pending = data[cut:]
-                if cut:
-                    self._emit(index, data[:cut])
-        if pending:
-            self._emit(index, pending)
+                ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_DELAY if self._pending[index] else None)
+                with self._read_locks[index]:
+                    if not ready:
+                        self._emit_pending(index)
+                    elif not self._read_ready(index, fd):
+                        break
+            with self._read_locks[index]:
+                self._fds[index] = None
+                self._emit_pending(index)
         if self._partial[index]:
             self._lines(index, b"\n")
+
+    def _read_ready(self, index: int, fd: int) -> bool:
+        """Read what ``fd`` has now, if anything (another thread may have drained it), and pass on
+        its whole lines; ``False`` at end of stream. Holds the stream's read lock."""
+        if not select.select([fd], [], [], 0)[0]:
+            return True
+        chunk = os.read(fd, CHUNK_BYTES)
+        if not chunk:
+            return False
+        data = self._pending[index] + chunk
+        cut = data.rfind(b"\n") + 1
+        self._pending[index] = data[cut:]
+        if cut:
+            self._emit(index, data[:cut])
+        return True
+
+    def _emit_pending(self, index: int) -> None:
+        if self._pending[index]:
+            pending, self._pending[index] = self._pending[index], b""
+            self._emit(index, pending)
+
+    def drain(self) -> None:
+        """Pass on at once everything the process has written so far, unfinished lines included:
+        what it wrote before it answered a call reaches that call's tap before the answer is used."""
+        for index in (0, 1):
+            with self._read_locks[index]:
+                fd = self._fds[index]
+                while fd is not None and select.select([fd], [], [], 0)[0]:
+                    if not self._read_ready(index, fd):
+                        break
+                self._emit_pending(index)
 
     def _emit(self, index: int, data: bytes) -> None:
         """Copy ``data`` of stream ``index`` (0 stdout, 1 stderr) everywhere it goes."""
@@ -160,6 +196,8 @@ class _Output:
                 filtered.writelines(self._prefix + line + b"\n" for line in lines if any(f in line for f in filters))
                 filtered.flush()
         self._at_start[index] = data.endswith(b"\n")
+        if self._tap is not None:
+            self._tap(index, data)
 
     def _lines(self, index: int, data: bytes) -> list[bytes]:
         """The lines ``data`` completes (kept in the stderr tail, matched against the filters)."""
@@ -235,6 +273,8 @@ class LocalProcesses:
             ``--redirects``, ``--tee``, ``--local-ranks-filter``; files in :func:`rank_dir`).
         stdin_local_rank: the local rank that inherits this agent's stdin (local mode: the one of
             global rank 0); every other process reads EOF from ``/dev/null``.
+        tap: receives a copy of each process's output, with its local rank: ``tap(local_rank,
+            stream, data)`` (stream 0 stdout, 1 stderr), in order per stream, from the copying threads.
     """
 
     def __init__(
@@ -253,8 +293,10 @@ class LocalProcesses:
         label: str = "rank",
         outputs: Optional[streams.Streams] = None,
         stdin_local_rank: Optional[int] = None,
+        tap: Optional[Callable[[int, int, bytes], None]] = None,
     ) -> None:
         self.generation = generation
+        self._tap = tap
         self._streams = outputs or streams.Streams()
         self._filtered: tuple[Optional[BinaryIO], ...] = (None, None)
         self._stdin_local_rank = stdin_local_rank
@@ -315,7 +357,8 @@ class LocalProcesses:
                 stream_dir.mkdir(parents=True, exist_ok=True)
             output = _Output(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
                              (self._streams.stdout_filters, self._streams.stderr_filters),
-                             self._filtered)  # type: ignore[arg-type]
+                             self._filtered,  # type: ignore[arg-type]
+                             None if self._tap is None else functools.partial(self._tap, local_rank))
             self._outputs.append(output)
             output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
             watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)
@@ -337,6 +380,10 @@ class LocalProcesses:
                 requested=self._stopping.is_set(),
             )
         )
+
+    def drain(self, local_rank: int) -> None:
+        """Pass on at once what process ``local_rank`` has written so far (to every sink and the tap)."""
+        self._outputs[local_rank].drain()
 
     def running(self) -> bool:
         """Whether any process is still running."""

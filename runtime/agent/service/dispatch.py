@@ -26,6 +26,7 @@ from runtime.agent.net.transport import HttpTransport
 from runtime.agent.service.calls import CallRequest, ExecRequest
 from runtime.agent.service.executor import LocalExecutor
 from runtime.agent.service.hop import Abort, Event, Hop, Links, Results
+from runtime.agent.service.output import CallOutputs, OutputForwarder, sink
 from runtime.agent.service.wire import error_body, error_status
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import RUNNING, Node, World
@@ -69,12 +70,15 @@ class ServiceNode:
         self._inflight: dict[str, queue.SimpleQueue[Event]] = {}
         self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._counts = {"calls": 0, "execs": 0, "cancels": 0}
+        self._say = say
+        self._outputs = CallOutputs()
 
     # --- wiring ----------------------------------------------------------------------------------
 
     def routes(self) -> Routes:
         """The routes this node serves."""
-        return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec}
+        return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec,
+                ("POST", contract.ROUTE_OUTPUT): self.route_output}
 
     def use_executor(self, executor: Optional[LocalExecutor]) -> None:
         """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""
@@ -129,9 +133,13 @@ class ServiceNode:
             s = self._settings
             plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)
             exec_request = ExecRequest(uuid.uuid4().hex, world.generation, call.invocation, call.timeout,
-                                       targets, s.spec.tree_fanout)
+                                       targets, s.spec.tree_fanout, call.output)
+            if call.output:
+                self._outputs.open(call.output)
             outcome = self._execute(world, me, exec_request, plan, deadline)
         finally:
+            if call.output:
+                self._outputs.close(call.output)
             self._call_lock.release()
         if isinstance(outcome, TrainplaneError):
             error = self._membership_view(world, outcome)
@@ -160,6 +168,14 @@ class ServiceNode:
         if isinstance(outcome, TrainplaneError):
             return Response(error_status(outcome), error_body(outcome))
         return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
+
+    def route_output(self, request: Request) -> Response:
+        """``POST /output``: a node's share of a call's output, or the caller reading it (coordinator)."""
+        world = self._world()
+        if world is not None and world.has(self._settings.node.node_id) and world.node_rank_of(
+                self._settings.node.node_id) != 0:
+            raise HttpError(409, "call output is kept by the coordinator (node rank 0)")
+        return Response(200, self._outputs.route(request.body))
 
     def _route_cancel(self, call_id: Any) -> Response:
         if not isinstance(call_id, str) or not call_id:
@@ -220,9 +236,16 @@ class ServiceNode:
                 del self._cancelled[request.call_id]
                 return CallCancelled(f"call {request.call_id} was cancelled before it reached this node")
             self._inflight[request.call_id] = events
+        forwarder = None
+        if request.output and me != 0 and plan.local:
+            head = world.nodes[0]
+            forwarder = OutputForwarder(request.output, (head.addr, head.port), self._transport, self._say)
         try:
-            return Hop(world, me, request, plan, deadline, events, self._executor, self._links).run()
+            return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
+                       sink(self._outputs if me == 0 else None, forwarder, request.output)).run()
         finally:
+            if forwarder is not None:
+                forwarder.close()  # before this node answers: the caller reads it before the call's end
             with self._lock:
                 self._inflight.pop(request.call_id, None)
 

@@ -88,7 +88,10 @@ class ServiceWorker:
                 message = self._inbox.get()
                 if message is None:
                     return 0
-                self._reply(self._run(message))
+                reply = self._run(message)
+                sys.stdout.flush()  # what the call wrote reaches the agent before its answer
+                sys.stderr.flush()
+                self._reply(reply)
         except ChannelClosed:
             return 0
 
