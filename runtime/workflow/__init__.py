@@ -7,6 +7,8 @@
     results = train(epochs=3)              # one result per rank, in rank order
     train.options(timeout=60)(epochs=3)    # the same with a deadline (call options: runtime.workflow.functions)
     train.teardown()                       # or: with fn(train).to(compute) as train: ...
+    trainer = cls(Trainer, lr=0.1).to(compute)   # one instance per rank, kept between calls
+    trainer.step(batch=32)                 # the method on every rank, results in rank order
 
 Three parts, kept apart as in the rest of the runtime: a :class:`Compute` is *where and how big* (a
 spec that can also hold its running job), an :class:`Endpoint` is *the running job* as a caller sees
@@ -33,6 +35,7 @@ Importing this package needs httpx (the client); Pulumi, the components and the 
 client are imported only when a ``KubernetesCompute`` is made or deploys.
 """
 
+from runtime.workflow.classes import RemoteInstance, cls
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.errors import DeployError, NestedJobError
 from runtime.workflow.existing import ExistingCompute
@@ -53,6 +56,8 @@ __all__ = [
     "Location",
     "NestedJobError",
     "RemoteFunction",
+    "RemoteInstance",
+    "cls",
     "fn",
     "locate",
 ]
