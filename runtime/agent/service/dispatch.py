@@ -11,14 +11,25 @@ deadline). Standard library only.
 from __future__ import annotations
 
 import collections
+import os
 import queue
+import tempfile
 import threading
 import time
 import uuid
 from typing import Any, Callable, Optional, Union
 
 from runtime.agent import contract
-from runtime.agent.errors import CallCancelled, CallTimeout, HttpError, TrainplaneError, WorkerMembershipChanged
+from runtime.agent.code.fanout import CodeFanout
+from runtime.agent.code.store import CodeStore
+from runtime.agent.errors import (
+    CallCancelled,
+    CallTimeout,
+    HttpError,
+    NodeFailed,
+    TrainplaneError,
+    WorkerMembershipChanged,
+)
 from runtime.agent.membership.tree import Plan, plan_node, plan_root
 from runtime.agent.net.peer import PeerTransport
 from runtime.agent.net.server import Request, Response, Routes
@@ -69,16 +80,20 @@ class ServiceNode:
         self._call_lock = threading.Lock()
         self._inflight: dict[str, queue.SimpleQueue[Event]] = {}
         self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._counts = {"calls": 0, "execs": 0, "cancels": 0}
+        self._counts = {"calls": 0, "execs": 0, "cancels": 0, "trees": 0}
         self._say = say
         self._outputs = CallOutputs()
+        store_dir = os.path.join(settings.plumbing.run_root or tempfile.gettempdir(),
+                                 f"trainplane-code-{settings.spec.job_name}-{settings.node.node_id}-{uuid.uuid4().hex[:8]}")
+        self._code = CodeFanout(settings, world, CodeStore(store_dir), self._transport, clock)
 
     # --- wiring ----------------------------------------------------------------------------------
 
     def routes(self) -> Routes:
         """The routes this node serves."""
         return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec,
-                ("POST", contract.ROUTE_OUTPUT): self.route_output}
+                ("POST", contract.ROUTE_OUTPUT): self.route_output,
+                ("POST", contract.ROUTE_CODE): self.route_code}
 
     def use_executor(self, executor: Optional[LocalExecutor]) -> None:
         """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""
@@ -98,13 +113,14 @@ class ServiceNode:
             return len(self._inflight)
 
     def stats(self) -> dict[str, int]:
-        """Counters: calls taken (coordinator), execs and cancels received, requests this node has sent."""
+        """Counters: calls taken (coordinator), execs, cancels and trees received, requests this node has sent."""
         with self._lock:
             return {**self._counts, "requests_sent": self._transport.sent}
 
     def close(self) -> None:
-        """Close kept-alive connections."""
+        """Close kept-alive connections; remove the node's synced trees."""
         self._transport.close()
+        self._code.store.remove()
 
     # --- routes (handler threads) -------------------------------------------------------------------
 
@@ -115,6 +131,9 @@ class ServiceNode:
             coordinator = world.nodes[0]
             raise HttpError(409, f"calls go to the coordinator (node rank 0) at {coordinator.addr}:{coordinator.port}")
         call = CallRequest.from_json(request.body, self._settings.spec.allow_pickle)
+        if call.code and self._code.store.tree(call.code) is None:
+            return Response(409, {"error": f"this job does not hold tree {call.code}: send it (POST "
+                                           f"{contract.ROUTE_CODE}), then call again", "code_missing": call.code})
         serving = tuple(i for i, node in enumerate(world.nodes) if node.num_proc)
         targets = call.workers if call.workers is not None else serving
         if targets[-1] >= len(world.nodes):
@@ -133,7 +152,7 @@ class ServiceNode:
             s = self._settings
             plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)
             exec_request = ExecRequest(uuid.uuid4().hex, world.generation, call.invocation, call.timeout,
-                                       targets, s.spec.tree_fanout, call.output)
+                                       targets, s.spec.tree_fanout, call.output, call.code)
             if call.output:
                 self._outputs.open(call.output)
             outcome = self._execute(world, me, exec_request, plan, deadline)
@@ -168,6 +187,12 @@ class ServiceNode:
         if isinstance(outcome, TrainplaneError):
             return Response(error_status(outcome), error_body(outcome))
         return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
+
+    def route_code(self, request: Request) -> Response:
+        """``POST /code``: a synced tree to hold and send on, or one to hand out (``runtime.agent.code.fanout``)."""
+        if "fetch" not in request.body:
+            self._count("trees")
+        return Response(200, self._code.route(request.body))
 
     def route_output(self, request: Request) -> Response:
         """``POST /output``: a node's share of a call's output, or the caller reading it (coordinator)."""
@@ -230,6 +255,10 @@ class ServiceNode:
 
     def _execute(self, world: World, me: int, request: ExecRequest, plan: Plan,
                  deadline: Optional[float]) -> Union[Results, TrainplaneError]:
+        try:
+            code = self._code.tree_for(request.code, world) if request.code and plan.local else ""
+        except HttpError as exc:
+            return NodeFailed(me, self._settings.node.advertise_address, str(exc))
         events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         with self._lock:
             if request.call_id in self._cancelled:
@@ -242,7 +271,7 @@ class ServiceNode:
             forwarder = OutputForwarder(request.output, (head.addr, head.port), self._transport, self._say)
         try:
             return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
-                       sink(self._outputs if me == 0 else None, forwarder, request.output)).run()
+                       sink(self._outputs if me == 0 else None, forwarder, request.output), code).run()
         finally:
             if forwarder is not None:
                 forwarder.close()  # before this node answers: the caller reads it before the call's end

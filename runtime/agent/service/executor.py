@@ -45,12 +45,15 @@ class LocalCall:
             (stream ``stdout`` or ``stderr``), in order per rank and stream, each rank's last piece
             before its event is posted; ``None``: the output is not wanted (it still reaches the
             agent's log as always).
+        code: the synced tree directory the call imports from (``runtime.agent.code``), or ``""``
+            to import from the processes' own PYTHONPATH.
     """
 
     call_id: str
     invocation: Invocation
     post: Callable[[RankEvent], None]
     output: Optional[Callable[[int, str, str], None]] = None
+    code: str = ""
 
 
 class LocalExecutor(Protocol):

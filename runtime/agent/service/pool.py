@@ -224,7 +224,8 @@ class _Slot:
         with self._lock:
             self._running = control
         try:
-            channel.send({"call": call.call_id, "invocation": call.invocation.to_json()})
+            channel.send({"call": call.call_id, "invocation": call.invocation.to_json(),
+                          **({"code": call.code} if call.code else {})})
             if control.cancelled_at is not None:
                 self._send_cancel(channel, control)
             self._await_reply(channel, control)
