@@ -9,6 +9,7 @@ only. Failures are rebuilt from the wire format (``runtime.agent.service.wire``)
 * ``WorkerMembershipChanged`` - the world changed while the call was in flight;
 * ``NodeFailed``, ``CallCancelled`` - a node on the path failed; the call was failed from outside;
 * ``Unauthorized`` - 401, wrong or missing token;
+* ``CodeMissing`` - the call named a synced tree the job does not hold (send it: :meth:`JobClient.send_code`);
 * ``TransportError`` - anything else, with ``status``: 400 malformed call, 409 batch-mode job,
   413 body over the cap, 415 pickle not enabled, 503 job not ready; ``None`` when no answer came.
 
@@ -17,6 +18,7 @@ httpx's own exceptions are translated at this one boundary (``raise ... from``).
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import uuid
@@ -41,6 +43,20 @@ OUTPUT_WAIT = 0.25
 """Seconds one read of a call's output may wait on the coordinator for more (a long poll)."""
 OUTPUT_AFTER_CALL = 10.0
 """Seconds the last reads of a call's output may take once the call has answered."""
+CODE_TIMEOUT = 120.0
+"""Seconds sending a tree may take (every node unpacks it before the coordinator answers)."""
+
+
+class CodeMissing(TransportError):
+    """The job does not hold the synced tree a call named: send it (:meth:`JobClient.send_code`), call again.
+
+    Attributes:
+        digest: the tree's digest.
+    """
+
+    def __init__(self, message: str, digest: str) -> None:
+        super().__init__(message, 409)
+        self.digest = digest
 
 
 @dataclass(frozen=True)
@@ -177,10 +193,12 @@ class JobClient:
 
     def invoke(self, fn: str, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None, *,
                timeout: Optional[float] = None, node_ranks: Optional[Sequence[int]] = None,
-               output: Optional[Callable[[OutputChunk], None]] = None) -> list[Any]:
+               output: Optional[Callable[[OutputChunk], None]] = None, code: Optional[str] = None) -> list[Any]:
         """:meth:`call` with the function's arguments as a sequence and a mapping (any keyword reaches it).
 
         Args:
+            code: the digest of the synced tree the ranks import from (``runtime.agent.code``); ``None``:
+                their own PYTHONPATH. Raises :class:`CodeMissing` when the job does not hold it.
             output: receives what the ranks write to stdout and stderr while the call runs, chunk by
                 chunk, in order per rank and stream, from a thread of this client, while the call runs;
                 everything written before a rank answered has been given to it when this returns or
@@ -189,6 +207,8 @@ class JobClient:
         body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
                                 "workers": list(node_ranks) if node_ranks is not None else None,
                                 **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
+        if code is not None:
+            body["code"] = code
         reader = None
         if output is not None:
             body["output"] = uuid.uuid4().hex
@@ -240,6 +260,28 @@ class JobClient:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def send_code(self, digest: str, archive: bytes) -> int:
+        """Send a synced tree to every node of the job (``POST /code``, down the job's tree).
+
+        Args:
+            digest: the tree's digest (``runtime.agent.code.archive.tree_digest``).
+            archive: the tree, packed (``runtime.agent.code.archive.pack``).
+
+        Returns:
+            How many nodes hold it now.
+
+        Raises:
+            TransportError: 400 the archive was refused (unsafe, malformed, not matching the digest),
+                413 it is over the body cap, 502 a node did not take it.
+        """
+        content = json.dumps({"digest": digest, "archive": base64.b64encode(archive).decode("ascii")}).encode()
+        try:
+            answer = self._request("POST", contract.ROUTE_CODE, content,
+                                   httpx.Timeout(CODE_TIMEOUT, connect=CONNECT_TIMEOUT))
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"POST {self.url}{contract.ROUTE_CODE}: no answer within {CODE_TIMEOUT:g} s") from exc
+        return int(answer.get("nodes", 0))
+
     def read_output(self, key: str, after: int, wait: float) -> dict[str, Any]:
         """One read of a call's output (``POST /output``; ``runtime.agent.service.output``)."""
         content = json.dumps({"output": key, "after": after, "wait": wait}).encode()
@@ -276,6 +318,8 @@ class JobClient:
         if error is not None:
             raise error
         message = f"{method} {self.url}{path}: {response.status_code} {body.get('error', response.reason_phrase)}"
+        if response.status_code == 409 and isinstance(body.get("code_missing"), str):
+            raise CodeMissing(message, body["code_missing"])
         if response.status_code == 401:
             raise Unauthorized(message, 401)
         raise TransportError(message, response.status_code)

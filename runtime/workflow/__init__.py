@@ -24,9 +24,11 @@ Compute kinds, one module each; a kind implements ``_start(request) -> Endpoint`
   through a port-forward opened with the ``kubernetes`` client (``portforward``).
 
 The called function must be importable by the worker processes: defined with ``def`` at the top
-level of a module in a ``.py`` file; ``fn()`` refuses anything else at once (``locate``). A local
-job gets the function's root directory on its processes' PYTHONPATH; a job that is already running,
-or one in pods, imports from its own PYTHONPATH (see :class:`ExistingCompute`). A function defined
+level of a module in a ``.py`` file; ``fn()`` refuses anything else at once (``locate``). Its code
+travels with the calls, whatever the compute: every call names the caller's source tree (the
+function's import root) by digest, the job's agents receive the tree when they lack it and its
+processes import from it, reloading in place only the modules that changed (``codesync``;
+``runtime.agent.code``). A function defined
 in the driver script itself is imported from that script's file by its stem, so the script must
 keep its driver code under ``if __name__ == "__main__":``: ``.to()`` inside a job's own process
 raises :class:`NestedJobError` (``guard``) instead of starting jobs inside jobs.

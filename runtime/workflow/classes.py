@@ -63,8 +63,8 @@ class cls:  # lower case like Kubetorch's ``kt.cls``
 
     @property
     def request(self) -> DeployRequest:
-        """What deploying this class asks of a compute: its import root and its name."""
-        return DeployRequest((self.root,), self.name)
+        """What deploying this class asks of a compute: its name."""
+        return DeployRequest(self.name)
 
 
 class RemoteInstance(Deployed):

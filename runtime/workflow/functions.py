@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 from runtime.agent.errors import ConfigError
-from runtime.client import JobClient
+from runtime.client import CodeMissing, JobClient
+from runtime.workflow.codesync import source_for
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.locate import locate
 from runtime.workflow.output import RankPrinter
@@ -114,8 +115,8 @@ class fn:  # lower case like Kubetorch's ``kt.fn``, which users know
 
     @property
     def request(self) -> DeployRequest:
-        """What deploying this function asks of a compute: its import root and its name."""
-        return DeployRequest((self.root,), self.name)
+        """What deploying this function asks of a compute: its name."""
+        return DeployRequest(self.name)
 
 
 class _Connection:
@@ -205,11 +206,22 @@ class Deployed:
         self.teardown()
 
     def _invoke(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-        """Run ``name`` on the job with these options; one result per rank, in rank order."""
+        """Run ``name`` on the job with these options, importing from the caller's source tree as it is
+        now (sent first if the job lacks it); one result per rank, in rank order."""
         client = self._connection.client_for(self.compute.endpoint, self.compute.serialization)
         options = self.call_options
-        return client.invoke(name, args, kwargs, timeout=options.timeout, node_ranks=options.node_ranks,
-                             output=RankPrinter() if options.output else None)
+        source = source_for(self.target.root)
+        snapshot = source.snapshot()
+
+        def invoke() -> list[Any]:
+            return client.invoke(name, args, kwargs, timeout=options.timeout, node_ranks=options.node_ranks,
+                                 output=RankPrinter() if options.output else None, code=snapshot.digest)
+
+        try:
+            return invoke()
+        except CodeMissing:
+            client.send_code(snapshot.digest, source.archive(snapshot))
+            return invoke()
 
     def _view(self: _D, compute: Compute, options: CallOptions, connection: Optional[_Connection]) -> _D:
         """The same deployed thing on ``compute`` with ``options`` (sharing ``connection``, if given)."""

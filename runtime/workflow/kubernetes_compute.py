@@ -90,8 +90,6 @@ class KubernetesCompute(Compute):
         ConfigError: an argument is invalid (checked here, before anything is deployed); names it.
     """
 
-    imports_from_caller = False
-
     def __init__(self, image: str, cpus: Optional[float] = None, gpus: int = 0, memory: Optional[str] = None,
                  namespace: str = "default", kubeconfig: Optional[str] = None, workers: int = default("workers"),
                  num_proc: int = default("num_proc"), distribution: str = default("distribution"),

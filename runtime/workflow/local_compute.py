@@ -1,14 +1,27 @@
-"""``LocalCompute``: a service-mode job of local agent processes, one loopback address per node."""
+"""``LocalCompute``: a service-mode job of local agent processes, one loopback address per node.
+
+The agents' own output (their lines and their copy of every rank's) goes to ``agents.log`` in the
+job's log directory, not to the caller's terminal: what the ranks write during a call reaches the
+caller as the call's output (``runtime.workflow.output``), once.
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Mapping, Optional
 
 from runtime import local
+from runtime.agent.code.store import tag_cache_dir
 from runtime.agent.errors import RendezvousError
 from runtime.agent.service.wire import JSON, PICKLE
 from runtime.agent.spec.job import check, default
 from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint
+
+AGENTS_LOG = "agents.log"
+"""The file in the job's log directory that holds the agents' output."""
+LOG_TAIL_LINES = 20
+"""Lines of it a failed start quotes."""
 
 
 class LocalCompute(Compute):
@@ -20,7 +33,8 @@ class LocalCompute(Compute):
         distribution: see :class:`~runtime.workflow.compute.Compute`.
         serialization: see :class:`~runtime.workflow.compute.Compute`.
         env: further environment variables for every agent and process.
-        log_dir: directory for per-rank logs (default: a temporary directory per job).
+        log_dir: directory for per-rank logs and the agents' ``agents.log`` (default: a temporary
+            directory per job).
         grace_period: seconds a cancelled call gets before its process is replaced; also the
             SIGTERM-to-SIGKILL grace at teardown.
         tree_threshold: calls to this many nodes or more travel a tree.
@@ -46,17 +60,24 @@ class LocalCompute(Compute):
         self.job: Optional[local.LocalJob] = None
 
     def _start(self, request: DeployRequest) -> Endpoint:
+        log_dir = self.log_dir or tempfile.mkdtemp(prefix="trainplane-")
+        os.makedirs(log_dir, exist_ok=True)
+        tag_cache_dir(log_dir)  # a log directory inside the project is not synced as code
         spec = local.LocalJobSpec(workers=self.workers, num_proc=self.num_proc, mode="service",
-                                  distribution=self.distribution, master_port=0, log_dir=self.log_dir,
+                                  distribution=self.distribution, master_port=0, log_dir=log_dir,
                                   grace_period=self.grace_period, tree_threshold=self.tree_threshold,
                                   tree_fanout=self.tree_fanout, allow_pickle=self.serialization == PICKLE,
-                                  pythonpath=request.pythonpath, env=self.env)
-        job = local.start(spec)
+                                  env=self.env)
+        log_path = os.path.join(log_dir, AGENTS_LOG)
+        with open(log_path, "ab") as log:
+            job = local.start(spec, stdout=log, stderr=log)
         try:
             job.wait_ready(self.ready_timeout)
-        except RendezvousError:
+        except RendezvousError as exc:
             job.stop()
-            raise
+            with open(log_path, errors="replace") as log:
+                tail = "".join(log.readlines()[-LOG_TAIL_LINES:])
+            raise RendezvousError(f"{exc}\nthe last lines of {log_path}:\n{tail}") from None
         self.job = job
         return Endpoint(job.url, job.token)
 
