@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from runtime import TransportError, Unauthorized
 from runtime.client import JobClient
 from runtime.local import LocalJobSpec
 from runtime.workflow import ExistingCompute, LocalCompute, cls, fn
+from runtime.workflow.codesync import source_for
 from tests.runtime.jobs import serving
 
 EDITED = '''
@@ -123,3 +125,23 @@ def test_an_existing_job_runs_the_callers_code_without_it_on_its_pythonpath(pack
         synced = next((tmp_path / "logs" / "run").glob("trainplane-code-*/*/tree"))
         assert sorted(str(p.relative_to(synced)) for p in synced.rglob("*") if p.is_file()) == [
             ".gitignore", "hotpkg/__init__.py", "hotpkg/edited.py", "hotpkg/stable.py"], "*.bin is ignored"
+
+
+def test_a_tree_travels_down_the_job_tree_and_bad_or_unauthenticated_trees_are_refused(package: Path):
+    edited = importlib.import_module("hotpkg.edited")
+    with LocalCompute(workers=3, num_proc=1, grace_period=1.0, tree_threshold=2, tree_fanout=2) as compute:
+        remote = fn(edited.value).to(compute)
+        assert [r["value"] for r in remote()] == [1, 1, 1]
+        url, token = compute.endpoint.url, compute.endpoint.token
+        with JobClient(url, token) as client:
+            assert client.info().raw["service"]["trees"] == 1
+            snapshot = source_for(str(package)).snapshot()
+            archive = source_for(str(package)).archive(snapshot)
+            assert client.send_code(snapshot.digest, archive) == 3, "every node holds it"
+            digest = "0" * 64
+            with pytest.raises(TransportError, match=r"400 .*tree 0{64} refused: the archive's content has digest"):
+                client.send_code(digest, archive)
+            with pytest.raises(TransportError, match=r"400 .*not a whole gzipped tar"):
+                client.send_code(digest, b"garbage")
+        with JobClient(url, "wrong-token") as stranger, pytest.raises(Unauthorized):
+            stranger.send_code(snapshot.digest, b"")
