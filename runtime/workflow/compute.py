@@ -126,11 +126,17 @@ class Compute(abc.ABC):
     def continues(self, previous: Compute) -> bool:
         """Whether deploying this compute takes over ``previous``'s running job instead of replacing it.
 
-        ``RemoteFunction.to(self)`` then releases ``previous`` (:meth:`release`) rather than tearing
-        its job down, and this compute's deployment updates the job (a Kubernetes compute resizes its
-        stack's job in place of destroying and recreating it). The default: never.
+        ``RemoteFunction.to(self)`` then adopts it (:meth:`adopt`) rather than tearing its job down,
+        and this compute's deployment updates the job (a local job is resized in place; a Kubernetes
+        compute updates its stack's job in place of destroying and recreating it). The default: never.
         """
         return False
+
+    def adopt(self, previous: Compute) -> None:
+        """Take over ``previous``'s running job, which this compute :meth:`continues`: ``previous``
+        lets go of it (:meth:`release`), and this compute's next deploy updates it (a local job is
+        resized in place, a Kubernetes job's stack is updated)."""
+        previous.release()
 
     def release(self) -> None:
         """Let go of the running job without stopping it (another compute :meth:`continues` it)."""

@@ -176,13 +176,13 @@ class Deployed:
         return self._view(self.compute, replace(self.call_options, **changes), self._connection)
 
     def to(self: _D, compute: Compute) -> _D:
-        """Move to ``compute``: the previous compute's job is stopped when it is another one (resizing),
-        unless ``compute`` continues it (:meth:`Compute.continues`: a Kubernetes job resized by a
-        stack update)."""
+        """Move to ``compute``: the previous compute's job is stopped when it is another one, unless
+        ``compute`` continues it (:meth:`Compute.continues`: the same job at another size, resized in
+        place; a Kubernetes job updated by its stack)."""
         if compute is not self.compute:
             self.close()
             if compute.continues(self.compute):
-                self.compute.release()
+                compute.adopt(self.compute)
             else:
                 self.compute.teardown()
         compute.deploy(self.target.request)

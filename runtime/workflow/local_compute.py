@@ -3,25 +3,38 @@
 The agents' own output (their lines and their copy of every rank's) goes to ``agents.log`` in the
 job's log directory, not to the caller's terminal: what the ranks write during a call reaches the
 caller as the call's output (``runtime.workflow.output``), once.
+
+The job is elastic (up to ``max_workers`` nodes), so ``.to()`` with a ``LocalCompute`` of the same
+shape at another size resizes it in place: agents are started (they join the running world) or
+stopped (the world goes on without them), and the next call runs at the new world size in the same
+processes; each process applies the new world before its next call (``WorkerMembershipChanged``
+from ``runtime.membership.wait(0, since=...)``).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 from typing import Mapping, Optional
 
 from runtime import local
+from runtime.agent import contract
 from runtime.agent.code.store import tag_cache_dir
 from runtime.agent.errors import RendezvousError
 from runtime.agent.service.wire import JSON, PICKLE
-from runtime.agent.spec.job import check, default
+from runtime.agent.spec.job import SINGLE_CONTROLLER, check, default
+from runtime.workflow.attach import Expectation, wait_until_serving
 from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint
 
 AGENTS_LOG = "agents.log"
 """The file in the job's log directory that holds the agents' output."""
 LOG_TAIL_LINES = 20
 """Lines of it a failed start quotes."""
+MAX_WORKERS = 64
+"""The most nodes a local job can be resized to, unless ``max_workers`` says otherwise."""
 
 
 class LocalCompute(Compute):
@@ -39,18 +52,22 @@ class LocalCompute(Compute):
             SIGTERM-to-SIGKILL grace at teardown.
         tree_threshold: calls to this many nodes or more travel a tree.
         tree_fanout: children per node in a tree.
-        ready_timeout: seconds the job may take to start.
+        ready_timeout: seconds the job may take to start (or to reach a new size).
+        max_workers: the most nodes the job can be resized to in place (``ray`` and ``monarch`` jobs
+            cannot be resized: their size is fixed).
     """
 
     def __init__(self, workers: int = default("workers"), num_proc: int = default("num_proc"),
                  distribution: str = default("distribution"), serialization: str = JSON, *,
                  env: Optional[Mapping[str, str]] = None, log_dir: Optional[str] = None,
                  grace_period: float = default("grace_period"), tree_threshold: int = default("tree_threshold"),
-                 tree_fanout: int = default("tree_fanout"), ready_timeout: float = READY_TIMEOUT) -> None:
+                 tree_fanout: int = default("tree_fanout"), ready_timeout: float = READY_TIMEOUT,
+                 max_workers: int = MAX_WORKERS) -> None:
         super().__init__(workers, num_proc, distribution, serialization)
         for name, value in (("grace_period", grace_period), ("tree_threshold", tree_threshold),
-                            ("tree_fanout", tree_fanout)):
+                            ("tree_fanout", tree_fanout), ("max_workers", max_workers)):
             check(name, value)
+        self.max_workers = max_workers
         self.env = dict(env or {})
         self.log_dir = log_dir
         self.grace_period = grace_period
@@ -58,8 +75,36 @@ class LocalCompute(Compute):
         self.tree_fanout = tree_fanout
         self.ready_timeout = ready_timeout
         self.job: Optional[local.LocalJob] = None
+        self._spec: Optional[local.LocalJobSpec] = None
+        self._log_path = ""
+        self._adopted: Optional[tuple[local.LocalJob, local.LocalJobSpec, str]] = None
+
+    def continues(self, previous: Compute) -> bool:
+        """Whether ``previous`` is a running local job of this shape (processes per node, distribution,
+        settings) that this compute resizes in place instead of replacing."""
+        return (isinstance(previous, LocalCompute) and previous.job is not None and previous._spec is not None
+                and previous.distribution not in SINGLE_CONTROLLER and self._shape() == previous._shape()
+                and self.workers <= previous._spec.max_nodes)
+
+    def adopt(self, previous: Compute) -> None:
+        """Take over ``previous``'s job (see :meth:`continues`); the next deploy resizes it."""
+        if isinstance(previous, LocalCompute) and previous.job is not None and previous._spec is not None:
+            self._adopted = (previous.job, previous._spec, previous._log_path)
+        super().adopt(previous)
+
+    def release(self) -> None:
+        """Let go of the job without stopping it (another compute resizes it)."""
+        super().release()
+        self.job = None
+
+    def _shape(self) -> tuple[object, ...]:
+        return (self.num_proc, self.distribution, self.serialization, self.env, self.log_dir, self.grace_period,
+                self.tree_threshold, self.tree_fanout)
 
     def _start(self, request: DeployRequest) -> Endpoint:
+        adopted, self._adopted = self._adopted, None
+        if adopted is not None:
+            return self._resize(*adopted)
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="trainplane-")
         os.makedirs(log_dir, exist_ok=True)
         tag_cache_dir(log_dir)  # a log directory inside the project is not synced as code
@@ -67,7 +112,7 @@ class LocalCompute(Compute):
                                   distribution=self.distribution, master_port=0, log_dir=log_dir,
                                   grace_period=self.grace_period, tree_threshold=self.tree_threshold,
                                   tree_fanout=self.tree_fanout, allow_pickle=self.serialization == PICKLE,
-                                  env=self.env)
+                                  env=self.env, **self._elastic())
         log_path = os.path.join(log_dir, AGENTS_LOG)
         with open(log_path, "ab") as log:
             job = local.start(spec, stdout=log, stderr=log)
@@ -78,8 +123,54 @@ class LocalCompute(Compute):
             with open(log_path, errors="replace") as log:
                 tail = "".join(log.readlines()[-LOG_TAIL_LINES:])
             raise RendezvousError(f"{exc}\nthe last lines of {log_path}:\n{tail}") from None
-        self.job = job
+        self.job, self._spec, self._log_path = job, spec, log_path
         return Endpoint(job.url, job.token)
+
+    def _elastic(self) -> dict[str, int]:
+        """The job settings that let it be resized in place (none for a single-controller job)."""
+        if self.distribution in SINGLE_CONTROLLER:
+            return {}
+        return {"min_workers": 1, "max_workers": max(self.max_workers, self.workers)}
+
+    def _resize(self, job: local.LocalJob, spec: local.LocalJobSpec, log_path: str) -> Endpoint:
+        """Grow or shrink ``job`` to :attr:`workers` nodes and wait until its world has them.
+
+        Nodes are added with the next node ids (agents that join the running world) and removed from
+        the highest (agents stopped with SIGTERM: each tells the coordinator, which goes on without it).
+
+        Raises:
+            RendezvousError: the world did not reach the new size within ``ready_timeout``.
+        """
+        self.job, self._spec, self._log_path = job, spec, log_path
+        while len(job.agents) > self.workers:
+            agent = job.agents.pop()
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(timeout=self.grace_period + 10.0)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+        with open(log_path, "ab") as log:
+            while len(job.agents) < self.workers:
+                job.agents.append(self._start_agent(job, spec, len(job.agents), log))
+        wait_until_serving(job.url, job.token, self.serialization, self.ready_timeout, Expectation(
+            accepts=lambda shape: shape.workers == self.workers, wanted=f"of {self.workers} nodes",
+            hint=f"see {log_path}"))
+        return Endpoint(job.url, job.token)
+
+    def _start_agent(self, job: local.LocalJob, spec: local.LocalJobSpec, node_id: int,
+                     log: object) -> subprocess.Popen[bytes]:
+        """Start the agent of node ``node_id`` (beyond the job's first nodes) on its own address."""
+        first = job.plan
+        if first.addresses[0] != "127.0.0.1":  # a loopback address per node (local.plan)
+            address = f"127.0.0.{2 + node_id}"
+            port = first.ports[0] if local.port_is_free(address, first.ports[0]) else local.free_port(address)
+        else:
+            address, port = first.addresses[0], local.free_port(first.addresses[0], first.ports)
+        job.plan = local.LaunchPlan((*first.addresses, address), (*first.ports, port), first.master_port)
+        env = local.agent_env(spec, job.plan, node_id, job.job, job.token, job.log_dir)
+        return subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log)  # type: ignore[arg-type]
 
     def _stop(self) -> None:
         if self.job is not None:

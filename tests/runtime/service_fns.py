@@ -123,3 +123,13 @@ class Counter:
     def twice(n: int) -> int:
         """A static method: no instance needed."""
         return 2 * n
+
+
+def change_seen(since: int) -> dict[str, Any]:
+    """The membership change this process applied after generation ``since`` (``runtime.membership``)."""
+    from runtime import membership
+
+    change = membership.wait(0.0, since=since)
+    return {"generation": membership.generation(), "world_size": int(os.environ["WORLD_SIZE"]),
+            "added": None if change is None else list(change.added_ips),
+            "removed": None if change is None else list(change.removed_ips)}
