@@ -221,13 +221,17 @@ class JobClient:
         read = None if timeout is None else timeout + ANSWER_SLACK
         if reader is not None:
             reader.start()
+        ran = True
         try:
             answer = self._request("POST", contract.ROUTE_CALL, content, httpx.Timeout(read, connect=CONNECT_TIMEOUT))
+        except CodeMissing:
+            ran = False  # refused before anything ran: there is no output to wait for
+            raise
         except httpx.TimeoutException as exc:
             raise CallTimeout(timeout, (), fn, f"the coordinator did not answer within {read:g} s") from exc
         finally:
             if reader is not None:
-                reader.finish()
+                reader.finish(wait=ran)
         serialization = answer.get("serialization", JSON)
         return [unpack_result(value, serialization) for value in answer.get("results", [])]
 
@@ -339,10 +343,12 @@ class _OutputReader:
     def start(self) -> None:
         self._thread.start()
 
-    def finish(self) -> None:
-        """The call has answered: wait for the last of its output (the coordinator has it all by now)."""
+    def finish(self, wait: bool = True) -> None:
+        """The call has answered: wait for the last of its output (the coordinator has it all by now),
+        unless ``wait`` is false (the call never ran; the reader ends on its own after its next read)."""
         self._answered.set()
-        self._thread.join(OUTPUT_AFTER_CALL)
+        if wait:
+            self._thread.join(OUTPUT_AFTER_CALL)
 
     def _run(self) -> None:
         after = 0
