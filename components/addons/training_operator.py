@@ -160,7 +160,7 @@ class TrainingOperator(pulumi.ComponentResource):
     ) -> None:
         super().__init__("trainplane:addons:TrainingOperator", name, None, opts)
         args = args or TrainingOperatorArgs()
-        transforms = [ignore_webhook_cert_drift]
+        transforms: list[pulumi.ResourceTransform] = [ignore_webhook_cert_drift]
         if args.gang_scheduler_name:
             transforms.append(gang_scheduler_transform(args.gang_scheduler_name))
         self.manifests = k8s.kustomize.v2.Directory(

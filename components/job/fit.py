@@ -117,6 +117,7 @@ def _check_kueue(a: DistributedJobArgs, kueue: Optional[KueueCapabilities]) -> N
                              f"Kueue would let the {a.workload_backend} run at once, ignoring its queue",
                              f"enable {framework} in the Kueue add-on's frameworks (with training-operator in "
                              "trainplane:addons the stack enables kubeflow.org/pytorchjob), or use another backend")
+    value: Optional[str]
     if a.queue is not None:
         queue_name = kueue.local_queues.get((a.namespace, a.queue))
         if queue_name is None:

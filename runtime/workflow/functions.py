@@ -171,8 +171,8 @@ class Deployed:
         Raises:
             ConfigError: an option is invalid; names it.
         """
-        changes = {k: v for k, v in (("timeout", timeout), ("node_ranks", node_ranks), ("output", output))
-                   if v is not UNSET}
+        given: tuple[tuple[str, Any], ...] = (("timeout", timeout), ("node_ranks", node_ranks), ("output", output))
+        changes = {k: v for k, v in given if v is not UNSET}
         return self._view(self.compute, replace(self.call_options, **changes), self._connection)
 
     def to(self: _D, compute: Compute) -> _D:

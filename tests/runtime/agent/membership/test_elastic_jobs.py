@@ -145,18 +145,18 @@ def test_a_dead_tree_parent_is_removed_and_its_children_stay(tmp_path: Path, rec
         assert job.agents[0].wait(timeout=30) == 0
 
 
-def test_sigstopped_agent_is_dead_within_the_ttl_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
+def test_sigstopped_agent_is_declared_dead_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
+    """How soon a silent node is dead is the coordinator's decision, tested on a fake clock
+    (test_coordinator.py: probed a probe timeout before its TTL, lost when the probe fails) and
+    measured by bench/membership.py (``stop_ms``); here, that it happens and the node comes back."""
     stop = recorder[2]
     with recording(tmp_path, recorder, 3, TRAINPLANE_MIN_WORKERS="2") as job:
         after = whole_world(job, 3) + 1
         job.agents[1].send_signal(signal.SIGSTOP)
-        stopped_at = time.monotonic()
         assert wait_until(lambda: job.members()["generation"] == after, timeout=10), job.log(0)
-        detected_after = time.monotonic() - stopped_at
         snapshot = job.members()
         assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 2]
         assert {m["node_id"]: m["state"] for m in snapshot["members"]}[1] == "dead"
-        assert detected_after < 2 * 3.0
         job.agents[1].send_signal(signal.SIGCONT)
         assert wait_until(lambda: job.members()["generation"] > after, timeout=15), job.log(0)
         assert wait_until(lambda: len([m for m in job.members()["members"] if m["node_rank"] is not None]) == 3,
