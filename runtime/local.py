@@ -137,6 +137,39 @@ class LocalJob:
                                       f"(coordinator status {info.get('status', 'unreachable')!r})")
             time.sleep(0.05)
 
+    def scale(self, spec: LocalJobSpec, workers: int, output: Optional[IO[bytes]] = None, grace: float = 10.0) -> None:
+        """Run ``workers`` agents, as a StatefulSet scales: new ones with the next node ids (each joins
+        the running world, if ``spec`` is elastic), and the highest ones stopped (SIGTERM; SIGKILL
+        after ``grace`` seconds). Returns once the agents are started or gone, not when the world has
+        changed (the coordinator's ``/members`` says when).
+
+        Args:
+            spec: the spec the job was started with.
+            workers: agents wanted.
+            output: where new agents write their output (default: inherited).
+            grace: seconds a stopped agent gets before SIGKILL.
+        """
+        while len(self.agents) > workers:
+            agent = self.agents.pop()
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+        while len(self.agents) < workers:
+            node_id = len(self.agents)
+            first = self.plan
+            if first.addresses[0] != "127.0.0.1":  # a loopback address per node (plan)
+                address = f"127.0.0.{2 + node_id}"
+                port = first.ports[0] if port_is_free(address, first.ports[0]) else free_port(address)
+            else:
+                address, port = first.addresses[0], free_port(first.addresses[0], first.ports)
+            self.plan = LaunchPlan((*first.addresses, address), (*first.ports, port), first.master_port)
+            env = agent_env(spec, self.plan, node_id, self.job, self.token, self.log_dir)
+            self.agents.append(subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=env,
+                                                stdin=subprocess.DEVNULL, stdout=output, stderr=output))
+
     def write_connection_file(self) -> str:
         """Write ``{"url", "token", "job"}`` to ``<log_dir>/connection.json`` (mode 0600); return its path."""
         os.makedirs(self.log_dir, exist_ok=True)

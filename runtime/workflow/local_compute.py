@@ -14,14 +14,10 @@ from ``runtime.membership.wait(0, since=...)``).
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 from typing import Mapping, Optional
 
 from runtime import local
-from runtime.agent import contract
 from runtime.agent.code.store import tag_cache_dir
 from runtime.agent.errors import RendezvousError
 from runtime.agent.service.wire import JSON, PICKLE
@@ -105,6 +101,7 @@ class LocalCompute(Compute):
         adopted, self._adopted = self._adopted, None
         if adopted is not None:
             return self._resize(*adopted)
+        elastic = self.distribution not in SINGLE_CONTROLLER  # resizable in place (ray and monarch are not)
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="trainplane-")
         os.makedirs(log_dir, exist_ok=True)
         tag_cache_dir(log_dir)  # a log directory inside the project is not synced as code
@@ -112,7 +109,8 @@ class LocalCompute(Compute):
                                   distribution=self.distribution, master_port=0, log_dir=log_dir,
                                   grace_period=self.grace_period, tree_threshold=self.tree_threshold,
                                   tree_fanout=self.tree_fanout, allow_pickle=self.serialization == PICKLE,
-                                  env=self.env, **self._elastic())
+                                  env=self.env, min_workers=1 if elastic else None,
+                                  max_workers=self._most() if elastic else None)
         log_path = os.path.join(log_dir, AGENTS_LOG)
         with open(log_path, "ab") as log:
             job = local.start(spec, stdout=log, stderr=log)
@@ -126,51 +124,23 @@ class LocalCompute(Compute):
         self.job, self._spec, self._log_path = job, spec, log_path
         return Endpoint(job.url, job.token)
 
-    def _elastic(self) -> dict[str, int]:
-        """The job settings that let it be resized in place (none for a single-controller job)."""
-        if self.distribution in SINGLE_CONTROLLER:
-            return {}
-        return {"min_workers": 1, "max_workers": max(self.max_workers, self.workers)}
+    def _most(self) -> int:
+        """The most nodes the job can be resized to."""
+        return max(self.max_workers, self.workers)
 
     def _resize(self, job: local.LocalJob, spec: local.LocalJobSpec, log_path: str) -> Endpoint:
-        """Grow or shrink ``job`` to :attr:`workers` nodes and wait until its world has them.
-
-        Nodes are added with the next node ids (agents that join the running world) and removed from
-        the highest (agents stopped with SIGTERM: each tells the coordinator, which goes on without it).
+        """Grow or shrink ``job`` to :attr:`workers` nodes (``LocalJob.scale``) and wait until its world has them.
 
         Raises:
             RendezvousError: the world did not reach the new size within ``ready_timeout``.
         """
         self.job, self._spec, self._log_path = job, spec, log_path
-        while len(job.agents) > self.workers:
-            agent = job.agents.pop()
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(timeout=self.grace_period + 10.0)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
         with open(log_path, "ab") as log:
-            while len(job.agents) < self.workers:
-                job.agents.append(self._start_agent(job, spec, len(job.agents), log))
+            job.scale(spec, self.workers, log, self.grace_period + 10.0)
         wait_until_serving(job.url, job.token, self.serialization, self.ready_timeout, Expectation(
             accepts=lambda shape: shape.workers == self.workers, wanted=f"of {self.workers} nodes",
             hint=f"see {log_path}"))
         return Endpoint(job.url, job.token)
-
-    def _start_agent(self, job: local.LocalJob, spec: local.LocalJobSpec, node_id: int,
-                     log: object) -> subprocess.Popen[bytes]:
-        """Start the agent of node ``node_id`` (beyond the job's first nodes) on its own address."""
-        first = job.plan
-        if first.addresses[0] != "127.0.0.1":  # a loopback address per node (local.plan)
-            address = f"127.0.0.{2 + node_id}"
-            port = first.ports[0] if local.port_is_free(address, first.ports[0]) else local.free_port(address)
-        else:
-            address, port = first.addresses[0], local.free_port(first.addresses[0], first.ports)
-        job.plan = local.LaunchPlan((*first.addresses, address), (*first.ports, port), first.master_port)
-        env = local.agent_env(spec, job.plan, node_id, job.job, job.token, job.log_dir)
-        return subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=log)  # type: ignore[arg-type]
 
     def _stop(self) -> None:
         if self.job is not None:

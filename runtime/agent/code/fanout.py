@@ -77,12 +77,12 @@ class CodeFanout:
             return {"digest": digest, "archive": base64.b64encode(archive).decode("ascii")}
         digest = _digest(body.get("digest"))
         encoded = body.get("archive")
-        try:
-            archive = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
-        except (binascii.Error, ValueError):
-            archive = None
-        if archive is None:
+        if not isinstance(encoded, str):
             raise HttpError(400, "archive must be the base64 of a gzipped tar")
+        try:
+            archive = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise HttpError(400, "archive must be the base64 of a gzipped tar") from None
         world = self._world()
         me_id = self._settings.node.node_id
         if world is None or world.status != RUNNING or not world.has(me_id):

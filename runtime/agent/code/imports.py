@@ -121,7 +121,7 @@ def _repoint(module: ModuleType, old: str, new: str) -> None:
 
     module.__file__ = moved(module.__file__ or "")
     if getattr(module, "__cached__", None):
-        module.__cached__ = None
+        vars(module)["__cached__"] = None  # its bytecode cache is the old tree's
     path = getattr(module, "__path__", None)
     if isinstance(path, list):
         module.__path__ = [moved(p) for p in path]

@@ -249,5 +249,10 @@ def sink(outputs: Optional[CallOutputs], forwarder: Optional[OutputForwarder],
     if forwarder is not None:
         return forwarder.add
     if outputs is not None and key:
-        return lambda rank, stream, text: outputs.append(key, [(rank, stream, text)])
+        log = outputs
+
+        def append(rank: int, stream: str, text: str) -> None:
+            log.append(key, [(rank, stream, text)])
+
+        return append
     return None
