@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import sysconfig
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,8 +164,19 @@ _SOURCES: dict[str, Source] = {}
 _SOURCES_LOCK = threading.Lock()
 
 
-def source_for(root: str) -> Source:
-    """The :class:`Source` of ``root``, one per directory in this process (so its snapshots share what they read)."""
+def installed(root: str) -> bool:
+    """Whether ``root`` is where this interpreter's standard library or installed packages live: code
+    the job's processes import from their own environment, never synced."""
+    real = os.path.realpath(root)
+    paths = sysconfig.get_paths()
+    return any(real == os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+
+
+def source_for(root: str) -> Optional[Source]:
+    """The :class:`Source` of ``root``, one per directory in this process (so its snapshots share what
+    they read); ``None`` for an :func:`installed` root."""
+    if installed(root):
+        return None
     with _SOURCES_LOCK:
         found: Optional[Source] = _SOURCES.get(root)
         if found is None:

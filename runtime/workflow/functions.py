@@ -207,19 +207,23 @@ class Deployed:
 
     def _invoke(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         """Run ``name`` on the job with these options, importing from the caller's source tree as it is
-        now (sent first if the job lacks it); one result per rank, in rank order."""
+        now (sent first if the job lacks it; none for an installed package's function, which the job
+        imports from its own environment); one result per rank, in rank order."""
         client = self._connection.client_for(self.compute.endpoint, self.compute.serialization)
         options = self.call_options
         source = source_for(self.target.root)
-        snapshot = source.snapshot()
+        snapshot = source.snapshot() if source is not None else None
 
         def invoke() -> list[Any]:
             return client.invoke(name, args, kwargs, timeout=options.timeout, node_ranks=options.node_ranks,
-                                 output=RankPrinter() if options.output else None, code=snapshot.digest)
+                                 output=RankPrinter() if options.output else None,
+                                 code=snapshot.digest if snapshot is not None else None)
 
         try:
             return invoke()
         except CodeMissing:
+            if source is None or snapshot is None:
+                raise
             client.send_code(snapshot.digest, source.archive(snapshot))
             return invoke()
 

@@ -5,6 +5,7 @@ that never had the code on its PYTHONPATH runs it."""
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -120,6 +121,8 @@ def test_an_existing_job_runs_the_callers_code_without_it_on_its_pythonpath(pack
             write(package, 3)
             assert [r["value"] for r in remote()] == [3, 3]
             assert client.info().raw["service"]["trees"] == 2
+            assert fn(json.dumps).to(remote.compute)([1]) == ["[1]", "[1]"], "the standard library's own"
+            assert client.info().raw["service"]["trees"] == 2, "installed code is never synced"
         trees = sorted(p.name for p in (tmp_path / "logs" / "run").glob("trainplane-code-*/*") if p.is_dir())
         assert len(trees) == 4, "two trees on each of the two nodes"
         synced = next((tmp_path / "logs" / "run").glob("trainplane-code-*/*/tree"))
