@@ -47,6 +47,18 @@ class DeployRequest:
     function: str = ""
 
 
+def resize_limit_of(value: object) -> int:
+    """A compute's ``resize_limit``: the most nodes ``.to()`` may resize its job to in place, 1 or more.
+
+    Raises:
+        ConfigError: anything else; names it.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"resize_limit={value!r} is invalid: use the most nodes the job may be resized to, 1 or "
+                          "more")
+    return value
+
+
 class Compute(abc.ABC):
     """Where a job runs and how big it is; holds the job once deployed.
 

@@ -26,7 +26,7 @@ Calls then travel the relay. :meth:`~runtime.workflow.compute.Compute.teardown` 
 destroys the stack; a driver that exits without tearing down leaves the job running, and the next
 run reattaches. ``RemoteFunction.to(other)`` with another ``KubernetesCompute`` of the same job name
 (another ``workers``) updates the same stack instead of destroying it: a resize is a stack update.
-The job is elastic (1 to ``max_workers`` nodes) unless ``job_args`` bounds it or its gang
+The job is elastic (1 to ``resize_limit`` nodes) unless ``job_args`` bounds it or its gang
 scheduler is Kueue, so a resize changes only the StatefulSet's replicas and the job's size
 ConfigMap: pods are added or removed, the others keep running with their state, and the new world
 is the next call's.
@@ -48,13 +48,13 @@ from runtime.agent.errors import ConfigError
 from runtime.agent.service.wire import JSON
 from runtime.agent.spec.job import SINGLE_CONTROLLER, default
 from runtime.workflow.attach import Expectation, JobShape, wait_until_serving
-from runtime.workflow.compute import Compute, DeployRequest, Endpoint
+from runtime.workflow.compute import Compute, DeployRequest, Endpoint, resize_limit_of
 from runtime.workflow.errors import DeployError
 from runtime.workflow.portforward import Connector, Relay, pod_connector
 from runtime.workflow.stacks import AutomationStacks, Stacks
 
-MAX_WORKERS = 16
-"""The most pods a job can be resized to in place, unless ``max_workers`` says otherwise."""
+RESIZE_LIMIT = 16
+"""The most pods a job can be resized to in place, unless ``resize_limit`` says otherwise."""
 KUBERNETES_READY_TIMEOUT = 600.0
 """Seconds a job's pods may take to serve after ``pulumi up`` (scheduling, image pull, a rolling update)."""
 OWN_ARGUMENTS = frozenset({"image", "cpus", "gpus", "memory", "namespace", "workers", "num_proc", "distribution",
@@ -87,7 +87,8 @@ class KubernetesCompute(Compute):
         job_args: further ``DistributedJobArgs`` fields, e.g. ``{"gang_scheduler": "volcano",
             "queue": "research"}`` or ``{"node_selector": {...}, "tolerations": [...]}``.
         ready_timeout: seconds the pods may take to serve after an update, >= 0.
-        max_workers: the most pods the job can be resized to in place (its elastic bound; the pod
+        resize_limit: the most pods the job can be resized to in place (its elastic bound,
+            ``DistributedJobArgs.max_workers``; the pod
             template carries it, so changing it rolls every pod).
         stacks: the stacks seam (default :class:`~runtime.workflow.stacks.AutomationStacks`: the
             Pulumi Automation API with a local file backend and a passphrase).
@@ -105,9 +106,9 @@ class KubernetesCompute(Compute):
                  name: Optional[str] = None, pythonpath: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
                  job_args: Optional[Mapping[str, Any]] = None, ready_timeout: float = KUBERNETES_READY_TIMEOUT,
                  stacks: Optional[Stacks] = None, connector: Optional[ConnectorFactory] = None,
-                 max_workers: int = MAX_WORKERS) -> None:
+                 resize_limit: int = RESIZE_LIMIT) -> None:
         super().__init__(workers, num_proc, distribution, serialization)
-        self.max_workers = max_workers
+        self.resize_limit = resize_limit_of(resize_limit)
         if kubeconfig is not None and not Path(kubeconfig).expanduser().is_file():
             raise ConfigError(f"kubeconfig={kubeconfig!r} is invalid: no such file; pass the path of a kubeconfig, "
                               "or None for $KUBECONFIG or ~/.kube/config")
@@ -151,7 +152,7 @@ class KubernetesCompute(Compute):
         resizable = (self.distribution not in SINGLE_CONTROLLER and extra.get("gang_scheduler") != "kueue"
                      and "min_workers" not in extra and "max_workers" not in extra)
         if resizable:
-            extra.update(min_workers=1, max_workers=max(self.max_workers, self.workers))
+            extra.update(min_workers=1, max_workers=max(self.resize_limit, self.workers))
         try:
             return DistributedJobArgs(image=self.image, cpus=self.cpus, gpus=self.gpus, memory=self.memory,
                                       namespace=self.namespace, workers=self.workers, num_proc=self.num_proc,

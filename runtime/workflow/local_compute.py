@@ -4,7 +4,7 @@ The agents' own output (their lines and their copy of every rank's) goes to ``ag
 job's log directory, not to the caller's terminal: what the ranks write during a call reaches the
 caller as the call's output (``runtime.workflow.output``), once.
 
-The job is elastic (up to ``max_workers`` nodes), so ``.to()`` with a ``LocalCompute`` of the same
+The job is elastic (up to ``resize_limit`` nodes), so ``.to()`` with a ``LocalCompute`` of the same
 shape at another size resizes it in place: agents are started (they join the running world) or
 stopped (the world goes on without them), and the next call runs at the new world size in the same
 processes; each process applies the new world before its next call (``WorkerMembershipChanged``
@@ -23,14 +23,14 @@ from runtime.agent.errors import RendezvousError
 from runtime.agent.service.wire import JSON, PICKLE
 from runtime.agent.spec.job import SINGLE_CONTROLLER, check, default
 from runtime.workflow.attach import Expectation, wait_until_serving
-from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint
+from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint, resize_limit_of
 
 AGENTS_LOG = "agents.log"
 """The file in the job's log directory that holds the agents' output."""
 LOG_TAIL_LINES = 20
 """Lines of it a failed start quotes."""
-MAX_WORKERS = 64
-"""The most nodes a local job can be resized to, unless ``max_workers`` says otherwise."""
+RESIZE_LIMIT = 64
+"""The most nodes a local job can be resized to, unless ``resize_limit`` says otherwise."""
 
 
 class LocalCompute(Compute):
@@ -49,8 +49,8 @@ class LocalCompute(Compute):
         tree_threshold: calls to this many nodes or more travel a tree.
         tree_fanout: children per node in a tree.
         ready_timeout: seconds the job may take to start (or to reach a new size).
-        max_workers: the most nodes the job can be resized to in place (``ray`` and ``monarch`` jobs
-            cannot be resized: their size is fixed).
+        resize_limit: the most nodes the job can be resized to in place (its elastic bound, the job
+            spec's ``max_workers``); ``ray`` and ``monarch`` jobs cannot be resized.
     """
 
     def __init__(self, workers: int = default("workers"), num_proc: int = default("num_proc"),
@@ -58,12 +58,12 @@ class LocalCompute(Compute):
                  env: Optional[Mapping[str, str]] = None, log_dir: Optional[str] = None,
                  grace_period: float = default("grace_period"), tree_threshold: int = default("tree_threshold"),
                  tree_fanout: int = default("tree_fanout"), ready_timeout: float = READY_TIMEOUT,
-                 max_workers: int = MAX_WORKERS) -> None:
+                 resize_limit: int = RESIZE_LIMIT) -> None:
         super().__init__(workers, num_proc, distribution, serialization)
         for name, value in (("grace_period", grace_period), ("tree_threshold", tree_threshold),
-                            ("tree_fanout", tree_fanout), ("max_workers", max_workers)):
+                            ("tree_fanout", tree_fanout)):
             check(name, value)
-        self.max_workers = max_workers
+        self.resize_limit = resize_limit_of(resize_limit)
         self.env = dict(env or {})
         self.log_dir = log_dir
         self.grace_period = grace_period
@@ -126,7 +126,7 @@ class LocalCompute(Compute):
 
     def _most(self) -> int:
         """The most nodes the job can be resized to."""
-        return max(self.max_workers, self.workers)
+        return max(self.resize_limit, self.workers)
 
     def _resize(self, job: local.LocalJob, spec: local.LocalJobSpec, log_path: str) -> Endpoint:
         """Grow or shrink ``job`` to :attr:`workers` nodes (``LocalJob.scale``) and wait until its world has them.

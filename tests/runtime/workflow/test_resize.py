@@ -4,6 +4,9 @@ processes, which see the change (real agents and processes)."""
 
 from __future__ import annotations
 
+import pytest
+
+from runtime.agent.errors import ConfigError
 from runtime.workflow import LocalCompute, fn
 from tests.conftest import processes_with, wait_until
 from tests.runtime import service_fns
@@ -56,3 +59,8 @@ def test_another_shape_is_a_new_job():
     finally:
         for compute in computes:
             compute.teardown()
+
+
+def test_a_bad_resize_limit_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"^resize_limit=0 is invalid: use the most nodes"):
+        LocalCompute(resize_limit=0)
