@@ -20,13 +20,13 @@ CHUNK_BYTES = 65536
 """Most bytes of a process's output copied at once."""
 PARTIAL_LINE_DELAY = 0.1
 """Seconds an unfinished line waits for its end before it is shown as it is (a prompt, a progress bar)."""
-_SHOWN = (streams.StreamPlan(console=True, file=False),) * 2
+SHOWN = (streams.StreamPlan(console=True, file=False),) * 2
 """Both streams on the console, no files of their own: the default."""
 OutputTap = Callable[[int, bytes], None]
 """Receives a copy of what one process writes: the stream (0 stdout, 1 stderr) and the bytes, in order."""
 
 
-class StreamCopy:
+class Output:
     """Copies one process's output streams to the agent's streams (with a ``[rank N]`` prefix at
     the start of every line), to its log file, to the files its :class:`streams.Streams` plan
     asks for, and to its tap (service mode: the output of the call it runs). Whole lines go at
@@ -34,7 +34,7 @@ class StreamCopy:
     (``breakpoint()``'s ``(Pdb)``) shows, or at once when :meth:`drain` is asked."""
 
     def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
-                 lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = _SHOWN,
+                 lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = SHOWN,
                  stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
                  filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None),
                  tap: Optional[OutputTap] = None) -> None:

@@ -3,7 +3,7 @@
 Each process runs in its own session (so teardown reaches everything it spawned), under the
 bootstrap (``runtime.agent.execution.bootstrap``) that ties its life to the agent's (a command run without
 Python replaces the bootstrap, keeping its pid and parent-death signal). Its output is copied to
-the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log`` (``output.StreamCopy``); the last
+the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log`` (``output.Output``); the last
 stderr lines are kept for the root-cause report.
 """
 
@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
 from runtime.agent.execution.bootstrap import EXEC_FLAG
-from runtime.agent.execution.output import StreamCopy
+from runtime.agent.execution.output import Output
 from runtime.agent.spec import streams
 
 RUNTIME_ROOT = str(Path(__file__).resolve().parents[3])
@@ -164,7 +164,7 @@ class LocalProcesses:
         self._err = err or sys.stderr.buffer
         self._lock = threading.Lock()
         self._procs: list[subprocess.Popen[bytes]] = []
-        self._outputs: list[StreamCopy] = []
+        self._outputs: list[Output] = []
         self._stopping = threading.Event()
         self._watchers: list[threading.Thread] = []
 
@@ -207,7 +207,7 @@ class LocalProcesses:
             stream_dir = rank_dir(self._log_dir, local_rank) if self._log_dir and any(p.file for p in plans) else None
             if stream_dir is not None:
                 stream_dir.mkdir(parents=True, exist_ok=True)
-            output = StreamCopy(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
+            output = Output(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
                              (self._streams.stdout_filters, self._streams.stderr_filters),
                              self._filtered,  # type: ignore[arg-type]
                              None if self._tap is None else functools.partial(self._tap, local_rank))
@@ -217,7 +217,7 @@ class LocalProcesses:
             watcher.start()
             self._watchers.append(watcher)
 
-    def _watch(self, local_rank: int, proc: subprocess.Popen[bytes], output: StreamCopy) -> None:
+    def _watch(self, local_rank: int, proc: subprocess.Popen[bytes], output: Output) -> None:
         code = proc.wait()
         stamp = time.time()
         output.close(timeout=2.0)
