@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/train.py`
-from runtime.local import free_port
+from runtime.ports import free_port
 from testbed.cluster import project_env
 
 WORKLOAD = """

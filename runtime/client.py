@@ -13,6 +13,7 @@ only. Failures are rebuilt from the wire format (``runtime.agent.service.wire``)
   ``/info`` right after a call failed with ``NodeFailed`` or no answer), even when nobody answers any
   more (a failed service job's coordinator keeps answering for a few seconds, then exits);
 * ``Unauthorized`` - 401, wrong or missing token;
+* ``CodeMissing`` - the call named a synced tree the job does not hold (send it: :meth:`JobClient.send_code`);
 * ``TransportError`` - anything else, with ``status``: 400 malformed call, 409 batch-mode job,
   413 body over the cap, 415 pickle not enabled, 503 job not ready; ``None`` when no answer came.
 
@@ -21,17 +22,20 @@ httpx's own exceptions are translated at this one boundary (``raise ... from``).
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, JobEnded, NodeFailed, TransportError, Unauthorized
 from runtime.agent.service.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
+from runtime.call_output import OutputChunk, OutputReader
 
 ANSWER_SLACK = 10.0
 """Seconds the client waits for the coordinator beyond a call's own timeout (the coordinator answers
@@ -45,6 +49,20 @@ VERDICT_WAIT = 3.0
 job ended, before it raises the call's own error."""
 TERMINAL = ("succeeded", "failed", "stopped")
 """The statuses of a job that has ended (``runtime.agent.world.TERMINAL``)."""
+CODE_TIMEOUT = 120.0
+"""Seconds sending a tree may take (every node unpacks it before the coordinator answers)."""
+
+
+class CodeMissing(TransportError):
+    """The job does not hold the synced tree a call named: send it (:meth:`JobClient.send_code`), call again.
+
+    Attributes:
+        digest: the tree's digest.
+    """
+
+    def __init__(self, message: str, digest: str) -> None:
+        super().__init__(message, 409)
+        self.digest = digest
 
 
 @dataclass(frozen=True)
@@ -168,11 +186,27 @@ class JobClient:
         return self.invoke(fn, args, kwargs, timeout=timeout, node_ranks=node_ranks)
 
     def invoke(self, fn: str, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None, *,
-               timeout: Optional[float] = None, node_ranks: Optional[Sequence[int]] = None) -> list[Any]:
-        """:meth:`call` with the function's arguments as a sequence and a mapping (any keyword reaches it)."""
+               timeout: Optional[float] = None, node_ranks: Optional[Sequence[int]] = None,
+               output: Optional[Callable[[OutputChunk], None]] = None, code: Optional[str] = None) -> list[Any]:
+        """:meth:`call` with the function's arguments as a sequence and a mapping (any keyword reaches it).
+
+        Args:
+            code: the digest of the synced tree the ranks import from (``runtime.agent.code``); ``None``:
+                their own PYTHONPATH. Raises :class:`CodeMissing` when the job does not hold it.
+            output: receives what the ranks write to stdout and stderr while the call runs, chunk by
+                chunk, in order per rank and stream, from a thread of this client, while the call runs;
+                everything written before a rank answered has been given to it when this returns or
+                raises. ``None`` (the default): the output is not fetched (it stays in the job's logs).
+        """
         body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
                                 "workers": list(node_ranks) if node_ranks is not None else None,
                                 **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
+        if code is not None:
+            body["code"] = code
+        reader = None
+        if output is not None:
+            body["output"] = uuid.uuid4().hex
+            reader = OutputReader(self.read_output, body["output"], output)
         try:
             content = json.dumps(body).encode()
         except (TypeError, ValueError) as exc:
@@ -181,8 +215,31 @@ class JobClient:
         read = None if timeout is None else timeout + ANSWER_SLACK
         if self._ended is not None:
             raise self._job_ended(self._ended)
+        if reader is not None:
+            reader.start()
+        ran = True
         try:
-            answer = self._request("POST", contract.ROUTE_CALL, content, httpx.Timeout(read, connect=CONNECT_TIMEOUT))
+            answer = self._post_call(fn, content, read, timeout)
+        except CodeMissing:
+            ran = False  # refused before anything ran: there is no output to wait for
+            raise
+        finally:
+            if reader is not None:
+                reader.finish(wait=ran)
+        serialization = answer.get("serialization", JSON)
+        return [unpack_result(value, serialization) for value in answer.get("results", [])]
+
+    def _post_call(self, fn: str, content: bytes, read: Optional[float], timeout: Optional[float]) -> dict[str, Any]:
+        """``POST /call`` with the encoded call; the coordinator's answer.
+
+        Raises:
+            CallTimeout: no answer within ``read`` seconds.
+            JobEnded: the job has ended (remembered, so :meth:`info` and later calls say why), also when
+                the call failed because it ended.
+            NodeFailed, TransportError: as :meth:`invoke`.
+        """
+        try:
+            return self._request("POST", contract.ROUTE_CALL, content, httpx.Timeout(read, connect=CONNECT_TIMEOUT))
         except httpx.TimeoutException as exc:
             raise CallTimeout(timeout, (), fn, f"the coordinator did not answer within {read:g} s") from exc
         except JobEnded as exc:
@@ -196,8 +253,6 @@ class JobClient:
             if ended is None:
                 raise
             raise self._job_ended(ended) from exc
-        serialization = answer.get("serialization", JSON)
-        return [unpack_result(value, serialization) for value in answer.get("results", [])]
 
     def info(self) -> JobInfo:
         """The coordinator's identity and the world's status; for a job that has ended, its status and
@@ -259,6 +314,34 @@ class JobClient:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def send_code(self, digest: str, archive: bytes) -> int:
+        """Send a synced tree to every node of the job (``POST /code``, down the job's tree).
+
+        Args:
+            digest: the tree's digest (``runtime.agent.code.archive.tree_digest``).
+            archive: the tree, packed (``runtime.agent.code.archive.pack``).
+
+        Returns:
+            How many nodes hold it now.
+
+        Raises:
+            TransportError: 400 the archive was refused (unsafe, malformed, not matching the digest),
+                413 it is over the body cap, 502 a node did not take it.
+        """
+        content = json.dumps({"digest": digest, "archive": base64.b64encode(archive).decode("ascii")}).encode()
+        try:
+            answer = self._request("POST", contract.ROUTE_CODE, content,
+                                   httpx.Timeout(CODE_TIMEOUT, connect=CONNECT_TIMEOUT))
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"POST {self.url}{contract.ROUTE_CODE}: no answer within {CODE_TIMEOUT:g} s") from exc
+        return int(answer.get("nodes", 0))
+
+    def read_output(self, key: str, after: int, wait: float) -> dict[str, Any]:
+        """One read of a call's output (``POST /output``; ``runtime.agent.service.output``)."""
+        content = json.dumps({"output": key, "after": after, "wait": wait}).encode()
+        return self._request("POST", contract.ROUTE_OUTPUT, content,
+                             httpx.Timeout(wait + READ_TIMEOUT, connect=CONNECT_TIMEOUT))
+
     def _get(self, path: str) -> dict[str, Any]:
         try:
             return self._request("GET", path, None, httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT))
@@ -289,6 +372,8 @@ class JobClient:
         if error is not None:
             raise error
         message = f"{method} {self.url}{path}: {response.status_code} {body.get('error', response.reason_phrase)}"
+        if response.status_code == 409 and isinstance(body.get("code_missing"), str):
+            raise CodeMissing(message, body["code_missing"])
         if response.status_code == 401:
             raise Unauthorized(message, 401)
         raise TransportError(message, response.status_code)

@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,6 @@ from typing import IO, Any, Mapping, Optional, Sequence
 from runtime import logdirs
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
-from runtime.agent.execution.environment import reserved_ports
 from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
 from runtime.agent.net.address import url
 from runtime.agent.net.transport import request_json
@@ -36,31 +34,13 @@ from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_sign
 from runtime.agent.spec.signals import handled as handled_signals
 from runtime.localray import ray_defaults
 from runtime.outcome import Outcome
-from runtime.reservation import LOCK_DIR, PortReservation, reserve
+from runtime.ports import LaunchPlan, free_port, plan, port_is_free
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
 (an elastic job's go on: the lowest survivor takes over as coordinator)."""
 CONNECTION_FILE = "connection.json"
 """Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """Where each node's agent listens.
-
-    Attributes:
-        addresses: one loopback address per node, by node id.
-        ports: one agent port per node, by node id.
-        master_port: rendezvous port on node 0.
-        reservation: the locks that keep another job planned on this machine off these ports
-            (``runtime.reservation``), held until the job is over.
-    """
-
-    addresses: tuple[str, ...]
-    ports: tuple[int, ...]
-    master_port: int
-    reservation: Optional[PortReservation] = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -144,6 +124,39 @@ class LocalJob:
                 raise RendezvousError(f"job {self.job}: not ready within {timeout:g} s "
                                       f"(coordinator status {info.get('status', 'unreachable')!r})")
             time.sleep(0.05)
+
+    def scale(self, spec: LocalJobSpec, workers: int, output: Optional[IO[bytes]] = None, grace: float = 10.0) -> None:
+        """Run ``workers`` agents, as a StatefulSet scales: new ones with the next node ids (each joins
+        the running world, if ``spec`` is elastic), and the highest ones stopped (SIGTERM; SIGKILL
+        after ``grace`` seconds). Returns once the agents are started or gone, not when the world has
+        changed (the coordinator's ``/members`` says when).
+
+        Args:
+            spec: the spec the job was started with.
+            workers: agents wanted.
+            output: where new agents write their output (default: inherited).
+            grace: seconds a stopped agent gets before SIGKILL.
+        """
+        while len(self.agents) > workers:
+            agent = self.agents.pop()
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+        while len(self.agents) < workers:
+            node_id = len(self.agents)
+            first = self.plan
+            if first.addresses[0] != "127.0.0.1":  # a loopback address per node (plan)
+                address = f"127.0.0.{2 + node_id}"
+                port = first.ports[0] if port_is_free(address, first.ports[0]) else free_port(address)
+            else:
+                address, port = first.addresses[0], free_port(first.addresses[0], first.ports)
+            self.plan = LaunchPlan((*first.addresses, address), (*first.ports, port), first.master_port)
+            env = agent_env(spec, self.plan, node_id, self.job, self.token, self.log_dir)
+            self.agents.append(subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=env,
+                                                stdin=subprocess.DEVNULL, stdout=output, stderr=output))
 
     def write_connection_file(self) -> str:
         """Write ``{"url", "token", "job"}`` to ``<log_dir>/connection.json`` (mode 0600); return its path."""
@@ -237,89 +250,6 @@ class LocalJob:
         for agent in self.agents:
             if agent.poll() is None:
                 agent.send_signal(sig)
-
-
-def free_port(host: str, avoid: Sequence[int] = ()) -> int:
-    """A TCP port that is free on ``host`` now and not in ``avoid`` (chosen by the OS)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        if port not in avoid:
-            return port
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """Whether a TCP port can be bound on ``host`` right now by a listener that sets ``SO_REUSEADDR``
-    (as torch's TCPStore and the agent do), so a previous job's ``TIME_WAIT`` connections don't count."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def loopback_range_usable() -> bool:
-    """Whether this host can bind 127.0.0.2 (Linux routes all of 127.0.0.0/8 to loopback)."""
-    return port_is_free("127.0.0.2", 0)
-
-
-PLAN_ATTEMPTS = 100
-"""Port picks :func:`plan` tries before giving up, each refused by a port in use or reserved."""
-
-
-def plan(workers: int, master_port: int, num_proc: int = 1, lock_dir: str = LOCK_DIR) -> LaunchPlan:
-    """Choose addresses and ports, and reserve the ports (``runtime.reservation``) so that a job
-    planned at the same moment by another process on this machine picks others: distinct loopback
-    addresses (127.0.0.2, 127.0.0.3, ...) when :func:`loopback_range_usable`, else 127.0.0.1 for
-    every node with distinct agent ports. The job releases the reservation when it is over (this
-    process's exit releases it too).
-
-    Args:
-        workers: nodes.
-        master_port: the job's base port (TCP); 0 picks one whose reserved range (rendezvous, JAX
-            and TensorFlow ports, see ``contract.RENDEZVOUS_PORT_SPAN``) holds no agent's port and
-            no port another job holds.
-        num_proc: processes per node, for the number of TensorFlow ports to keep clear.
-        lock_dir: where the reservations' lock files are.
-
-    Raises:
-        RuntimeError: ``master_port`` is taken on node 0's address or reserved by another job, or
-            no free ports were found in :data:`PLAN_ATTEMPTS` tries.
-    """
-    block = reserved_ports(workers * num_proc)
-    for _ in range(PLAN_ATTEMPTS):
-        addresses, ports = _agent_ports(workers)
-        base = master_port
-        while not base:  # a free base port whose block holds no agent port and fits below 65536
-            pick = free_port(addresses[0])
-            base = pick if pick + block <= 65536 and not any(pick <= p < pick + block for p in ports) else 0
-        if master_port and not port_is_free(addresses[0], master_port):
-            raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
-        held = reserve((*ports, *range(base, base + block)), lock_dir)
-        if held is not None:
-            return LaunchPlan(addresses, ports, base, held)
-        if master_port:
-            raise RuntimeError(f"--master-port: ports {master_port}..{master_port + block - 1} are reserved by another "
-                               f"job on this machine; pass another or 0")
-    raise RuntimeError(f"no free ports for the job after {PLAN_ATTEMPTS} tries (every pick was in use or reserved by "
-                       f"another job)")
-
-
-def _agent_ports(workers: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """Addresses and agent ports for ``workers`` nodes, free now."""
-    if loopback_range_usable():
-        addresses = tuple(f"127.0.0.{2 + i}" for i in range(workers))
-        port = free_port("127.0.0.1")
-        while not all(port_is_free(a, port) for a in addresses):
-            port = free_port("127.0.0.1")
-        return addresses, (port,) * workers
-    chosen: list[int] = []
-    for _ in range(workers):
-        chosen.append(free_port("127.0.0.1", chosen))
-    return ("127.0.0.1",) * workers, tuple(chosen)
 
 
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:

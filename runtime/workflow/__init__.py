@@ -7,6 +7,8 @@
     results = train(epochs=3)              # one result per rank, in rank order
     train.options(timeout=60)(epochs=3)    # the same with a deadline (call options: runtime.workflow.functions)
     train.teardown()                       # or: with fn(train).to(compute) as train: ...
+    trainer = cls(Trainer, lr=0.1).to(compute)   # one instance per rank, kept between calls
+    trainer.step(batch=32)                 # the method on every rank, results in rank order
 
 Three parts, kept apart as in the rest of the runtime: a :class:`Compute` is *where and how big* (a
 spec that can also hold its running job), an :class:`Endpoint` is *the running job* as a caller sees
@@ -22,9 +24,11 @@ Compute kinds, one module each; a kind implements ``_start(request) -> Endpoint`
   through a port-forward opened with the ``kubernetes`` client (``portforward``).
 
 The called function must be importable by the worker processes: defined with ``def`` at the top
-level of a module in a ``.py`` file; ``fn()`` refuses anything else at once (``locate``). A local
-job gets the function's root directory on its processes' PYTHONPATH; a job that is already running,
-or one in pods, imports from its own PYTHONPATH (see :class:`ExistingCompute`). A function defined
+level of a module in a ``.py`` file; ``fn()`` refuses anything else at once (``locate``). Its code
+travels with the calls, whatever the compute: every call names the caller's source tree (the
+function's import root) by digest, the job's agents receive the tree when they lack it and its
+processes import from it, reloading in place only the modules that changed (``codesync``;
+``runtime.agent.code``). A function defined
 in the driver script itself is imported from that script's file by its stem, so the script must
 keep its driver code under ``if __name__ == "__main__":``: ``.to()`` inside a job's own process
 raises :class:`NestedJobError` (``guard``) instead of starting jobs inside jobs.
@@ -33,6 +37,7 @@ Importing this package needs httpx (the client); Pulumi, the components and the 
 client are imported only when a ``KubernetesCompute`` is made or deploys.
 """
 
+from runtime.workflow.classes import RemoteInstance, cls
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.errors import DeployError, NestedJobError
 from runtime.workflow.existing import ExistingCompute
@@ -53,6 +58,8 @@ __all__ = [
     "Location",
     "NestedJobError",
     "RemoteFunction",
+    "RemoteInstance",
+    "cls",
     "fn",
     "locate",
 ]

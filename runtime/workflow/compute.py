@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import copy
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from runtime.agent.errors import ConfigError
 from runtime.agent.service.wire import JSON, SERIALIZATIONS
@@ -36,16 +36,27 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class DeployRequest:
-    """What ``fn(...).to(compute)`` asks of a compute.
+    """What ``fn(...).to(compute)`` asks of a compute. The function's code is not part of it: every
+    call carries the digest of the caller's source tree, which reaches the job's nodes through its
+    agents (``runtime.workflow.codesync``), whatever the compute.
 
     Attributes:
-        pythonpath: the caller's directories the function's module imports from (used by computes
-            whose processes run on this machine, :attr:`Compute.imports_from_caller`).
         function: ``module:qualname`` of the function being deployed (a compute may name its job after it).
     """
 
-    pythonpath: tuple[str, ...] = ()
     function: str = ""
+
+
+def resize_limit_of(value: object) -> int:
+    """A compute's ``resize_limit``: the most nodes ``.to()`` may resize its job to in place, 1 or more.
+
+    Raises:
+        ConfigError: anything else; names it.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"resize_limit={value!r} is invalid: use the most nodes the job may be resized to, 1 or "
+                          "more")
+    return value
 
 
 class Compute(abc.ABC):
@@ -63,11 +74,6 @@ class Compute(abc.ABC):
         ConfigError: ``serialization`` is invalid.
     """
 
-    imports_from_caller: ClassVar[bool] = True
-    """Whether the job's processes import from the caller's directories (a job on this machine), so a
-    function from another directory needs the job restarted with it; a job in pods, or one already
-    running, imports from its own PYTHONPATH instead."""
-
     def __init__(self, workers: int = default("workers"), num_proc: int = default("num_proc"),
                  distribution: str = default("distribution"), serialization: str = JSON) -> None:
         for name, value in (("workers", workers), ("num_proc", num_proc), ("distribution", distribution)):
@@ -79,7 +85,6 @@ class Compute(abc.ABC):
         self.distribution = distribution
         self.serialization = serialization
         self._endpoint: Optional[Endpoint] = None
-        self._pythonpath: tuple[str, ...] = ()
 
     def distribute(self, distribution: str, workers: Optional[int] = None, num_proc: Optional[int] = None) -> Compute:
         """A copy of this (not yet deployed) compute with a distribution and, optionally, a new size.
@@ -112,24 +117,16 @@ class Compute(abc.ABC):
         return self._endpoint
 
     def deploy(self, request: DeployRequest = DeployRequest()) -> Endpoint:
-        """Start the job, or reuse the running one.
-
-        A compute that :attr:`imports_from_caller` reuses its job only if the job already has every
-        directory of ``request.pythonpath``; otherwise it restarts the job with them (its processes'
-        state is lost).
+        """Start the job, or reuse the running one (functions from any directory share it: each call
+        brings its code).
 
         Raises:
             NestedJobError: called from inside a job's own process.
             RendezvousError: the job did not become ready.
         """
         refuse_inside_job(self.describe())
-        if self._endpoint is not None and (not self.imports_from_caller
-                                           or set(request.pythonpath) <= set(self._pythonpath)):
-            return self._endpoint
-        needed = tuple(dict.fromkeys((*self._pythonpath, *request.pythonpath)))
-        self.teardown()
-        self._endpoint = self._start(DeployRequest(needed, request.function))
-        self._pythonpath = needed
+        if self._endpoint is None:
+            self._endpoint = self._start(request)
         return self._endpoint
 
     def teardown(self) -> None:
@@ -141,11 +138,17 @@ class Compute(abc.ABC):
     def continues(self, previous: Compute) -> bool:
         """Whether deploying this compute takes over ``previous``'s running job instead of replacing it.
 
-        ``RemoteFunction.to(self)`` then releases ``previous`` (:meth:`release`) rather than tearing
-        its job down, and this compute's deployment updates the job (a Kubernetes compute resizes its
-        stack's job in place of destroying and recreating it). The default: never.
+        ``RemoteFunction.to(self)`` then adopts it (:meth:`adopt`) rather than tearing its job down,
+        and this compute's deployment updates the job (a local job is resized in place; a Kubernetes
+        compute updates its stack's job in place of destroying and recreating it). The default: never.
         """
         return False
+
+    def adopt(self, previous: Compute) -> None:
+        """Take over ``previous``'s running job, which this compute :meth:`continues`: ``previous``
+        lets go of it (:meth:`release`), and this compute's next deploy updates it (a local job is
+        resized in place, a Kubernetes job's stack is updated)."""
+        previous.release()
 
     def release(self) -> None:
         """Let go of the running job without stopping it (another compute :meth:`continues` it)."""

@@ -20,11 +20,9 @@ class ExistingCompute(Compute):
     ``distribution`` are read from the job when attaching (``GET /members`` and ``GET /info``) and
     are 1, 1 and ``spmd`` until then; :meth:`distribute` refuses to change them.
 
-    The job's PYTHONPATH is the deployment's too, so ``fn`` cannot add the function's directory to
-    it: the function's module must already be importable in the job's processes. For a stack's job,
-    put its directory in the image and on the job's ``pythonpath`` (``stacks/Pulumi.local.yaml``:
-    ``pythonpath: [/app/examples]`` makes ``examples/digits_service_fns.py`` importable as
-    ``digits_service_fns``); locally, ``PYTHONPATH=DIR python -m runtime launch --mode service``.
+    The called function's code comes from the caller, as for every compute: each call names the
+    caller's source tree by digest and the job's agents receive it when they lack it, so the job
+    runs the caller's current code with no image rebuild (``runtime.workflow.codesync``).
 
     Args:
         url: the coordinator's base URL, ``http://HOST:PORT``; for a stack's job, a port-forward to
@@ -37,8 +35,6 @@ class ExistingCompute(Compute):
     Raises:
         ConfigError: ``url``, ``serialization`` or ``ready_timeout`` is invalid; names it.
     """
-
-    imports_from_caller = False
 
     def __init__(self, url: str, token: str, serialization: str = JSON, *,
                  ready_timeout: float = READY_TIMEOUT) -> None:
@@ -67,8 +63,6 @@ class ExistingCompute(Compute):
 
     def _start(self, request: DeployRequest) -> Endpoint:
         """Wait until the job at ``url`` is a running service-mode world; read its shape.
-
-        ``request.pythonpath`` is not applied: the job's processes import from their own PYTHONPATH.
 
         Raises:
             Unauthorized: the token is wrong (at once, no retry).

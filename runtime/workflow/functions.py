@@ -9,7 +9,12 @@ list of node ranks), never mistaken for a node count (``workers`` is the compute
     train(epochs=3)                                          # every rank, no deadline
     train.options(timeout=60)(epochs=3)                      # CallTimeout after 60 s
     train.options(node_ranks=[0])(epochs=3)                  # node 0's processes only
+    train.options(output=False)(epochs=3)                    # the ranks' output stays in the job's logs
     quick = train.options(timeout=10); quick(); quick()      # options kept for many calls
+
+While a call runs, what the ranks write to stdout and stderr appears in this process's stdout and
+stderr, each line prefixed with its rank (``[rank 3] loss 0.41``), in order per rank; everything a
+rank wrote before it answered is shown before the call returns or raises.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 from runtime.agent.errors import ConfigError
-from runtime.client import JobClient
+from runtime.client import CodeMissing, JobClient
+from runtime.workflow.codesync import source_for
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.locate import locate
+from runtime.workflow.output import RankPrinter
 
 UNSET: Any = object()
 """Marks an option that :meth:`RemoteFunction.options` leaves as it was."""
@@ -32,6 +39,7 @@ FORMER_OPTIONS = {
                 "of nodes is the compute's workers"),
 }
 """Keywords that used to be call options, and where they went: the hint when a function does not take them."""
+_D = TypeVar("_D", bound="Deployed")
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,8 @@ class CallOptions:
             answered.
         node_ranks: the node ranks whose processes run the call (``[0]``: node 0's processes), distinct,
             >= 0; ``None`` for every node (in a ``ray`` or ``monarch`` job: node 0, the driver).
+        output: whether the ranks' stdout and stderr written during the call appear in this process's
+            (rank-prefixed); ``False`` leaves them in the job's logs only.
 
     Raises:
         ConfigError: a value is invalid; names it and the fix.
@@ -51,8 +61,11 @@ class CallOptions:
 
     timeout: Optional[float] = None
     node_ranks: Optional[tuple[int, ...]] = None
+    output: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.output, bool):
+            raise ConfigError(f"output={self.output!r} is invalid: use True (show the ranks' output here) or False")
         timeout = self.timeout
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not math.isfinite(timeout) or timeout <= 0):
@@ -102,8 +115,8 @@ class fn:  # lower case like Kubetorch's ``kt.fn``, which users know
 
     @property
     def request(self) -> DeployRequest:
-        """What deploying this function asks of a compute: its import root and its name."""
-        return DeployRequest((self.root,), self.name)
+        """What deploying this function asks of a compute: its name."""
+        return DeployRequest(self.name)
 
 
 class _Connection:
@@ -126,7 +139,103 @@ class _Connection:
             self.client = self.endpoint = None
 
 
-class RemoteFunction:
+class Deployed:
+    """What :class:`RemoteFunction` and ``RemoteInstance`` share: a compute it is deployed on, call
+    options, one connection to the job shared with its :meth:`options` views, moving and teardown.
+
+    Args:
+        target: what was deployed (:class:`fn` or ``cls``): its ``request`` and ``name``.
+        compute: where it is deployed.
+        options: how calls run (see :meth:`options`).
+        connection: the connection to share (a view's), or ``None`` for a new one.
+    """
+
+    def __init__(self, target: Any, compute: Compute, options: CallOptions = CallOptions(),
+                 connection: Optional[_Connection] = None) -> None:
+        self.target = target
+        self.compute = compute
+        self.call_options = options
+        self._connection = connection or _Connection()
+
+    def options(self: _D, *, timeout: Optional[float] = UNSET, node_ranks: Optional[Sequence[int]] = UNSET,
+                output: bool = UNSET) -> _D:
+        """This with other call options; the options not given stay as they are.
+
+        The result shares this deployment and connection: calling it, or this one, runs on the same job.
+
+        Args:
+            timeout: seconds the whole call may take, > 0, or ``None`` for no deadline.
+            node_ranks: node ranks to run on, e.g. ``[0]``, or ``None`` for every node.
+            output: whether the ranks' output during a call appears here (default ``True``).
+
+        Raises:
+            ConfigError: an option is invalid; names it.
+        """
+        given: tuple[tuple[str, Any], ...] = (("timeout", timeout), ("node_ranks", node_ranks), ("output", output))
+        changes = {k: v for k, v in given if v is not UNSET}
+        return self._view(self.compute, replace(self.call_options, **changes), self._connection)
+
+    def to(self: _D, compute: Compute) -> _D:
+        """Move to ``compute``: the previous compute's job is stopped when it is another one, unless
+        ``compute`` continues it (:meth:`Compute.continues`: the same job at another size, resized in
+        place; a Kubernetes job updated by its stack)."""
+        if compute is not self.compute:
+            self.close()
+            if compute.continues(self.compute):
+                compute.adopt(self.compute)
+            else:
+                self.compute.teardown()
+        compute.deploy(self.target.request)
+        moved = self._view(compute, self.call_options, None)
+        moved._arrived()
+        return moved
+
+    def teardown(self) -> None:
+        """Stop the job this is deployed on."""
+        self.close()
+        self.compute.teardown()
+
+    def close(self) -> None:
+        """Close this deployment's connections (the job keeps running)."""
+        self._connection.close()
+
+    def __enter__(self: _D) -> _D:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.teardown()
+
+    def _invoke(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        """Run ``name`` on the job with these options, importing from the caller's source tree as it is
+        now (sent first if the job lacks it; none for an installed package's function, which the job
+        imports from its own environment); one result per rank, in rank order."""
+        client = self._connection.client_for(self.compute.endpoint, self.compute.serialization)
+        options = self.call_options
+        source = source_for(self.target.root)
+        snapshot = source.snapshot() if source is not None else None
+
+        def invoke() -> list[Any]:
+            return client.invoke(name, args, kwargs, timeout=options.timeout, node_ranks=options.node_ranks,
+                                 output=RankPrinter() if options.output else None,
+                                 code=snapshot.digest if snapshot is not None else None)
+
+        try:
+            return invoke()
+        except CodeMissing:
+            if source is None or snapshot is None:
+                raise
+            client.send_code(snapshot.digest, source.archive(snapshot))
+            return invoke()
+
+    def _view(self: _D, compute: Compute, options: CallOptions, connection: Optional[_Connection]) -> _D:
+        """The same deployed thing on ``compute`` with ``options`` (sharing ``connection``, if given)."""
+        return type(self)(self.target, compute, options, connection)
+
+    def _arrived(self) -> None:
+        """Called once after :meth:`to` deployed on a compute (e.g. to make instances there)."""
+
+
+class RemoteFunction(Deployed):
     """A function deployed on a compute: calling it runs it on every rank.
 
     Args:
@@ -135,12 +244,10 @@ class RemoteFunction:
         options: how calls run (see :meth:`options`).
     """
 
-    def __init__(self, function: fn, compute: Compute, options: CallOptions = CallOptions(),
-                 connection: Optional[_Connection] = None) -> None:
-        self.function = function
-        self.compute = compute
-        self.call_options = options
-        self._connection = connection or _Connection()
+    @property
+    def function(self) -> fn:
+        """What is called."""
+        return self.target
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``function(*args, **kwargs)`` on every rank (or the nodes of ``node_ranks``); one result per rank.
@@ -158,68 +265,36 @@ class RemoteFunction:
             RemoteError, CallTimeout, WorkerMembershipChanged, ...: as ``runtime.client.JobClient.call``.
             RuntimeError: the compute has been torn down.
         """
-        self._check_arguments(args, kwargs)
-        client = self._connection.client_for(self.compute.endpoint, self.compute.serialization)
-        return client.invoke(self.function.name, args, kwargs, timeout=self.call_options.timeout,
-                             node_ranks=self.call_options.node_ranks)
+        check_arguments(self.function.func, self.function.name, args, kwargs)
+        return self._invoke(self.function.name, args, kwargs)
 
-    def options(self, *, timeout: Optional[float] = UNSET,
-                node_ranks: Optional[Sequence[int]] = UNSET) -> RemoteFunction:
-        """This function with other call options; the options not given stay as they are.
 
-        The result shares this function's deployment and connection: calling it, or this one, runs
-        on the same job.
+def check_arguments(func: Callable[..., Any], name: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+                    bound: bool = False) -> None:
+    """Refuse arguments that do not fit ``func``'s signature, before anything is sent.
 
-        Args:
-            timeout: seconds the whole call may take, > 0, or ``None`` for no deadline.
-            node_ranks: node ranks to run on, e.g. ``[0]``, or ``None`` for every node.
+    Args:
+        func: the function (or, with ``bound``, a class's function whose first parameter is the instance).
+        name: ``module:qualname``, for the message.
+        args: positional arguments.
+        kwargs: keyword arguments.
+        bound: the first parameter is filled by the remote instance.
 
-        Raises:
-            ConfigError: an option is invalid; names it.
-        """
-        given: tuple[tuple[str, Any], ...] = (("timeout", timeout), ("node_ranks", node_ranks))
-        changes = {k: v for k, v in given if v is not UNSET}
-        return RemoteFunction(self.function, self.compute, replace(self.call_options, **changes), self._connection)
-
-    def to(self, compute: Compute) -> RemoteFunction:
-        """Move to ``compute``: the previous compute's job is stopped when it is another one (resizing),
-        unless ``compute`` continues it (:meth:`Compute.continues`: a Kubernetes job resized by a
-        stack update)."""
-        if compute is not self.compute:
-            self.close()
-            if compute.continues(self.compute):
-                self.compute.release()
-            else:
-                self.compute.teardown()
-        compute.deploy(self.function.request)
-        return RemoteFunction(self.function, compute, self.call_options)
-
-    def teardown(self) -> None:
-        """Stop the job this function is deployed on."""
-        self.close()
-        self.compute.teardown()
-
-    def close(self) -> None:
-        """Close this function's connections (the job keeps running)."""
-        self._connection.close()
-
-    def __enter__(self) -> RemoteFunction:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.teardown()
-
-    def _check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        try:
-            signature = inspect.signature(self.function.func)
-        except (TypeError, ValueError):
-            return
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            short = self.function.name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
-            hints = [FORMER_OPTIONS[k].format(name=short) for k in kwargs
-                     if k in FORMER_OPTIONS and k not in signature.parameters]
-            plain = signature.replace(parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
-                                      return_annotation=signature.empty)
-            raise TypeError(f"{self.function.name}{plain}: {exc}" + "".join(f"; {h}" for h in hints)) from None
+    Raises:
+        TypeError: they do not fit; says how, and where a former call option (``timeout=``,
+            ``workers=``) the function does not take went.
+    """
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*((None,) if bound else ()), *args, **kwargs)
+    except TypeError as exc:
+        short = name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        hints = [FORMER_OPTIONS[k].format(name=short) for k in kwargs
+                 if k in FORMER_OPTIONS and k not in signature.parameters]
+        parameters = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+        plain = signature.replace(parameters=parameters[1:] if bound else parameters,
+                                  return_annotation=signature.empty)
+        raise TypeError(f"{name}{plain}: {exc}" + "".join(f"; {h}" for h in hints)) from None

@@ -26,9 +26,13 @@ Calls then travel the relay. :meth:`~runtime.workflow.compute.Compute.teardown` 
 destroys the stack; a driver that exits without tearing down leaves the job running, and the next
 run reattaches. ``RemoteFunction.to(other)`` with another ``KubernetesCompute`` of the same job name
 (another ``workers``) updates the same stack instead of destroying it: a resize is a stack update.
+The job is elastic (1 to ``resize_limit`` nodes) unless ``job_args`` bounds it or its gang
+scheduler is Kueue, so a resize changes only the StatefulSet's replicas and the job's size
+ConfigMap: pods are added or removed, the others keep running with their state, and the new world
+is the next call's.
 
-The job's processes import the called functions from the image (``pythonpath``: directories in
-the image), as a stack's own service job does.
+The called functions' code comes from the caller with every call (``codesync``): the image needs
+only what the code imports; ``pythonpath`` adds directories in the image for code that is there.
 """
 
 from __future__ import annotations
@@ -42,13 +46,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence, cast
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.service.wire import JSON
-from runtime.agent.spec.job import default
+from runtime.agent.spec.job import SINGLE_CONTROLLER, default
 from runtime.workflow.attach import Expectation, JobShape, wait_until_serving
-from runtime.workflow.compute import Compute, DeployRequest, Endpoint
+from runtime.workflow.compute import Compute, DeployRequest, Endpoint, resize_limit_of
 from runtime.workflow.errors import DeployError
 from runtime.workflow.portforward import Connector, Relay, pod_connector
 from runtime.workflow.stacks import AutomationStacks, Stacks
 
+RESIZE_LIMIT = 16
+"""The most pods a job can be resized to in place, unless ``resize_limit`` says otherwise."""
 KUBERNETES_READY_TIMEOUT = 600.0
 """Seconds a job's pods may take to serve after ``pulumi up`` (scheduling, image pull, a rolling update)."""
 OWN_ARGUMENTS = frozenset({"image", "cpus", "gpus", "memory", "namespace", "workers", "num_proc", "distribution",
@@ -76,11 +82,14 @@ class KubernetesCompute(Compute):
         context: the kubeconfig context; ``None`` for its current one.
         name: the job's (and stack's) name, a DNS-1035 label; ``None``: ``<user>-<function>`` after the
             first function deployed.
-        pythonpath: directories in the image (absolute) where the called functions' modules live.
+        pythonpath: directories in the image (absolute) to import from besides the caller's code.
         env: further environment for the agents and processes.
         job_args: further ``DistributedJobArgs`` fields, e.g. ``{"gang_scheduler": "volcano",
             "queue": "research"}`` or ``{"node_selector": {...}, "tolerations": [...]}``.
         ready_timeout: seconds the pods may take to serve after an update, >= 0.
+        resize_limit: the most pods the job can be resized to in place (its elastic bound,
+            ``DistributedJobArgs.max_workers``; the pod
+            template carries it, so changing it rolls every pod).
         stacks: the stacks seam (default :class:`~runtime.workflow.stacks.AutomationStacks`: the
             Pulumi Automation API with a local file backend and a passphrase).
         connector: ``(namespace, pod, port) -> Connector`` (default: the ``kubernetes`` client's
@@ -90,16 +99,16 @@ class KubernetesCompute(Compute):
         ConfigError: an argument is invalid (checked here, before anything is deployed); names it.
     """
 
-    imports_from_caller = False
-
     def __init__(self, image: str, cpus: Optional[float] = None, gpus: int = 0, memory: Optional[str] = None,
                  namespace: str = "default", kubeconfig: Optional[str] = None, workers: int = default("workers"),
                  num_proc: int = default("num_proc"), distribution: str = default("distribution"),
                  serialization: str = JSON, *, context: Optional[str] = None,
                  name: Optional[str] = None, pythonpath: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
                  job_args: Optional[Mapping[str, Any]] = None, ready_timeout: float = KUBERNETES_READY_TIMEOUT,
-                 stacks: Optional[Stacks] = None, connector: Optional[ConnectorFactory] = None) -> None:
+                 stacks: Optional[Stacks] = None, connector: Optional[ConnectorFactory] = None,
+                 resize_limit: int = RESIZE_LIMIT) -> None:
         super().__init__(workers, num_proc, distribution, serialization)
+        self.resize_limit = resize_limit_of(resize_limit)
         if kubeconfig is not None and not Path(kubeconfig).expanduser().is_file():
             raise ConfigError(f"kubeconfig={kubeconfig!r} is invalid: no such file; pass the path of a kubeconfig, "
                               "or None for $KUBECONFIG or ~/.kube/config")
@@ -139,11 +148,16 @@ class KubernetesCompute(Compute):
         from components.errors import InvalidJobArgs
         from components.job import DistributedJobArgs
 
+        extra = dict(self.extra_args)
+        resizable = (self.distribution not in SINGLE_CONTROLLER and extra.get("gang_scheduler") != "kueue"
+                     and "min_workers" not in extra and "max_workers" not in extra)
+        if resizable:
+            extra.update(min_workers=1, max_workers=max(self.resize_limit, self.workers))
         try:
             return DistributedJobArgs(image=self.image, cpus=self.cpus, gpus=self.gpus, memory=self.memory,
                                       namespace=self.namespace, workers=self.workers, num_proc=self.num_proc,
                                       distribution=self.distribution, mode="service", pythonpath=self.pythonpath,
-                                      env=self.env, **self.extra_args)
+                                      env=self.env, **extra)
         except InvalidJobArgs as exc:
             raise ConfigError(str(exc)) from exc
         except TypeError as exc:
@@ -283,14 +297,16 @@ class KubernetesCompute(Compute):
         return lambda namespace, pod, port: pod_connector(api_client, namespace, pod, port)
 
     def _expectation(self, name: str, namespace: str, args: Any, relay: Relay) -> Expectation:
-        """Wait for the size deployed: pods of an earlier size may still serve while an update rolls."""
+        """Wait for the size deployed: pods of an earlier size may still serve while an update rolls
+        (or, resizing an elastic job, while pods are added or removed). A job reattached to, or one
+        whose quorum is below its size, may run anywhere within its bounds."""
         procs = args.procs_per_node
-        if args.elastic or args.quorum != args.workers:
-            low, high = args.min_workers or args.quorum, args.max_nodes
-            wanted = f"of {low} to {high} nodes x {procs} processes"
-        else:
+        if args.quorum == args.workers and (self.last_deploy != "reattached" or not args.elastic):
             low = high = args.workers
             wanted = f"of {low} nodes x {procs} processes"
+        else:
+            low, high = args.min_workers or args.quorum, args.max_nodes
+            wanted = f"of {low} to {high} nodes x {procs} processes"
 
         def accepts(shape: JobShape) -> bool:
             return low <= shape.workers <= high and shape.num_proc == procs

@@ -2,7 +2,9 @@
 
 ``up`` runs the inline program for real under Pulumi's mocks (``tests/components/componenttest.py``),
 reads the StatefulSet it rendered, and "rolls it out" as a real local service job of that size,
-with the rendered environment's processes per node, distribution and PYTHONPATH; the stack's
+with the rendered environment's processes per node, distribution, elastic bounds and PYTHONPATH
+(an update that changes only the replicas scales the running job, as the StatefulSet controller
+adds or removes pods with the highest ordinals; any other change replaces it, as a rolling update does); the stack's
 outputs are the program's own, except the token, which is the one the job's agents really use (in a
 cluster, the Secret's). A :class:`~tests.runtime.fake_apiserver.FakeApiServer` forwards pod
 ``<job>-0`` on the agent port to that job's coordinator, for the real ``kubernetes`` client.
@@ -64,6 +66,7 @@ class FakeCluster:
         self.stacks: dict[str, dict[str, Any]] = {}
         self.deployments: dict[str, Deployment] = {}
         self.jobs: dict[str, LocalJob] = {}
+        self.specs: dict[str, LocalJobSpec] = {}
         self.namespaces: dict[str, str] = {}
         self._lock = threading.Lock()
         self.api = FakeApiServer(self.target)
@@ -92,13 +95,25 @@ class FakeCluster:
         env = container_env(statefulset)
         pythonpath = tuple(p for p in env.get("PYTHONPATH", "").split(":")
                            if p and p != contract.BUNDLE_MOUNT_PATH)
-        spec = LocalJobSpec(workers=int(statefulset["spec"]["replicas"]), num_proc=int(env[contract.NUM_PROC]),
+        replicas = int(statefulset["spec"]["replicas"])
+        previous = self.deployments.get(stack)
+        running = self.jobs.get(stack)
+        if (running is not None and previous is not None
+                and previous.one(STATEFULSET).inputs["spec"]["template"] == statefulset["spec"]["template"]):
+            running.scale(self.specs[stack], replicas, grace=5.0)
+            self.deployments[stack] = deployment
+            self.stacks[stack] = {**deployment.outputs, "token": running.token}
+            return dict(self.stacks[stack])
+        bounds = {k: int(env[v]) for k, v in (("min_workers", contract.MIN_WORKERS),
+                                              ("max_workers", contract.MAX_WORKERS)) if v in env}
+        spec = LocalJobSpec(workers=replicas, num_proc=int(env[contract.NUM_PROC]),
                             mode="service", distribution=env[contract.DISTRIBUTION], master_port=0,
                             grace_period=1.0, log_dir=str(self.tmp_path / f"{stack}-{len(self.calls)}"),
-                            pythonpath=pythonpath)
+                            pythonpath=pythonpath, **bounds)
         self._stop(stack)
         job = start(spec)
         job.wait_ready(120)
+        self.specs[stack] = spec
         with self._lock:
             self.jobs[stack] = job
             self.namespaces[stack] = statefulset["metadata"]["namespace"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sys
 import time
 from typing import Any
 
@@ -108,3 +109,54 @@ def mark_then_sleep(path: str, sleep: float = 60.0) -> int:
 def environment(names: list[str]) -> dict[str, str]:
     """The values of ``names`` in this process's environment (absent ones left out)."""
     return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def chatter(lines: int, fail_rank: int = -1, partial: str = "", wait_for: str = "") -> int:
+    """Write ``lines`` numbered lines to stdout and to stderr, one line from a child shell (output
+    written to the file descriptor, not through ``sys.stdout``), then ``partial`` without a newline;
+    with ``wait_for``, then wait (up to 30 s) until that file exists; raise on ``fail_rank``."""
+    me = rank()
+    for i in range(lines):
+        print(f"out {i} of rank {me}")
+        print(f"err {i} of rank {me}", file=sys.stderr)
+    sys.stdout.flush()
+    os.system(f"echo shell of rank {me}")  # noqa: S605 - a fixed command, the test's own
+    print(partial, end="")
+    deadline = time.monotonic() + 30.0
+    while wait_for and not os.path.exists(wait_for) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if me == fail_rank:
+        raise RuntimeError(f"rank {me} fails after writing")
+    return me
+
+
+class Counter:
+    """State kept in every rank's process between calls (``runtime.workflow.cls``)."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.count = start
+        self.pid = os.getpid()
+
+    def add(self, n: int = 1) -> dict[str, Any]:
+        """Add ``n``; this rank's count and the process holding it."""
+        self.count += n
+        return {"rank": rank(), "count": self.count, "pid": self.pid}
+
+    def fail(self) -> None:
+        """Raise on every rank."""
+        raise ValueError(f"counter at {self.count} refuses")
+
+    @staticmethod
+    def twice(n: int) -> int:
+        """A static method: no instance needed."""
+        return 2 * n
+
+
+def change_seen(since: int) -> dict[str, Any]:
+    """The membership change this process applied after generation ``since`` (``runtime.membership``)."""
+    from runtime import membership
+
+    change = membership.wait(0.0, since=since)
+    return {"generation": membership.generation(), "world_size": int(os.environ["WORLD_SIZE"]),
+            "added": None if change is None else list(change.added_ips),
+            "removed": None if change is None else list(change.removed_ips)}

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime import local
+from runtime import local, ports
 from runtime.agent import contract
 from runtime.client import JobClient
-from runtime.local import free_port
+from runtime.ports import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
 ENV_DUMP = """
@@ -138,7 +138,7 @@ while len(os.listdir(out)) < int(os.environ["WORLD_SIZE"]):  # hold the ports un
 
 def test_single_address_fallback_gives_every_process_its_own_ports(tmp_path: Path, script,
                                                                    monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(local, "loopback_range_usable", lambda: False)
+    monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)
     out = tmp_path / "env"
     out.mkdir()
     spec = local.LocalJobSpec(workers=2, num_proc=2, entrypoint=(str(script(BIND_AND_DUMP)), str(out)),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.run import get_args_parser
 
-from runtime import local
+from runtime import ports
 from runtime.agent import contract
 from runtime.launch import IGNORED, build_parser, validate
 from tests.conftest import ROOT, launch, project_env, wait_until
@@ -31,7 +31,7 @@ with open(os.path.join(sys.argv[1], "rank-" + os.environ["RANK"] + ".json"), "w"
 def torchrun_envs(script: Path, out: Path, shape: tuple[int, int], env: dict[str, str]) -> list[dict[str, str]]:
     """Every worker's environment under two (or one) real torchrun agents, c10d on loopback."""
     nodes, nproc = shape
-    port = local.free_port("127.0.0.1")
+    port = ports.free_port("127.0.0.1")
     common = ["--nnodes", str(nodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "parity", "--max-restarts", "1"]
     agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common,

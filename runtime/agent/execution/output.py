@@ -1,6 +1,8 @@
-"""One user process's output: copied to the agent's streams with a ``[rank N]`` prefix, to its log
-file and to the files its stream plan asks for, with the last stderr lines kept for the root-cause
-report and the time it last wrote kept for the straggler report. Standard library only."""
+"""Copying one process's output: to the agent's streams with a ``[rank N]`` prefix, its log file,
+the files torchrun's output options ask for, and a tap (service mode: the call it runs), with the
+last stderr lines kept for the root-cause report and the time it last wrote kept for the straggler
+report. Standard library only.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import select
 import threading
 import time
 from pathlib import Path
-from typing import IO, BinaryIO, Optional
+from typing import IO, BinaryIO, Callable, Optional
 
 from runtime.agent.spec import streams
 
@@ -22,19 +24,27 @@ PARTIAL_LINE_DELAY = 0.1
 """Seconds an unfinished line waits for its end before it is shown as it is (a prompt, a progress bar)."""
 SHOWN = (streams.StreamPlan(console=True, file=False),) * 2
 """Both streams on the console, no files of their own: the default."""
+OutputTap = Callable[[int, bytes], None]
+"""Receives a copy of what one process writes: the stream (0 stdout, 1 stderr) and the bytes, in order."""
 
 
 class Output:
     """Copies one process's output streams to the agent's streams (with a ``[rank N]`` prefix at
-    the start of every line), to its log file, and to the files its :class:`streams.Streams` plan
-    asks for. Whole lines go at once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a
-    prompt without a newline (``breakpoint()``'s ``(Pdb)``) shows."""
+    the start of every line), to its log file, to the files its :class:`streams.Streams` plan
+    asks for, and to its tap (service mode: the output of the call it runs). Whole lines go at
+    once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a prompt without a newline
+    (``breakpoint()``'s ``(Pdb)``) shows, or at once when :meth:`drain` is asked."""
 
     def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
                  lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = SHOWN,
                  stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
-                 filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None)) -> None:
+                 filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None),
+                 tap: Optional[OutputTap] = None) -> None:
         self.rename(prefix)
+        self._tap = tap
+        self._fds: list[Optional[int]] = [None, None]
+        self._pending = [b"", b""]
+        self._read_locks = (threading.Lock(), threading.Lock())
         self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
         self._sinks = (out, err)
         self._plans = plans
@@ -62,31 +72,56 @@ class Output:
         """Pass on whole lines as they arrive; an unfinished line once nothing more has come for
         :data:`PARTIAL_LINE_DELAY` (a prompt), so lines of different ranks do not interleave."""
         fd = stream.fileno()
-        pending = b""
+        self._fds[index] = fd
         with stream:
             while True:
-                ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_DELAY if pending else None)
-                if not ready:
-                    self._emit(index, pending)
-                    pending = b""
-                    continue
-                chunk = os.read(fd, CHUNK_BYTES)
-                if not chunk:
-                    break
-                data = pending + chunk
-                cut = data.rfind(b"\n") + 1
-                pending = data[cut:]
-                if cut:
-                    self._emit(index, data[:cut])
-        if pending:
-            self._emit(index, pending)
+                ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_DELAY if self._pending[index] else None)
+                with self._read_locks[index]:
+                    if not ready:
+                        self._emit_pending(index)
+                    elif not self._read_ready(index, fd):
+                        break
+            with self._read_locks[index]:
+                self._fds[index] = None
+                self._emit_pending(index)
         if self._partial[index]:
             self._lines(index, b"\n")
 
+    def _read_ready(self, index: int, fd: int) -> bool:
+        """Read what ``fd`` has now, if anything (another thread may have drained it), and pass on
+        its whole lines; ``False`` at end of stream. Holds the stream's read lock."""
+        if not select.select([fd], [], [], 0)[0]:
+            return True
+        chunk = os.read(fd, CHUNK_BYTES)
+        if not chunk:
+            return False
+        data = self._pending[index] + chunk
+        cut = data.rfind(b"\n") + 1
+        self._pending[index] = data[cut:]
+        if cut:
+            self._emit(index, data[:cut])
+        return True
+
+    def _emit_pending(self, index: int) -> None:
+        if self._pending[index]:
+            pending, self._pending[index] = self._pending[index], b""
+            self._emit(index, pending)
+
+    def drain(self) -> None:
+        """Pass on at once everything the process has written so far, unfinished lines included:
+        what it wrote before it answered a call reaches that call's tap before the answer is used."""
+        for index in (0, 1):
+            with self._read_locks[index]:
+                fd = self._fds[index]
+                while fd is not None and select.select([fd], [], [], 0)[0]:
+                    if not self._read_ready(index, fd):
+                        break
+                self._emit_pending(index)
+
     def _emit(self, index: int, data: bytes) -> None:
         """Copy ``data`` of stream ``index`` (0 stdout, 1 stderr) everywhere it goes."""
-        plan, own = self._plans[index], self._files[index]
         self.last_output = time.time()
+        plan, own = self._plans[index], self._files[index]
         lines = self._lines(index, data)
         with self._lock:
             if plan.console:
@@ -102,6 +137,8 @@ class Output:
                 filtered.writelines(self._prefix + line + b"\n" for line in lines if any(f in line for f in filters))
                 filtered.flush()
         self._at_start[index] = data.endswith(b"\n")
+        if self._tap is not None:
+            self._tap(index, data)
 
     def _lines(self, index: int, data: bytes) -> list[bytes]:
         """The lines ``data`` completes (kept in the stderr tail, matched against the filters)."""

@@ -3,12 +3,13 @@
 Each process runs in its own session (so teardown reaches everything it spawned), under the
 bootstrap (``runtime.agent.execution.bootstrap``) that ties its life to the agent's (a command run without
 Python replaces the bootstrap, keeping its pid and parent-death signal). Its output is copied to
-the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log``; the last
+the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log`` (``output.Output``); the last
 stderr lines are kept for the root-cause report.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -124,6 +125,8 @@ class LocalProcesses:
             ``--redirects``, ``--tee``, ``--local-ranks-filter``; files in :func:`rank_dir`).
         stdin_local_rank: the local rank that inherits this agent's stdin (local mode: the one of
             global rank 0); every other process reads EOF from ``/dev/null``.
+        tap: receives a copy of each process's output, with its local rank: ``tap(local_rank,
+            stream, data)`` (stream 0 stdout, 1 stderr), in order per stream, from the copying threads.
     """
 
     def __init__(
@@ -142,8 +145,10 @@ class LocalProcesses:
         label: str = "rank",
         outputs: Optional[streams.Streams] = None,
         stdin_local_rank: Optional[int] = None,
+        tap: Optional[Callable[[int, int, bytes], None]] = None,
     ) -> None:
         self.generation = generation
+        self._tap = tap
         self._streams = outputs or streams.Streams()
         self._filtered: tuple[Optional[BinaryIO], ...] = (None, None)
         self._stdin_local_rank = stdin_local_rank
@@ -204,7 +209,8 @@ class LocalProcesses:
                 stream_dir.mkdir(parents=True, exist_ok=True)
             output = Output(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
                              (self._streams.stdout_filters, self._streams.stderr_filters),
-                             self._filtered)  # type: ignore[arg-type]
+                             self._filtered,  # type: ignore[arg-type]
+                             None if self._tap is None else functools.partial(self._tap, local_rank))
             self._outputs.append(output)
             output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
             watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)
@@ -226,6 +232,10 @@ class LocalProcesses:
                 requested=self._stopping.is_set(),
             )
         )
+
+    def drain(self, local_rank: int) -> None:
+        """Pass on at once what process ``local_rank`` has written so far (to every sink and the tap)."""
+        self._outputs[local_rank].drain()
 
     def running(self) -> bool:
         """Whether any process is still running."""

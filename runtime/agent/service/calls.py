@@ -4,18 +4,22 @@ Standard library only. Bodies are JSON objects (``runtime.agent.service.wire`` c
 
     POST /call   (client -> coordinator)
         {"fn": "pkg.mod:qualname", "serialization": "json", "args": [...], "kwargs": {...},
-         "timeout": 30.0, "workers": [0, 2]}
+         "timeout": 30.0, "workers": [0, 2], "output": "<key>", "code": "<tree digest>"}
         200 -> {"ranks": [0, 1, 4, 5], "results": [...], "serialization": "json", "generation": 1}
 
     POST /exec   (agent -> agent, internal)
         {"call_id": "...", "generation": 1, "invocation": {"fn": ..., "serialization": ..., "args": ...,
-         "kwargs": ..., "payload": ...}, "timeout": 29.5, "nodes": [4, 5, 6, 7], "fanout": 50}
+         "kwargs": ..., "payload": ...}, "timeout": 29.5, "nodes": [4, 5, 6, 7], "fanout": 50,
+         "output": "<key>", "code": "<tree digest>"}
         -> runs on node rank ``nodes[0]`` (the receiver) and forwards ``nodes[1:]``, split into at most
            ``fanout`` contiguous subtrees; 200 -> {"ranks": [...], "results": [...]}
         {"cancel": "<call_id>"} -> stops that call on the receiver and its subtree; 200 -> {"cancelled": bool}
 
 ``timeout`` is relative (seconds remaining), so no hop depends on another host's clock. ``workers``
-names node ranks; ``null`` means every node.
+names node ranks; ``null`` means every node. ``output`` (optional) is the caller's key for reading
+what the ranks write during the call (``runtime.agent.service.output``); without it nothing is sent.
+``code`` (optional) names the synced tree the call imports from (``runtime.agent.code``); without
+it the processes import from their own PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from runtime.agent.code.archive import ArchiveError, check_digest
 from runtime.agent.errors import HttpError, RemoteError
+from runtime.agent.service.output import parse_key
 from runtime.agent.service.wire import JSON, PICKLE, SERIALIZATIONS, unpack_pickled_arguments
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -133,11 +139,15 @@ class CallRequest:
         invocation: what to run.
         timeout: seconds the call may take, or ``None`` for no deadline.
         workers: node ranks to run on (ascending, distinct), or ``None`` for every node that runs processes.
+        output: the caller's key for the call's output, or ``""`` when it does not want it.
+        code: the digest of the synced tree the call imports from, or ``""``.
     """
 
     invocation: Invocation
     timeout: Optional[float]
     workers: Optional[tuple[int, ...]]
+    output: str = ""
+    code: str = ""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], allow_pickle: bool) -> CallRequest:
@@ -151,7 +161,9 @@ class CallRequest:
             if not isinstance(workers, list) or not all(_is_int(w) and w >= 0 for w in workers) or not workers:
                 raise HttpError(400, f"workers={workers!r} is invalid: use a non-empty list of node ranks, or null")
             workers = tuple(sorted(set(workers)))
-        return cls(Invocation.from_json(data, allow_pickle), parse_timeout(data.get("timeout")), workers)
+        output = "" if data.get("output") is None else parse_key(data["output"])
+        return cls(Invocation.from_json(data, allow_pickle), parse_timeout(data.get("timeout")), workers, output,
+                   parse_code(data.get("code")))
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,9 @@ class ExecRequest:
         timeout: seconds this node has left, or ``None``.
         nodes: node ranks of the receiver's subtree, the receiver first.
         fanout: at most this many children per node below the receiver.
+        output: the caller's key for the call's output (each node sends its ranks' to the
+            coordinator), or ``""``.
+        code: the digest of the synced tree the call imports from, or ``""``.
     """
 
     call_id: str
@@ -173,6 +188,8 @@ class ExecRequest:
     timeout: Optional[float]
     nodes: tuple[int, ...]
     fanout: int
+    output: str = ""
+    code: str = ""
 
     def bodies(self, subtrees: Sequence[Sequence[int]], timeout: Optional[float]) -> list[bytes]:
         """The encoded ``/exec`` bodies that send this call on to one child per subtree: each the
@@ -181,7 +198,9 @@ class ExecRequest:
         children (the invocation's arguments may be megabytes).
         """
         head = json.dumps({"call_id": self.call_id, "generation": self.generation,
-                           "invocation": self.invocation.to_json(), "timeout": timeout, "fanout": self.fanout})
+                           "invocation": self.invocation.to_json(), "timeout": timeout, "fanout": self.fanout,
+                           **({"output": self.output} if self.output else {}),
+                           **({"code": self.code} if self.code else {})})
         return [f'{head[:-1]}, "nodes": {json.dumps(list(subtree))}}}'.encode() for subtree in subtrees]
 
     @classmethod
@@ -204,8 +223,23 @@ class ExecRequest:
         invocation = data.get("invocation")
         if not isinstance(invocation, dict):
             raise HttpError(400, "invocation must be a JSON object")
+        output = "" if data.get("output") is None else parse_key(data["output"])
         return cls(call_id, generation, Invocation.from_json(invocation, allow_pickle),
-                   parse_timeout(data.get("timeout")), tuple(nodes), fanout)
+                   parse_timeout(data.get("timeout")), tuple(nodes), fanout, output, parse_code(data.get("code")))
+
+
+def parse_code(value: Any) -> str:
+    """A call's ``code``: ``None`` (none), or a tree digest.
+
+    Raises:
+        HttpError: 400 for anything else.
+    """
+    if value is None:
+        return ""
+    try:
+        return check_digest(value)
+    except ArchiveError as exc:
+        raise HttpError(400, f"code: {exc}") from None
 
 
 def parse_timeout(value: Any) -> Optional[float]:

@@ -11,18 +11,23 @@ deadline). Standard library only.
 from __future__ import annotations
 
 import collections
+import os
 import queue
+import tempfile
 import threading
 import time
 import uuid
 from typing import Any, Callable, Optional, Union
 
 from runtime.agent import contract
+from runtime.agent.code.fanout import CodeFanout
+from runtime.agent.code.store import CodeStore
 from runtime.agent.errors import (
     CallCancelled,
     CallTimeout,
     HttpError,
     JobEnded,
+    NodeFailed,
     TrainplaneError,
     WorkerMembershipChanged,
 )
@@ -33,6 +38,7 @@ from runtime.agent.net.transport import HttpTransport
 from runtime.agent.service.calls import CallRequest, ExecRequest
 from runtime.agent.service.executor import LocalExecutor
 from runtime.agent.service.hop import Abort, Event, Hop, Links, Results
+from runtime.agent.service.output import CallOutputs, OutputForwarder, sink
 from runtime.agent.service.wire import error_body, error_status
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import RUNNING, TERMINAL, Node, World
@@ -75,13 +81,20 @@ class ServiceNode:
         self._call_lock = threading.Lock()
         self._inflight: dict[str, queue.SimpleQueue[Event]] = {}
         self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._counts = {"calls": 0, "execs": 0, "cancels": 0}
+        self._counts = {"calls": 0, "execs": 0, "cancels": 0, "trees": 0}
+        self._say = say
+        self._outputs = CallOutputs()
+        store_dir = os.path.join(settings.plumbing.run_root or tempfile.gettempdir(),
+                                 f"trainplane-code-{settings.spec.job_name}-{settings.node.node_id}-{uuid.uuid4().hex[:8]}")
+        self._code = CodeFanout(settings, world, CodeStore(store_dir), self._transport, clock)
 
     # --- wiring ----------------------------------------------------------------------------------
 
     def routes(self) -> Routes:
         """The routes this node serves."""
-        return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec}
+        return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec,
+                ("POST", contract.ROUTE_OUTPUT): self.route_output,
+                ("POST", contract.ROUTE_CODE): self.route_code}
 
     def use_executor(self, executor: Optional[LocalExecutor]) -> None:
         """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""
@@ -101,13 +114,14 @@ class ServiceNode:
             return len(self._inflight)
 
     def stats(self) -> dict[str, int]:
-        """Counters: calls taken (coordinator), execs and cancels received, requests this node has sent."""
+        """Counters: calls taken (coordinator), execs, cancels and trees received, requests this node has sent."""
         with self._lock:
             return {**self._counts, "requests_sent": self._transport.sent}
 
     def close(self) -> None:
-        """Close kept-alive connections."""
+        """Close kept-alive connections; remove the node's synced trees."""
         self._transport.close()
+        self._code.store.remove()
 
     # --- routes (handler threads) -------------------------------------------------------------------
 
@@ -123,6 +137,9 @@ class ServiceNode:
             coordinator = world.nodes[0]
             raise HttpError(409, f"calls go to the coordinator (node rank 0) at {coordinator.addr}:{coordinator.port}")
         call = CallRequest.from_json(request.body, self._settings.spec.allow_pickle)
+        if call.code and self._code.store.tree(call.code) is None:
+            return Response(409, {"error": f"this job does not hold tree {call.code}: send it (POST "
+                                           f"{contract.ROUTE_CODE}), then call again", "code_missing": call.code})
         serving = tuple(i for i, node in enumerate(world.nodes) if node.num_proc)
         targets = call.workers if call.workers is not None else serving
         if targets[-1] >= len(world.nodes):
@@ -141,9 +158,13 @@ class ServiceNode:
             s = self._settings
             plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)
             exec_request = ExecRequest(uuid.uuid4().hex, world.generation, call.invocation, call.timeout,
-                                       targets, s.spec.tree_fanout)
+                                       targets, s.spec.tree_fanout, call.output, call.code)
+            if call.output:
+                self._outputs.open(call.output)
             outcome = self._execute(world, me, exec_request, plan, deadline)
         finally:
+            if call.output:
+                self._outputs.close(call.output)
             self._call_lock.release()
         if isinstance(outcome, TrainplaneError):
             error = self._membership_view(world, outcome)
@@ -172,6 +193,20 @@ class ServiceNode:
         if isinstance(outcome, TrainplaneError):
             return Response(error_status(outcome), error_body(outcome))
         return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
+
+    def route_code(self, request: Request) -> Response:
+        """``POST /code``: a synced tree to hold and send on, or one to hand out (``runtime.agent.code.fanout``)."""
+        if "fetch" not in request.body:
+            self._count("trees")
+        return Response(200, self._code.route(request.body))
+
+    def route_output(self, request: Request) -> Response:
+        """``POST /output``: a node's share of a call's output, or the caller reading it (coordinator)."""
+        world = self._world()
+        if world is not None and world.has(self._settings.node.node_id) and world.node_rank_of(
+                self._settings.node.node_id) != 0:
+            raise HttpError(409, "call output is kept by the coordinator (node rank 0)")
+        return Response(200, self._outputs.route(request.body))
 
     def _route_cancel(self, call_id: Any) -> Response:
         if not isinstance(call_id, str) or not call_id:
@@ -226,15 +261,26 @@ class ServiceNode:
 
     def _execute(self, world: World, me: int, request: ExecRequest, plan: Plan,
                  deadline: Optional[float]) -> Union[Results, TrainplaneError]:
+        try:
+            code = self._code.tree_for(request.code, world) if request.code and plan.local else ""
+        except HttpError as exc:
+            return NodeFailed(me, self._settings.node.advertise_address, str(exc))
         events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         with self._lock:
             if request.call_id in self._cancelled:
                 del self._cancelled[request.call_id]
                 return CallCancelled(f"call {request.call_id} was cancelled before it reached this node")
             self._inflight[request.call_id] = events
+        forwarder = None
+        if request.output and me != 0 and plan.local:
+            head = world.nodes[0]
+            forwarder = OutputForwarder(request.output, (head.addr, head.port), self._transport, self._say)
         try:
-            return Hop(world, me, request, plan, deadline, events, self._executor, self._links).run()
+            return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
+                       sink(self._outputs if me == 0 else None, forwarder, request.output), code).run()
         finally:
+            if forwarder is not None:
+                forwarder.close()  # before this node answers: the caller reads it before the call's end
             with self._lock:
                 self._inflight.pop(request.call_id, None)
 

@@ -8,7 +8,7 @@ in tests and benchmarks. Standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Union
+from typing import Any, Callable, Optional, Protocol, Union
 
 from runtime.agent.errors import TrainplaneError
 from runtime.agent.service.calls import Invocation
@@ -41,11 +41,19 @@ class LocalCall:
         call_id: the call's id, for :meth:`LocalExecutor.cancel`.
         invocation: what to run.
         post: receives one event per rank, from any thread, in completion order.
+        output: receives what a rank writes while it runs the call, ``output(rank, stream, text)``
+            (stream ``stdout`` or ``stderr``), in order per rank and stream, each rank's last piece
+            before its event is posted; ``None``: the output is not wanted (it still reaches the
+            agent's log as always).
+        code: the synced tree directory the call imports from (``runtime.agent.code``), or ``""``
+            to import from the processes' own PYTHONPATH.
     """
 
     call_id: str
     invocation: Invocation
     post: Callable[[RankEvent], None]
+    output: Optional[Callable[[int, str, str], None]] = None
+    code: str = ""
 
 
 class LocalExecutor(Protocol):

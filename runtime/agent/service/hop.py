@@ -129,10 +129,15 @@ class Hop:
         events: where the node's routes post :class:`Abort` (cancels, failures from outside).
         executor: runs the call on this node's ranks (``None``: no worker processes yet).
         links: the node's transport, clock, address and log.
+        output: where this node's ranks' output during the call goes (``LocalCall.output``), or ``None``.
+        code: the synced tree this node's ranks import from (``LocalCall.code``), or ``""``.
     """
 
     def __init__(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
-                 events: queue.SimpleQueue[Event], executor: Optional[LocalExecutor], links: Links) -> None:
+                 events: queue.SimpleQueue[Event], executor: Optional[LocalExecutor], links: Links,
+                 output: Optional[Callable[[int, str, str], None]] = None, code: str = "") -> None:
+        self._output = output
+        self._code = code
         self._request = request
         self._plan = plan
         self._deadline = deadline
@@ -154,7 +159,7 @@ class Hop:
         if self._local_ranks:
             if executor is None:
                 return NodeFailed(self._me, self._links.address, "this node has no worker processes yet")
-            executor.submit(LocalCall(request.call_id, request.invocation, self._events.put))
+            executor.submit(LocalCall(request.call_id, request.invocation, self._events.put, self._output, self._code))
         values, pending_local, reported, error = self._collect()
         with self._merge_lock:
             values.update(self._child_values)

@@ -9,6 +9,7 @@ when a cancelled call has not stopped within the grace period. Standard library 
 
 from __future__ import annotations
 
+import codecs
 import queue
 import signal
 import socket
@@ -30,6 +31,8 @@ EXIT_REPORT_WAIT = 2.0
 """Seconds to wait for a dead process's exit status (and stderr tail) before reporting without it."""
 HELLO_TIMEOUT = 120.0
 """Seconds a new worker process may take to say hello (it does so before importing any user code)."""
+STREAMS = ("stdout", "stderr")
+"""A call's output streams by the index the process supervisor gives them."""
 
 
 class _Control:
@@ -159,6 +162,7 @@ class _Slot:
         self._stopping = False
         self._broken = ""
         self.ready = False
+        self._decoders = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in STREAMS]
         self._thread = threading.Thread(target=self._serve, name=f"service-rank-{rank}", daemon=True)
 
     def renumber(self, rank: int) -> None:
@@ -220,7 +224,8 @@ class _Slot:
         with self._lock:
             self._running = control
         try:
-            channel.send({"call": call.call_id, "invocation": call.invocation.to_json()})
+            channel.send({"call": call.call_id, "invocation": call.invocation.to_json(),
+                          **({"code": call.code} if call.code else {})})
             if control.cancelled_at is not None:
                 self._send_cancel(channel, control)
             self._await_reply(channel, control)
@@ -235,6 +240,9 @@ class _Slot:
         while True:
             message = channel.recv(timeout=POLL)
             if message is not None and message.get("reply") == call.call_id:
+                proc = self._proc
+                if proc is not None and call.output is not None:
+                    proc.drain(0)  # what the process wrote before answering belongs to this call
                 call.post(self._event(message))
                 return
             if self._exited.is_set():
@@ -305,6 +313,7 @@ class _Slot:
                 pool.generation, self.rank, [{**self._env, contract.SERVICE_FD: str(child.fileno())}],
                 ("-m", contract.SERVICE_MODULE), lambda event: self._on_exit(incarnation, event), pool.log_dir,
                 python=pool.python, pass_fds=(child.fileno(),),
+                tap=lambda _local_rank, stream, data: self._on_output(incarnation, stream, data),
             )
             try:
                 proc.start()
@@ -351,6 +360,16 @@ class _Slot:
             proc.stop(0.0)
         if channel is not None:
             channel.close()
+
+    def _on_output(self, incarnation: int, stream: int, data: bytes) -> None:
+        """A copy of the process's output (its copying thread): to the running call, if it wants it."""
+        with self._lock:
+            control = self._running if incarnation == self._incarnation else None
+        if control is None or control.call.output is None:
+            return
+        text = self._decoders[stream].decode(data)
+        if text:
+            control.call.output(self.rank, STREAMS[stream], text)
 
     def _on_exit(self, incarnation: int, event: ProcExit) -> None:
         if incarnation != self._incarnation:

@@ -9,7 +9,8 @@ a model) survives from one call to the next. Standard library only.
 Frames on the channel (``runtime.agent.service.channel``)::
 
     worker -> agent   {"hello": <pid>}                                     ready for calls
-    agent -> worker   {"call": <call_id>, "invocation": {...}}             run it (calls.Invocation)
+    agent -> worker   {"call": <call_id>, "invocation": {...}, "code": <dir>}  run it (calls.Invocation),
+                                                                         importing from that synced tree
     agent -> worker   {"cancel": <call_id>}                                stop it, or skip it if not started
     worker -> agent   {"reply": <call_id>, "ok": true, "value": <packed result>}
                       {"reply": <call_id>, "ok": false, "error": <wire error body>}
@@ -35,6 +36,7 @@ from types import FrameType
 from typing import Any, Callable, Mapping, Optional
 
 from runtime.agent import contract
+from runtime.agent.code.imports import TreeImports
 from runtime.agent.errors import (
     CallCancelled,
     CallInterrupt,
@@ -74,6 +76,7 @@ class ServiceWorker:
         self._interruptible = False
         self._early_cancels: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._main = threading.get_ident()
+        self._imports = TreeImports()
 
     def serve(self) -> int:
         """Announce readiness and run calls until the agent closes the channel; returns 0.
@@ -88,7 +91,10 @@ class ServiceWorker:
                 message = self._inbox.get()
                 if message is None:
                     return 0
-                self._reply(self._run(message))
+                reply = self._run(message)
+                sys.stdout.flush()  # what the call wrote reaches the agent before its answer
+                sys.stderr.flush()
+                self._reply(reply)
         except ChannelClosed:
             return 0
 
@@ -142,6 +148,8 @@ class ServiceWorker:
         fn_name = str(message.get("invocation", {}).get("fn", "?"))
         try:
             delivery.poll()  # a change since the last call: this call sees the new world's env
+            if message.get("code"):
+                self._imports.use(str(message["code"]))  # new code: its changed modules are imported again
             invocation = Invocation.from_json(message["invocation"], allow_pickle=True)
             fn = invocation.resolve()
             args, kwargs = invocation.arguments()

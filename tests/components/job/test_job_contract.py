@@ -25,7 +25,7 @@ from components import DistributedJob
 from components.job.bundle import materialise
 from runtime.agent import contract
 from runtime.agent.execution.environment import reserved_ports
-from runtime.local import free_port
+from runtime.ports import free_port
 from tests.components.componenttest import REPO_ROOT, deploy, job_args, unsecret
 
 JOB = "ddp"

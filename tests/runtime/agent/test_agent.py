@@ -14,7 +14,7 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
 from runtime.agent.net.transport import request_json
-from runtime.local import free_port
+from runtime.ports import free_port
 from tests.conftest import ROOT, project_env, wait_until
 
 TOKEN = "s3cret-token"

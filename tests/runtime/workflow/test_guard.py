@@ -25,7 +25,7 @@ def work(x):
 
 """
 CALL = """\
-remote = fn(work).to(LocalCompute(workers=2, num_proc=1, grace_period=1.0))
+remote = fn(work).to(LocalCompute(workers=2, num_proc=1, grace_period=1.0, log_dir="logs"))
 print("results", remote.options(timeout=60)(41), flush=True)
 remote.teardown()
 """
@@ -48,8 +48,9 @@ def test_a_driver_without_the_main_guard_fails_at_its_first_call_instead_of_nest
     assert "NestedJobError" in result.stderr and GUARD_HINT in result.stderr, result.stderr[-3000:]
     assert ".to(LocalCompute(workers=2, num_proc=1, distribution='spmd')) was called inside rank " in result.stderr
     assert "results" not in result.stdout
-    assert result.stderr.count("generation 1:") == 2, "only the driver's own job (2 nodes) ever started"
-    assert "[rank 0] [trainplane node" not in result.stderr, "no job was started inside a rank"
+    agents = (tmp_path / "logs" / "agents.log").read_text()
+    assert agents.count("generation 1:") == 2, "only the driver's own job (2 nodes) ever started"
+    assert "[rank 0] [trainplane node" not in agents + result.stderr, "no job was started inside a rank"
     assert wait_until(lambda: not processes_with(str(tmp_path)), timeout=20), "the job's processes are gone"
 
 

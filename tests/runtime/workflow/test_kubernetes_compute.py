@@ -20,7 +20,7 @@ from runtime.agent.errors import ConfigError, RendezvousError
 from runtime.workflow import DeployError, KubernetesCompute, fn
 from runtime.workflow import program as job_program
 from runtime.workflow.kubernetes_compute import default_job_name
-from tests.components.componenttest import KUBECONFIG
+from tests.components.componenttest import KUBECONFIG, Deployment
 from tests.conftest import ROOT, processes_with, project_env, wait_until
 from tests.runtime import service_fns
 from tests.runtime.kubecluster import FakeCluster
@@ -72,12 +72,21 @@ def test_deploy_call_reattach_from_a_second_driver_resize_by_stack_update_and_de
     assert [r["calls"] for r in later] == [2, 2], "and their state survived"
 
     bigger = compute_on(cluster).distribute("pytorch", workers=3, num_proc=1)
+    before = cluster.deployments[name]
     resized = again.to(bigger)
 
     assert bigger.last_deploy == "updated" and not second.running
     assert cluster.calls[3:] == [("outputs", name), ("up", name)], "a resize is a stack update, not a destroy"
-    assert [r["rank"] for r in resized()] == [0, 1, 2]
-    assert int(cluster.deployments[name].one("kubernetes:apps/v1:StatefulSet").inputs["spec"]["replicas"]) == 3
+    grown = resized()
+    assert [r["rank"] for r in grown] == [0, 1, 2]
+    assert [r["pid"] for r in grown[:2]] == [r["pid"] for r in results], "in place: the first pods kept running"
+    assert [r["calls"] for r in grown[:2]] == [3, 3], "with their state"
+    assert changed_inputs(before, cluster.deployments[name]) == {
+        (STATEFULSET, "spec.replicas"): (2, 3),
+        ("kubernetes:core/v1:ConfigMap", "data.TRAINPLANE_WORKERS"): ("2", "3"),
+        ("kubernetes:core/v1:ConfigMap", "data.TRAINPLANE_QUORUM_WORKERS"): ("2", "3"),
+        ("kubernetes:policy/v1:PodDisruptionBudget", "spec.minAvailable"): (2.0, 3.0),
+    }, "the workload changes its replicas only (its pods read the size from the size ConfigMap)"
 
     job = cluster.jobs[name]
     resized.teardown()
@@ -85,6 +94,27 @@ def test_deploy_call_reattach_from_a_second_driver_resize_by_stack_update_and_de
     assert cluster.calls[-1] == ("destroy", name) and name not in cluster.stacks
     assert not bigger.running
     assert wait_until(lambda: not processes_with(job.job), timeout=20)
+
+
+STATEFULSET = "kubernetes:apps/v1:StatefulSet"
+
+
+def changed_inputs(before: Deployment, after: Deployment) -> dict[tuple[str, str], tuple[object, object]]:
+    """``(type, dotted input path) -> (before, after)`` for every input that differs between two
+    deployments of the same program (resources matched by name)."""
+
+    def flat(value: object, prefix: str = "") -> dict[str, object]:
+        if isinstance(value, dict):
+            return {k: v for key, item in value.items() for k, v in flat(item, f"{prefix}{key}.").items()}
+        return {prefix[:-1]: value}
+
+    changes = {}
+    for reg in before.registrations.values():
+        old, new = flat(reg.inputs), flat(after.named(reg.name).inputs)
+        for path in sorted(set(old) | set(new)):
+            if old.get(path) != new.get(path):
+                changes[(reg.type, path)] = (old.get(path), new.get(path))
+    return changes
 
 
 def test_a_job_whose_pods_never_answer_fails_after_the_ready_timeout_naming_the_api_servers_answer(tmp_path):
