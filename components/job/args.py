@@ -1,7 +1,10 @@
 """``DistributedJobArgs``: what to run and how, validated on construction.
 
 Every check raises :class:`~components.errors.InvalidJobArgs` naming the field, the value and the
-fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending.
+fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending. A field that
+takes a ``pulumi.Input`` has a check of its own (:data:`INPUT_CHECKS`), run at once on a plain value and
+when known on an Output (``components.outputs``); the checks across fields look at such a field only to
+see whether it is set.
 """
 
 from __future__ import annotations
@@ -9,12 +12,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from components import validate
+import pulumi
+
+from components import docs, outputs, validate
 from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
 from components.job import checks
+from components.job.inputs import DistributedJobArgsDict
 from runtime.agent import contract, controller
 from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER, reserved_ports
 
@@ -64,105 +70,29 @@ STATEFULSET_HASH_SUFFIX = 11
 
 @dataclass(frozen=True)
 class DistributedJobArgs:
-    """Settings of one distributed training job.
+    """Settings of one distributed training job, validated on construction.
 
-    Attributes:
-        image: container image; any image with ``python3`` (3.9+) works, the agent is mounted.
-        script: path of the training script inside the image (relative to ``working_dir``), run
-            under the image's ``python3``. Batch mode: exactly one of ``script``, ``module`` and
-            ``command``. Service mode runs no entrypoint (the processes serve calls): leave all
-            three unset.
-        module: importable module to run as ``python -m module``.
-        command: an executable and its arguments, run directly on every rank instead of under
-            Python (torchrun's ``--no-python``), e.g. ``["bash", "-c", "..."]`` or
-            ``["/opt/train"]``; looked up on the image's ``PATH``. It gets the same environment
-            contract; membership changes are not raised in it (it is not Python): it can read its
-            new world from the file named by ``TRAINPLANE_WORLD_FILE``.
-        args: arguments appended to the script, module or command.
-        workers: number of nodes (pods), >= 1.
-        num_proc: processes per node, or ``"auto"`` for one per GPU (needs ``gpus >= 1``).
-        cpus: CPU request per pod, cores (``0.5`` = 500m); ``None`` requests nothing.
-        memory: memory request and limit per pod, a Kubernetes quantity such as ``"16Gi"``.
-        gpus: NVIDIA GPUs per pod (``nvidia.com/gpu`` limit), a whole number.
-        distribution: which framework's variables to set: one of the agent's
-            :data:`runtime.agent.world.DISTRIBUTIONS` (``spmd`` sets every framework's). ``ray`` and
-            ``monarch`` are single-controller: the script runs once, on node 0, as the driver of a
-            Ray cluster (``RAY_ADDRESS``) or Monarch host mesh (``MONARCH_WORKER_ADDRESSES``) that
-            spans every pod; the image must have ``ray`` or ``torchmonarch`` installed. They need
-            ``num_proc=1``, no elastic bounds, and listen on ``master_port + 32`` (and ``+ 33``, Ray's
-            client server), which ``agent_port`` must not take. Service calls run on node 0.
-        daemon_args: ``ray`` only: arguments appended to every pod's ``ray start``, after the ones
-            derived from ``cpus`` (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g.
-            ``["--object-store-memory=2000000000"]``.
-        mode: ``batch`` (run to completion) or ``service`` (keep processes alive for calls).
-        backend: workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for
-            service; ``None`` picks ``indexed-job`` for batch and ``statefulset`` for service.
-        quorum_workers: nodes that must register before the world starts; ``None`` = all workers.
-        quorum_timeout: seconds the coordinator waits for quorum before failing.
-        monitor_members: deliver membership changes into user processes.
-        min_workers: elastic lower bound on nodes; set together with ``max_workers``. A lost node
-            no longer fails the job: the survivors continue while at least this many remain.
-        max_workers: elastic upper bound on nodes. Nodes beyond ``workers`` can only come from a
-            workload that adds pods: a PyTorchJob (its Worker replicas scale up to it) or a
-            StatefulSet (service mode). An Indexed Job has exactly ``workers`` indexes, so it only
-            shrinks (a pod replaced after a disruption rejoins under its index): there
-            ``max_workers`` must equal ``workers``.
-        max_restarts: world restarts after a failure before the job fails.
-        backoff_limit: elastic batch jobs: failed pods Kubernetes replaces (each replacement rejoins
-            the running world) before it fails the job; ``None`` = 3. The Indexed Job's
-            ``backoffLimit`` (failed pods; evictions, preemptions and node drains are not counted)
-            or the PyTorchJob's ``runPolicy.backoffLimit`` (container restarts, under
-            ``restartPolicy: OnFailure``). A fixed-size job fails on its first pod failure (its
-            ``max_restarts`` restarts the world inside the pods instead), so it takes no
-            ``backoff_limit``; neither does a service job, whose StatefulSet always replaces pods.
-        active_deadline_seconds: batch only: seconds the job may run before Kubernetes stops it
-            (the Indexed Job's ``activeDeadlineSeconds``, the PyTorchJob's
-            ``runPolicy.activeDeadlineSeconds``); more than ``quorum_timeout``, so a world that
-            cannot form is reported by the agent, not cut off. A service job's StatefulSet has no
-            deadline: it runs until the stack removes it.
-        ttl_seconds_after_finished: batch only: seconds before a finished job is deleted.
-        gang_scheduler: ``none``, ``volcano``, ``scheduler-plugins`` or ``kueue``.
-        queue: Volcano queue, or the existing Kueue LocalQueue to submit to.
-        cluster_queue: Kueue only: create a LocalQueue for this job pointing at this ClusterQueue.
-        scheduler_name: pod ``schedulerName``; defaults to the gang scheduler's own.
-        namespace: namespace of every object.
-        env: extra environment for the agent and the user processes.
-        pythonpath: directories in the image (absolute paths) put on the agent's and every user
-            process's PYTHONPATH, after the runtime bundle; in service mode, where the modules of
-            the called functions live (e.g. ``["/app/examples"]``).
-        labels: extra labels on every object and pod.
-        node_selector: pod ``nodeSelector``.
-        tolerations: pod tolerations (Kubernetes Toleration dicts), added to the GPU toleration.
-        service_account: pod service account; ``None`` mounts no API token.
-        grace_period: seconds the agent gives its processes between SIGTERM and SIGKILL when the
-            pod stops (a rank's checkpoint-on-SIGTERM must fit in it); the pod's
-            ``terminationGracePeriodSeconds`` covers it plus the agent's own shutdown.
-        shm_size: size limit of the memory-backed ``/dev/shm``, a quantity; ``None`` = no limit
-            (the pod's memory limit still applies).
-        working_dir: container working directory (absolute); ``None`` keeps the image's.
-        image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; ``None`` = Kubernetes default.
-        agent_port: the agent's HTTP port (TCP).
-        master_port: the torch.distributed rendezvous port on node 0 (TCP), and the base of the ports
-            the job counts up from it, up to ``master_port + 63 + procs per pod`` (rendezvous per
-            generation, JAX coordinator, TensorFlow workers), which must end below 65536 and leave
-            out ``agent_port``.
-        log_dir: where the agent writes per-process logs in the pod (absolute); ``None`` = its default.
-        allow_from: extra NetworkPolicy peers (NetworkPolicyPeer dicts) admitted to the agent port,
-            e.g. the namespace a client calls from; the job's own pods are always admitted.
-        cluster_domain: the cluster's DNS domain, for the FQDN outputs.
-
-    Every field is a plain Python value (no ``pulumi.Output``): the job is checked at preview,
-    before outputs resolve.
+    The fields are the keys of :class:`~components.job.inputs.DistributedJobArgsDict`, documented there
+    and below; the defaults are these. Fields that take a ``pulumi.Input`` (:data:`INPUT_FIELDS`:
+    ``image``, ``namespace``, ``args``, ``env``, ``labels``, ``node_selector``, ``tolerations``,
+    ``service_account``, ``pythonpath``, ``queue``, ``cluster_queue``, ``scheduler_name``,
+    ``allow_from``) may hold another resource's outputs at any depth: a plain value is checked at once,
+    an unresolved one is kept as one ``pulumi.Output`` that runs the same check when Pulumi knows its
+    value (at preview when it is known then), with the same message. Every other field must be a plain
+    value: it decides the shape of what is rendered (objects, workload kind, pod counts, ports, derived
+    names, the requests a queue's quota is checked against), which Pulumi must know when the job is
+    created.
 
     Raises:
-        InvalidJobArgs: on construction, for the first field that is invalid.
+        InvalidJobArgs: on construction, for the first field that is invalid (for an Output, when its
+            value is known).
     """
 
-    image: str
+    image: pulumi.Input[str]
     script: Optional[str] = None
     module: Optional[str] = None
     command: Optional[Sequence[str]] = None
-    args: Sequence[str] = ()
+    args: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
     workers: int = 1
     num_proc: Union[int, str] = 1
     cpus: Optional[float] = None
@@ -181,16 +111,16 @@ class DistributedJobArgs:
     active_deadline_seconds: Optional[int] = None
     ttl_seconds_after_finished: Optional[int] = None
     gang_scheduler: str = NO_GANG
-    queue: Optional[str] = None
-    cluster_queue: Optional[str] = None
-    scheduler_name: Optional[str] = None
-    namespace: str = "default"
-    env: Mapping[str, str] = field(default_factory=dict)
-    pythonpath: Sequence[str] = ()
-    labels: Mapping[str, str] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: Sequence[Mapping[str, Any]] = ()
-    service_account: Optional[str] = None
+    queue: Optional[pulumi.Input[str]] = None
+    cluster_queue: Optional[pulumi.Input[str]] = None
+    scheduler_name: Optional[pulumi.Input[str]] = None
+    namespace: pulumi.Input[str] = "default"
+    env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    pythonpath: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
+    labels: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    node_selector: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    tolerations: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = ()
+    service_account: Optional[pulumi.Input[str]] = None
     shm_size: Optional[str] = None
     grace_period: float = DEFAULT_GRACE_PERIOD
     working_dir: Optional[str] = None
@@ -198,26 +128,25 @@ class DistributedJobArgs:
     agent_port: int = contract.AGENT_PORT
     master_port: int = contract.DEFAULT_MASTER_PORT
     log_dir: Optional[str] = None
-    allow_from: Sequence[Mapping[str, Any]] = ()
+    allow_from: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = ()
     cluster_domain: str = "cluster.local"
     daemon_args: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        """Freeze the collections and validate every field.
+        """Freeze the collections and validate every field; keep each unresolved Input as one checked Output.
 
         Raises:
             InvalidJobArgs: the first invalid field, with its value and the fix.
         """
         for f in fields(self):
-            checks.require_plain(f.name, getattr(self, f.name), _plain_type(str(f.type)))
-        for name in ("env", "labels", "node_selector"):
-            value = getattr(self, name)
-            if isinstance(value, Mapping):
-                object.__setattr__(self, name, MappingProxyType(dict(value)))
-        for name in ("command", "args", "pythonpath", "tolerations", "allow_from", "daemon_args"):
-            value = getattr(self, name)
-            if isinstance(value, (list, tuple)):
-                object.__setattr__(self, name, tuple(value))
+            value = getattr(self, f.name)
+            if f.name not in INPUT_FIELDS:
+                checks.require_plain(f.name, value, _plain_type(str(f.type)))
+                object.__setattr__(self, f.name, _frozen(value))
+            elif outputs.unresolved(value):
+                object.__setattr__(self, f.name, outputs.checked(value, INPUT_CHECKS[f.name]))
+            else:
+                object.__setattr__(self, f.name, INPUT_CHECKS[f.name](value))
         _validate_program(self)
         _validate_size(self)
         _validate_modes(self)
@@ -228,6 +157,32 @@ class DistributedJobArgs:
         _validate_network(self)
         _validate_single_controller(self)
         _validate_port_block(self)
+
+    @classmethod
+    def from_inputs(cls, inputs: Mapping[str, Any]) -> DistributedJobArgs:
+        """Build the args from a :class:`~components.job.inputs.DistributedJobArgsDict` (or any mapping
+        of field names to values), as a Pulumi program in another language sends them.
+
+        Whole-number floats are taken as the ints they stand for in the fields that hold whole numbers:
+        Pulumi carries every number as a float (``google.protobuf.Value``), and the Python SDK's
+        component provider hands them on as floats (pulumi 3.272.0,
+        ``pulumi/provider/experimental/component.py``, ``map_input_properties``).
+
+        Raises:
+            InvalidJobArgs: ``inputs`` is not a mapping, names no ``image`` or a key that is no field,
+                or a field is invalid.
+        """
+        if not isinstance(inputs, Mapping):
+            raise InvalidJobArgs("args", inputs, "must be a DistributedJobArgs or a mapping of its fields",
+                                 "pass DistributedJobArgs(...) or a dict such as {\"image\": \"python:3.11-slim\"}")
+        known = {f.name: f for f in fields(cls)}
+        for key, value in inputs.items():
+            if key not in known:
+                raise InvalidJobArgs(str(key), value, "is not a DistributedJobArgs field",
+                                     f"use one of {', '.join(known)}")
+        if "image" not in inputs:
+            raise InvalidJobArgs("image", None, "is required", 'pass e.g. "python:3.11-slim"')
+        return cls(**{key: _whole(value) if key in WHOLE_NUMBER_FIELDS else value for key, value in inputs.items()})
 
     @property
     def workload_backend(self) -> str:
@@ -279,16 +234,17 @@ class DistributedJobArgs:
         return (*derived, *self.daemon_args)
 
     @property
-    def entrypoint(self) -> tuple[str, ...]:
+    def entrypoint(self) -> pulumi.Input[tuple[str, ...]]:
         """The user command as the agent's ``TRAINPLANE_ENTRYPOINT`` wants it: after the interpreter
         (``script args`` or ``-m module args``), or the whole argv of a ``command`` (then
-        :attr:`no_python`); empty for a service job."""
+        :attr:`no_python`); empty for a service job. An Output when ``args`` is one."""
         if self.command is not None:
-            return (*self.command, *self.args)
-        if self.script is None and self.module is None:
+            head: tuple[str, ...] = tuple(self.command)
+        elif self.script is None and self.module is None:
             return ()
-        head = (self.script,) if self.script is not None else ("-m", str(self.module))
-        return (*head, *self.args)
+        else:
+            head = (self.script,) if self.script is not None else ("-m", str(self.module))
+        return outputs.lift(lambda extra: (*head, *extra), self.args)
 
 
 def validate_job_name(name: str, args: DistributedJobArgs) -> None:
@@ -346,9 +302,6 @@ def max_name_length(args: DistributedJobArgs) -> int:
 
 
 def _validate_program(a: DistributedJobArgs) -> None:
-    if not isinstance(a.image, str) or not a.image or any(c.isspace() for c in a.image):
-        raise InvalidJobArgs("image", a.image, "must be a non-empty image reference without spaces",
-                             'pass e.g. "python:3.11-slim"')
     if a.command is not None:
         _validate_command(a)
     if a.script is not None and a.module is not None:
@@ -371,7 +324,6 @@ def _validate_program(a: DistributedJobArgs) -> None:
         raise InvalidJobArgs("script", a.script, "must be a non-empty path", 'pass e.g. "train.py"')
     if a.module is not None and (not isinstance(a.module, str) or not MODULE_NAME.match(a.module)):
         raise InvalidJobArgs("module", a.module, "not a dotted module name", 'pass e.g. "pkg.train"')
-    _require_strings("args", a.args, "must be a list of strings", 'quote numbers: ["--epochs", "3"]')
 
 
 def _validate_command(a: DistributedJobArgs) -> None:
@@ -496,13 +448,9 @@ def _validate_elastic(a: DistributedJobArgs) -> None:
 
 def _validate_scheduling(a: DistributedJobArgs) -> None:
     checks.require_choice("gang_scheduler", a.gang_scheduler, GANG_SCHEDULERS)
-    if a.queue is not None:
-        checks.require_dns1123_subdomain("queue", a.queue)
-    if a.cluster_queue is not None:
-        checks.require_dns1123_subdomain("cluster_queue", a.cluster_queue)
-        if a.gang_scheduler != KUEUE:
-            raise InvalidJobArgs("cluster_queue", a.cluster_queue, "is a Kueue setting",
-                                 f'set gang_scheduler="{KUEUE}" or unset cluster_queue')
+    if a.cluster_queue is not None and a.gang_scheduler != KUEUE:
+        raise InvalidJobArgs("cluster_queue", a.cluster_queue, "is a Kueue setting",
+                             f'set gang_scheduler="{KUEUE}" or unset cluster_queue')
     if a.gang_scheduler == KUEUE and a.max_nodes > a.workers:
         why = (f"Kueue's StatefulSet webhook keeps replicas at {a.workers} while it manages the job (it allows "
                "scaling only to and from 0)" if a.workload_backend == STATEFULSET else
@@ -518,49 +466,12 @@ def _validate_scheduling(a: DistributedJobArgs) -> None:
     if a.queue is not None and a.gang_scheduler in (NO_GANG, SCHEDULER_PLUGINS):
         raise InvalidJobArgs("queue", a.queue, f"gang_scheduler={a.gang_scheduler!r} has no queues",
                              f'unset queue, or use gang_scheduler="{VOLCANO}" or "{KUEUE}"')
-    if a.scheduler_name is not None:
-        checks.require_dns1123_subdomain("scheduler_name", a.scheduler_name)
 
 
 def _validate_pod(a: DistributedJobArgs) -> None:
-    checks.require_dns1123_label("namespace", a.namespace)
-    if not isinstance(a.env, Mapping):
-        raise InvalidJobArgs("env", a.env, "must be a mapping of names to values", "pass a dict")
-    for key, value in a.env.items():
-        checks.require_env_name(f"env[{key!r}]", key)
-        if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
-            if key == "PYTHONPATH":
-                fix = "list the directories to import from in pythonpath"
-            elif key in SETTING_FIELDS:
-                fix = f"set the DistributedJobArgs field {SETTING_FIELDS[key]} instead"
-            else:
-                fix = "use the matching DistributedJobArgs field instead"
-            raise InvalidJobArgs(f"env[{key!r}]", value, "is set by trainplane", f"remove it; {fix}")
-        if not isinstance(value, str):
-            raise InvalidJobArgs(f"env[{key!r}]", value, "environment values are strings", "quote it")
-    checks.require_labels("labels", a.labels)
-    for key in a.labels:
-        if key in OWNED_LABELS:
-            raise InvalidJobArgs(f"labels[{key!r}]", a.labels[key], "is set by trainplane", "remove it")
-    checks.require_labels("node_selector", a.node_selector)
-    _require_list("tolerations", a.tolerations)
-    for i, toleration in enumerate(a.tolerations):
-        if not isinstance(toleration, Mapping) or not set(toleration) <= TOLERATION_KEYS:
-            raise InvalidJobArgs(f"tolerations[{i}]", toleration, "not a Kubernetes Toleration",
-                                 f"use a dict with keys from {sorted(TOLERATION_KEYS)}")
-    if a.service_account is not None:
-        checks.require_dns1123_subdomain("service_account", a.service_account)
     for name in ("working_dir", "log_dir"):
         if getattr(a, name) is not None:
             checks.require_absolute_path(name, getattr(a, name))
-    if not isinstance(a.pythonpath, tuple):
-        raise InvalidJobArgs("pythonpath", a.pythonpath, "must be a list of directories",
-                             'pass a list such as ["/app/examples"]')
-    for i, directory in enumerate(a.pythonpath):
-        checks.require_absolute_path(f"pythonpath[{i}]", directory)
-        if ":" in directory:
-            raise InvalidJobArgs(f"pythonpath[{i}]", directory, "contains ':', the PYTHONPATH separator",
-                                 "give each directory as its own list item")
     if a.image_pull_policy is not None:
         checks.require_choice("image_pull_policy", a.image_pull_policy, PULL_POLICIES)
 
@@ -572,12 +483,141 @@ def _validate_network(a: DistributedJobArgs) -> None:
             raise InvalidJobArgs(name, getattr(a, name), "is not a TCP port", "use 1..65535")
     if a.agent_port == a.master_port:
         raise InvalidJobArgs("master_port", a.master_port, "equals agent_port", "give them different ports")
-    _require_list("allow_from", a.allow_from)
-    for i, peer in enumerate(a.allow_from):
+    checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)
+
+
+# --- the fields that take a pulumi.Input: one check each, returning the value as the args keep it ---
+
+
+def _check_image(value: Any) -> str:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise InvalidJobArgs("image", value, "must be a non-empty image reference without spaces",
+                             'pass e.g. "python:3.11-slim"')
+    return value
+
+
+def _check_args(value: Any) -> tuple[str, ...]:
+    frozen = _frozen(value)
+    _require_strings("args", frozen, "must be a list of strings", 'quote numbers: ["--epochs", "3"]')
+    return frozen
+
+
+def _check_namespace(value: Any) -> str:
+    checks.require_dns1123_label("namespace", value)
+    return value
+
+
+def _check_env(value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise InvalidJobArgs("env", value, "must be a mapping of names to values", "pass a dict")
+    for key, item in value.items():
+        checks.require_env_name(f"env[{key!r}]", key)
+        if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
+            if key == "PYTHONPATH":
+                fix = "list the directories to import from in pythonpath"
+            elif key in SETTING_FIELDS:
+                fix = f"set the DistributedJobArgs field {SETTING_FIELDS[key]} instead"
+            else:
+                fix = "use the matching DistributedJobArgs field instead"
+            raise InvalidJobArgs(f"env[{key!r}]", item, "is set by trainplane", f"remove it; {fix}")
+        if not isinstance(item, str):
+            raise InvalidJobArgs(f"env[{key!r}]", item, "environment values are strings", "quote it")
+    return _frozen(value)
+
+
+def _check_labels(value: Any) -> Mapping[str, str]:
+    checks.require_labels("labels", value)
+    for key in value:
+        if key in OWNED_LABELS:
+            raise InvalidJobArgs(f"labels[{key!r}]", value[key], "is set by trainplane", "remove it")
+    return _frozen(value)
+
+
+def _check_node_selector(value: Any) -> Mapping[str, str]:
+    checks.require_labels("node_selector", value)
+    return _frozen(value)
+
+
+def _check_tolerations(value: Any) -> tuple[Mapping[str, Any], ...]:
+    frozen = _frozen(value)
+    _require_list("tolerations", frozen)
+    for i, toleration in enumerate(frozen):
+        if not isinstance(toleration, Mapping) or not set(toleration) <= TOLERATION_KEYS:
+            raise InvalidJobArgs(f"tolerations[{i}]", toleration, "not a Kubernetes Toleration",
+                                 f"use a dict with keys from {sorted(TOLERATION_KEYS)}")
+    return frozen
+
+
+def _check_pythonpath(value: Any) -> tuple[str, ...]:
+    frozen = _frozen(value)
+    if not isinstance(frozen, tuple):
+        raise InvalidJobArgs("pythonpath", value, "must be a list of directories",
+                             'pass a list such as ["/app/examples"]')
+    for i, directory in enumerate(frozen):
+        checks.require_absolute_path(f"pythonpath[{i}]", directory)
+        if ":" in directory:
+            raise InvalidJobArgs(f"pythonpath[{i}]", directory, "contains ':', the PYTHONPATH separator",
+                                 "give each directory as its own list item")
+    return frozen
+
+
+def _check_allow_from(value: Any) -> tuple[Mapping[str, Any], ...]:
+    frozen = _frozen(value)
+    _require_list("allow_from", frozen)
+    for i, peer in enumerate(frozen):
         if not isinstance(peer, Mapping) or not peer or not set(peer) <= PEER_KEYS:
             raise InvalidJobArgs(f"allow_from[{i}]", peer, "not a NetworkPolicyPeer",
                                  f"use a dict with keys from {sorted(PEER_KEYS)}")
-    checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)
+    return frozen
+
+
+def _optional_subdomain(name: str) -> Callable[[Any], Optional[str]]:
+    """The check of an optional object name (queue, ClusterQueue, scheduler, service account)."""
+
+    def check(value: Any) -> Optional[str]:
+        if value is not None:
+            checks.require_dns1123_subdomain(name, value)
+        return value
+
+    return check
+
+
+INPUT_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "image": _check_image,
+    "args": _check_args,
+    "namespace": _check_namespace,
+    "env": _check_env,
+    "labels": _check_labels,
+    "node_selector": _check_node_selector,
+    "tolerations": _check_tolerations,
+    "pythonpath": _check_pythonpath,
+    "allow_from": _check_allow_from,
+    **{name: _optional_subdomain(name) for name in ("queue", "cluster_queue", "scheduler_name", "service_account")},
+}
+"""The check of each field that takes a ``pulumi.Input``: it raises :class:`InvalidJobArgs` for an invalid
+value and returns a valid one as the args keep it (collections frozen)."""
+
+
+INPUT_FIELDS = frozenset(INPUT_CHECKS)
+"""The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""
+WHOLE_NUMBER_FIELDS = frozenset(f.name for f in fields(DistributedJobArgs) if re.search(r"\bint\b", str(f.type)))
+"""The fields that hold whole numbers (``num_proc`` may also be ``"auto"``)."""
+DistributedJobArgs.__doc__ = (DistributedJobArgs.__doc__ or "") + docs.attributes_section(
+    docs.attribute_docs(DistributedJobArgsDict))
+
+
+def _frozen(value: Any) -> Any:
+    """Lists and tuples as tuples, mappings as read-only copies, anything else as is."""
+    if isinstance(value, Mapping):
+        return MappingProxyType(dict(value))
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return value
+
+
+def _whole(value: Any) -> Any:
+    """A whole-number float as its int (Pulumi carries numbers as floats); anything else as is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _plain_type(annotation: str) -> str:

@@ -25,12 +25,13 @@ from components.validate import (
     QUANTITY,
 )
 
-PREVIEW_FIX = "this field is validated at preview, before outputs resolve"
+PLAIN_FIX = "it decides what the job renders, which Pulumi must know when the job is created"
 
 
 def require_plain(field: str, value: Any, expected: str) -> None:
     """Require a plain Python value: no ``pulumi.Output`` or other awaitable (a Pulumi ``Input``)
-    at any depth of the lists, tuples and mappings in ``value``.
+    at any depth of the lists, tuples and mappings in ``value``. For the arguments that decide the shape
+    of what is rendered (which objects, their names, counts and ports).
 
     Args:
         field: the argument's name; nested items are reported as ``field[0]``, ``field['key']``.
@@ -43,7 +44,7 @@ def require_plain(field: str, value: Any, expected: str) -> None:
     if isinstance(value, pulumi.Output) or inspect.isawaitable(value):
         kind = "a pulumi Output" if isinstance(value, pulumi.Output) else "an awaitable"
         raise InvalidJobArgs(field, value, f"is {kind}, whose value is not known when the job is checked",
-                             f"pass a plain {expected}; {PREVIEW_FIX}")
+                             f"pass a plain {expected}; {PLAIN_FIX}")
     if isinstance(value, Mapping):
         for key, item in value.items():
             require_plain(f"{field} key", key, "str")

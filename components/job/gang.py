@@ -15,6 +15,7 @@ from typing import Mapping, Optional
 from components.addons.versions import KUEUE_API, SCHEDULER_PLUGINS_SCHEDULER, VOLCANO_API, VOLCANO_SCHEDULER
 from components.job.args import KUEUE, NO_GANG, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, DistributedJobArgs
 from components.job.naming import JobNames
+from components.outputs import Labels, merged
 
 COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -36,9 +37,9 @@ class GangPlacement:
     """
 
     scheduler_name: Optional[str] = None
-    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_labels: Labels = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
-    workload_labels: Mapping[str, str] = field(default_factory=dict)
+    workload_labels: Labels = field(default_factory=dict)
 
 
 def operator_schedules(args: DistributedJobArgs) -> bool:
@@ -65,7 +66,7 @@ def placement(names: JobNames, args: DistributedJobArgs) -> GangPlacement:
     return GangPlacement(scheduler_name=scheduler, pod_labels={COSCHEDULING_GROUP_LABEL: names.job})
 
 
-def podgroup_manifest(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> Optional[dict]:
+def podgroup_manifest(names: JobNames, args: DistributedJobArgs, labels: Labels) -> Optional[dict]:
     """The PodGroup for Volcano or scheduler-plugins, or ``None`` when no PodGroup is needed.
 
     ``minMember`` is the quorum; scheduler-plugins also gets ``scheduleTimeoutSeconds`` equal to the
@@ -84,13 +85,13 @@ def podgroup_manifest(names: JobNames, args: DistributedJobArgs, labels: Mapping
     return {
         "apiVersion": api,
         "kind": "PodGroup",
-        "metadata": {"name": names.job, "namespace": names.namespace, "labels": dict(labels)},
+        "metadata": {"name": names.job, "namespace": names.namespace, "labels": merged(labels)},
         "spec": spec,
     }
 
 
 def local_queue_manifest(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]
+    names: JobNames, args: DistributedJobArgs, labels: Labels
 ) -> Optional[dict]:
     """The job's own Kueue LocalQueue when ``cluster_queue`` is set, else ``None``."""
     if args.cluster_queue is None:
@@ -98,7 +99,7 @@ def local_queue_manifest(
     return {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
-        "metadata": {"name": kueue_queue(names, args), "namespace": names.namespace, "labels": dict(labels)},
+        "metadata": {"name": kueue_queue(names, args), "namespace": names.namespace, "labels": merged(labels)},
         "spec": {"clusterQueue": args.cluster_queue},
     }
 

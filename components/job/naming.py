@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
+
+import pulumi
 
 from components.job.args import PYTORCHJOB, DistributedJobArgs
+from components.outputs import lift
 
 PYTORCH_MASTER = "Master"
 PYTORCH_WORKER = "Worker"
@@ -28,28 +31,34 @@ class JobNames:
             operator's ``MASTER_ADDR`` names node 0 (PyTorchJob with a Master).
         coordinator_fqdn: node 0's fully qualified host name.
         coordinator_url: the coordinator agent's base URL, ``http://<coordinator_fqdn>:<agent port>``.
+
+    The namespace and the names built from it are Outputs when the namespace is one.
     """
 
     job: str
-    namespace: str
+    namespace: pulumi.Input[str]
     service: str
     token_secret: str
     runtime_configmap: str
     size_configmap: str
-    service_fqdn: str
+    service_fqdn: pulumi.Input[str]
     coordinator_env: Optional[str]
-    coordinator_fqdn: str
-    coordinator_url: str
+    coordinator_fqdn: pulumi.Input[str]
+    coordinator_url: pulumi.Input[str]
 
 
-def resource_name(name: str, namespace: str) -> str:
+def resource_name(name: str, namespace: pulumi.Input[str]) -> str:
     """The job's Pulumi resource name, which its children's names start with: ``name`` in the
     ``default`` namespace, ``<namespace>/<name>`` elsewhere (kubectl's spelling).
 
     Pulumi tells resources apart by URN (type, parent and name), so two jobs of one name in two
     namespaces must not share a resource name; job names cannot contain ``/``, so no two jobs map to one.
+    A namespace that is an Output gives ``name``: Pulumi names a resource when it is created, before
+    Outputs resolve.
     """
-    return name if namespace == DEFAULT_NAMESPACE else f"{namespace}/{name}"
+    if isinstance(namespace, pulumi.Output) or namespace == DEFAULT_NAMESPACE:
+        return name
+    return f"{namespace}/{name}"
 
 
 def pytorch_replica_host(job: str, replica_type: str, index: int) -> str:
@@ -64,16 +73,19 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
     headless Service), and the operator's per-replica Service for a PyTorchJob: ``<name>-master-0``,
     or ``<name>-worker-0`` for an elastic (Worker-only) one.
     """
-    svc_suffix = f"{args.namespace}.svc.{args.cluster_domain}"
     coordinator_env: Optional[str]
     if args.workload_backend == PYTORCHJOB:
         role = PYTORCH_WORKER if args.elastic else PYTORCH_MASTER
         host = pytorch_replica_host(name, role, 0)
         coordinator_env = host if args.elastic else None
-        coordinator_fqdn = f"{host}.{svc_suffix}"
     else:
-        coordinator_env = f"{name}-0.{name}"
-        coordinator_fqdn = f"{coordinator_env}.{svc_suffix}"
+        host = f"{name}-0.{name}"
+        coordinator_env = host
+
+    def in_namespace(prefix: str) -> Any:
+        return lift(lambda namespace: f"{prefix}.{namespace}.svc.{args.cluster_domain}", args.namespace)
+
+    coordinator_fqdn = in_namespace(host)
     return JobNames(
         job=name,
         namespace=args.namespace,
@@ -81,8 +93,8 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
         token_secret=f"{name}-token",
         runtime_configmap=f"{name}-runtime",
         size_configmap=f"{name}-size",
-        service_fqdn=f"{name}.{svc_suffix}",
+        service_fqdn=in_namespace(name),
         coordinator_env=coordinator_env,
         coordinator_fqdn=coordinator_fqdn,
-        coordinator_url=f"http://{coordinator_fqdn}:{args.agent_port}",
+        coordinator_url=lift(lambda fqdn: f"http://{fqdn}:{args.agent_port}", coordinator_fqdn),
     )

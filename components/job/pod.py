@@ -7,11 +7,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+import pulumi
+
 from components.gpu import gpu_toleration
 from components.job.args import DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
+from components.outputs import Labels, lift, merged
 from runtime.agent import contract, controller
 
 AGENT_CONTAINER = "agent"
@@ -61,17 +64,17 @@ class PodRole:
     size_from: Optional[str] = None
 
 
-def common_labels(names: JobNames, args: DistributedJobArgs, component: str) -> dict[str, str]:
-    """The ``app.kubernetes.io/*`` labels, the job label and the user's labels."""
-    return {
-        **args.labels,
+def common_labels(names: JobNames, args: DistributedJobArgs, component: str) -> Labels:
+    """The ``app.kubernetes.io/*`` labels, the job label and the user's labels (an Output when the user's
+    labels are one)."""
+    return merged(args.labels, {
         contract.LABEL_NAME: contract.APP_NAME,
         contract.LABEL_INSTANCE: names.job,
         contract.LABEL_COMPONENT: component,
         contract.LABEL_PART_OF: contract.APP_NAME,
         contract.LABEL_MANAGED_BY: MANAGED_BY,
         contract.LABEL_JOB: names.job,
-    }
+    })
 
 
 def pod_selector(names: JobNames) -> dict[str, str]:
@@ -100,13 +103,15 @@ def termination_grace_seconds(args: DistributedJobArgs) -> int:
     return math.ceil(args.grace_period) + AGENT_STOP_MARGIN
 
 
-def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[dict[str, Any]]:
-    """The agent's environment: downward API, the bundle path, its settings, then the user's env."""
-    env: list[dict[str, Any]] = [
+def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulumi.Input[list[dict[str, Any]]]:
+    """The agent's environment: downward API, the bundle path, its settings, then the user's env. An
+    Output when ``pythonpath``, ``args`` or ``env`` is one."""
+    head: list[dict[str, Any]] = [
         _field_env(contract.POD_IP, "status.podIP"),
         _field_env(contract.POD_NAME, "metadata.name"),
         _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
-        {"name": "PYTHONPATH", "value": ":".join((contract.BUNDLE_MOUNT_PATH, *args.pythonpath))},
+    ]
+    fixed = [
         {"name": contract.JOB_NAME, "value": names.job},
         {"name": contract.TOKEN,
          "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
@@ -126,19 +131,25 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[
         contract.MIN_WORKERS: None if args.min_workers is None else str(args.min_workers),
         contract.MAX_WORKERS: None if args.max_workers is None else str(args.max_workers),
         contract.LOG_DIR: args.log_dir,
-        contract.ENTRYPOINT: json.dumps(list(args.entrypoint)),
+    }
+    extra_settings: dict[str, Optional[str]] = {
         contract.NO_PYTHON: "true" if args.no_python else None,
         contract.DAEMON_ARGS: json.dumps(list(args.ray_start_args)) if args.distribution == "ray" else None,
     }
-    for key, value in settings.items():
-        if role.size_from is not None and key in SIZE_SETTINGS:
-            env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
-        elif value is not None:
-            env.append({"name": key, "value": value})
-    if role.node_rank_from is not None:
-        env.append({"name": contract.NODE_RANK_SETTING, "valueFrom": dict(role.node_rank_from)})
-    env += [{"name": k, "value": v} for k, v in args.env.items()]
-    return env
+
+    def env_list(pythonpath: tuple[str, ...], entrypoint: tuple[str, ...], user: Mapping[str, str]) -> list:
+        env = [*head, {"name": "PYTHONPATH", "value": ":".join((contract.BUNDLE_MOUNT_PATH, *pythonpath))}, *fixed]
+        values = {**settings, contract.ENTRYPOINT: json.dumps(list(entrypoint)), **extra_settings}
+        for key, value in values.items():
+            if role.size_from is not None and key in SIZE_SETTINGS:
+                env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
+            elif value is not None:
+                env.append({"name": key, "value": value})
+        if role.node_rank_from is not None:
+            env.append({"name": contract.NODE_RANK_SETTING, "valueFrom": dict(role.node_rank_from)})
+        return env + [{"name": k, "value": v} for k, v in user.items()]
+
+    return lift(env_list, args.pythonpath, args.entrypoint, args.env)
 
 
 def resources(args: DistributedJobArgs) -> dict[str, dict[str, Any]]:
@@ -202,12 +213,11 @@ def volumes(names: JobNames, args: DistributedJobArgs, bundle: RuntimeBundle) ->
     ]
 
 
-def tolerations(args: DistributedJobArgs) -> list[dict[str, Any]]:
-    """The user's tolerations, plus the GPU node taint's when the pod asks for GPUs."""
-    out = [dict(t) for t in args.tolerations]
-    if args.gpus > 0:
-        out.append(gpu_toleration())
-    return out
+def tolerations(args: DistributedJobArgs) -> pulumi.Input[list[dict[str, Any]]]:
+    """The user's tolerations, plus the GPU node taint's when the pod asks for GPUs (an Output when the
+    user's are one)."""
+    gpu = [gpu_toleration()] if args.gpus > 0 else []
+    return lift(lambda given: [*(dict(t) for t in given), *gpu], args.tolerations)
 
 
 def pod_template(
@@ -218,7 +228,7 @@ def pod_template(
     Pods carry the job labels (plus the gang's), Istio injection off, and the bundle digest as an
     annotation so a changed agent rolls the workload.
     """
-    labels = {**common_labels(names, args, NODE_COMPONENT), **gang.pod_labels, ISTIO_INJECT_LABEL: "false"}
+    labels = merged(common_labels(names, args, NODE_COMPONENT), gang.pod_labels, {ISTIO_INJECT_LABEL: "false"})
     spec: dict[str, Any] = {
         "containers": [container(names, args, role)],
         "volumes": volumes(names, args, bundle),
@@ -231,8 +241,8 @@ def pod_template(
         "serviceAccountName": args.service_account,
         "schedulerName": gang.scheduler_name,
         "subdomain": role.subdomain,
-        "nodeSelector": dict(args.node_selector) or None,
-        "tolerations": tolerations(args) or None,
+        "nodeSelector": _present(args.node_selector),
+        "tolerations": _present(tolerations(args)),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     return {
@@ -242,6 +252,15 @@ def pod_template(
         },
         "spec": spec,
     }
+
+
+def _present(value: Any) -> Any:
+    """A collection for the pod spec, or ``None`` (left out) when it is plain and empty. An Output is kept:
+    its emptiness is not known when the spec is rendered, and an empty ``nodeSelector`` or
+    ``tolerations`` means the same to Kubernetes as none."""
+    if isinstance(value, pulumi.Output):
+        return value
+    return (dict(value) if isinstance(value, Mapping) else list(value)) or None
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement, pytorch_scheduling_policy
 from components.job.naming import PYTORCH_MASTER, PYTORCH_WORKER, JobNames
 from components.job.pod import PodRole, pod_selector, pod_template
+from components.outputs import Labels, merged
 
 PYTORCHJOB_API = "kubeflow.org/v1"
 PYTORCH_CONTAINER = "pytorch"
@@ -45,7 +46,7 @@ def awaits_readiness(args: DistributedJobArgs) -> bool:
 
 
 def workload_metadata(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], gang: GangPlacement
+    names: JobNames, args: DistributedJobArgs, labels: Labels, gang: GangPlacement
 ) -> dict[str, Any]:
     """Name, namespace, labels (plus the gang's) and, unless Pulumi awaits readiness, the cheap
     ``pulumi.com/waitFor`` that replaces Pulumi's await logic but, unlike ``pulumi.com/skipAwait``, leaves
@@ -54,7 +55,7 @@ def workload_metadata(
     meta: dict[str, Any] = {
         "name": names.job,
         "namespace": names.namespace,
-        "labels": {**labels, **gang.workload_labels},
+        "labels": merged(labels, gang.workload_labels),
     }
     if not awaits_readiness(args):
         meta["annotations"] = {WAIT_FOR_ANNOTATION: CREATED}
@@ -62,7 +63,7 @@ def workload_metadata(
 
 
 def indexed_job(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """A ``batch/v1`` Indexed Job: one pod per node, node rank = ``JOB_COMPLETION_INDEX``.
@@ -92,7 +93,7 @@ def indexed_job(
 
 
 def stateful_set(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """An ``apps/v1`` StatefulSet for service mode: pods start in parallel, rank = ordinal.
@@ -117,7 +118,7 @@ def stateful_set(
 
 
 def pytorch_job(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """A Kubeflow ``PyTorchJob`` following the training operator's rules.
@@ -225,7 +226,7 @@ WORKLOAD_BUILDERS = {INDEXED_JOB: indexed_job, STATEFULSET: stateful_set, PYTORC
 
 
 def workload_manifest(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """The workload of ``args.workload_backend``."""

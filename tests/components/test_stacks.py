@@ -68,7 +68,7 @@ def test_stack_creates_its_cluster_add_ons_and_jobs_at_top_level(stack, deployme
 
     cluster = deployment.one(CLUSTER_TYPES[config["trainplane:clusterKind"]])
     addons = [deployment.one(ADDON_TYPES[name]) for name in config.get("trainplane:addons", [])]
-    jobs = deployment.of_type("trainplane:job:DistributedJob")
+    jobs = deployment.of_type("trainplane:index:DistributedJob")
     assert sorted(j.name for j in jobs) == sorted(job["name"] for job in config.get("trainplane:jobs", []))
     assert all(deployment.parent_of(r) is None for r in [cluster, *addons, *jobs])
     assert len([r for r in deployment.registrations.values() if r.type in CLUSTER_TYPES.values()]) == 1
@@ -96,7 +96,7 @@ def test_add_ons_and_jobs_wait_for_everything_the_cluster_creates(deployment):
     (cluster,) = [r for r in deployment.registrations.values() if r.type in CLUSTER_TYPES.values()]
     cluster_parts = {r.urn for r in deployment.descendants(cluster)}
     dependents = [r for r in deployment.registrations.values() if r.type in ADDON_TYPES.values()]
-    dependents += deployment.of_type("trainplane:job:DistributedJob")
+    dependents += deployment.of_type("trainplane:index:DistributedJob")
 
     assert cluster_parts
     for reg in dependents:

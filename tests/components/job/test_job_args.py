@@ -319,7 +319,7 @@ def test_a_command_is_the_whole_entrypoint_run_without_python() -> None:
     assert args.entrypoint == ("bash", "-c", "echo $RANK", "extra")
 
 
-PREVIEW_FIX = "this field is validated at preview, before outputs resolve"
+PLAIN_FIX = "it decides what the job renders, which Pulumi must know when the job is created"
 UNRESOLVED = {
     # What a program may pass: a resource's output (e.g. a Namespace's name), or any other awaitable.
     "output": (lambda: pulumi.Output.from_input("training"), "a pulumi Output"),
@@ -331,18 +331,17 @@ UNRESOLVED = {
 @pytest.mark.parametrize(
     ("place", "field", "plain"),
     [
-        (lambda bad: {"namespace": bad}, "namespace", "str"),
-        (lambda bad: {"image": bad}, "image", "str"),
         (lambda bad: {"workers": bad}, "workers", "int"),
         (lambda bad: {"num_proc": bad}, "num_proc", "int or str"),
-        (lambda bad: {"gang_scheduler": "volcano", "queue": bad}, "queue", "str"),
-        (lambda bad: {"args": bad}, "args", "list[str]"),
-        (lambda bad: {"args": ["--lr", bad]}, "args[1]", "value"),
-        (lambda bad: {"env": {"NCCL_DEBUG": bad}}, "env['NCCL_DEBUG']", "value"),
-        (lambda bad: {"tolerations": [{"key": bad}]}, "tolerations[0]['key']", "value"),
+        (lambda bad: {"script": bad}, "script", "str"),
+        (lambda bad: {"mode": bad}, "mode", "str"),
+        (lambda bad: {"gpus": bad}, "gpus", "int"),
+        (lambda bad: {"memory": bad}, "memory", "str"),
+        (lambda bad: {"agent_port": bad}, "agent_port", "int"),
+        (lambda bad: {"script": None, "command": ["/opt/train", bad]}, "command[1]", "value"),
     ],
 )
-def test_outputs_and_awaitables_are_rejected_before_any_other_check(
+def test_outputs_and_awaitables_are_rejected_where_they_decide_the_shape(
     kind: str, place: Callable[[Any], dict[str, Any]], field: str, plain: str
 ) -> None:
     make, described = UNRESOLVED[kind]
@@ -351,7 +350,29 @@ def test_outputs_and_awaitables_are_rejected_before_any_other_check(
         job_args(**place(bad))
     assert info.value.value is bad
     assert_names_field_value_and_fix(info.value, field, bad, f"is {described}, whose value is not known",
-                                     f"pass a plain {plain}; {PREVIEW_FIX}")
+                                     f"pass a plain {plain}; {PLAIN_FIX}")
+
+
+@pytest.mark.parametrize("kind", UNRESOLVED)
+@pytest.mark.parametrize(
+    ("place", "field"),
+    [
+        (lambda value: {"namespace": value}, "namespace"),
+        (lambda value: {"image": value}, "image"),
+        (lambda value: {"gang_scheduler": "volcano", "queue": value}, "queue"),
+        (lambda value: {"args": value}, "args"),
+        (lambda value: {"args": ["--lr", value]}, "args"),
+        (lambda value: {"env": {"NCCL_DEBUG": value}}, "env"),
+        (lambda value: {"tolerations": [{"key": value}]}, "tolerations"),
+        (lambda value: {"service_account": value}, "service_account"),
+    ],
+)
+def test_an_unresolved_input_is_kept_as_one_output_to_check_when_known(
+    kind: str, place: Callable[[Any], dict[str, Any]], field: str
+) -> None:
+    """Checking it, when Pulumi knows its value, is ``test_job_inputs.py``'s."""
+    args = job_args(**place(UNRESOLVED[kind][0]()))
+    assert isinstance(getattr(args, field), pulumi.Output)
 
 
 def test_an_output_job_name_is_rejected_as_such() -> None:
@@ -359,7 +380,7 @@ def test_an_output_job_name_is_rejected_as_such() -> None:
     with pytest.raises(InvalidJobArgs) as info:
         validate_job_name(name, job_args())  # type: ignore[arg-type]
     assert_names_field_value_and_fix(info.value, "name", name, "is a pulumi Output",
-                                     f"pass a plain str; {PREVIEW_FIX}")
+                                     f"pass a plain str; {PLAIN_FIX}")
 
 
 def test_collections_are_frozen_copies() -> None:
