@@ -7,6 +7,7 @@ No ``from __future__ import annotations`` here: the ``trainplane`` package's sch
 class's annotations at run time (``components.package``).
 """
 
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
@@ -168,3 +169,7 @@ class DistributedJob(pulumi.ComponentResource):
             )
         return RESOURCE_CLASSES[(body["apiVersion"], body["kind"])](resource_name, opts=opts, **kwargs)
 
+
+DistributedJob.__doc__ = inspect.cleandoc(DistributedJob.__doc__ or "")
+"""The package schema's description of the component is its docstring: without the source's indentation,
+which Markdown would render as code."""

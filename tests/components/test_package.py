@@ -1,0 +1,296 @@
+"""The ``trainplane`` package schema, as the Python SDK's component analyzer infers it from the real components.
+
+Upstream rules encoded here (no Pulumi CLI runs here):
+- The schema must satisfy Pulumi's package metaschema (pulumi/pulumi ``pkg/codegen/schema/pulumi.json``,
+  the copy in ``shared/schemas``; its README gives the one regex spelling Python needs).
+- The analyzer (pulumi 3.272.0 ``pulumi/provider/experimental/analyzer.py``) takes a component's inputs from
+  the TypedDict annotating its ``__init__``'s ``args``, camel-cases their names, marks a property ``plain``
+  unless it is a ``pulumi.Input``, lists a property as required unless it is ``NotRequired``/``Optional``, and
+  takes descriptions from the docstring under each annotation; outputs are the class's ``Output`` attributes.
+- The component provider resolves a construct request's type ``<package>:index:<class name>``
+  (``component.py``, ``validate_resource_type``), so the component's own type token must be that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import jsonschema
+import pytest
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime.rpc import UNKNOWN
+
+from components import package
+from components.docs import attribute_docs
+from components.job.args import INPUT_FIELDS, DistributedJobArgs
+from components.job.bundle import build_bundle
+from components.job.component import RESOURCE_TYPE, DistributedJob
+from components.job.inputs import DistributedJobArgsDict
+from components.job.render import render_job
+from tests.components import fake_engine
+from tests.components.componenttest import REPO_ROOT, SCHEMAS, is_secret, unsecret
+from tests.components.fake_engine import FakeEngine
+
+METASCHEMA = SCHEMAS / "pulumi-package-metaschema.json"
+YAML_PROGRAM = REPO_ROOT / "examples" / "yaml" / "Pulumi.yaml"
+SCALARS = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+OUTPUTS = {"job_name", "namespace", "service_fqdn", "coordinator_url", "token"}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return package.schema()
+
+
+@pytest.fixture(scope="module")
+def job(schema: dict[str, Any]) -> dict[str, Any]:
+    return schema["resources"][RESOURCE_TYPE]
+
+
+def metaschema_validator() -> jsonschema.Draft202012Validator:
+    """The metaschema with its ECMA-262 named groups ``(?<name>`` spelled as Python's ``(?P<name>``."""
+    text = METASCHEMA.read_text().replace("(?<", "(?P<")
+    return jsonschema.Draft202012Validator(json.loads(text))
+
+
+def test_the_inferred_schema_satisfies_pulumis_package_metaschema(schema: dict[str, Any]) -> None:
+    errors = sorted(metaschema_validator().iter_errors(schema), key=lambda e: list(e.absolute_path))
+    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
+
+
+def test_the_metaschema_check_is_not_vacuous() -> None:
+    broken = {"name": "Trainplane!", "resources": {"trainplane:index:DistributedJob": {"isComponent": "yes"}}}
+    assert len(list(metaschema_validator().iter_errors(broken))) >= 2
+
+
+def test_the_package_hosts_the_job_under_its_own_type_token(schema: dict[str, Any]) -> None:
+    assert (schema["name"], schema["namespace"]) == ("trainplane", "trainplane")
+    assert RESOURCE_TYPE == "trainplane:index:DistributedJob"
+    assert set(schema["resources"]) == {f"trainplane:index:{c.__name__}" for c in package.COMPONENTS}
+    assert schema["resources"][RESOURCE_TYPE]["isComponent"] is True
+
+
+def test_the_package_version_is_the_projects(schema: dict[str, Any]) -> None:
+    project = re.search(r'^version = "([^"]+)"$', (REPO_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert project is not None
+    assert schema["version"] == package.VERSION == project.group(1)
+
+
+def schema_type(annotation: str) -> dict[str, Any]:
+    """The schema type a Python annotation (as the dataclass spells it) stands for."""
+    for wrapper in ("Optional[", "pulumi.Input["):
+        if annotation.startswith(wrapper):
+            return schema_type(annotation[len(wrapper):-1])
+    if annotation in SCALARS:
+        return {"type": SCALARS[annotation]}
+    if annotation in ("Any", "Union[int, str]"):  # the analyzer has no unions: an int or "auto" is Any
+        return {"$ref": "pulumi.json#/Any"}
+    if annotation.startswith("Sequence["):
+        return {"type": "array", "items": schema_type(annotation[len("Sequence["):-1])}
+    if annotation.startswith("Mapping[str, "):
+        return {"type": "object", "additionalProperties": schema_type(annotation[len("Mapping[str, "):-1])}
+    raise AssertionError(f"no schema type for {annotation}")
+
+
+def without_descriptions(prop: dict[str, Any]) -> dict[str, Any]:
+    """A schema property's type alone: no description or plain marks, at any depth."""
+    return {k: without_descriptions(v) if isinstance(v, dict) else v for k, v in prop.items()
+            if k not in ("description", "plain")}
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(DistributedJobArgs)])
+def test_every_argument_of_the_job_is_in_the_schema_with_its_type_requiredness_and_description(
+    job: dict[str, Any], field: str
+) -> None:
+    prop = job["inputProperties"][camel(field)]
+    spec = next(f for f in dataclasses.fields(DistributedJobArgs) if f.name == field)
+    assert without_descriptions(prop) == schema_type(str(spec.type))
+    required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+    assert (camel(field) in job["requiredInputs"]) is required
+    assert prop.get("plain") is (None if field in INPUT_FIELDS else True), "Inputs are exactly the Input fields"
+    assert inspect.cleandoc(prop["description"]) == attribute_docs(DistributedJobArgsDict)[field] != ""
+
+
+def test_the_schema_has_no_argument_the_job_lacks(job: dict[str, Any]) -> None:
+    assert set(job["inputProperties"]) == {camel(f.name) for f in dataclasses.fields(DistributedJobArgs)}
+
+
+def test_the_typed_dict_and_the_args_declare_the_same_fields_inputs_and_defaults() -> None:
+    annotations = DistributedJobArgsDict.__annotations__
+    fields = {f.name: f for f in dataclasses.fields(DistributedJobArgs)}
+    assert list(annotations) == list(fields)
+    for name, spec in fields.items():
+        assert ("pulumi.Input[" in str(spec.type)) is (name in INPUT_FIELDS), name
+        assert ("Output[T]" in str(annotations[name])) is (name in INPUT_FIELDS), name  # Input[T] is a Union
+        default = spec.default if spec.default is not dataclasses.MISSING else (
+            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else None)
+        doc = attribute_docs(DistributedJobArgsDict)[name]
+        documented = re.search(r"Default: ``(.*)``\.$", doc)
+        if default not in (None, (), {}) or documented:
+            assert documented, f"{name}: say its default ({default!r})"
+            assert json.loads(documented.group(1)) == json.loads(json.dumps(default)), name
+
+
+def test_the_args_show_each_fields_documentation() -> None:
+    for name, doc in attribute_docs(DistributedJobArgsDict).items():
+        first_line = doc.splitlines()[0]
+        assert f"{name}: {first_line}" in (DistributedJobArgs.__doc__ or ""), name
+
+
+def test_the_jobs_outputs_are_in_the_schema_with_their_descriptions(job: dict[str, Any]) -> None:
+    assert set(job["properties"]) == {camel(o) for o in OUTPUTS}
+    assert sorted(job["required"]) == sorted(camel(o) for o in OUTPUTS)
+    docs = attribute_docs(DistributedJob)
+    for output in OUTPUTS:
+        prop = job["properties"][camel(output)]
+        assert (prop["type"], inspect.cleandoc(prop["description"])) == ("string", docs[output])
+    assert "\n    " not in job["description"], "the component's description is cleaned of indentation"
+
+
+# --- the YAML program in examples/ --------------------------------------------------------------------
+
+
+REFERENCE = re.compile(r"\$\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_.\[\]\"']+)\}")
+
+
+def yaml_program() -> dict[str, Any]:
+    return yaml.safe_load(YAML_PROGRAM.read_text())
+
+
+def references(value: Any) -> list[tuple[str, str]]:
+    """Every ``${resource.property}`` in ``value``, at any depth."""
+    if isinstance(value, str):
+        return [(m.group(1), re.split(r"[.\[]", m.group(2))[0]) for m in REFERENCE.finditer(value)]
+    if isinstance(value, dict):
+        return [r for v in value.values() for r in references(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in references(v)]
+    return []
+
+
+def test_the_yaml_program_uses_the_package_by_path_and_its_tokens(schema: dict[str, Any]) -> None:
+    """Pulumi YAML resolves a resource's ``type`` token against the schema of the package named in it; the
+    project's ``packages`` names where the package comes from (Pulumi.yaml ``packages``, since 3.157.0)."""
+    program = yaml_program()
+    assert program["runtime"] == "yaml"
+    source = YAML_PROGRAM.parent / program["packages"]["trainplane"]
+    assert (source / "PulumiPlugin.yaml").is_file() and (source / "__main__.py").is_file()
+    jobs = {name: r for name, r in program["resources"].items() if r["type"].startswith("trainplane:")}
+    assert len(jobs) >= 2
+    for name, resource in jobs.items():
+        spec = schema["resources"].get(resource["type"])
+        assert spec is not None, f"{name}: {resource['type']} is no resource of the package"
+        properties = resource.get("properties", {})
+        assert set(properties) <= set(spec["inputProperties"]), f"{name}: unknown inputs"
+        assert set(spec["requiredInputs"]) <= set(properties), f"{name}: required inputs missing"
+        for key, value in properties.items():
+            if not references(value) and spec["inputProperties"][key].get("type") in SCALARS.values():
+                kind = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
+                assert isinstance(value, kind[spec["inputProperties"][key]["type"]]), f"{name}.{key}"
+
+
+def test_the_yaml_programs_references_name_outputs_the_schema_has(schema: dict[str, Any]) -> None:
+    program = yaml_program()
+    types = {name: r["type"] for name, r in program["resources"].items()}
+    used = references(program.get("resources", {})) + references(program.get("outputs", {}))
+    assert any(types[name].startswith("trainplane:") for name, _ in used), "no job output is referenced"
+    assert any(not types[name].startswith("trainplane:") for name, _ in used), "no other resource feeds a job"
+    for name, prop in used:
+        assert name in types, f"${{{name}}} is no resource of the program"
+        if types[name].startswith("trainplane:"):
+            assert prop in schema["resources"][types[name]]["properties"], f"{name}.{prop} is no output"
+
+
+def test_the_plugin_manifest_names_the_python_runtime_only() -> None:
+    """The Python language host runs plugins with the pip toolchain in a ``venv`` only
+    (pulumi/pulumi ``sdk/python/lib/pulumi/provider/experimental/ComponentProvider.md``)."""
+    manifest = yaml.safe_load((REPO_ROOT / "provider" / "PulumiPlugin.yaml").read_text())
+    assert manifest == {"runtime": "python"}
+    requirements = (REPO_ROOT / "provider" / "requirements.txt").read_text().split()
+    assert "-r" in requirements and "../requirements.txt" in requirements
+
+
+# --- the plugin itself, driven as the engine drives it ---------------------------------------------------
+
+
+PLUGIN_DIR = REPO_ROOT / "provider"
+NAMESPACE_URN = f"urn:pulumi:{fake_engine.STACK}::{fake_engine.PROJECT}::kubernetes:core/v1:Namespace::research"
+IMAGE = "registry.example/trainer:1"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[FakeEngine]:
+    with FakeEngine(PLUGIN_DIR) as running:
+        yield running
+
+
+def test_the_plugin_serves_the_schema_the_analyzer_infers(engine: FakeEngine, schema: dict[str, Any]) -> None:
+    assert engine.schema() == schema
+
+
+def children(engine: FakeEngine, component_urn: str) -> dict[str, fake_engine.Registered]:
+    return {r.name: r for r in engine.monitor.registered if r.parent == component_urn}
+
+
+def test_a_program_in_another_language_gets_the_job_python_renders(engine: FakeEngine) -> None:
+    """The inputs as a TypeScript or YAML program sends them: camelCase, numbers as floats, the namespace
+    from a Namespace resource (so it arrives as an Output)."""
+    inputs = {"image": IMAGE, "script": "train.py", "workers": 2, "numProc": 2, "gpus": 1, "cpus": 4,
+              "namespace": "research", "env": {"DB_URL": "postgres://db:5432/runs"}, "gangScheduler": "volcano",
+              "queue": "research", "nodeSelector": {"pool": "a100"}}
+    response = engine.construct(RESOURCE_TYPE, "train", inputs, dependencies={"namespace": [NAMESPACE_URN]})
+    state = json_format.MessageToDict(response.state)
+    assert {k: state[k] for k in ("jobName", "namespace", "serviceFqdn", "coordinatorUrl")} == {
+        "jobName": "train", "namespace": "research", "serviceFqdn": "train.research.svc.cluster.local",
+        "coordinatorUrl": "http://train-0.train.research.svc.cluster.local:32300"}
+    assert unsecret(state["token"]) == fake_engine.PASSWORD and is_secret(state["token"])
+    assert response.urn.endswith("$trainplane:index:DistributedJob::train"), "named after the job (Output namespace)"
+    expected = render_job("train", DistributedJobArgs(
+        image=IMAGE, script="train.py", workers=2, num_proc=2, gpus=1, cpus=4.0, namespace="research",
+        env={"DB_URL": "postgres://db:5432/runs"}, gang_scheduler="volcano", queue="research",
+        node_selector={"pool": "a100"}), fake_engine.PASSWORD, build_bundle())
+    made = children(engine, response.urn)
+    for manifest in expected.manifests:
+        child = made[f"train-{manifest.role}"]
+        assert unsecret(child.inputs) == manifest.body, f"{manifest.role} differs from the Python render"
+        assert NAMESPACE_URN in child.dependencies, f"{manifest.role} does not wait for the namespace"
+
+
+def test_a_value_unknown_at_preview_previews_the_job_with_it_unknown(engine: FakeEngine) -> None:
+    inputs = {"image": UNKNOWN, "mode": "service", "workers": 2, "namespace": "research"}
+    response = engine.construct(RESOURCE_TYPE, "serve", inputs, dependencies={"image": [NAMESPACE_URN]},
+                                dry_run=True)
+    workload = children(engine, response.urn)["research/serve-statefulset"]
+    assert workload.inputs["spec"]["template"]["spec"]["containers"][0]["image"] == UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"image": IMAGE, "script": "train.py", "namespace": "Team-A"},
+         "namespace='Team-A': not a valid name; use lower-case letters"),
+        ({"image": IMAGE, "script": "train.py", "workers": 2.5}, "workers=2.5: must be a whole number"),
+        ({"image": IMAGE, "mode": "service", "args": ["--x"]}, "args=('--x',): service mode runs no entrypoint"),
+    ],
+)
+def test_an_invalid_input_fails_the_construct_naming_the_field(
+    engine: FakeEngine, inputs: dict[str, Any], message: str
+) -> None:
+    before = len(engine.monitor.registered)
+    with pytest.raises(grpc.RpcError) as info:
+        engine.construct(RESOURCE_TYPE, "bad", inputs, dependencies={"namespace": [NAMESPACE_URN]})
+    assert message in info.value.details()
+    made = [r.type for r in engine.monitor.registered[before:]]
+    assert set(made) <= {RESOURCE_TYPE}, f"children were registered: {made}"
