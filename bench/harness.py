@@ -114,7 +114,7 @@ class NullProcesses:
     def start(self) -> None:
         """Nothing to start."""
 
-    def stop(self, grace: float) -> None:
+    def stop(self, grace: float, sig: int = 15) -> None:
         """Nothing to stop."""
 
     def send(self, local_rank: int, sig: int) -> bool:

@@ -23,12 +23,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import IO, Mapping, Optional, Sequence
 
-from runtime.agent import contract
+from runtime.agent import contract, torchrun
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.procs import RUNTIME_ROOT, exit_status
 from runtime.agent.settings import MODES
 from runtime.agent.transport import port_is_free, request_json
-from runtime.agent.world import SINGLE_CONTROLLER, reserved_ports
+from runtime.agent.world import DEFAULT_ROLE, SINGLE_CONTROLLER, reserved_ports
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
@@ -85,6 +85,11 @@ class LocalJobSpec:
         no_python: batch mode: run ``entrypoint`` directly instead of under the interpreter.
         daemon_args: ``ray``: appended to every node's ``ray start``, after the local defaults
             (:func:`ray_defaults`), so they win.
+        role: the workers' role (torchrun's ``--role``): their ``ROLE_NAME``.
+        signals_to_handle: torchrun's ``--signals-to-handle``: signals the launcher and every agent
+            pass on to every rank (``runtime.agent.torchrun``).
+        forward_stdin: global rank 0 inherits the caller's stdin (the launcher's, as under torchrun);
+            every other process reads EOF.
     """
 
     workers: int = 1
@@ -107,6 +112,9 @@ class LocalJobSpec:
     heartbeat_ttl: float = 3.0
     no_python: bool = False
     daemon_args: tuple[str, ...] = ()
+    role: str = DEFAULT_ROLE
+    signals_to_handle: str = torchrun.DEFAULT_SIGNALS
+    forward_stdin: bool = False
 
     def __post_init__(self) -> None:
         single = self.distribution in SINGLE_CONTROLLER
@@ -122,9 +130,18 @@ class LocalJobSpec:
             ("mode", self.mode in MODES, f"use one of {', '.join(MODES)}"),
             ("entrypoint", bool(self.entrypoint) or self.mode != "batch", "batch mode needs a script or -m module"),
             ("no_python", not self.no_python or self.mode == "batch", "a command runs in batch mode only"),
+            ("signals_to_handle", _signals_ok(self.signals_to_handle), "use signal names, e.g. SIGTERM,SIGUSR1"),
         ):
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: {fix}")
+
+
+def _signals_ok(text: str) -> bool:
+    try:
+        torchrun.parse_signals(text)
+    except ValueError:
+        return False
+    return True
 
 
 class LocalJob:
@@ -140,8 +157,9 @@ class LocalJob:
     """
 
     def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
-                 agents: Sequence[subprocess.Popen[bytes]]) -> None:
+                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = torchrun.DEFAULT_SIGNALS) -> None:
         self.job = job
+        self.signals = torchrun.parse_signals(signals_to_handle)
         self.token = token
         self.plan = plan
         self.url = f"http://{plan.addresses[0]}:{plan.ports[0]}"
@@ -200,7 +218,12 @@ class LocalJob:
         shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
 
     def supervise(self) -> int:
-        """Wait for the agents, forwarding SIGINT/SIGTERM; return the job's exit code.
+        """Wait for the agents, passing signals on; return the job's exit code.
+
+        A stop signal (SIGTERM, SIGINT, and SIGHUP, SIGQUIT when handled) goes to every agent (as
+        itself if ``signals_to_handle`` names it, else as SIGTERM), which stops its ranks with it. Any
+        other signal ``signals_to_handle`` names (SIGUSR1, SIGUSR2) goes to every agent, which passes
+        it on to its ranks, and the job goes on; SIGUSR1/SIGUSR2 not named are reported and ignored.
 
         The coordinator decides the verdict and every agent still in the job writes it to the
         verdict file, which gives the exit code; without one (agents killed), the first non-zero
@@ -210,14 +233,20 @@ class LocalJob:
         received: list[int] = []
 
         def forward(signum: int, _frame: object) -> None:
-            if not received:  # os.write: print() is not safe in a handler
-                os.write(2, f"[trainplane] received {signal.Signals(signum).name}: stopping every agent\n".encode())
+            name = signal.Signals(signum).name
+            if signum not in torchrun.STOP_SIGNALS:
+                named = signum in self.signals
+                note = "passing it on to every rank" if named else "which --signals-to-handle does not name: ignored"
+                os.write(2, f"[trainplane] received {name}, {note}\n".encode())  # os.write: print() is unsafe here
+                if named:
+                    self._signal_agents(signum)
+                return
+            if not received:
+                os.write(2, f"[trainplane] received {name}: stopping every agent\n".encode())
             received.append(signum)
-            for agent in self.agents:
-                if agent.poll() is None:
-                    agent.send_signal(signal.SIGTERM)
+            self._signal_agents(signum if signum in self.signals else signal.SIGTERM)
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in torchrun.handled(self.signals):
             signal.signal(sig, forward)
         coordinator = self.agents[0]
         deadline: Optional[float] = None
@@ -238,6 +267,12 @@ class LocalJob:
         except (OSError, ValueError, KeyError):
             codes = [exit_status(a.returncode) for a in self.agents]
             return next((c for c in codes if c), 0)
+
+
+    def _signal_agents(self, sig: int) -> None:
+        for agent in self.agents:
+            if agent.poll() is None:
+                agent.send_signal(sig)
 
 
 def free_port(host: str, avoid: Sequence[int] = ()) -> int:
@@ -318,6 +353,9 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
         contract.HEARTBEAT_TTL: str(spec.heartbeat_ttl),
         contract.VERDICT_FILE: verdict_path(log_dir),
         contract.RUN_ROOT: run_root(log_dir),
+        contract.ROLE: spec.role,
+        contract.TORCHELASTIC_SIGNALS_TO_HANDLE: spec.signals_to_handle,
+        contract.FORWARD_STDIN: "true" if spec.forward_stdin and node_id == 0 else "false",
         "PYTHONPATH": os.pathsep.join(
             p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p
         ),
@@ -373,7 +411,8 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
     os.makedirs(log_dir, exist_ok=True)
     agents = [
         subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
-                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+                         stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL,
+                         stdout=stdout, stderr=stderr)
         for i in range(spec.workers)
     ]
-    return LocalJob(job, token, lp, log_dir, agents)
+    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle)

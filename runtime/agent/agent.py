@@ -9,6 +9,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -21,9 +22,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO, Union
 
-from runtime.agent import contract, controller, topology
+from runtime.agent import contract, controller, errorfile, topology, torchrun
 from runtime.agent.bootstrap import die_with_parent
 from runtime.agent.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Rejected, Say
 from runtime.agent.dispatch import ServiceNode, batch_mode_routes
@@ -31,7 +33,7 @@ from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, 
 from runtime.agent.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership import DELIVERY_SIGNAL
 from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange
-from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env
+from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
 from runtime.agent.resolver import Resolver
 from runtime.agent.settings import AgentSettings
 from runtime.agent.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
@@ -149,11 +151,14 @@ class Agent:
             on_unreachable=lambda node: self._suspect(node, f"node {node.node_id} ({node.addr}) refused a call"),
         ) if settings.mode == "service" else None
         self._exits: dict[int, ProcExit] = {}
+        self._error_files: list[str] = []
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
         self._push_pool = ConnectionPool(settings.token)
         self._probe_slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
         self._worlds_sent = 0
+        self._signals = torchrun.parse_signals(settings.signals_to_handle)
+        self._omp_said = False
         if settings.run_root:
             os.makedirs(settings.run_root, exist_ok=True)
         self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-", dir=settings.run_root)
@@ -279,7 +284,7 @@ class Agent:
         if self.settings.die_with_parent:
             die_with_parent(signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in torchrun.handled(self._signals):
                 signal.signal(sig, lambda signum, _frame: self._events.put(_SignalEvent(signum)))
             # Inherited by user processes until their bootstrap installs its handler, so a change
             # that arrives while one is still starting cannot kill it (the bootstrap then polls).
@@ -471,12 +476,13 @@ class Agent:
         self._start(world)
         return None
 
-    def _stop_processes(self) -> None:
-        """Stop this node's user processes and its framework daemon, if any (each: SIGTERM, then
-        SIGKILL after the grace period); their exits are not failures."""
+    def _stop_processes(self, sig: int = signal.SIGTERM) -> None:
+        """Stop this node's user processes and its framework daemon, if any (each: ``sig``, SIGTERM
+        unless a stop signal is being passed on, then SIGKILL after the grace period); their exits
+        are not failures."""
         for supervisor in (self._procs, self._daemon):
             if supervisor is not None:
-                supervisor.stop(self.settings.grace_period)
+                supervisor.stop(self.settings.grace_period, sig)
         self._procs = self._daemon = None
 
     def _world_file(self, local_rank: int) -> str:
@@ -493,7 +499,7 @@ class Agent:
         """What one process's world file says: the change and that process's new environment."""
         return {
             "generation": change.generation,
-            "env": process_env(world, world.node_rank_of(self.settings.node_id), local_rank),
+            "env": self._process_env(world, local_rank),
             "added_ips": list(change.added_ips),
             "removed_ips": list(change.removed_ips),
             "previous_ips": list(change.previous_ips),
@@ -514,29 +520,64 @@ class Agent:
             if self.settings.monitor_members:
                 self._procs.send(local_rank, DELIVERY_SIGNAL)
 
+    def _driver_wait(self, world: World) -> dict[str, str]:
+        """A single-controller driver's bootstrap settings: what it waits for, for how long."""
+        wait = controller.driver_wait(world)
+        if not wait.endpoints:
+            return {}
+        env = {contract.WAIT_FOR: ",".join(wait.endpoints), contract.WAIT_TIMEOUT: str(self.settings.quorum_timeout)}
+        if wait.ray_nodes:
+            env[contract.WAIT_RAY_NODES] = ",".join(wait.ray_nodes)
+        return env
+
+    def _process_env(self, world: World, local_rank: int) -> dict[str, str]:
+        """The world's part of one process's environment (what a membership change updates)."""
+        env = process_env(world, world.node_rank_of(self.settings.node_id), local_rank, self.settings.role)
+        if self.settings.virtual_local_rank:
+            env[contract.LOCAL_RANK] = "0"
+        return env
+
+    def _error_file(self, log_dir: Optional[str], generation: int, local_rank: int) -> str:
+        """Where a process's ``@record`` writes its exception (``TORCHELASTIC_ERROR_FILE``): beside its
+        logs, as torchrun keeps it, else in this agent's run directory."""
+        parent = Path(log_dir) if log_dir else Path(self._run_dir, f"gen-{generation}")
+        return str(rank_dir(parent, local_rank) / "error.json")
+
     def _start(self, world: World) -> None:
         node_rank = world.node_rank_of(self.settings.node_id)
         base = inherited_env(os.environ)
         envs = []
         unchanged = _change(world, world)
-        head = controller.driver_wait(world)
-        wait = {contract.WAIT_FOR: head} if head else {}
+        wait = self._driver_wait(world)
+        log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
+        self._error_files = []
         for i in range(self.node.num_proc):
             self._write_world_file(i, self._world_state(unchanged, world, i))
+            error_file = self._error_file(log_dir, world.generation, i)
+            os.makedirs(os.path.dirname(error_file), exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(error_file)  # a restart's processes start without their predecessor's error
+            self._error_files.append(error_file)
             envs.append({
-                **base, **process_env(world, node_rank, i), **wait,
+                **base, **self._process_env(world, i), **wait,
+                **torchrun.worker_env(base, i, self.node.num_proc, self.settings.signals_to_handle, error_file,
+                                      self.settings.virtual_local_rank),
                 contract.TRAINPLANE_WORLD_FILE: self._world_file(i),
                 contract.MONITOR_MEMBERS: "true" if self.settings.monitor_members else "false",
             })
-        log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
+        if torchrun.omp_num_threads(base, self.node.num_proc) is not None and not self._omp_said:
+            self._omp_said = True
+            self.say(torchrun.omp_notice(self.node.num_proc))
         self._exits = {}
         daemon = controller.daemon(world, node_rank, prefix=self.settings.daemon_prefix,
                                    extra_args=self.settings.daemon_args)
         if daemon is not None:
             self._daemon = self._spawn_daemon(world, node_rank, daemon, base, log_dir)
+        stdin = 0 if self.settings.forward_stdin and world.first_rank(node_rank) == 0 else None
         self._procs = self._service.workers(world, envs, log_dir) if self._service is not None else self._spawner(
             world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
-            self._events.put, log_dir, no_python=self.settings.no_python,
+            self._events.put, log_dir, no_python=self.settings.no_python, outputs=self.settings.outputs,
+            stdin_local_rank=stdin,
         )
         first = world.first_rank(node_rank)
         runs = f"ranks {first}..{first + self.node.num_proc - 1} of {world.world_size}"
@@ -604,10 +645,12 @@ class Agent:
 
     def _report_failure(self, world: World, ended: ProcExit, rank: int, local_rank: int, daemon: str = "") -> None:
         """Tell the coordinator that a process of this node (a rank, or the ``daemon``) failed."""
+        recorded = errorfile.read(self._error_files[local_rank]) if 0 <= local_rank < len(self._error_files) else None
         failure = Failure(
             rank=rank, node_id=self.settings.node_id, local_rank=local_rank, exit_code=ended.exit_code,
             stderr_tail=ended.stderr_tail, timestamp=ended.timestamp, addr=self.settings.advertise_address,
-            daemon=daemon,
+            daemon=daemon, error=recorded.describe() if recorded else "",
+            error_traceback=recorded.traceback if recorded else (),
         )
         self._report(world.generation, FAILED, failure=failure.to_json())
 
@@ -647,11 +690,15 @@ class Agent:
             os.replace(tmp, self.settings.verdict_file)
         return world.exit_code
 
-    def _on_signal(self, signum: int) -> int:
+    def _on_signal(self, signum: int) -> Optional[int]:
         name = signal.Signals(signum).name
+        if signum not in torchrun.STOP_SIGNALS:
+            self._pass_on(signum, name)
+            return None
         code = contract.EXIT_INTERRUPTED_BASE + signum
-        self.say(f"received {name}: stopping processes")
-        self._stop_processes()
+        passed = signum if signum in self._signals else signal.SIGTERM
+        self.say(f"received {name}: stopping processes" + (f" ({name} to each)" if passed != signal.SIGTERM else ""))
+        self._stop_processes(passed)
         if self._coordinator is not None:
             with self._lock:
                 actions = self._coordinator.stop(f"the coordinator received {name}", code)
@@ -661,6 +708,21 @@ class Agent:
                     "message": f"received {name}"}
             self._send_report(body)
         return code
+
+    def _pass_on(self, signum: int, name: str) -> None:
+        """A signal that does not stop the job: send it to every rank of this node if
+        ``signals_to_handle`` names it (a preemption notice a rank may checkpoint on); else say so
+        and ignore it. Either way the job goes on."""
+        procs = self._procs
+        if signum not in self._signals:
+            self.say(f"received {name}, which {contract.TORCHELASTIC_SIGNALS_TO_HANDLE} "
+                     f"({self.settings.signals_to_handle}) does not name: ignored")
+            return
+        sent = [i for i in range(self.node.num_proc) if procs is not None and procs.send(i, signum)]
+        first = self.world.first_rank(self.world.node_rank_of(self.settings.node_id)) if self.world and self._in(
+            self.world) else 0
+        ranks = ", ".join(str(first + i) for i in sent) or "none (no process is running)"
+        self.say(f"received {name}: passed on to rank(s) {ranks}")
 
     def _others(self, push: Push) -> bool:
         return any(n.node_id != self.settings.node_id for n in push.targets)

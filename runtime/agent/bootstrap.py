@@ -2,9 +2,11 @@
 
 Usage (by the agent): ``python -u -m runtime.agent.bootstrap SCRIPT [ARGS...]`` or
 ``python -u -m runtime.agent.bootstrap -m MODULE [ARGS...]``. It ties the process's life to its
-agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``),
-waits for ``TRAINPLANE_WAIT_FOR`` (a single-controller job's head) to accept connections if set,
-then runs the user's code as ``__main__`` exactly as
+agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``)
+and trainplane's JAX cluster (``runtime.agent.jaxcluster``, for ``jax.distributed.initialize()``),
+waits for a single-controller job's cluster if asked (``TRAINPLANE_WAIT_FOR``: the Ray head or
+every Monarch worker accepts connections; ``TRAINPLANE_WAIT_RAY_NODES``: every node has joined the
+Ray head), then runs the user's code as ``__main__`` exactly as
 ``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
 
 ``python -u -m runtime.agent.bootstrap --exec COMMAND [ARGS...]`` runs a command that is not
@@ -24,7 +26,7 @@ import sys
 import time
 from typing import NoReturn, Sequence
 
-from runtime.agent import contract, membership
+from runtime.agent import contract, jaxcluster, membership, raynodes
 
 _PR_SET_PDEATHSIG = 1
 EXEC_FLAG = "--exec"
@@ -53,11 +55,12 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         os._exit(128 + sig)
 
 
-def wait_for(endpoint: str, timeout: float) -> None:
+def wait_for(endpoint: str, timeout: float, what: str = "the job's head") -> None:
     """Return once ``endpoint`` (``host:port``, ``[v6]:port``) accepts a TCP connection.
 
     Raises:
-        SystemExit: it did not within ``timeout`` seconds (the message names it), or it is malformed.
+        SystemExit: it did not within ``timeout`` seconds (the message names it and ``what`` it
+            is), or it is malformed.
     """
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
@@ -69,9 +72,35 @@ def wait_for(endpoint: str, timeout: float) -> None:
             return
         except OSError as exc:
             if time.monotonic() >= deadline:
-                raise SystemExit(f"trainplane: {endpoint} (the job's head) did not accept connections within "
+                raise SystemExit(f"trainplane: {endpoint} ({what}) did not accept connections within "
                                  f"{timeout:g} s: {exc}") from None
         time.sleep(WAIT_INTERVAL)
+
+
+def wait_for_driver(env: dict[str, str], timeout: float) -> None:
+    """A single-controller driver: wait for ``TRAINPLANE_WAIT_FOR``'s endpoints (the Ray head, or
+    every Monarch worker), then, for Ray, until every node in ``TRAINPLANE_WAIT_RAY_NODES`` has
+    joined the head, all within ``timeout`` seconds.
+
+    Raises:
+        SystemExit: something did not come up in time; the message names what, and which nodes.
+    """
+    endpoints = [e for e in env.get(contract.WAIT_FOR, "").split(",") if e]
+    deadline = time.monotonic() + timeout
+    for endpoint in endpoints:
+        what = "the job's head" if len(endpoints) == 1 else f"node {endpoints.index(endpoint)}'s worker"
+        wait_for(endpoint, max(0.0, deadline - time.monotonic()), what)
+    nodes = [n for n in env.get(contract.WAIT_RAY_NODES, "").split(",") if n]
+    if not nodes:
+        return
+    try:
+        joined = raynodes.wait(env[contract.RAY_ADDRESS], nodes, max(1.0, deadline - time.monotonic()))
+    except (RuntimeError, KeyError) as exc:
+        raise SystemExit(f"trainplane: the Ray cluster could not be checked before the driver starts: {exc}") from None
+    if joined.missing:
+        never = ", ".join(f"node {nodes.index(a)} ({a})" for a in dict.fromkeys(joined.missing))
+        raise SystemExit(f"trainplane: the Ray cluster has {len(joined.alive)} of {len(nodes)} nodes after "
+                         f"{timeout:g} s; never joined: {never}. The driver did not start")
 
 
 def run(argv: Sequence[str]) -> None:
@@ -121,7 +150,9 @@ if __name__ == "__main__":
     else:
         membership.install()
     membership.poll()  # a change that arrived while this process was starting: take it silently
-    head = os.environ.pop(contract.WAIT_FOR, "")
-    if head:
-        wait_for(head, WAIT_TIMEOUT)
+    jaxcluster.install()  # jax.distributed.initialize() with no arguments finds this job
+    waits = {k: os.environ.pop(k) for k in (contract.WAIT_FOR, contract.WAIT_RAY_NODES, contract.WAIT_TIMEOUT)
+             if k in os.environ}
+    if waits:
+        wait_for_driver({**os.environ, **waits}, float(waits.get(contract.WAIT_TIMEOUT) or WAIT_TIMEOUT))
     run(sys.argv[1:])

@@ -4,11 +4,16 @@ The Pulumi components (``components/``) import these names instead of repeating 
 agent reads and writes them. Standard library only.
 
 Conventions borrowed:
-    * torchrun (``torch.distributed.run``): ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``,
-      ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``GROUP_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
-      ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``.
-    * JAX (``jax.distributed.initialize`` cluster detection): ``JAX_COORDINATOR_ADDRESS``,
-      ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, ``JAX_LOCAL_DEVICE_IDS``.
+    * torchrun (``torch.distributed.run`` and its ``LocalElasticAgent``): ``WORLD_SIZE``, ``RANK``,
+      ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``GROUP_WORLD_SIZE``, ``ROLE_NAME``,
+      ``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``,
+      ``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``, ``TORCHELASTIC_USE_AGENT_STORE``,
+      ``TORCHELASTIC_ERROR_FILE``, ``TORCHELASTIC_SIGNALS_TO_HANDLE``,
+      ``TORCH_NCCL_ASYNC_ERROR_HANDLING``, ``OMP_NUM_THREADS`` (see ``runtime.agent.torchrun``).
+    * JAX: ``jax.distributed.initialize()`` reads ``JAX_COORDINATOR_ADDRESS`` (and
+      ``JAX_LOCAL_DEVICE_IDS``) itself, but the process count and id only from a detected cluster:
+      ``runtime.jaxcluster`` registers trainplane's, which reads ``JAX_NUM_PROCESSES`` and
+      ``JAX_PROCESS_ID``.
     * TensorFlow (``tf.distribute.cluster_resolver.TFConfigClusterResolver``): ``TF_CONFIG``.
     * Ray (``ray.init()`` reads the cluster address from it): ``RAY_ADDRESS``.
     * Kubernetes: Indexed Job ``JOB_COMPLETION_INDEX``, StatefulSet pod name ordinal suffix,
@@ -32,6 +37,15 @@ MASTER_PORT = "MASTER_PORT"
 TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
 TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 TORCHELASTIC_MAX_RESTARTS = "TORCHELASTIC_MAX_RESTARTS"
+TORCHELASTIC_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+TORCHELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+TORCHELASTIC_SIGNALS_TO_HANDLE = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # also read by the agent: what it forwards
+TORCH_NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+ROLE_NAME = "ROLE_NAME"
+ROLE_RANK = "ROLE_RANK"
+ROLE_WORLD_SIZE = "ROLE_WORLD_SIZE"
+OMP_NUM_THREADS = "OMP_NUM_THREADS"
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 JAX_COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
 JAX_NUM_PROCESSES = "JAX_NUM_PROCESSES"
 JAX_PROCESS_ID = "JAX_PROCESS_ID"
@@ -58,6 +72,14 @@ QUORUM_WORKERS = "TRAINPLANE_QUORUM_WORKERS"
 QUORUM_TIMEOUT = "TRAINPLANE_QUORUM_TIMEOUT"
 MAX_RESTARTS = "TRAINPLANE_MAX_RESTARTS"
 DISTRIBUTION = "TRAINPLANE_DISTRIBUTION"
+ROLE = "TRAINPLANE_ROLE"  # the workers' role (torchrun's --role): ROLE_NAME; default "default"
+VIRTUAL_LOCAL_RANK = "TRAINPLANE_VIRTUAL_LOCAL_RANK"  # "true": LOCAL_RANK 0, one GPU each (torchrun's flag)
+REDIRECTS = "TRAINPLANE_REDIRECTS"  # torchrun's --redirects: N or LOCAL_RANK:N,... (0 none, 1 out, 2 err, 3 both)
+TEE = "TRAINPLANE_TEE"  # torchrun's --tee, same form
+LOCAL_RANKS_FILTER = "TRAINPLANE_LOCAL_RANKS_FILTER"  # torchrun's --local-ranks-filter: 0,1,...
+STDOUT_FILTERS = "TRAINPLANE_DUPLICATE_STDOUT_FILTERS"  # torchrun's --duplicate-stdout-filters
+STDERR_FILTERS = "TRAINPLANE_DUPLICATE_STDERR_FILTERS"  # torchrun's --duplicate-stderr-filters
+FORWARD_STDIN = "TRAINPLANE_FORWARD_STDIN"  # local mode: "true": global rank 0 inherits the agent's stdin
 MODE = "TRAINPLANE_MODE"
 LOG_DIR = "TRAINPLANE_LOG_DIR"
 MONITOR_MEMBERS = "TRAINPLANE_MONITOR_MEMBERS"
@@ -90,7 +112,9 @@ the bootstrap) and, on service workers, ``TRAINPLANE_SERVICE_FD``."""
 # Single-controller distributions (ray, monarch): the framework daemons the agents run.
 DAEMON_ARGS = "TRAINPLANE_DAEMON_ARGS"  # ray: JSON list appended to every `ray start` (e.g. ["--num-cpus=4"])
 DAEMON_PREFIX = "TRAINPLANE_DAEMON_PREFIX"  # JSON list put before every daemon's command (a wrapper)
-WAIT_FOR = "TRAINPLANE_WAIT_FOR"  # host:port: the bootstrap waits until it accepts TCP connections (a head)
+WAIT_FOR = "TRAINPLANE_WAIT_FOR"  # host:port,...: the bootstrap waits until each accepts TCP connections
+WAIT_RAY_NODES = "TRAINPLANE_WAIT_RAY_NODES"  # addr,...: a Ray driver's bootstrap waits until each node joined
+WAIT_TIMEOUT = "TRAINPLANE_WAIT_TIMEOUT"  # seconds the bootstrap waits for WAIT_FOR and WAIT_RAY_NODES
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"

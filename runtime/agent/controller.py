@@ -6,12 +6,15 @@ every node runs the framework's daemon, planned here:
 
 * ``ray``: node 0 runs the Ray head, ``ray start --head --block`` with its GCS on
   :attr:`World.controller_port`; every other node runs ``ray start --address=<head> --block``.
-  The workers and the driver wait for the head's port to accept connections before they start.
+  The workers wait for the head's port to accept connections before they start; the driver waits
+  until every node's daemon has joined (``runtime.agent.raynodes``), or fails naming the ones that
+  never did.
 * ``monarch``: every node, node 0 included, runs Monarch's worker loop
   (``monarch.actor.run_worker_loop_forever``) serving on ``tcp://<its address>:<port>``
   (:meth:`World.worker_port`: the controller port, unless nodes share an address);
   the driver attaches to all of them (``monarch.actor.attach_to_workers``), which connects
-  asynchronously, so nothing waits.
+  asynchronously; so the driver starts once every worker's port accepts connections, or fails
+  naming the ones that never did.
 
 Every node is a framework host, node 0 included, so a job of N pods is a Ray cluster (or a Monarch
 host mesh) of N nodes. Standard library only.
@@ -93,9 +96,30 @@ def daemon(
     return Daemon("ray worker", (*prefix, "ray", "start", f"--address={head}", *common, *extra_args), wait_for=head)
 
 
-def driver_wait(world: World) -> str:
-    """What the driver waits for before it starts: the Ray head's address, or ``""``."""
-    return world.head_address if world.distribution == "ray" else ""
+@dataclass(frozen=True)
+class DriverWait:
+    """What the driver's bootstrap waits for before the driver's code runs.
+
+    Attributes:
+        endpoints: ``host:port`` addresses that must accept TCP connections: the Ray head, or every
+            Monarch worker.
+        ray_nodes: a Ray job: the node addresses (node-rank order) whose daemons must all have
+            joined the head, as ``ray.nodes()`` reports them; ``()`` otherwise.
+    """
+
+    endpoints: tuple[str, ...] = ()
+    ray_nodes: tuple[str, ...] = ()
+
+
+def driver_wait(world: World) -> DriverWait:
+    """What the driver waits for: for ``ray``, the head's port and then every node in
+    ``ray.nodes()``; for ``monarch``, every worker's port (``attach_to_workers`` itself connects
+    asynchronously, so the driver would otherwise start before a worker is up); nothing otherwise."""
+    if world.distribution == "ray":
+        return DriverWait((world.head_address,), tuple(n.addr for n in world.nodes))
+    if world.distribution == "monarch":
+        return DriverWait(tuple(world.worker_address(i).removeprefix("tcp://") for i in range(len(world.nodes))))
+    return DriverWait()
 
 
 def ports(distribution: str, master_port: int) -> tuple[tuple[str, int], ...]:

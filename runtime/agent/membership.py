@@ -1,7 +1,7 @@
 """Membership changes inside a user process: delivered as an exception, or polled at safe points.
 
 The agent writes the new world for each of its processes to the file named by
-``TRAINPLANE_WORLD_FILE`` and sends the process ``SIGUSR1``. The handler installed by
+``TRAINPLANE_WORLD_FILE`` and sends the process :data:`DELIVERY_SIGNAL`. The handler installed by
 ``runtime.agent.bootstrap`` (:func:`install`) updates ``os.environ`` to the new world (WORLD_SIZE,
 RANK, MASTER_ADDR, POD_IPS, ...) and raises :class:`WorkerMembershipChanged` in the main thread.
 Code that prefers safe points calls :func:`poll` instead (and may run with ``monitor_members`` off).
@@ -19,8 +19,11 @@ from typing import Any, Optional
 from runtime.agent import contract
 from runtime.agent.errors import WorkerMembershipChanged
 
-DELIVERY_SIGNAL = signal.SIGUSR1
-"""The signal the agent sends a user process when its world changed."""
+DELIVERY_SIGNAL: int = (signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN")
+                        else getattr(signal, "SIGINFO", signal.SIGWINCH))
+"""The signal the agent sends a user process when its world changed: a real-time signal on Linux
+(SIGRTMIN + 4), SIGINFO (BSD, macOS) elsewhere; never SIGUSR1 or SIGUSR2, which schedulers send as a
+preemption notice and the launcher forwards to the ranks (torchrun's ``--signals-to-handle``)."""
 
 
 def _read() -> Optional[dict[str, Any]]:
@@ -107,7 +110,7 @@ def _handler(_signum: int, _frame: object) -> None:
 
 
 def install() -> None:
-    """Install the ``SIGUSR1`` handler that raises the change in the main thread (bootstrap calls it)."""
+    """Install the :data:`DELIVERY_SIGNAL` handler that raises the change in the main thread (bootstrap calls it)."""
     signal.signal(DELIVERY_SIGNAL, _handler)
 
 

@@ -10,6 +10,7 @@ when a cancelled call has not stopped within the grace period. Standard library 
 from __future__ import annotations
 
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -125,9 +126,9 @@ class WorkerPool:
         for slot in self._slots:
             slot.cancel(control)
 
-    def stop(self, grace: float) -> None:
-        """Stop every process (SIGTERM, SIGKILL after ``grace`` seconds) and every slot thread."""
-        threads = [threading.Thread(target=slot.stop, args=(grace,), daemon=True) for slot in self._slots]
+    def stop(self, grace: float, sig: int = signal.SIGTERM) -> None:
+        """Stop every process (``sig``, default SIGTERM; SIGKILL after ``grace`` seconds) and every slot thread."""
+        threads = [threading.Thread(target=slot.stop, args=(grace, sig), daemon=True) for slot in self._slots]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -182,12 +183,12 @@ class _Slot:
         if channel is not None:
             self._send_cancel(channel, control)
 
-    def stop(self, grace: float) -> None:
+    def stop(self, grace: float, sig: int = signal.SIGTERM) -> None:
         with self._lock:
             self._stopping = True
             proc, channel = self._proc, self._channel
         if proc is not None:
-            proc.stop(grace)
+            proc.stop(grace, sig)
         if channel is not None:
             channel.close()
         self.queue.put(None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -20,11 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
-from runtime.agent import contract
+from runtime.agent import contract, streams
 from runtime.agent.bootstrap import EXEC_FLAG
 
 STDERR_TAIL_LINES = 20
 """Lines of a failing process's stderr kept for the root-cause report."""
+CHUNK_BYTES = 65536
+"""Most bytes of a process's output copied at once."""
+PARTIAL_LINE_DELAY = 0.1
+"""Seconds an unfinished line waits for its end before it is shown as it is (a prompt, a progress bar)."""
+_SHOWN = (streams.StreamPlan(console=True, file=False),) * 2
+"""Both streams on the console, no files of their own: the default."""
 RUNTIME_ROOT = str(Path(__file__).resolve().parents[2])
 """The directory holding the ``runtime`` package; put on the user processes' PYTHONPATH."""
 
@@ -70,36 +77,101 @@ def inherited_env(agent_env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in agent_env.items() if not k.startswith(contract.AGENT_ONLY_PREFIXES)}
 
 
+def rank_dir(log_dir: Path, local_rank: int) -> Path:
+    """The directory of one local rank's own files in a generation's log directory, as torchrun
+    lays out ``attempt_N/<local rank>/``: ``stdout.log``, ``stderr.log`` (when redirected or teed)
+    and ``error.json`` (its ``TORCHELASTIC_ERROR_FILE``)."""
+    return log_dir / str(local_rank)
+
+
 class _Output:
-    """Copies one process's output streams, line by line, to the agent's streams and a log file."""
+    """Copies one process's output streams to the agent's streams (with a ``[rank N]`` prefix at
+    the start of every line), to its log file, and to the files its :class:`streams.Streams` plan
+    asks for. Whole lines go at once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a
+    prompt without a newline (``breakpoint()``'s ``(Pdb)``) shows."""
 
     def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
-                 lock: threading.Lock) -> None:
+                 lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = _SHOWN,
+                 stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+                 filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None)) -> None:
         self.rename(prefix)
         self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
-        self._out = out
-        self._err = err
+        self._sinks = (out, err)
+        self._plans = plans
+        self._files: list[Optional[BinaryIO]] = [
+            open(stream_dir / name, "ab") if stream_dir and plan.file else None  # noqa: SIM115 - closed in close()
+            for name, plan in zip(("stdout.log", "stderr.log"), plans)
+        ]
+        self._filters = tuple(tuple(f.encode() for f in group) for group in filters)
+        self._filtered = filtered
         self._lock = lock
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._threads: list[threading.Thread] = []
+        self._at_start = [True, True]
+        self._partial = [b"", b""]
 
     def pump(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
-        for stream, sink, keep in ((stdout, self._out, False), (stderr, self._err, True)):
-            thread = threading.Thread(target=self._copy, args=(stream, sink, keep), daemon=True)
+        for index, stream in enumerate((stdout, stderr)):
+            thread = threading.Thread(target=self._copy, args=(stream, index), daemon=True)
             thread.start()
             self._threads.append(thread)
 
-    def _copy(self, stream: IO[bytes], sink: BinaryIO, keep: bool) -> None:
+    def _copy(self, stream: IO[bytes], index: int) -> None:
+        """Pass on whole lines as they arrive; an unfinished line once nothing more has come for
+        :data:`PARTIAL_LINE_DELAY` (a prompt), so lines of different ranks do not interleave."""
+        fd = stream.fileno()
+        pending = b""
         with stream:
-            for line in iter(stream.readline, b""):
-                if keep:
-                    self.tail.append(line.decode(errors="replace").rstrip("\n"))
-                with self._lock:
-                    sink.write(self._prefix + line)
-                    sink.flush()
-                    if self._log:
-                        self._log.write(line)
-                        self._log.flush()
+            while True:
+                ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_DELAY if pending else None)
+                if not ready:
+                    self._emit(index, pending)
+                    pending = b""
+                    continue
+                chunk = os.read(fd, CHUNK_BYTES)
+                if not chunk:
+                    break
+                data = pending + chunk
+                cut = data.rfind(b"\n") + 1
+                pending = data[cut:]
+                if cut:
+                    self._emit(index, data[:cut])
+        if pending:
+            self._emit(index, pending)
+        if self._partial[index]:
+            self._lines(index, b"\n")
+
+    def _emit(self, index: int, data: bytes) -> None:
+        """Copy ``data`` of stream ``index`` (0 stdout, 1 stderr) everywhere it goes."""
+        plan, own = self._plans[index], self._files[index]
+        lines = self._lines(index, data)
+        with self._lock:
+            if plan.console:
+                sink = self._sinks[index]
+                sink.write(self._prefixed(data, self._at_start[index]))
+                sink.flush()
+            for file in (self._log, own):
+                if file is not None:
+                    file.write(data)
+                    file.flush()
+            filters, filtered = self._filters[index], self._filtered[index]
+            if filtered is not None and filters:
+                filtered.writelines(self._prefix + line + b"\n" for line in lines if any(f in line for f in filters))
+                filtered.flush()
+        self._at_start[index] = data.endswith(b"\n")
+
+    def _lines(self, index: int, data: bytes) -> list[bytes]:
+        """The lines ``data`` completes (kept in the stderr tail, matched against the filters)."""
+        lines = (self._partial[index] + data).split(b"\n")
+        self._partial[index] = lines.pop()
+        if index == 1:
+            self.tail.extend(line.decode(errors="replace") for line in lines)
+        return lines
+
+    def _prefixed(self, chunk: bytes, at_start: bool) -> bytes:
+        """``chunk`` with the prefix before every line that starts in it."""
+        body = chunk[:-1].replace(b"\n", b"\n" + self._prefix) + chunk[-1:]
+        return self._prefix + body if at_start else body
 
     def rename(self, prefix: str) -> None:
         """Prefix lines with ``[prefix]`` from now on."""
@@ -108,9 +180,10 @@ class _Output:
     def close(self, timeout: float) -> None:
         for thread in self._threads:
             thread.join(timeout)
-        if self._log:
-            with self._lock:
-                self._log.close()
+        with self._lock:
+            for file in (self._log, *self._files):
+                if file is not None:
+                    file.close()
 
 
 class Supervisor(Protocol):
@@ -122,8 +195,8 @@ class Supervisor(Protocol):
     def start(self) -> None:
         """Start every process."""
 
-    def stop(self, grace: float) -> None:
-        """Stop every process: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    def stop(self, grace: float, sig: int = signal.SIGTERM) -> None:
+        """Stop every process: ``sig`` (default SIGTERM), then SIGKILL after ``grace`` seconds."""
 
     def send(self, local_rank: int, sig: int) -> bool:
         """Signal one process; whether it was still running."""
@@ -157,6 +230,10 @@ class LocalProcesses:
         label: what a process is called in its output prefix (``[rank 3]``) and log file name
             (``rank-3.log``), before its number (``first_rank + local_rank``); a framework daemon
             goes by its name and node rank (``[ray worker 1]``, ``ray-worker-1.log``).
+        outputs: where each local rank's stdout and stderr go besides ``rank-N.log`` (torchrun's
+            ``--redirects``, ``--tee``, ``--local-ranks-filter``; files in :func:`rank_dir`).
+        stdin_local_rank: the local rank that inherits this agent's stdin (local mode: the one of
+            global rank 0); every other process reads EOF from ``/dev/null``.
     """
 
     def __init__(
@@ -173,8 +250,13 @@ class LocalProcesses:
         pass_fds: Sequence[int] = (),
         no_python: bool = False,
         label: str = "rank",
+        outputs: Optional[streams.Streams] = None,
+        stdin_local_rank: Optional[int] = None,
     ) -> None:
         self.generation = generation
+        self._streams = outputs or streams.Streams()
+        self._filtered: tuple[Optional[BinaryIO], ...] = (None, None)
+        self._stdin_local_rank = stdin_local_rank
         self._label = label
         self._first_rank = first_rank
         self._envs = envs
@@ -205,6 +287,11 @@ class LocalProcesses:
         """
         if self._log_dir:
             self._log_dir.mkdir(parents=True, exist_ok=True)
+        self._filtered = tuple(
+            open(self._log_dir / name, "ab") if self._log_dir and filters else None  # noqa: SIM115 - closed in stop()
+            for name, filters in (("filtered_stdout.log", self._streams.stdout_filters),
+                                  ("filtered_stderr.log", self._streams.stderr_filters))
+        )
         for local_rank, env in enumerate(self._envs):
             rank = self._first_rank + local_rank
             full_env = dict(env)
@@ -212,7 +299,7 @@ class LocalProcesses:
             proc = subprocess.Popen(
                 self._argv,
                 env=full_env,
-                stdin=subprocess.DEVNULL,
+                stdin=None if local_rank == self._stdin_local_rank else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -221,7 +308,13 @@ class LocalProcesses:
             self._procs.append(proc)
             name = f"{self._label} {rank}"
             log_path = self._log_dir / f"{name.replace(' ', '-')}.log" if self._log_dir else None
-            output = _Output(name, log_path, self._out, self._err, self._lock)
+            plans = (self._streams.plan(local_rank, streams.OUT), self._streams.plan(local_rank, streams.ERR))
+            stream_dir = rank_dir(self._log_dir, local_rank) if self._log_dir and any(p.file for p in plans) else None
+            if stream_dir is not None:
+                stream_dir.mkdir(parents=True, exist_ok=True)
+            output = _Output(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
+                             (self._streams.stdout_filters, self._streams.stderr_filters),
+                             self._filtered)  # type: ignore[arg-type]
             self._outputs.append(output)
             output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
             watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)
@@ -267,14 +360,15 @@ class LocalProcesses:
             for local_rank, output in enumerate(self._outputs):
                 output.rename(f"{self._label} {first_rank + local_rank}")
 
-    def stop(self, grace: float) -> None:
-        """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all.
+    def stop(self, grace: float, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` (SIGTERM, or the stop signal the agent received, as torchrun passes it on)
+        to every process group, SIGKILL what is left after ``grace`` seconds, reap all.
 
         Safe to call more than once. Whole groups are signalled, so children the user's processes
         started (data loader workers and the like) go too.
         """
         self._stopping.set()
-        self._signal_groups(signal.SIGTERM)
+        self._signal_groups(sig)
         deadline = time.monotonic() + grace
         for proc in self._procs:
             try:
@@ -286,8 +380,12 @@ class LocalProcesses:
             proc.wait()
         for watcher in self._watchers:
             watcher.join(timeout=3.0)
+        with self._lock:
+            for file in self._filtered:
+                if file is not None:
+                    file.close()
 
-    def _signal_groups(self, sig: signal.Signals) -> None:
+    def _signal_groups(self, sig: int) -> None:
         for proc in self._procs:
             try:
                 os.killpg(proc.pid, sig)

@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from runtime.agent import contract
+from runtime.agent import contract, streams, torchrun
 from runtime.agent.controller import local_world_size
 from runtime.agent.errors import ConfigError
-from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER
+from runtime.agent.world import DEFAULT_ROLE, DISTRIBUTIONS, SINGLE_CONTROLLER
 
 MODES = ("batch", "service")
 _ORDINAL = re.compile(r"-(\d+)$")
@@ -67,6 +67,15 @@ class AgentSettings:
         run_root: directory in which the agent makes its private run directory (the world files its
             processes read); ``None`` for the system's temporary directory. A launcher that owns
             one removes what an agent killed by SIGKILL could not.
+        role: the workers' role (torchrun's ``--role``), their ``ROLE_NAME``.
+        signals_to_handle: torchrun's ``--signals-to-handle``, e.g. ``SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1``:
+            the signals this agent passes on to every rank (``runtime.agent.torchrun``).
+        virtual_local_rank: torchrun's ``--virtual-local-rank``: every process gets ``LOCAL_RANK`` 0
+            and ``CUDA_VISIBLE_DEVICES`` naming its one GPU.
+        outputs: where the ranks' stdout and stderr go (torchrun's ``--redirects``, ``--tee``,
+            ``--local-ranks-filter``, ``--duplicate-std*-filters``); files need ``log_dir``.
+        forward_stdin: local mode: global rank 0 inherits this agent's stdin (the launcher's), as
+            under torchrun, so ``breakpoint()`` works there; every other process reads EOF.
     """
 
     job: str
@@ -103,6 +112,11 @@ class AgentSettings:
     no_python: bool = False
     daemon_args: tuple[str, ...] = ()
     daemon_prefix: tuple[str, ...] = ()
+    role: str = DEFAULT_ROLE
+    signals_to_handle: str = torchrun.DEFAULT_SIGNALS
+    virtual_local_rank: bool = False
+    outputs: streams.Streams = field(default_factory=streams.Streams)
+    forward_stdin: bool = False
 
     def __post_init__(self) -> None:
         _require(bool(self.job), contract.JOB_NAME, self.job, "set a non-empty job name")
@@ -167,6 +181,15 @@ class AgentSettings:
         _require(not self.daemon_args or self.distribution == "ray", contract.DAEMON_ARGS, list(self.daemon_args),
                  f"daemon arguments go to `ray start`, and this job's distribution is {self.distribution!r}; "
                  "unset it")
+        _require(bool(self.role), contract.ROLE, self.role, "name the workers' role, e.g. default")
+        try:
+            torchrun.parse_signals(self.signals_to_handle)
+        except ValueError as exc:
+            raise ConfigError(f"{contract.TORCHELASTIC_SIGNALS_TO_HANDLE}={self.signals_to_handle!r} is invalid: "
+                              f"{exc}") from None
+        _require(not self.outputs.writes_files or bool(self.log_dir), contract.REDIRECTS,
+                 self.outputs.redirects.encode(), f"set {contract.LOG_DIR}: redirected and teed streams are "
+                 "written to files there")
         _require(self.tree_threshold >= 1, contract.TREE_THRESHOLD, self.tree_threshold, "use 1 or more nodes")
         _require(self.tree_fanout >= 2, contract.TREE_FANOUT, self.tree_fanout, "use 2 or more children per node")
 
@@ -264,6 +287,11 @@ class AgentSettings:
             no_python=_bool(env, contract.NO_PYTHON, False),
             daemon_args=_string_list(env, contract.DAEMON_ARGS),
             daemon_prefix=_string_list(env, contract.DAEMON_PREFIX),
+            role=env.get(contract.ROLE) or DEFAULT_ROLE,
+            signals_to_handle=env.get(contract.TORCHELASTIC_SIGNALS_TO_HANDLE) or torchrun.DEFAULT_SIGNALS,
+            virtual_local_rank=_bool(env, contract.VIRTUAL_LOCAL_RANK, False),
+            outputs=_outputs(env),
+            forward_stdin=_bool(env, contract.FORWARD_STDIN, False),
         )
 
 
@@ -336,6 +364,25 @@ def _string_list(env: Mapping[str, str], name: str, example: str = '["--num-cpus
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{name}={text!r} must be a JSON list of strings")
     return tuple(value)
+
+
+def _outputs(env: Mapping[str, str]) -> streams.Streams:
+    """The ranks' output choices from ``TRAINPLANE_REDIRECTS`` and its siblings (torchrun's forms)."""
+    parsed: dict[str, object] = {}
+    for name, key, parse in (
+        (contract.REDIRECTS, "redirects", streams.parse_std), (contract.TEE, "tee", streams.parse_std),
+        (contract.LOCAL_RANKS_FILTER, "local_ranks", streams.parse_ranks),
+        (contract.STDOUT_FILTERS, "stdout_filters", streams.parse_filters),
+        (contract.STDERR_FILTERS, "stderr_filters", streams.parse_filters),
+    ):
+        text = env.get(name, "")
+        if not text:
+            continue
+        try:
+            parsed[key] = parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"{name}={text!r} is invalid: {exc}") from None
+    return streams.Streams(**parsed)  # type: ignore[arg-type]
 
 
 def _resolve(text: str) -> dict[str, str]:

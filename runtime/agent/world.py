@@ -7,6 +7,7 @@ gives the same ranks. Standard library only.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, NamedTuple, Sequence
@@ -18,6 +19,8 @@ DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
 SINGLE_CONTROLLER = ("ray", "monarch")
 """Distributions with one driver process, on node 0; every node runs the framework's daemon
 (``runtime.agent.controller``), and the driver's exit decides the job."""
+DEFAULT_ROLE = "default"
+"""torchrun's ``--role`` default: the workers' ``ROLE_NAME``."""
 
 RUNNING = "running"
 SUCCEEDED = "succeeded"
@@ -75,6 +78,9 @@ class Failure:
         addr: its node's address.
         daemon: for a framework daemon rather than a rank (single-controller jobs), its name, e.g.
             ``"ray worker"``; ``rank`` and ``local_rank`` are then -1.
+        error: the exception the rank recorded in its ``TORCHELASTIC_ERROR_FILE`` (torch's
+            ``@record``), ``Type: message (raised at FILE, line N)``; ``""`` if it recorded none.
+        error_traceback: the last lines of that exception's traceback, oldest first.
     """
 
     rank: int
@@ -85,9 +91,12 @@ class Failure:
     timestamp: float = 0.0
     addr: str = ""
     daemon: str = ""
+    error: str = ""
+    error_traceback: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """One paragraph naming the rank (or daemon), the node, the exit code and the stderr tail."""
+        """One paragraph naming the rank (or daemon), the node, the exit code and either the
+        exception it recorded (with its traceback) or, when it recorded none, its stderr tail."""
         if self.daemon:
             head = (f"the {self.daemon} daemon (node {self.node_id} at {self.addr}) exited with code "
                     f"{self.exit_code} while the driver was running")
@@ -96,6 +105,10 @@ class Failure:
                 f"rank {self.rank} (node {self.node_id} at {self.addr}, local rank {self.local_rank}) "
                 f"exited with code {self.exit_code}"
             )
+        if self.error:
+            lines = ("; its recorded error (TORCHELASTIC_ERROR_FILE): " + self.error, *(
+                f"    {line}" for line in self.error_traceback))
+            return head + "\n".join(lines)
         if not self.stderr_tail:
             return head
         return head + "; last stderr lines:\n" + "\n".join(f"    {line}" for line in self.stderr_tail)
@@ -112,12 +125,15 @@ class Failure:
             timestamp=float(data.get("timestamp", 0.0)),
             addr=str(data.get("addr", "")),
             daemon=str(data.get("daemon", "")),
+            error=str(data.get("error", "")),
+            error_traceback=tuple(str(s) for s in data.get("error_traceback", ())),
         )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         out = asdict(self)
         out["stderr_tail"] = list(self.stderr_tail)
+        out["error_traceback"] = list(self.error_traceback)
         return out
 
 
@@ -282,13 +298,15 @@ def _coordinator(value: Sequence[Any]) -> tuple[int, str, int]:
     return int(node_id), str(addr), int(port)
 
 
-def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]:
+def process_env(world: World, node_rank: int, local_rank: int, role: str = DEFAULT_ROLE) -> dict[str, str]:
     """The environment contract of one user process (DESIGN.md, "Environment contract").
 
     Args:
         world: the running world.
         node_rank: position of the process's node in ``world.nodes``.
         local_rank: index of the process on its node, ``0 <= local_rank < num_proc``.
+        role: the workers' role (torchrun's ``--role``), ``ROLE_NAME``; every rank has the one role,
+            so ``ROLE_RANK`` is ``RANK`` and ``ROLE_WORLD_SIZE`` is ``WORLD_SIZE``.
 
     Returns:
         Variable name to value. ``spmd`` sets every framework's variables; ``pytorch``, ``jax``
@@ -324,6 +342,9 @@ def process_env(world: World, node_rank: int, local_rank: int) -> dict[str, str]
         env[contract.TORCHELASTIC_RUN_ID] = world.job
         env[contract.TORCHELASTIC_RESTART_COUNT] = str(world.restart_count)
         env[contract.TORCHELASTIC_MAX_RESTARTS] = str(world.max_restarts)
+        env[contract.ROLE_NAME] = role
+        env[contract.ROLE_RANK] = str(rank)
+        env[contract.ROLE_WORLD_SIZE] = str(world_size)
     if dist in ("spmd", "jax"):
         env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.jax_coordinator_port}"
         env[contract.JAX_NUM_PROCESSES] = str(world_size)
@@ -349,21 +370,33 @@ def reserved_ports(processes: int) -> int:
     return contract.TF_PORT_OFFSET + processes
 
 
+def host_of(addr: str) -> str:
+    """The machine an address is on, for ports that must not collide: every loopback address
+    (127.0.0.0/8, ``::1``, ``localhost``) is this one machine; any other address is its own."""
+    try:
+        loopback = ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        loopback = addr == "localhost"
+    return "loopback" if loopback else addr
+
+
 def tf_config(world: World, rank: int) -> str:
     """TensorFlow's ``TF_CONFIG``: one worker entry per process, this process's index.
 
-    Ports start at ``master_port + contract.TF_PORT_OFFSET`` and count the processes at the same
-    address: the local rank when every node has its own address, so no two entries collide even
-    when nodes share one (the local launcher's single-address fallback), and none takes a torch or
-    JAX rendezvous port.
+    Ports start at ``master_port + contract.TF_PORT_OFFSET`` and count the processes on the same
+    machine (:func:`host_of`): the local rank when every node has a machine of its own, so no two
+    entries collide where nodes share one (the local launcher's 127.0.0.x addresses, or its
+    single-address fallback: TensorFlow's gRPC server binds ``0.0.0.0:port``, not the address in
+    its entry), and none takes a torch or JAX rendezvous port.
     """
     first = world.master_port + contract.TF_PORT_OFFSET
     taken: dict[str, int] = {}
     workers: list[str] = []
     for node in world.nodes:
-        before = taken.get(node.addr, 0)
-        workers.extend(f"{node.addr}:{first + before + i}" for i in range(node.num_proc))
-        taken[node.addr] = before + node.num_proc
+        host = host_of(node.addr)
+        before = taken.get(host, 0)
+        workers.extend(f"{host_port(node.addr, first + before + i)}" for i in range(node.num_proc))
+        taken[host] = before + node.num_proc
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
 
 

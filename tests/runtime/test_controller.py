@@ -36,16 +36,16 @@ def test_ray_head_on_node_0_and_workers_pointed_at_it_from_the_reserved_ports():
     assert worker is not None and worker.name == "ray worker" and worker.wait_for == "10.0.0.1:29532"
     assert worker.argv == ("numactl", "-N0", "ray", "start", "--address=10.0.0.1:29532", "--block",
                            "--node-ip-address=10.0.0.3", "--disable-usage-stats")
-    assert controller.driver_wait(w) == "10.0.0.1:29532"
+    assert controller.driver_wait(w) == controller.DriverWait(("10.0.0.1:29532",), ("10.0.0.1", "10.0.0.2", "10.0.0.3"))
 
 
-def test_every_monarch_node_serves_its_own_address_and_nothing_waits():
+def test_every_monarch_node_serves_its_own_address_and_the_driver_waits_for_all():
     w = world("monarch", ("10.0.0.1", "fd00::2"))
     plans = [controller.daemon(w, i, python="/usr/bin/python3") for i in range(2)]
     assert [p.argv[-1] for p in plans if p] == ["tcp://10.0.0.1:29532", "tcp://[fd00::2]:29532"]
     assert all(p and p.argv[:3] == ("/usr/bin/python3", "-c", controller.MONARCH_WORKER) and not p.wait_for
                for p in plans)
-    assert controller.driver_wait(w) == ""
+    assert controller.driver_wait(w) == controller.DriverWait(("10.0.0.1:29532", "[fd00::2]:29532"))
 
 
 @pytest.mark.parametrize("distribution", ["spmd", "pytorch", "jax", "tensorflow"])

@@ -327,13 +327,19 @@ def test_sigkill_of_the_launcher_leaves_no_orphan(script):
         (["--mode", "service", "--no-python"], "--no-python"),
         (["--nnodes", "1:x", "x.py"], "expected N or MIN:MAX nodes, got '1:x'"),
         (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got 3:2)"),
-        (["--nproc_per_node", "two", "x.py"], "argument --nproc_per_node: invalid int value: 'two'"),
-        (["--nproc-per-node=two", "x.py"], "argument --nproc-per-node: invalid int value: 'two'"),
-        (["--nproc_per_node", "two", "x.py", "--num-proc", "3"], "argument --nproc_per_node: invalid int value"),
+        (["--nproc_per_node", "two", "x.py"], "argument --nproc_per_node: expected a number of processes, or "
+                                              "auto, cpu, gpu or xpu, got 'two'"),
+        (["--nproc-per-node=two", "x.py"], "argument --nproc-per-node: expected a number of processes"),
+        (["--nproc_per_node", "two", "x.py", "--num-proc", "3"], "argument --nproc_per_node: expected a number"),
+        (["--nproc-per-node", "gpu", "x.py"], "--nproc-per-node: Cuda is not available."),
         (["--nproc", "2", "x.py"], "unrecognized arguments: --nproc"),
-        (["--rdzv-endpoint=127.0.0.1:29400", "x.py"], "torchrun's --rdzv-endpoint is not needed"),
-        (["--standalone", "x.py"], "torchrun's --standalone is not needed: every node runs on this machine"),
-        (["--node_rank", "1", "x.py"], "torchrun's --node_rank is not needed: the launcher starts every node"),
+        (["--signals-to-handle", "SIGTERM,SIGNOPE", "x.py"], "--signals-to-handle: 'SIGNOPE' is not a signal"),
+        (["--redirects", "4", "x.py"], "--redirects: '4': '4' is not a stream choice"),
+        (["-t", "0:x", "x.py"], "-t: '0:x': 'x' is not a stream choice"),
+        (["--local_ranks_filter", "0,a", "x.py"], "--local_ranks_filter: '0,a' is not a comma-separated list"),
+        (["--start-method", "thread", "x.py"], "argument --start-method: invalid choice: 'thread'"),
+        (["--node_rank", "one", "x.py"], "argument --node_rank: invalid int value: 'one'"),
+        (["--shutdown-timeout", "-1", "x.py"], "--shutdown-timeout: must be 0 or more seconds (got -1.0)"),
         (["--nnodes", "1:2", "--min-workers", "1", "x.py"], "--nnodes: MIN:MAX and --min-workers/--max-workers"),
         (["--nproc-per-node", "2", "--distribution", "ray", "examples/ray_nodes.py"],
          "--nproc-per-node: a ray job runs one driver"),
@@ -403,6 +409,13 @@ def with_argv0(marker: str, name: bytes) -> list[int]:
     return [pid for pid in processes_with(marker) if command_line(pid)[:1] == [name]]
 
 
+def only_job_dir(logs: Path, job: str) -> Path:
+    """The one run directory a launch made in its ``--log-dir`` base, as torchrun names it: ``<job id>_<random>``."""
+    found = [p for p in logs.iterdir() if p.is_dir()]
+    assert len(found) == 1 and found[0].name.startswith(job + ("" if job.endswith("-") else "_")), found
+    return found[0]
+
+
 def test_a_node_killed_mid_job_leaves_no_run_directory_behind(tmp_path: Path, script):
     job = f"killed-{uuid.uuid4().hex[:8]}"
     path = script(
@@ -415,7 +428,8 @@ def test_a_node_killed_mid_job_leaves_no_run_directory_behind(tmp_path: Path, sc
     result = launch("--workers", "2", "--num-proc", "1", "--master-port", "0", "--job-name", job,
                     "--log-dir", str(logs), str(path), timeout=60)
     assert result.returncode != 0
-    assert (logs / "verdict.json").exists() and not (logs / "run").exists()
+    job_dir = only_job_dir(logs, job)
+    assert (job_dir / "verdict.json").exists() and not (job_dir / "run").exists()
     assert not list(Path(tempfile.gettempdir()).glob(f"trainplane-{job}-*"))
 
 
@@ -425,8 +439,9 @@ def test_per_rank_log_files(tmp_path: Path, script):
     result = launch("--workers", "2", "--num-proc", "1", "--master-port", "0", "--log-dir", str(logs), str(path))
     assert result.returncode == 0, result.stderr
     assert "[rank 1] hello from 1" in result.stdout
+    job_dir = only_job_dir(logs, "local-")
     for node, rank in ((0, 0), (1, 1)):
-        text = (logs / f"node-{node}" / "gen-1" / f"rank-{rank}.log").read_text()
+        text = (job_dir / f"node-{node}" / "gen-1" / f"rank-{rank}.log").read_text()
         assert f"hello from {rank}" in text and "oops" in text
 
 
@@ -442,8 +457,8 @@ def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(
         cwd=ROOT, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        connection = logs / "connection.json"
-        assert wait_until(connection.exists, timeout=60)
+        assert wait_until(lambda: list(logs.glob(f"{marker}_*/connection.json")), timeout=60)
+        connection = only_job_dir(logs, marker) / "connection.json"
         assert connection.stat().st_mode & 0o777 == 0o600
         with JobClient.from_file(connection) as client:
             assert client.call("tests.runtime.service_fns:rank", timeout=60) == [0, 1, 2, 3]

@@ -24,6 +24,7 @@ import pytest
 from components import DistributedJob
 from components.job.bundle import materialise
 from runtime.agent import contract
+from runtime.agent.world import reserved_ports
 from runtime.local import free_port
 from tests.components.componenttest import REPO_ROOT, deploy, job_args, unsecret
 
@@ -58,7 +59,7 @@ def render_objects(tmp_path: Path, pod_ips: Sequence[str], **overrides: Any) -> 
         "num_proc": NUM_PROC,
         "namespace": NAMESPACE,
         "working_dir": str(workspace),
-        "agent_port": free_port(pod_ips[0], [master_port]),
+        "agent_port": free_port(pod_ips[0], range(master_port, master_port + reserved_ports(WORKERS * NUM_PROC))),
         "master_port": master_port,
         "quorum_timeout": 120,
         "env": {"OMP_NUM_THREADS": "1"},
