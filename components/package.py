@@ -16,14 +16,21 @@ import pulumi
 from pulumi.provider.experimental import component_provider_host
 from pulumi.provider.experimental.component import ComponentProvider
 
-from components.job.component import PACKAGE, DistributedJob
+from components.addons import Kueue, NvidiaDevicePlugin, TrainingOperator, Volcano
+from components.job.component import DistributedJob
+from components.tokens import PACKAGE
 
 NAMESPACE = "trainplane"
 """The package's namespace, which the generated SDKs are published under (e.g. ``@trainplane/trainplane``)."""
 VERSION = "0.1.0"
 """The package's version, the project's (``pyproject.toml``)."""
-COMPONENTS: list[type[pulumi.ComponentResource]] = [DistributedJob]
-"""The components the package hosts; each one's type token is ``trainplane:index:<class name>``."""
+COMPONENTS: list[type[pulumi.ComponentResource]] = [
+    DistributedJob, NvidiaDevicePlugin, TrainingOperator, Volcano, Kueue,
+]
+"""The components the package hosts; each one's type token is ``trainplane:index:<class name>``. The
+cluster components are Python only: what they hand the rest of a program is a Kubernetes provider object
+for the add-ons and jobs to use, and a program in another language makes its own (pulumi-eks and the
+Kubernetes provider are packages there already)."""
 
 
 def serve() -> None:

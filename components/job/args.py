@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import pulumi
 
-from components import docs, outputs, validate
+from components import arguments, docs, outputs, validate
 from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
 from components.job import checks
@@ -161,28 +161,14 @@ class DistributedJobArgs:
     @classmethod
     def from_inputs(cls, inputs: Mapping[str, Any]) -> DistributedJobArgs:
         """Build the args from a :class:`~components.job.inputs.DistributedJobArgsDict` (or any mapping
-        of field names to values), as a Pulumi program in another language sends them.
-
-        Whole-number floats are taken as the ints they stand for in the fields that hold whole numbers:
-        Pulumi carries every number as a float (``google.protobuf.Value``), and the Python SDK's
-        component provider hands them on as floats (pulumi 3.272.0,
-        ``pulumi/provider/experimental/component.py``, ``map_input_properties``).
+        of field names to values), as a Pulumi program in another language passes them: whole-number
+        floats are the ints Pulumi carried as floats (``components.arguments``).
 
         Raises:
             InvalidJobArgs: ``inputs`` is not a mapping, names no ``image`` or a key that is no field,
                 or a field is invalid.
         """
-        if not isinstance(inputs, Mapping):
-            raise InvalidJobArgs("args", inputs, "must be a DistributedJobArgs or a mapping of its fields",
-                                 "pass DistributedJobArgs(...) or a dict such as {\"image\": \"python:3.11-slim\"}")
-        known = {f.name: f for f in fields(cls)}
-        for key, value in inputs.items():
-            if key not in known:
-                raise InvalidJobArgs(str(key), value, "is not a DistributedJobArgs field",
-                                     f"use one of {', '.join(known)}")
-        if "image" not in inputs:
-            raise InvalidJobArgs("image", None, "is required", 'pass e.g. "python:3.11-slim"')
-        return cls(**{key: _whole(value) if key in WHOLE_NUMBER_FIELDS else value for key, value in inputs.items()})
+        return arguments.from_mapping(cls, inputs, InvalidJobArgs)
 
     @property
     def workload_backend(self) -> str:
@@ -600,8 +586,6 @@ value and returns a valid one as the args keep it (collections frozen)."""
 
 INPUT_FIELDS = frozenset(INPUT_CHECKS)
 """The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""
-WHOLE_NUMBER_FIELDS = frozenset(f.name for f in fields(DistributedJobArgs) if re.search(r"\bint\b", str(f.type)))
-"""The fields that hold whole numbers (``num_proc`` may also be ``"auto"``)."""
 DistributedJobArgs.__doc__ = (DistributedJobArgs.__doc__ or "") + docs.attributes_section(
     docs.attribute_docs(DistributedJobArgsDict))
 
@@ -613,11 +597,6 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(value)
     return value
-
-
-def _whole(value: Any) -> Any:
-    """A whole-number float as its int (Pulumi carries numbers as floats); anything else as is."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _plain_type(annotation: str) -> str:

@@ -22,12 +22,11 @@ from components.job.fit import check_fits
 from components.job.inputs import DistributedJobArgsDict
 from components.job.naming import resource_name
 from components.job.render import Manifest, render_job
+from components.tokens import aliased, token
 
-PACKAGE = "trainplane"
-"""The Pulumi package the components belong to (``components.package`` hosts them)."""
-RESOURCE_TYPE = f"{PACKAGE}:index:DistributedJob"
-"""The component's type token: ``<package>:index:<class>``, as the SDK's component provider requires."""
-FORMER_RESOURCE_TYPE = f"{PACKAGE}:job:DistributedJob"
+RESOURCE_TYPE = token("DistributedJob")
+"""The component's type token (``components.tokens``)."""
+FORMER_RESOURCE_TYPE = "trainplane:job:DistributedJob"
 """The type token before the component was packaged; an alias keeps stacks made with it from replacing
 their jobs."""
 TOKEN_LENGTH = 48
@@ -118,9 +117,7 @@ class DistributedJob(pulumi.ComponentResource):
             checks.append(fit)
         bundle = build_bundle()
         prefix = resource_name(name, job_args.namespace)
-        aliases = [pulumi.Alias(type_=FORMER_RESOURCE_TYPE)]
-        super().__init__(RESOURCE_TYPE, prefix, None, pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(aliases=aliases)))
+        super().__init__(RESOURCE_TYPE, prefix, None, aliased(opts, FORMER_RESOURCE_TYPE))
         checked: list[Any] = [pulumi.Output.all(*checks).apply(lambda _: None)] if checks else []
         self._checked = checked
         self._custom_dependencies = pulumi.ResourceOptions.merge(

@@ -13,26 +13,42 @@ Upstream rules encoded here (no Pulumi CLI runs here):
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import json
 import re
+import typing
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import jsonschema
+import pulumi
 import pytest
 import yaml
 from google.protobuf import json_format
 from pulumi.runtime.rpc import UNKNOWN
 
 from components import package
+from components.addons import (
+    ClusterQueueArgs,
+    Kueue,
+    KueueArgs,
+    LocalQueueArgs,
+    NvidiaDevicePlugin,
+    NvidiaDevicePluginArgs,
+    ResourceFlavorArgs,
+    TrainingOperator,
+    TrainingOperatorArgs,
+    Volcano,
+    VolcanoArgs,
+)
+from components.addons.inputs import ClusterQueue, LocalQueue, ResourceFlavor
 from components.docs import attribute_docs
 from components.job.args import INPUT_FIELDS, DistributedJobArgs
 from components.job.bundle import build_bundle
 from components.job.component import RESOURCE_TYPE, DistributedJob
-from components.job.inputs import DistributedJobArgsDict
 from components.job.render import render_job
 from tests.components import fake_engine
 from tests.components.componenttest import REPO_ROOT, SCHEMAS, is_secret, unsecret
@@ -75,11 +91,12 @@ def test_the_metaschema_check_is_not_vacuous() -> None:
     assert len(list(metaschema_validator().iter_errors(broken))) >= 2
 
 
-def test_the_package_hosts_the_job_under_its_own_type_token(schema: dict[str, Any]) -> None:
+def test_the_package_hosts_the_components_under_their_own_type_tokens(schema: dict[str, Any]) -> None:
     assert (schema["name"], schema["namespace"]) == ("trainplane", "trainplane")
     assert RESOURCE_TYPE == "trainplane:index:DistributedJob"
-    assert set(schema["resources"]) == {f"trainplane:index:{c.__name__}" for c in package.COMPONENTS}
-    assert schema["resources"][RESOURCE_TYPE]["isComponent"] is True
+    assert set(schema["resources"]) == {f"trainplane:index:{c.__name__}" for c in COMPONENT_ARGS}
+    assert all(resource["isComponent"] is True for resource in schema["resources"].values())
+    assert set(schema["types"]) == {f"trainplane:index:{t.__name__}" for t in NESTED.values()}
 
 
 def test_the_package_version_is_the_projects(schema: dict[str, Any]) -> None:
@@ -88,20 +105,45 @@ def test_the_package_version_is_the_projects(schema: dict[str, Any]) -> None:
     assert schema["version"] == package.VERSION == project.group(1)
 
 
-def schema_type(annotation: str) -> dict[str, Any]:
-    """The schema type a Python annotation (as the dataclass spells it) stands for."""
-    for wrapper in ("Optional[", "pulumi.Input["):
-        if annotation.startswith(wrapper):
-            return schema_type(annotation[len(wrapper):-1])
-    if annotation in SCALARS:
-        return {"type": SCALARS[annotation]}
-    if annotation in ("Any", "Union[int, str]"):  # the analyzer has no unions: an int or "auto" is Any
+COMPONENT_ARGS: dict[type, type] = {
+    DistributedJob: DistributedJobArgs, NvidiaDevicePlugin: NvidiaDevicePluginArgs,
+    TrainingOperator: TrainingOperatorArgs, Volcano: VolcanoArgs, Kueue: KueueArgs,
+}
+"""Every packaged component and the args dataclass its Python callers pass."""
+NESTED: dict[type, type] = {ResourceFlavorArgs: ResourceFlavor, ClusterQueueArgs: ClusterQueue,
+                            LocalQueueArgs: LocalQueue}
+"""Args dataclasses nested in others, and the TypedDict (a schema type) each is documented and declared by."""
+INPUTS: dict[type, frozenset[str]] = {DistributedJob: INPUT_FIELDS}
+"""The fields that take a ``pulumi.Input``, per component; the add-ons take none."""
+
+
+def documented_by(args: type) -> type:
+    """The TypedDict declaring the fields of args dataclass ``args`` (what the analyzer reads)."""
+    if args in NESTED:
+        return NESTED[args]
+    (component,) = [c for c, a in COMPONENT_ARGS.items() if a is args]
+    return inspect.get_annotations(component.__init__)["args"]
+
+
+def schema_type(hint: Any) -> dict[str, Any]:
+    """The schema type a Python type hint of an args dataclass stands for."""
+    members = [m for m in typing.get_args(hint) if m is not type(None)] if typing.get_origin(hint) is typing.Union \
+        else [hint]
+    plain = [m for m in members if typing.get_origin(m) is not collections.abc.Awaitable
+             and typing.get_origin(m) is not pulumi.Output and not isinstance(m, typing.ForwardRef)]
+    if len(plain) > 1 or plain == [Any]:  # the analyzer has no unions: an int or "auto", a quantity, is Any
         return {"$ref": "pulumi.json#/Any"}
-    if annotation.startswith("Sequence["):
-        return {"type": "array", "items": schema_type(annotation[len("Sequence["):-1])}
-    if annotation.startswith("Mapping[str, "):
-        return {"type": "object", "additionalProperties": schema_type(annotation[len("Mapping[str, "):-1])}
-    raise AssertionError(f"no schema type for {annotation}")
+    (kind,) = plain
+    if kind in (str, int, float, bool):
+        return {"type": SCALARS[kind.__name__]}
+    if kind in NESTED:
+        return {"$ref": f"#/types/trainplane:index:{NESTED[kind].__name__}"}
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is collections.abc.Sequence:
+        return {"type": "array", "items": schema_type(args[0])}
+    if origin is collections.abc.Mapping and args[0] is str:
+        return {"type": "object", "additionalProperties": schema_type(args[1])}
+    raise AssertionError(f"no schema type for {hint}")
 
 
 def without_descriptions(prop: dict[str, Any]) -> dict[str, Any]:
@@ -110,53 +152,88 @@ def without_descriptions(prop: dict[str, Any]) -> dict[str, Any]:
             if k not in ("description", "plain")}
 
 
-@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(DistributedJobArgs)])
-def test_every_argument_of_the_job_is_in_the_schema_with_its_type_requiredness_and_description(
-    job: dict[str, Any], field: str
+def fields_of(args: type) -> list[tuple[str, Any, bool]]:
+    """(name, type hint, required) of each field of args dataclass ``args``."""
+    hints = typing.get_type_hints(args, localns={"Output": pulumi.Output, "T": typing.TypeVar("T")})
+    return [(f.name, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(args)]
+
+
+ARGUMENTS = [pytest.param(component, args, name, id=f"{component.__name__}.{name}")
+             for component, args in COMPONENT_ARGS.items() for name, _, _ in fields_of(args)]
+NESTED_FIELDS = [pytest.param(args, name, id=f"{typed.__name__}.{name}")
+                 for args, typed in NESTED.items() for name, _, _ in fields_of(args)]
+
+
+@pytest.mark.parametrize(("component", "args", "field"), ARGUMENTS)
+def test_every_argument_is_in_the_schema_with_its_type_requiredness_and_description(
+    schema: dict[str, Any], component: type, args: type, field: str
 ) -> None:
-    prop = job["inputProperties"][camel(field)]
-    spec = next(f for f in dataclasses.fields(DistributedJobArgs) if f.name == field)
-    assert without_descriptions(prop) == schema_type(str(spec.type))
-    required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
-    assert (camel(field) in job["requiredInputs"]) is required
-    assert prop.get("plain") is (None if field in INPUT_FIELDS else True), "Inputs are exactly the Input fields"
-    assert inspect.cleandoc(prop["description"]) == attribute_docs(DistributedJobArgsDict)[field] != ""
+    resource = schema["resources"][f"trainplane:index:{component.__name__}"]
+    (hint, required) = next((h, r) for n, h, r in fields_of(args) if n == field)
+    prop = resource["inputProperties"][camel(field)]
+    assert without_descriptions(prop) == schema_type(hint)
+    assert (camel(field) in resource["requiredInputs"]) is required
+    inputs = INPUTS.get(component, frozenset())
+    assert prop.get("plain") is (None if field in inputs else True), "Inputs are exactly the Input fields"
+    assert inspect.cleandoc(prop["description"]) == attribute_docs(documented_by(args))[field] != ""
 
 
-def test_the_schema_has_no_argument_the_job_lacks(job: dict[str, Any]) -> None:
-    assert set(job["inputProperties"]) == {camel(f.name) for f in dataclasses.fields(DistributedJobArgs)}
+@pytest.mark.parametrize(("args", "field"), NESTED_FIELDS)
+def test_every_field_of_a_nested_object_is_in_its_schema_type(schema: dict[str, Any], args: type, field: str) -> None:
+    spec = schema["types"][f"trainplane:index:{NESTED[args].__name__}"]
+    (hint, required) = next((h, r) for n, h, r in fields_of(args) if n == field)
+    assert without_descriptions(spec["properties"][camel(field)]) == schema_type(hint)
+    assert (camel(field) in spec.get("required", [])) is required
+    assert inspect.cleandoc(spec["properties"][camel(field)]["description"]) == attribute_docs(NESTED[args])[field]
 
 
-def test_the_typed_dict_and_the_args_declare_the_same_fields_inputs_and_defaults() -> None:
-    annotations = DistributedJobArgsDict.__annotations__
-    fields = {f.name: f for f in dataclasses.fields(DistributedJobArgs)}
-    assert list(annotations) == list(fields)
-    for name, spec in fields.items():
-        assert ("pulumi.Input[" in str(spec.type)) is (name in INPUT_FIELDS), name
-        assert ("Output[T]" in str(annotations[name])) is (name in INPUT_FIELDS), name  # Input[T] is a Union
+@pytest.mark.parametrize("args", [*COMPONENT_ARGS.values(), *NESTED])
+def test_the_schema_has_no_argument_python_lacks(schema: dict[str, Any], args: type) -> None:
+    typed = documented_by(args)
+    assert list(typed.__annotations__) == [name for name, _, _ in fields_of(args)]
+
+
+@pytest.mark.parametrize("args", [*COMPONENT_ARGS.values(), *NESTED])
+def test_each_args_class_declares_the_same_inputs_and_defaults_as_its_typed_dict(args: type) -> None:
+    typed = documented_by(args)
+    inputs = next((INPUTS.get(c, frozenset()) for c, a in COMPONENT_ARGS.items() if a is args), frozenset())
+    docs = attribute_docs(typed)
+    for spec in dataclasses.fields(args):
+        annotation = str(typed.__annotations__[spec.name])
+        assert ("Output[T]" in annotation) is (spec.name in inputs), spec.name  # Input[T] is a Union with Output
+        takes_inputs = "Input[" in str(spec.type) or "Output" in str(spec.type)
+        assert takes_inputs is (spec.name in inputs), spec.name
         default = spec.default if spec.default is not dataclasses.MISSING else (
             spec.default_factory() if spec.default_factory is not dataclasses.MISSING else None)
-        doc = attribute_docs(DistributedJobArgsDict)[name]
-        documented = re.search(r"Default: ``(.*)``\.$", doc)
-        if default not in (None, (), {}) or documented:
-            assert documented, f"{name}: say its default ({default!r})"
-            assert json.loads(documented.group(1)) == json.loads(json.dumps(default)), name
+        documented = re.search(r"Default: ``(.*)``\.$", docs[spec.name])
+        if isinstance(default, (str, int, float, bool)):
+            assert documented, f"{args.__name__}.{spec.name}: say its default ({default!r})"
+        if documented:
+            assert json.loads(documented.group(1)) == json.loads(json.dumps(default)), spec.name
 
 
-def test_the_args_show_each_fields_documentation() -> None:
-    for name, doc in attribute_docs(DistributedJobArgsDict).items():
-        first_line = doc.splitlines()[0]
-        assert f"{name}: {first_line}" in (DistributedJobArgs.__doc__ or ""), name
+@pytest.mark.parametrize("args", [*COMPONENT_ARGS.values(), *NESTED])
+def test_each_args_class_shows_each_fields_documentation(args: type) -> None:
+    for name, doc in attribute_docs(documented_by(args)).items():
+        assert f"{name}: {doc.splitlines()[0]}" in (args.__doc__ or ""), name
 
 
-def test_the_jobs_outputs_are_in_the_schema_with_their_descriptions(job: dict[str, Any]) -> None:
-    assert set(job["properties"]) == {camel(o) for o in OUTPUTS}
-    assert sorted(job["required"]) == sorted(camel(o) for o in OUTPUTS)
-    docs = attribute_docs(DistributedJob)
-    for output in OUTPUTS:
-        prop = job["properties"][camel(output)]
-        assert (prop["type"], inspect.cleandoc(prop["description"])) == ("string", docs[output])
-    assert "\n    " not in job["description"], "the component's description is cleaned of indentation"
+@pytest.mark.parametrize("component", COMPONENT_ARGS)
+def test_each_components_outputs_are_in_the_schema_with_their_descriptions(
+    schema: dict[str, Any], component: type
+) -> None:
+    resource = schema["resources"][f"trainplane:index:{component.__name__}"]
+    docs = attribute_docs(component)
+    assert set(resource["properties"]) == {camel(name) for name in docs}
+    assert sorted(resource["required"]) == sorted(camel(name) for name in docs)
+    for name, doc in docs.items():
+        assert inspect.cleandoc(resource["properties"][camel(name)]["description"]) == doc
+    assert "\n    " not in resource["description"], "the component's description is cleaned of indentation"
+
+
+def test_the_jobs_outputs_are_strings(job: dict[str, Any]) -> None:
+    assert {name: prop["type"] for name, prop in job["properties"].items()} == {camel(o): "string" for o in OUTPUTS}
 
 
 # --- the YAML program in examples/ --------------------------------------------------------------------
@@ -294,3 +371,21 @@ def test_an_invalid_input_fails_the_construct_naming_the_field(
     assert message in info.value.details()
     made = [r.type for r in engine.monitor.registered[before:]]
     assert set(made) <= {RESOURCE_TYPE}, f"children were registered: {made}"
+
+
+def test_an_addon_with_nested_objects_constructs_from_another_languages_inputs(engine: FakeEngine) -> None:
+    """Nested objects arrive camelCased; the component provider maps them to Python names by the schema
+    types (pulumi 3.272.0 ``component.py``, ``map_input_properties``)."""
+    inputs = {"flavors": [{"name": "a100", "nodeLabels": {"pool": "a100"}}],
+              "clusterQueues": [{"name": "gpu", "quotas": {"a100": {"cpu": 64, "nvidia.com/gpu": "8"}}}],
+              "localQueues": [{"name": "team", "namespace": "research", "clusterQueue": "gpu"}],
+              "podsReadyTimeout": 300}
+    response = engine.construct("trainplane:index:Kueue", "kueue", inputs)
+    state = json_format.MessageToDict(response.state)
+    assert (state["namespace"], state["clusterQueues"]) == ("kueue-system", ["gpu"])
+    made = {r.name: r for r in engine.monitor.registered if r.parent == response.urn}
+    assert made["kueue-localqueue-research-team"].inputs["spec"] == {"clusterQueue": "gpu"}
+    flavors = made["kueue-clusterqueue-gpu"].inputs["spec"]["resourceGroups"][0]["flavors"]
+    assert flavors == [{"name": "a100", "resources": [{"name": "cpu", "nominalQuota": 64},
+                                                      {"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]
+    assert made["kueue-flavor-a100"].inputs["spec"] == {"nodeLabels": {"pool": "a100"}}

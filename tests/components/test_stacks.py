@@ -25,15 +25,15 @@ CLUSTER_TYPES = {
     "existing": "trainplane:cluster:ExistingCluster",
 }
 ADDON_TYPES = {
-    "device-plugin": "trainplane:addons:NvidiaDevicePlugin",
-    "training-operator": "trainplane:addons:TrainingOperator",
-    "volcano": "trainplane:addons:Volcano",
-    "kueue": "trainplane:addons:Kueue",
+    "device-plugin": "trainplane:index:NvidiaDevicePlugin",
+    "training-operator": "trainplane:index:TrainingOperator",
+    "volcano": "trainplane:index:Volcano",
+    "kueue": "trainplane:index:Kueue",
 }
 CRD_GROUPS = {
-    "scheduling.volcano.sh": "trainplane:addons:Volcano",
-    "kueue.x-k8s.io": "trainplane:addons:Kueue",
-    "kubeflow.org": "trainplane:addons:TrainingOperator",
+    "scheduling.volcano.sh": "trainplane:index:Volcano",
+    "kueue.x-k8s.io": "trainplane:index:Kueue",
+    "kubeflow.org": "trainplane:index:TrainingOperator",
 }
 """Which add-on installs the CRDs of each API group."""
 INSTALLERS = ("kubernetes:helm.sh/v3:Release", "kubernetes:kustomize/v2:Directory")
@@ -181,9 +181,9 @@ def test_add_ons_come_in_crd_order_when_all_are_installed(home):
     deployment = run_program(
         stack_config("local", addons=["kueue", "training-operator", "volcano", "device-plugin"], kueue=kueue)
     )
-    volcano = deployment.one("trainplane:addons:Volcano")
-    operator = deployment.one("trainplane:addons:TrainingOperator")
-    queues = deployment.one("trainplane:addons:Kueue")
+    volcano = deployment.one("trainplane:index:Volcano")
+    operator = deployment.one("trainplane:index:TrainingOperator")
+    queues = deployment.one("trainplane:index:Kueue")
 
     def installs(addon):
         return {r.urn for r in deployment.descendants(addon) if r.type in INSTALLERS}
