@@ -42,3 +42,9 @@ def attributes_section(docs: dict[str, str], indent: str = "    ") -> str:
         lines.append(f"{indent}    {name}: {first}")
         lines += [f"{indent}        {line}" for line in rest]
     return "\n".join(lines) + "\n"
+
+
+def document_fields(cls: type, source: type) -> None:
+    """Append to ``cls``'s docstring an ``Attributes:`` section of ``source``'s attribute docstrings (the
+    TypedDict that declares ``cls``'s fields for the package schema), so each field is documented once."""
+    cls.__doc__ = (cls.__doc__ or "") + attributes_section(attribute_docs(source))

@@ -46,8 +46,7 @@ def device_plugin_values() -> dict[str, Any]:
     }
 
 
-NvidiaDevicePluginArgs.__doc__ = (NvidiaDevicePluginArgs.__doc__ or "") + docs.attributes_section(
-    docs.attribute_docs(NvidiaDevicePluginArgsDict))
+docs.document_fields(NvidiaDevicePluginArgs, NvidiaDevicePluginArgsDict)
 
 if TYPE_CHECKING:
     DevicePluginArgs = Optional[Union[NvidiaDevicePluginArgs, NvidiaDevicePluginArgsDict]]

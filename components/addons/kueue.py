@@ -187,7 +187,7 @@ class KueueArgs:
 
 for _args, _documented in ((ResourceFlavorArgs, ResourceFlavor), (ClusterQueueArgs, ClusterQueue),
                           (LocalQueueArgs, LocalQueue), (KueueArgs, KueueArgsDict)):
-    _args.__doc__ = (_args.__doc__ or "") + docs.attributes_section(docs.attribute_docs(_documented))
+    docs.document_fields(_args, _documented)
 
 if TYPE_CHECKING:
     KueueInput = Union[KueueArgs, KueueArgsDict]

@@ -75,8 +75,7 @@ class TrainingOperatorArgs:
         return VOLCANO if self.gang_scheduler_name.lower() == VOLCANO_SCHEDULER else SCHEDULER_PLUGINS
 
 
-TrainingOperatorArgs.__doc__ = (TrainingOperatorArgs.__doc__ or "") + docs.attributes_section(
-    docs.attribute_docs(TrainingOperatorArgsDict))
+docs.document_fields(TrainingOperatorArgs, TrainingOperatorArgsDict)
 
 if TYPE_CHECKING:
     TrainingOperatorInput = Optional[Union[TrainingOperatorArgs, TrainingOperatorArgsDict]]

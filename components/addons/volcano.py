@@ -57,7 +57,7 @@ class VolcanoArgs:
         return (self.queue, BUILTIN_QUEUE)
 
 
-VolcanoArgs.__doc__ = (VolcanoArgs.__doc__ or "") + docs.attributes_section(docs.attribute_docs(VolcanoArgsDict))
+docs.document_fields(VolcanoArgs, VolcanoArgsDict)
 
 if TYPE_CHECKING:
     VolcanoInput = Optional[Union[VolcanoArgs, VolcanoArgsDict]]

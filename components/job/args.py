@@ -586,8 +586,7 @@ value and returns a valid one as the args keep it (collections frozen)."""
 
 INPUT_FIELDS = frozenset(INPUT_CHECKS)
 """The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""
-DistributedJobArgs.__doc__ = (DistributedJobArgs.__doc__ or "") + docs.attributes_section(
-    docs.attribute_docs(DistributedJobArgsDict))
+docs.document_fields(DistributedJobArgs, DistributedJobArgsDict)
 
 
 def _frozen(value: Any) -> Any:
