@@ -28,6 +28,7 @@ from tests.components.componenttest import (
     Mocks,
     RecordingMonitor,
     deploy,
+    is_secret,
     job_args,
     unsecret,
     validate_manifest,
@@ -357,3 +358,21 @@ def test_a_mapping_of_arguments_is_checked_like_the_args(inputs: Any, field: str
     with pytest.raises(InvalidJobArgs) as info:
         DistributedJobArgs.from_inputs(inputs)
     assert (info.value.field, info.value.problem) == (field, problem)
+
+
+def test_a_secret_output_stays_a_secret_where_it_is_rendered_only() -> None:
+    """Pulumi keeps a secret Output's secrecy through ``apply`` and serialises it with the secret signature
+    (``runtime/rpc.py``; reading inputs back, the SDK marks the enclosing top-level property secret); the
+    job's other objects carry none of it."""
+
+    def program() -> dict[str, Any]:
+        job = DistributedJob("demo", job_args(env={"DB_PASSWORD": pulumi.Output.secret("hunter2")}))
+        return {"name": job.job_name}
+
+    result = deploy(program)
+    workload = result.named("demo-indexed-job").inputs
+    assert is_secret(workload["spec"]) and not is_secret(workload["metadata"])
+    env = unsecret(workload["spec"])["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "DB_PASSWORD", "value": "hunter2"} in env
+    for role in ("service", "runtime", "network-policy"):
+        assert not any(is_secret(v) for v in result.named(f"demo-{role}").inputs.values()), role
