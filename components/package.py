@@ -46,4 +46,4 @@ def schema() -> dict[str, Any]:
         Exception: the SDK's analyzer cannot infer a schema from a component's annotations (its own
             error types, naming the component and the property).
     """
-    return json.loads(ComponentProvider(COMPONENTS, PACKAGE, NAMESPACE, VERSION).schema)
+    return json.loads(ComponentProvider(COMPONENTS, PACKAGE, NAMESPACE, VERSION).schema or "{}")

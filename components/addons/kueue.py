@@ -319,8 +319,8 @@ class Kueue(pulumi.ComponentResource):
                 replace_on=LOCAL_QUEUE_REPLACED_ON,
             )
         self.namespace = pulumi.Output.from_input(args.namespace)
-        self.cluster_queues = pulumi.Output.all(*(queues[q.name].metadata for q in args.cluster_queues)).apply(
-            lambda metadata: [m["name"] for m in metadata])
+        names = [q.name for q in args.cluster_queues]
+        self.cluster_queues = pulumi.Output.all(*(queues[name].urn for name in names)).apply(lambda _: names)
         self.register_outputs({"namespace": self.namespace, "cluster_queues": self.cluster_queues})
 
 

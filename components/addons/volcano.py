@@ -133,7 +133,7 @@ class Volcano(pulumi.ComponentResource):
             metadata=ready["metadata"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
         )
-        self.queue = self.queue_resource.metadata.apply(lambda metadata: metadata["name"])
+        self.queue = pulumi.Output.all(self.queue_resource.urn, args.queue).apply(lambda known: known[1])
         self.namespace = pulumi.Output.from_input(args.namespace)
         self.register_outputs({"queue": self.queue, "namespace": self.namespace})
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, cast
 
 import pulumi
 from kubernetes.utils import parse_quantity
@@ -146,8 +146,10 @@ def _check_kueue(a: DistributedJobArgs, kueue: Optional[KueueCapabilities], queu
                              "trainplane:addons the stack enables kubeflow.org/pytorchjob), or use another backend")
     if not queues:
         return
-    if a.queue is not None:
-        queue_name = kueue.local_queues.get((a.namespace, a.queue))
+    queue_name: Optional[str]
+    value: Any
+    if a.queue is not None:  # the queue checks run on known values (check_fits): cast from the Input types
+        queue_name = kueue.local_queues.get((cast(str, a.namespace), cast(str, a.queue)))
         if queue_name is None:
             known = sorted(f"{ns}/{name}" for ns, name in kueue.local_queues) or ["none"]
             raise InvalidJobArgs("queue", a.queue, f"no LocalQueue {a.queue!r} in namespace {a.namespace!r} "
@@ -209,7 +211,8 @@ def _check_quota(a: DistributedJobArgs, queue: KueueClusterQueue) -> None:
 
 def _selects(a: DistributedJobArgs, flavor: KueueFlavor) -> bool:
     """Whether the pods' ``nodeSelector`` allows the flavor: it may not give a flavor label another value."""
-    return all(a.node_selector.get(key, value) == value for key, value in flavor.node_labels.items())
+    selector = cast(Mapping[str, str], a.node_selector)  # known when the queue checks run (check_fits)
+    return all(selector.get(key, value) == value for key, value in flavor.node_labels.items())
 
 
 def _holds(flavor: KueueFlavor, resource: str, amount: Decimal) -> bool:

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+import pulumi
+
 from components.addons.versions import KUEUE_API, SCHEDULER_PLUGINS_SCHEDULER, VOLCANO_API, VOLCANO_SCHEDULER
 from components.job.args import KUEUE, NO_GANG, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, DistributedJobArgs
 from components.job.naming import JobNames
@@ -36,10 +38,10 @@ class GangPlacement:
         workload_labels: labels on the workload object itself (Kueue reads them there).
     """
 
-    scheduler_name: Optional[str] = None
-    pod_labels: Labels = field(default_factory=dict)
+    scheduler_name: Optional[pulumi.Input[str]] = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
-    workload_labels: Labels = field(default_factory=dict)
+    workload_labels: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
 
 def operator_schedules(args: DistributedJobArgs) -> bool:
@@ -47,7 +49,7 @@ def operator_schedules(args: DistributedJobArgs) -> bool:
     return args.workload_backend == PYTORCHJOB and args.gang_scheduler in (VOLCANO, SCHEDULER_PLUGINS)
 
 
-def kueue_queue(names: JobNames, args: DistributedJobArgs) -> str:
+def kueue_queue(names: JobNames, args: DistributedJobArgs) -> pulumi.Input[str]:
     """The LocalQueue the job is submitted to: ``queue``, or the job's own when ``cluster_queue`` is set."""
     return args.queue if args.queue is not None else names.job
 
