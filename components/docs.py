@@ -44,7 +44,7 @@ def attributes_section(docs: dict[str, str], indent: str = "    ") -> str:
     return "\n".join(lines) + "\n"
 
 
-def document_fields(cls: type, source: type) -> None:
-    """Append to ``cls``'s docstring an ``Attributes:`` section of ``source``'s attribute docstrings (the
-    TypedDict that declares ``cls``'s fields for the package schema), so each field is documented once."""
-    cls.__doc__ = (cls.__doc__ or "") + attributes_section(attribute_docs(source))
+def document_fields(cls: type) -> None:
+    """Append to ``cls``'s docstring an ``Attributes:`` section of its attribute docstrings, which ``help()``
+    does not show otherwise."""
+    cls.__doc__ = (cls.__doc__ or "") + attributes_section(attribute_docs(cls))

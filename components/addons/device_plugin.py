@@ -28,6 +28,7 @@ class NvidiaDevicePluginArgs:
     """
 
     namespace: str = "nvidia-device-plugin"
+    """Namespace of the release."""
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
@@ -46,7 +47,7 @@ def device_plugin_values() -> dict[str, Any]:
     }
 
 
-docs.document_fields(NvidiaDevicePluginArgs, NvidiaDevicePluginArgsDict)
+docs.document_fields(NvidiaDevicePluginArgs)
 
 if TYPE_CHECKING:
     DevicePluginArgs = Optional[Union[NvidiaDevicePluginArgs, NvidiaDevicePluginArgsDict]]

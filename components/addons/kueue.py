@@ -18,7 +18,7 @@ import yaml
 
 from components import docs, validate
 from components.addons.helm import helm_release
-from components.addons.inputs import ClusterQueue, KueueArgsDict, LocalQueue, ResourceFlavor
+from components.addons.inputs import KueueArgsDict
 from components.addons.objects import custom_resource
 from components.addons.versions import KUEUE, KUEUE_API
 from components.arguments import args_from
@@ -62,7 +62,9 @@ class ResourceFlavorArgs:
     """
 
     name: str
+    """Flavor name (a DNS label)."""
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels that place admitted pods on this flavor's nodes; empty for any node."""
 
     def __post_init__(self) -> None:
         validate.dns_label("name", self.name)
@@ -82,7 +84,11 @@ class ClusterQueueArgs:
     """
 
     name: str
+    """Queue name (a DNS label)."""
     quotas: Mapping[str, Mapping[str, Quantity]]
+    """Per flavor, the nominal quota of each resource, a Kubernetes quantity (a string, or a number), e.g. ``{"default":
+    {"cpu": "8", "memory": "32Gi"}}``. Every flavor must quote the same resources: Kueue puts them in one resource
+    group."""
 
     def __post_init__(self) -> None:
         validate.dns_label("name", self.name)
@@ -122,8 +128,11 @@ class LocalQueueArgs:
     """
 
     name: str
+    """Queue name (a DNS label)."""
     namespace: str
+    """Namespace the jobs run in."""
     cluster_queue: str
+    """The ClusterQueue it feeds."""
 
     def __post_init__(self) -> None:
         for name in ("name", "namespace", "cluster_queue"):
@@ -140,13 +149,26 @@ class KueueArgs:
     """
 
     flavors: Sequence[ResourceFlavorArgs] = ()
+    """ResourceFlavors."""
     cluster_queues: Sequence[ClusterQueueArgs] = ()
+    """ClusterQueues; each may quote only the flavors above."""
     local_queues: Sequence[LocalQueueArgs] = ()
+    """LocalQueues; each must feed one of the ClusterQueues above."""
     namespace: str = "kueue-system"
+    """Namespace of the release."""
     frameworks: Sequence[str] = CHART_FRAMEWORKS
+    """The integrations Kueue manages (its ``integrations.frameworks``); unset, the chart's (``batch/job``,
+    ``kubeflow.org/mpijob``, ``ray.io/rayjob``, ...). Add ``kubeflow.org/pytorchjob`` to queue PyTorchJobs (the stack
+    does when it installs the training operator)."""
     pods_ready_timeout: int = 600
+    """Seconds an admitted workload has for all its pods to become ready before Kueue evicts and requeues it
+    (``waitForPodsReady.timeout``)."""
     block_admission: bool = True
+    """Admit the next workload only once the previous one's pods are all ready (``waitForPodsReady.blockAdmission``), so
+    two half-started jobs never hold each other's nodes."""
     requeue_limit: Optional[int] = 3
+    """Evictions for pods that were not ready in time before Kueue deactivates the workload, saying so in its conditions
+    (``requeuingStrategy.backoffLimitCount``); ``None`` (from Python) requeues forever."""
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
@@ -185,9 +207,8 @@ class KueueArgs:
         return any(q.namespace == namespace and q.name == name for q in self.local_queues)
 
 
-for _args, _documented in ((ResourceFlavorArgs, ResourceFlavor), (ClusterQueueArgs, ClusterQueue),
-                          (LocalQueueArgs, LocalQueue), (KueueArgs, KueueArgsDict)):
-    docs.document_fields(_args, _documented)
+for _args in (ResourceFlavorArgs, ClusterQueueArgs, LocalQueueArgs, KueueArgs):
+    docs.document_fields(_args)
 
 if TYPE_CHECKING:
     KueueInput = Union[KueueArgs, KueueArgsDict]

@@ -49,6 +49,8 @@ class TrainingOperatorArgs:
     """
 
     gang_scheduler_name: Optional[str] = None
+    """Value of ``--gang-scheduler-name``: ``volcano`` when Volcano is installed, a scheduler-plugins scheduler name, or
+    unset for no gang scheduling. The operator exits at start-up if the matching PodGroup CRD is missing."""
 
     def __post_init__(self) -> None:
         if self.gang_scheduler_name is not None:
@@ -75,7 +77,7 @@ class TrainingOperatorArgs:
         return VOLCANO if self.gang_scheduler_name.lower() == VOLCANO_SCHEDULER else SCHEDULER_PLUGINS
 
 
-docs.document_fields(TrainingOperatorArgs, TrainingOperatorArgsDict)
+docs.document_fields(TrainingOperatorArgs)
 
 if TYPE_CHECKING:
     TrainingOperatorInput = Optional[Union[TrainingOperatorArgs, TrainingOperatorArgsDict]]
@@ -177,7 +179,7 @@ class TrainingOperator(pulumi.ComponentResource):
         """
         args = args_from(TrainingOperatorArgs, args)
         super().__init__(token("TrainingOperator"), name, None, aliased(opts, "trainplane:addons:TrainingOperator"))
-        transforms = [ignore_webhook_cert_drift]
+        transforms: list[pulumi.ResourceTransform] = [ignore_webhook_cert_drift]
         if args.gang_scheduler_name:
             transforms.append(gang_scheduler_transform(args.gang_scheduler_name))
         self.manifests = k8s.kustomize.v2.Directory(

@@ -43,8 +43,11 @@ class VolcanoArgs:
     """
 
     queue: str = "trainplane"
+    """Name of the Queue created for trainplane jobs."""
     queue_weight: int = 1
+    """The queue's share of the cluster relative to other queues' weights."""
     namespace: str = "volcano-system"
+    """Namespace of the release."""
 
     def __post_init__(self) -> None:
         validate.dns_label("queue", self.queue)
@@ -57,7 +60,7 @@ class VolcanoArgs:
         return (self.queue, BUILTIN_QUEUE)
 
 
-docs.document_fields(VolcanoArgs, VolcanoArgsDict)
+docs.document_fields(VolcanoArgs)
 
 if TYPE_CHECKING:
     VolcanoInput = Optional[Union[VolcanoArgs, VolcanoArgsDict]]

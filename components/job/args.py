@@ -20,7 +20,6 @@ from components import arguments, docs, outputs, validate
 from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
 from components.job import checks
-from components.job.inputs import DistributedJobArgsDict
 from runtime.agent import contract, controller
 from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER, reserved_ports
 
@@ -89,48 +88,128 @@ class DistributedJobArgs:
     """
 
     image: pulumi.Input[str]
+    """Container image; any image with ``python3`` (3.9+) works, the agent is mounted."""
     script: Optional[str] = None
+    """Path of the training script inside the image (relative to ``working_dir``), run under the image's ``python3``.
+    Batch mode: exactly one of ``script``, ``module`` and ``command``. Service mode runs no entrypoint (the processes
+    serve calls): leave all three unset."""
     module: Optional[str] = None
+    """Importable module to run as ``python -m module``."""
     command: Optional[Sequence[str]] = None
+    """An executable and its arguments, run directly on every rank instead of under Python (torchrun's ``--no-python``),
+    e.g. ``["bash", "-c", "..."]`` or ``["/opt/train"]``; looked up on the image's ``PATH``. It gets the same
+    environment contract; membership changes are not raised in it (it is not Python): it can read its new world from
+    the file named by ``TRAINPLANE_WORLD_FILE``."""
     args: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
+    """Arguments appended to the script, module or command (e.g. a data location from a bucket's output)."""
     workers: int = 1
+    """Number of nodes (pods), >= 1."""
     num_proc: Union[int, str] = 1
+    """Processes per node: an int >= 1, or ``"auto"`` for one per GPU (needs ``gpus >= 1``)."""
     cpus: Optional[float] = None
+    """CPU request per pod, cores (``0.5`` = 500m); unset requests nothing."""
     memory: Optional[str] = None
+    """Memory request and limit per pod, a Kubernetes quantity such as ``"16Gi"``."""
     gpus: int = 0
+    """NVIDIA GPUs per pod (``nvidia.com/gpu`` limit), a whole number."""
     distribution: str = "spmd"
+    """Which framework's variables to set: ``spmd`` (every framework's), ``pytorch``, ``jax``, ``tensorflow``, ``ray``
+    or ``monarch``. ``ray`` and ``monarch`` are single-controller: the script runs once, on node 0, as the driver of
+    a Ray cluster (``RAY_ADDRESS``) or Monarch host mesh (``MONARCH_WORKER_ADDRESSES``) that spans every pod; the
+    image must have ``ray`` or ``torchmonarch`` installed. They need ``num_proc=1``, no elastic bounds, and listen on
+    ``master_port + 32`` (and ``+ 33``, Ray's client server), which ``agent_port`` must not take. Service calls run
+    on node 0."""
     mode: str = "batch"
+    """``batch`` (run to completion) or ``service`` (keep processes alive for calls)."""
     backend: Optional[str] = None
+    """Workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for service; unset picks
+    ``indexed-job`` for batch and ``statefulset`` for service."""
     quorum_workers: Optional[int] = None
+    """Nodes that must register before the world starts; unset = all workers."""
     quorum_timeout: float = 300.0
+    """Seconds the coordinator waits for quorum before failing."""
     monitor_members: bool = True
+    """Deliver membership changes into user processes."""
     min_workers: Optional[int] = None
+    """Elastic lower bound on nodes; set together with ``max_workers``. A lost node no longer fails the job: the
+    survivors continue while at least this many remain."""
     max_workers: Optional[int] = None
+    """Elastic upper bound on nodes. Nodes beyond ``workers`` can only come from a workload that adds pods: a PyTorchJob
+    (its Worker replicas scale up to it) or a StatefulSet (service mode). An Indexed Job has exactly ``workers``
+    indexes, so it only shrinks (a pod replaced after a disruption rejoins under its index): there ``max_workers``
+    must equal ``workers``."""
     max_restarts: int = 0
+    """World restarts after a failure before the job fails."""
     backoff_limit: Optional[int] = None
+    """Elastic batch jobs: failed pods Kubernetes replaces (each replacement rejoins the running world) before it fails
+    the job; unset = 3. The Indexed Job's ``backoffLimit`` (failed pods; evictions, preemptions and node drains are
+    not counted) or the PyTorchJob's ``runPolicy.backoffLimit`` (container restarts, under ``restartPolicy:
+    OnFailure``). A fixed-size job fails on its first pod failure (its ``max_restarts`` restarts the world inside the
+    pods instead), so it takes no ``backoff_limit``; neither does a service job, whose StatefulSet always replaces
+    pods."""
     active_deadline_seconds: Optional[int] = None
+    """Batch only: seconds the job may run before Kubernetes stops it (the Indexed Job's ``activeDeadlineSeconds``, the
+    PyTorchJob's ``runPolicy.activeDeadlineSeconds``); more than ``quorum_timeout``, so a world that cannot form is
+    reported by the agent, not cut off. A service job's StatefulSet has no deadline: it runs until the stack removes
+    it."""
     ttl_seconds_after_finished: Optional[int] = None
+    """Batch only: seconds before a finished job is deleted."""
     gang_scheduler: str = NO_GANG
+    """``none``, ``volcano``, ``scheduler-plugins`` or ``kueue``."""
     queue: Optional[pulumi.Input[str]] = None
+    """Volcano queue, or the existing Kueue LocalQueue to submit to (e.g. the name of a queue another resource
+    created)."""
     cluster_queue: Optional[pulumi.Input[str]] = None
+    """Kueue only: create a LocalQueue for this job pointing at this ClusterQueue."""
     scheduler_name: Optional[pulumi.Input[str]] = None
+    """Pod ``schedulerName``; unset = the gang scheduler's own."""
     namespace: pulumi.Input[str] = "default"
+    """Namespace of every object, e.g. a ``Namespace`` resource's ``metadata.name``. The component is named
+    ``<namespace>/<name>`` outside ``default`` when the namespace is a plain string, and after the job alone when it
+    is an Output (Pulumi names resources before Outputs resolve): jobs of one name in two namespaces need the
+    namespaces given as strings."""
     env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    """Extra environment for the agent and the user processes; values may be other resources' outputs (a database
+    endpoint). A secret value stays a secret in Pulumi's state, but is a plain ``value`` in the pod spec."""
     pythonpath: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
+    """Directories in the image (absolute paths) put on the agent's and every user process's PYTHONPATH, after the
+    runtime bundle; in service mode, where the modules of the called functions live (e.g. ``["/app/examples"]``)."""
     labels: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    """Extra labels on every object and pod."""
     node_selector: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    """Pod ``nodeSelector`` (e.g. a node group's labels)."""
     tolerations: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = ()
+    """Pod tolerations, Kubernetes Toleration objects (``key``, ``operator``, ``value``, ``effect``,
+    ``tolerationSeconds``), added to the GPU toleration."""
     service_account: Optional[pulumi.Input[str]] = None
+    """Pod service account (e.g. a ``ServiceAccount`` resource's ``metadata.name``); unset mounts no API token."""
     shm_size: Optional[str] = None
+    """Size limit of the memory-backed ``/dev/shm``, a quantity; unset = no limit (the pod's memory limit still
+    applies)."""
     grace_period: float = DEFAULT_GRACE_PERIOD
+    """Seconds the agent gives its processes between SIGTERM and SIGKILL when the pod stops (a rank's
+    checkpoint-on-SIGTERM must fit in it); the pod's ``terminationGracePeriodSeconds`` covers it plus the agent's own
+    shutdown."""
     working_dir: Optional[str] = None
+    """Container working directory (absolute); unset keeps the image's."""
     image_pull_policy: Optional[str] = None
+    """``Always``, ``IfNotPresent`` or ``Never``; unset = the Kubernetes default."""
     agent_port: int = contract.AGENT_PORT
+    """The agent's HTTP port (TCP)."""
     master_port: int = contract.DEFAULT_MASTER_PORT
+    """The torch.distributed rendezvous port on node 0 (TCP), and the base of the ports the job counts up from it, up to
+    ``master_port + 63 + procs per pod`` (rendezvous per generation, JAX coordinator, TensorFlow workers), which must
+    end below 65536 and leave out ``agent_port``."""
     log_dir: Optional[str] = None
+    """Where the agent writes per-process logs in the pod (absolute); unset = its default."""
     allow_from: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = ()
+    """Extra NetworkPolicy peers (NetworkPolicyPeer objects) admitted to the agent port, e.g. the namespace a client
+    calls from; the job's own pods are always admitted."""
     cluster_domain: str = "cluster.local"
+    """The cluster's DNS domain, for the FQDN outputs."""
     daemon_args: Sequence[str] = ()
+    """``ray`` only: arguments appended to every pod's ``ray start``, after the ones derived from ``cpus``
+    (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g. ``["--object-store-memory=2000000000"]``."""
 
     def __post_init__(self) -> None:
         """Freeze the collections and validate every field; keep each unresolved Input as one checked Output.
@@ -586,7 +665,7 @@ value and returns a valid one as the args keep it (collections frozen)."""
 
 INPUT_FIELDS = frozenset(INPUT_CHECKS)
 """The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""
-docs.document_fields(DistributedJobArgs, DistributedJobArgsDict)
+docs.document_fields(DistributedJobArgs)
 
 
 def _frozen(value: Any) -> Any:
