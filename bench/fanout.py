@@ -5,7 +5,7 @@ Usage::
     python bench/fanout.py            # N = 8, 64, 256, 1024; ~100-200 calls per point
     python bench/fanout.py --quick    # the same points with fewer calls: under a minute
 
-Lightweight agents (``runtime.agent.inprocess``: the real HTTP server, auth, planning, fan-out,
+Lightweight agents (``testbed.inprocess``: the real HTTP server, auth, planning, fan-out,
 merging and status checks; the called function runs in the agent's process) are spread over several
 OS processes on loopback: the coordinator alone in one, the other N-1 nodes split evenly over the
 rest. Each point starts a fresh fleet, warms it up (connections are kept alive in production too),
@@ -41,8 +41,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runtime.agent import contract  # noqa: E402 - after the path set-up, for `python bench/fanout.py`
-from runtime.agent.fanout import plan_root, split  # noqa: E402
-from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange  # noqa: E402
+from runtime.agent.membership.tree import plan_root, split  # noqa: E402
+from runtime.agent.net.peer import Answer, Exchange  # noqa: E402
+from runtime.agent.net.transport import HttpTransport  # noqa: E402
 from runtime.agent.world import Node  # noqa: E402
 
 NOOP = "builtins:int"
@@ -106,7 +107,7 @@ class Fleet:
             proc.stdin.flush()  # type: ignore[union-attr]
         for proc in self.procs:
             self._line(proc)
-        self.pool = ConnectionPool(self.token)
+        self.transport = HttpTransport(self.token)
         self.nodes = nodes
 
     @staticmethod
@@ -132,7 +133,7 @@ class Fleet:
         answers: list[Answer] = []
         exchanges = [Exchange("127.0.0.1", p, "GET", contract.ROUTE_HEALTHZ) for p in self.ports]
         started = time.perf_counter()
-        Batch(self.pool, exchanges, time.monotonic() + 60).run(answers.append)
+        self.transport.batch(exchanges, time.monotonic() + 60).run(answers.append)
         elapsed = time.perf_counter() - started
         if len(answers) != self.nodes or any(a.status != 200 for a in answers):
             raise RuntimeError("bare request failed")
@@ -153,7 +154,7 @@ class Fleet:
             for i, p in enumerate(self.ports)
         ]
         started = time.perf_counter()
-        Batch(self.pool, exchanges, time.monotonic() + 60).run(answers.append)
+        self.transport.batch(exchanges, time.monotonic() + 60).run(answers.append)
         elapsed = time.perf_counter() - started
         if len(answers) != self.nodes or any(a.status != 200 for a in answers):
             raise RuntimeError("bare exec failed")
@@ -171,7 +172,7 @@ class Fleet:
 
     def _one(self, exchange: Exchange) -> Answer:
         answers: list[Answer] = []
-        Batch(self.pool, [exchange], time.monotonic() + 90).run(answers.append)
+        self.transport.batch([exchange], time.monotonic() + 90).run(answers.append)
         return answers[0]
 
     def stop(self) -> None:
@@ -179,7 +180,7 @@ class Fleet:
             proc.stdin.close()  # type: ignore[union-attr]
         for proc in self.procs:
             proc.wait(timeout=30)
-        self.pool.close()
+        self.transport.close()
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -261,16 +262,15 @@ def run_model(fleet_small: Fleet, flat_1024: Point, tree_1024: Point, calls: int
 
 def host(config: dict) -> None:
     """A bench host process: serve ``count`` lightweight agents until stdin closes (exiting closes them)."""
-    from runtime.agent.inprocess import LightweightAgent
-    from runtime.agent.settings import AgentSettings
     from runtime.agent.world import World
+    from testbed.inprocess import LightweightAgent
+    from testbed.settings import agent_settings
 
     agents = []
     for node_id in range(config["first"], config["first"] + config["count"]):
-        settings = AgentSettings(job=config["job"], token=config["token"], node_id=node_id,
-                                 workers=config["workers"], num_proc=1, entrypoint=(), coordinator="127.0.0.1",
-                                 mode="service", tree_threshold=config["tree_threshold"],
-                                 tree_fanout=config["tree_fanout"])
+        settings = agent_settings(job_name=config["job"], token=config["token"], node_id=node_id,
+                                  workers=config["workers"], mode="service", tree_threshold=config["tree_threshold"],
+                                  tree_fanout=config["tree_fanout"])
         agent = LightweightAgent(settings, say=lambda line: print(line, file=sys.stderr))
         agent.start()
         agents.append(agent)

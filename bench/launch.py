@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/launch.py`
-from bench.harness import project_env
 from runtime.local import free_port
+from testbed.cluster import project_env
 
 WORKLOAD = """
 import torch, torch.distributed as dist

@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
-from bench.harness import ROOT, AgentCluster, lightweight_address, project_env
-from runtime.agent import contract, topology
+from runtime.agent import contract
 from runtime.agent.errors import TransportError
-from runtime.agent.heartbeat import HeartbeatTiming
-from runtime.agent.transport import request_json
+from runtime.agent.membership.heartbeat import HeartbeatTiming
+from runtime.agent.membership.tree import layout
+from runtime.agent.net.transport import request_json
+from testbed.cluster import ROOT, AgentCluster, project_env
+from testbed.lightweight import lightweight_address
 
 TORCHRUN_DEAD_S = 15.0
 PROBING_DEAD_S = 25.0
@@ -103,7 +105,7 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
     """Heartbeat requests per second per node received by the coordinator of ``nodes`` lightweight agents."""
     token = secrets.token_urlsafe(16)
     settings = {
-        "job": "load", "token": token, "workers": nodes, "num_proc": 1, "entrypoint": ["none.py"],
+        "job_name": "load", "token": token, "workers": nodes, "num_proc": 1, "entrypoint": ["none.py"],
         "agent_port": 32300, "coordinator_port": 32300, "quorum_timeout": 120.0, "distribution": "pytorch",
         "min_workers": 1,
     }
@@ -117,7 +119,7 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
         try:
             for first, count, stride in plan:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "bench.harness", "host", "--first", str(first), "--count", str(count),
+                    [sys.executable, "-m", "testbed.lightweight", "host", "--first", str(first), "--count", str(count),
                      "--stride", str(stride), "--settings", json.dumps(settings)],
                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                 ))
@@ -179,7 +181,7 @@ def main() -> None:
             continue
         print(f"load: {nodes} nodes -> {loads[nodes]:.3f} requests/s per node at the coordinator "
               f"({loads[nodes] * nodes:.1f} requests/s)", flush=True)
-    hops = topology.hops(1024, contract.DEFAULT_TREE_FANOUT, contract.DEFAULT_TREE_THRESHOLD)
+    hops = layout(1024, contract.DEFAULT_TREE_FANOUT, contract.DEFAULT_TREE_THRESHOLD).hops
     cap = HeartbeatTiming(ttl=TTL, hops=hops).cap
     width = contract.DEFAULT_TREE_FANOUT
     print(f"model (not a measurement): at 1,024 nodes the coordinator hears only its <= {width} tree children, "

@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/train.py`
-from bench.harness import project_env
 from runtime.local import free_port
+from testbed.cluster import project_env
 
 WORKLOAD = """
 import json, os, sys, time

@@ -6,7 +6,6 @@ callers catch are re-exported here, e.g. ``except runtime.WorkerMembershipChange
 :mod:`membership` (``runtime.membership.poll()`` / ``wait()``) for code that prefers safe points.
 """
 
-from runtime.agent import membership
 from runtime.agent.errors import (
     CallCancelled,
     CallError,
@@ -18,6 +17,7 @@ from runtime.agent.errors import (
     Unauthorized,
     WorkerMembershipChanged,
 )
+from runtime.agent.execution import delivery as membership
 
 __all__ = [
     "CallCancelled",

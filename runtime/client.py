@@ -1,7 +1,7 @@
 """Client of a service-mode job: ``JobClient(url, token).call("pkg.mod:fn", *args, **kwargs) -> list``.
 
 httpx is imported here and in ``runtime.workflow`` only, so ``import runtime`` stays standard-library
-only. Failures are rebuilt from the wire format (``runtime.agent.wire``) into the exceptions of
+only. Failures are rebuilt from the wire format (``runtime.agent.service.wire``) into the exceptions of
 ``runtime.agent.errors``, re-exported from ``runtime``:
 
 * ``RemoteError`` - the function raised on a rank (rank, node rank, type, message, remote traceback);
@@ -26,7 +26,7 @@ import httpx
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, TransportError, Unauthorized
-from runtime.agent.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
+from runtime.agent.service.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
 
 ANSWER_SLACK = 10.0
 """Seconds the client waits for the coordinator beyond a call's own timeout (the coordinator answers

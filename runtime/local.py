@@ -20,15 +20,19 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Mapping, Optional, Sequence
 
-from runtime.agent import contract, torchrun
+from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
-from runtime.agent.procs import RUNTIME_ROOT, exit_status
-from runtime.agent.settings import MODES
-from runtime.agent.transport import port_is_free, request_json
-from runtime.agent.world import DEFAULT_ROLE, SINGLE_CONTROLLER, reserved_ports
+from runtime.agent.execution.environment import reserved_ports
+from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
+from runtime.agent.net.transport import request_json
+from runtime.agent.spec import environment
+from runtime.agent.spec.job import SETTINGS, JobSpec
+from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
+from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
+from runtime.agent.spec.signals import handled as handled_signals
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
@@ -57,91 +61,34 @@ class LaunchPlan:
 
 
 @dataclass(frozen=True)
-class LocalJobSpec:
-    """What to run locally.
+class LocalJobSpec(JobSpec):
+    """What to run locally: every job setting (``runtime.agent.spec.job.JobSpec``, with its one
+    default and check each), and what only a job on this machine has.
 
     Attributes:
-        workers: nodes (agents).
-        num_proc: processes per node.
-        mode: ``batch`` (run ``entrypoint`` on every rank) or ``service`` (long-lived processes taking calls).
-        entrypoint: batch mode: the user command after the interpreter (``script.py args`` or ``-m module args``),
-            or with ``no_python`` a whole argv run as is.
-        distribution: which framework's variables to set (``spmd``, ``pytorch``, ``jax``, ``tensorflow``),
-            or a single-controller job (``ray``, ``monarch``: ``num_proc`` 1, not elastic).
-        quorum_workers: nodes needed to start (default all).
-        quorum_timeout: seconds to wait for quorum.
-        max_restarts: batch mode: restarts of the whole job after a failure.
-        master_port: rendezvous port on node 0; 0 picks a free one.
-        log_dir: directory for per-rank logs (default: a temporary directory per job).
-        job_name: job id (default ``local-<random>``).
-        grace_period: seconds between SIGTERM and SIGKILL (and for a cancelled call to unwind).
         pythonpath: directories put on every process's PYTHONPATH, first (service mode: where the
             called functions' modules live).
-        env: further variables for every agent and so every process (e.g. ``TRAINPLANE_TREE_FANOUT``).
-        min_workers: elastic: continue while at least this many nodes remain.
-        max_workers: elastic: admit late nodes up to this many.
-        monitor_members: raise ``WorkerMembershipChanged`` in user processes on a change.
-        heartbeat_ttl: seconds without a heartbeat before a node is dead.
-        no_python: batch mode: run ``entrypoint`` directly instead of under the interpreter.
-        daemon_args: ``ray``: appended to every node's ``ray start``, after the local defaults
-            (:func:`ray_defaults`), so they win.
-        role: the workers' role (torchrun's ``--role``): their ``ROLE_NAME``.
-        signals_to_handle: torchrun's ``--signals-to-handle``: signals the launcher and every agent
-            pass on to every rank (``runtime.agent.torchrun``).
+        env: further variables for every agent and so every process; not a job setting's (set the
+            setting's field instead).
         forward_stdin: global rank 0 inherits the caller's stdin (the launcher's, as under torchrun);
             every other process reads EOF.
+
+    Raises:
+        SpecError: a job setting is invalid.
+        ConfigError: ``env`` sets a job setting.
     """
 
-    workers: int = 1
-    num_proc: int = 1
-    mode: str = "batch"
-    entrypoint: tuple[str, ...] = ()
-    distribution: str = "spmd"
-    quorum_workers: Optional[int] = None
-    quorum_timeout: float = 60.0
-    max_restarts: int = 0
-    master_port: int = contract.DEFAULT_MASTER_PORT
-    log_dir: Optional[str] = None
-    job_name: Optional[str] = None
-    grace_period: float = 5.0
     pythonpath: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    min_workers: Optional[int] = None
-    max_workers: Optional[int] = None
-    monitor_members: bool = True
-    heartbeat_ttl: float = 3.0
-    no_python: bool = False
-    daemon_args: tuple[str, ...] = ()
-    role: str = DEFAULT_ROLE
-    signals_to_handle: str = torchrun.DEFAULT_SIGNALS
     forward_stdin: bool = False
 
     def __post_init__(self) -> None:
-        single = self.distribution in SINGLE_CONTROLLER
-        for name, ok, fix in (
-            ("num_proc", not single or self.num_proc == 1,
-             f"a {self.distribution} job runs one driver process, on node 0; use 1"),
-            ("min_workers", not single or (self.min_workers is None and self.max_workers is None),
-             f"a {self.distribution} job cannot be elastic; unset min_workers and max_workers"),
-            ("daemon_args", not self.daemon_args or self.distribution == "ray",
-             f"daemon arguments go to `ray start`, and the distribution is {self.distribution!r}; unset them"),
-            ("workers", self.workers >= 1, "use 1 or more nodes"),
-            ("num_proc", self.num_proc >= 1, "use 1 or more processes per node"),
-            ("mode", self.mode in MODES, f"use one of {', '.join(MODES)}"),
-            ("entrypoint", bool(self.entrypoint) or self.mode != "batch", "batch mode needs a script or -m module"),
-            ("no_python", not self.no_python or self.mode == "batch", "a command runs in batch mode only"),
-            ("signals_to_handle", _signals_ok(self.signals_to_handle), "use signal names, e.g. SIGTERM,SIGUSR1"),
-        ):
-            if not ok:
-                raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: {fix}")
-
-
-def _signals_ok(text: str) -> bool:
-    try:
-        torchrun.parse_signals(text)
-    except ValueError:
-        return False
-    return True
+        super().__post_init__()
+        by_env = {declared.env: name for name, declared in SETTINGS.items()}
+        for key in self.env:
+            if key in by_env:
+                raise ConfigError(f"env={{{key!r}: ...}} is invalid: {key} is the job setting {by_env[key]}; set "
+                                  f"LocalJobSpec's {by_env[key]} instead")
 
 
 class LocalJob:
@@ -157,9 +104,9 @@ class LocalJob:
     """
 
     def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
-                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = torchrun.DEFAULT_SIGNALS) -> None:
+                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS) -> None:
         self.job = job
-        self.signals = torchrun.parse_signals(signals_to_handle)
+        self.signals = parse_signals(signals_to_handle)
         self.token = token
         self.plan = plan
         self.url = f"http://{plan.addresses[0]}:{plan.ports[0]}"
@@ -234,7 +181,7 @@ class LocalJob:
 
         def forward(signum: int, _frame: object) -> None:
             name = signal.Signals(signum).name
-            if signum not in torchrun.STOP_SIGNALS:
+            if signum not in STOP_SIGNALS:
                 named = signum in self.signals
                 note = "passing it on to every rank" if named else "which --signals-to-handle does not name: ignored"
                 os.write(2, f"[trainplane] received {name}, {note}\n".encode())  # os.write: print() is unsafe here
@@ -246,7 +193,7 @@ class LocalJob:
             received.append(signum)
             self._signal_agents(signum if signum in self.signals else signal.SIGTERM)
 
-        for sig in torchrun.handled(self.signals):
+        for sig in handled_signals(self.signals):
             signal.signal(sig, forward)
         coordinator = self.agents[0]
         deadline: Optional[float] = None
@@ -283,6 +230,18 @@ def free_port(host: str, avoid: Sequence[int] = ()) -> int:
             port = sock.getsockname()[1]
         if port not in avoid:
             return port
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a TCP port can be bound on ``host`` right now by a listener that sets ``SO_REUSEADDR``
+    (as torch's TCPStore and the agent do), so a previous job's ``TIME_WAIT`` connections don't count."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def loopback_range_usable() -> bool:
@@ -326,46 +285,20 @@ def plan(workers: int, master_port: int, num_proc: int = 1) -> LaunchPlan:
 
 
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
-    """The environment of node ``node_id``'s agent: the same variables a pod's agent reads."""
-    env = dict(os.environ)
-    env.update(spec.env)
-    env.update({
-        contract.JOB_NAME: job,
-        contract.TOKEN: token,
-        contract.NODE_RANK_SETTING: str(node_id),
-        contract.WORKERS: str(spec.workers),
-        contract.NUM_PROC: str(spec.num_proc),
-        contract.ENTRYPOINT: json.dumps(list(spec.entrypoint)),
-        contract.NO_PYTHON: "true" if spec.no_python else "false",
-        contract.COORDINATOR_HOST: f"{lp.addresses[0]}:{lp.ports[0]}",
-        contract.AGENT_PORT_SETTING: str(lp.ports[node_id]),
-        contract.ADVERTISE_ADDRESS: lp.addresses[node_id],
-        contract.BIND_ADDRESS: lp.addresses[node_id],
-        contract.MASTER_PORT: str(lp.master_port),
-        contract.QUORUM_TIMEOUT: str(spec.quorum_timeout),
-        contract.MAX_RESTARTS: str(spec.max_restarts),
-        contract.DISTRIBUTION: spec.distribution,
-        contract.MODE: spec.mode,
-        contract.LOG_DIR: os.path.join(log_dir, f"node-{node_id}"),
-        contract.GRACE_PERIOD: str(spec.grace_period),
-        contract.DIE_WITH_PARENT: "true",
-        contract.MONITOR_MEMBERS: "true" if spec.monitor_members else "false",
-        contract.HEARTBEAT_TTL: str(spec.heartbeat_ttl),
-        contract.VERDICT_FILE: verdict_path(log_dir),
-        contract.RUN_ROOT: run_root(log_dir),
-        contract.ROLE: spec.role,
-        contract.TORCHELASTIC_SIGNALS_TO_HANDLE: spec.signals_to_handle,
-        contract.FORWARD_STDIN: "true" if spec.forward_stdin and node_id == 0 else "false",
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p
-        ),
-    })
-    if spec.distribution == "ray":
-        env[contract.DAEMON_ARGS] = json.dumps([*ray_defaults(spec.workers), *spec.daemon_args])
-    for name, value in ((contract.QUORUM_WORKERS, spec.quorum_workers), (contract.MIN_WORKERS, spec.min_workers),
-                        (contract.MAX_WORKERS, spec.max_workers)):
-        if value is not None:
-            env[name] = str(value)
+    """The environment of node ``node_id``'s agent: the variables a pod's agent reads, written by the
+    same writer (``runtime.agent.spec.environment``), over this process's environment and ``spec.env``."""
+    daemon_args = (*ray_defaults(spec.workers), *spec.daemon_args) if spec.distribution == "ray" else ()
+    node_spec = replace(spec, job_name=job, master_port=lp.master_port, daemon_args=daemon_args,
+                        log_dir=os.path.join(log_dir, f"node-{node_id}"))
+    settings = AgentSettings(
+        node_spec,
+        NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
+                     lp.addresses[node_id]),
+        Plumbing(token, die_with_parent=True, verdict_file=verdict_path(log_dir), run_root=run_root(log_dir),
+                 forward_stdin=spec.forward_stdin and node_id == 0),
+    )
+    env = {**os.environ, **spec.env, **environment.agent_env(settings)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
     return env
 
 

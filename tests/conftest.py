@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Optional
 
 import pytest
 
-from bench.harness import AgentCluster, project_env
+from testbed.cluster import AgentCluster, project_env
 
 __all__ = ["AgentCluster", "project_env"]
 

@@ -20,8 +20,10 @@ from components import arguments, docs, outputs, validate
 from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
 from components.job import checks
-from runtime.agent import contract, controller
-from runtime.agent.world import DISTRIBUTIONS, SINGLE_CONTROLLER, reserved_ports
+from runtime.agent import contract
+from runtime.agent.execution import controller
+from runtime.agent.execution.environment import reserved_ports
+from runtime.agent.spec.job import DISTRIBUTIONS, SINGLE_CONTROLLER
 
 MODES = ("batch", "service")
 INDEXED_JOB = "indexed-job"
@@ -59,7 +61,7 @@ OWNED_LABELS = (
     contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
 )
 DEFAULT_GRACE_PERIOD = 5.0
-"""The agent's own default SIGTERM-to-SIGKILL grace, seconds (``runtime.agent.settings``)."""
+"""The agent's own default SIGTERM-to-SIGKILL grace, seconds (``runtime.agent.spec.settings``)."""
 DEFAULT_BACKOFF_LIMIT = 3
 """Failed pods of an elastic batch job that Kubernetes replaces before it fails the job."""
 STATEFULSET_HASH_SUFFIX = 11

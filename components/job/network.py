@@ -8,7 +8,8 @@ from components.job.args import DistributedJobArgs
 from components.job.naming import JobNames
 from components.job.pod import pod_selector
 from components.outputs import Labels, lift, merged
-from runtime.agent import contract, controller
+from runtime.agent import contract
+from runtime.agent.execution import controller
 
 
 def headless_service(names: JobNames, args: DistributedJobArgs, labels: Labels) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
@@ -15,7 +14,10 @@ from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
 from components.outputs import Labels, lift, merged
-from runtime.agent import contract, controller
+from runtime.agent import contract
+from runtime.agent.execution import controller
+from runtime.agent.spec.environment import job_env
+from runtime.agent.spec.job import JobSpec
 
 AGENT_CONTAINER = "agent"
 BUNDLE_VOLUME = "trainplane-runtime"
@@ -87,11 +89,6 @@ def cpu_quantity(cores: float) -> str:
     return str(int(cores)) if float(cores).is_integer() else f"{round(cores * 1000)}m"
 
 
-def seconds(value: float) -> str:
-    """A duration in seconds as an env value: ``"300"`` for whole seconds, ``"0.5"`` otherwise."""
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
 def size_settings(args: DistributedJobArgs) -> dict[str, str]:
     """The settings that change when the job is resized: worker count and quorum."""
     return {contract.WORKERS: str(args.workers), contract.QUORUM_WORKERS: str(args.quorum)}
@@ -103,48 +100,43 @@ def termination_grace_seconds(args: DistributedJobArgs) -> int:
     return math.ceil(args.grace_period) + AGENT_STOP_MARGIN
 
 
+def job_spec(names: JobNames, args: DistributedJobArgs, entrypoint: tuple[str, ...]) -> JobSpec:
+    """The job spec the arguments describe, for the one writer of the agent's environment; ``entrypoint`` is
+    ``args.entrypoint`` resolved (an Output when ``args.args`` is one)."""
+    return JobSpec(
+        job_name=names.job, workers=args.workers, num_proc=args.procs_per_node, mode=args.mode,
+        distribution=args.distribution, entrypoint=entrypoint, no_python=args.no_python,
+        quorum_workers=args.quorum_workers, quorum_timeout=args.quorum_timeout, max_restarts=args.max_restarts,
+        min_workers=args.min_workers, max_workers=args.max_workers, master_port=args.master_port,
+        monitor_members=args.monitor_members, grace_period=args.grace_period, log_dir=args.log_dir,
+        daemon_args=args.ray_start_args if args.distribution == "ray" else (),
+    )
+
+
 def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulumi.Input[list[dict[str, Any]]]:
-    """The agent's environment: downward API, the bundle path, its settings, then the user's env. An
-    Output when ``pythonpath``, ``args`` or ``env`` is one."""
-    head: list[dict[str, Any]] = [
-        _field_env(contract.POD_IP, "status.podIP"),
-        _field_env(contract.POD_NAME, "metadata.name"),
-        _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
-    ]
-    fixed = [
-        {"name": contract.JOB_NAME, "value": names.job},
-        {"name": contract.TOKEN,
-         "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
-    ]
-    settings: dict[str, Optional[str]] = {
-        **size_settings(args),
-        contract.NUM_PROC: str(args.procs_per_node),
-        contract.COORDINATOR_HOST: names.coordinator_env,
-        contract.AGENT_PORT_SETTING: str(args.agent_port),
-        contract.MASTER_PORT: str(args.master_port) if role.set_master_port else None,
-        contract.QUORUM_TIMEOUT: seconds(args.quorum_timeout),
-        contract.MAX_RESTARTS: str(args.max_restarts),
-        contract.GRACE_PERIOD: seconds(args.grace_period),
-        contract.DISTRIBUTION: args.distribution,
-        contract.MODE: args.mode,
-        contract.MONITOR_MEMBERS: "true" if args.monitor_members else "false",
-        contract.MIN_WORKERS: None if args.min_workers is None else str(args.min_workers),
-        contract.MAX_WORKERS: None if args.max_workers is None else str(args.max_workers),
-        contract.LOG_DIR: args.log_dir,
-    }
-    extra_settings: dict[str, Optional[str]] = {
-        contract.NO_PYTHON: "true" if args.no_python else None,
-        contract.DAEMON_ARGS: json.dumps(list(args.ray_start_args)) if args.distribution == "ray" else None,
-    }
+    """The agent's environment: downward API, the bundle path, the token, the job's settings (written
+    by ``runtime.agent.spec.environment``, as the local launcher writes them), where the coordinator
+    is, then the user's env. An Output when ``pythonpath``, ``args`` or ``env`` is one."""
 
     def env_list(pythonpath: tuple[str, ...], entrypoint: tuple[str, ...], user: Mapping[str, str]) -> list:
-        env = [*head, {"name": "PYTHONPATH", "value": ":".join((contract.BUNDLE_MOUNT_PATH, *pythonpath))}, *fixed]
-        values = {**settings, contract.ENTRYPOINT: json.dumps(list(entrypoint)), **extra_settings}
-        for key, value in values.items():
-            if role.size_from is not None and key in SIZE_SETTINGS:
-                env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
-            elif value is not None:
-                env.append({"name": key, "value": value})
+        env: list[dict[str, Any]] = [
+            _field_env(contract.POD_IP, "status.podIP"),
+            _field_env(contract.POD_NAME, "metadata.name"),
+            _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
+            {"name": "PYTHONPATH", "value": ":".join((contract.BUNDLE_MOUNT_PATH, *pythonpath))},
+            {"name": contract.TOKEN,
+             "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
+        ]
+        settings = job_env(job_spec(names, args, tuple(entrypoint)))
+        if not role.set_master_port:
+            settings.pop(contract.MASTER_PORT)  # the training operator sets it
+        for key in SIZE_SETTINGS if role.size_from is not None else ():
+            settings.pop(key, None)
+            env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
+        if names.coordinator_env is not None:  # a PyTorchJob's agents find the operator's MASTER_ADDR instead
+            settings[contract.COORDINATOR_HOST] = names.coordinator_env
+        settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
+        env += [{"name": key, "value": value} for key, value in settings.items()]
         if role.node_rank_from is not None:
             env.append({"name": contract.NODE_RANK_SETTING, "valueFrom": dict(role.node_rank_from)})
         return env + [{"name": k, "value": v} for k, v in user.items()]

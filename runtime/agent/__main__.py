@@ -8,7 +8,7 @@ import sys
 from runtime.agent import contract
 from runtime.agent.agent import Agent
 from runtime.agent.errors import ConfigError
-from runtime.agent.settings import AgentSettings
+from runtime.agent.spec.settings import AgentSettings
 
 
 def main() -> int:
@@ -21,8 +21,8 @@ def main() -> int:
     try:
         return Agent(settings).run()
     except OSError as exc:
-        print(f"trainplane agent: cannot serve on {settings.bind_address or '*'}:{settings.agent_port}: {exc}",
-              file=sys.stderr)
+        node = settings.node
+        print(f"trainplane agent: cannot serve on {node.bind_address or '*'}:{node.agent_port}: {exc}", file=sys.stderr)
         return contract.EXIT_RENDEZVOUS
 
 

@@ -25,19 +25,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO, Union
 
-from runtime.agent import contract, controller, errorfile, topology, torchrun
-from runtime.agent.bootstrap import die_with_parent
-from runtime.agent.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Rejected, Say
-from runtime.agent.dispatch import ServiceNode, batch_mode_routes
-from runtime.agent.errors import RendezvousError, TransportError, Unauthorized, WorkerMembershipChanged
-from runtime.agent.heartbeat import HeartbeatTiming, Liveness
-from runtime.agent.membership import DELIVERY_SIGNAL
-from runtime.agent.multiplex import Answer, Batch, ConnectionPool, Exchange
-from runtime.agent.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
-from runtime.agent.resolver import Resolver
-from runtime.agent.settings import AgentSettings
-from runtime.agent.transport import AgentServer, HttpError, PeerConnection, Request, Response, request_json
-from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, Failure, Node, World, process_env
+from runtime.agent import contract
+from runtime.agent.errors import (
+    HttpError,
+    MembershipRefused,
+    NotAMember,
+    RendezvousError,
+    TransportError,
+    Unauthorized,
+    WorkerMembershipChanged,
+)
+from runtime.agent.execution import controller, errorfile, torchrun
+from runtime.agent.execution.bootstrap import die_with_parent
+from runtime.agent.execution.delivery import DELIVERY_SIGNAL
+from runtime.agent.execution.environment import process_env
+from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
+from runtime.agent.membership.coordinator import EXIT_NODE_LOST, Action, Coordinator, Probe, Push, Say
+from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.membership.tree import Layout, layout
+from runtime.agent.net.peer import Answer, Exchange, PeerTransport
+from runtime.agent.net.resolver import Resolver
+from runtime.agent.net.server import AgentServer, Request, Response
+from runtime.agent.net.transport import DEFAULT_TIMEOUT, HttpTransport, encode
+from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
+from runtime.agent.service.pool import WorkerPool
+from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
+from runtime.agent.spec.signals import handled as handled_signals
+from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, Failure, Node, World
 
 TICK = 0.1
 """Seconds between the coordinator's time-driven checks (liveness, quorum)."""
@@ -113,7 +128,7 @@ class Agent:
 
     Args:
         settings: validated settings.
-        resolver: the name-resolution seam (defaults to DNS with ``settings.resolve`` overrides).
+        resolver: the name-resolution seam (defaults to DNS with ``settings.plumbing.resolve`` overrides).
         log: text stream for the agent's own messages.
         clock: monotonic clock, seconds.
         spawner: the process-spawner seam; builds the supervisor of one generation's processes
@@ -127,21 +142,22 @@ class Agent:
         log: TextIO = sys.stderr,
         clock: Callable[[], float] = time.monotonic,
         spawner: Spawner = LocalProcesses,
+        transport: Optional[PeerTransport] = None,
     ) -> None:
         self.settings = settings
         self._spawner = spawner
-        self._resolver = resolver or Resolver(settings.resolve)
+        self._resolver = resolver or Resolver(settings.plumbing.resolve)
         self._log = log
         self._clock = clock
-        self._timing = HeartbeatTiming(settings.heartbeat_interval, settings.heartbeat_ttl)
+        self._timing = HeartbeatTiming(settings.spec.heartbeat_interval, settings.spec.heartbeat_ttl)
         self._events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._registered = threading.Event()
         self._beat_now = threading.Event()
         self._world_deadline = float("inf")
-        self._coordinator = Coordinator(settings, clock()) if settings.is_coordinator else None
-        self._coordinator_addr: tuple[str, int] = ("", settings.coordinator_port)
+        self._coordinator = Coordinator(settings, clock()) if settings.node.is_coordinator else None
+        self._coordinator_addr: tuple[str, int] = ("", settings.node.coordinator_port)
         self._children = Liveness()
         self.world: Optional[World] = None
         self._procs: Optional[Supervisor] = None
@@ -149,22 +165,24 @@ class Agent:
         self._service = ServiceNode(
             settings, lambda: self.world, self.say,
             on_unreachable=lambda node: self._suspect(node, f"node {node.node_id} ({node.addr}) refused a call"),
-        ) if settings.mode == "service" else None
+        ) if settings.spec.mode == "service" else None
         self._exits: dict[int, ProcExit] = {}
         self._error_files: list[str] = []
         self._coordinator_lost = False
         self._pushers: list[threading.Thread] = []
-        self._push_pool = ConnectionPool(settings.token)
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
         self._probe_slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
         self._worlds_sent = 0
-        self._signals = torchrun.parse_signals(settings.signals_to_handle)
+        self._signals = parse_signals(settings.spec.signals_to_handle)
         self._omp_said = False
-        if settings.run_root:
-            os.makedirs(settings.run_root, exist_ok=True)
-        self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.job}-{settings.node_id}-", dir=settings.run_root)
-        self.node = Node(settings.node_id, settings.advertise_address, settings.agent_port, settings.local_world_size)
+        if settings.plumbing.run_root:
+            os.makedirs(settings.plumbing.run_root, exist_ok=True)
+        self._run_dir = tempfile.mkdtemp(prefix=f"trainplane-{settings.spec.job_name}-{settings.node.node_id}-",
+                                         dir=settings.plumbing.run_root)
+        self.node = Node(settings.node.node_id, settings.node.advertise_address, settings.node.agent_port,
+                         settings.local_world_size)
         self._server = AgentServer(
-            (settings.bind_address, settings.agent_port),
+            (settings.node.bind_address, settings.node.agent_port),
             settings.token,
             {
                 ("GET", contract.ROUTE_INFO): self._route_info,
@@ -180,7 +198,7 @@ class Agent:
 
     def say(self, message: str) -> None:
         """Write one agent message, prefixed with the node, to the agent log."""
-        prefix = f"[trainplane node {self.settings.node_id}] "
+        prefix = f"[trainplane node {self.settings.node.node_id}] "
         self._log.write(prefix + message.replace("\n", "\n" + prefix) + "\n")
         self._log.flush()
 
@@ -191,15 +209,15 @@ class Agent:
         return Response(
             200,
             {
-                "job": self.settings.job,
-                "node_id": self.settings.node_id,
-                "node_rank": world.node_rank_of(self.settings.node_id) if world and self._in(world) else None,
-                "addr": self.settings.advertise_address,
-                "num_proc": self.settings.num_proc,
+                "job": self.settings.spec.job_name,
+                "node_id": self.settings.node.node_id,
+                "node_rank": world.node_rank_of(self.settings.node.node_id) if world and self._in(world) else None,
+                "addr": self.settings.node.advertise_address,
+                "num_proc": self.settings.spec.num_proc,
                 "generation": world.generation if world else 0,
                 "status": world.status if world else "forming",
-                "mode": self.settings.mode,
-                "distribution": self.settings.distribution,
+                "mode": self.settings.spec.mode,
+                "distribution": self.settings.spec.distribution,
                 "coordinator": self._coordinator is not None,
                 "requests_served": self._server.requests_served,
                 "worlds_sent": self._worlds_sent,
@@ -235,8 +253,8 @@ class Agent:
                     actions = self._coordinator.report(
                         node.node_id, generation, state, failure, str(body.get("message", ""))
                     )
-            except Rejected as exc:
-                raise HttpError(exc.status, str(exc)) from None
+            except MembershipRefused as exc:
+                raise _refusal(exc) from None
             world = self._coordinator.world
         if actions:
             self._events.put(_ActionsEvent(tuple(actions)))
@@ -249,8 +267,8 @@ class Agent:
             with self._lock:
                 try:
                     self._coordinator.heartbeat(node_id, ages, now)
-                except Rejected as exc:
-                    raise HttpError(exc.status, str(exc)) from None
+                except MembershipRefused as exc:
+                    raise _refusal(exc) from None
                 world = self._coordinator.world
         else:
             world = self.world
@@ -270,21 +288,22 @@ class Agent:
             world = World.from_json(request.body)
         except (KeyError, TypeError, ValueError) as exc:
             raise HttpError(400, f"bad world: {exc!r}") from None
-        if world.job != self.settings.job:
-            raise HttpError(409, f"world of job {world.job!r} sent to job {self.settings.job!r}")
+        if world.job != self.settings.spec.job_name:
+            raise HttpError(409, f"world of job {world.job!r} sent to job {self.settings.spec.job_name!r}")
         self._events.put(_WorldEvent(world))
-        if request.body.get(RELAY) is True and world.has(self.settings.node_id):
-            self._send_worlds(world, self._tree_children(world, world.node_rank_of(self.settings.node_id)), relay=True)
+        if request.body.get(RELAY) is True and world.has(self.settings.node.node_id):
+            position = world.node_rank_of(self.settings.node.node_id)
+            self._send_worlds(world, self._tree_children(world, position), relay=True)
         return Response(200, {"accepted": world.generation})
 
     # --- main loop -----------------------------------------------------------------------------
 
     def run(self) -> int:
         """Serve, join the world, run processes until a verdict; return the exit code."""
-        if self.settings.die_with_parent:
+        if self.settings.plumbing.die_with_parent:
             die_with_parent(signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
-            for sig in torchrun.handled(self._signals):
+            for sig in handled_signals(self._signals):
                 signal.signal(sig, lambda signum, _frame: self._events.put(_SignalEvent(signum)))
             # Inherited by user processes until their bootstrap installs its handler, so a change
             # that arrives while one is still starting cannot kill it (the bootstrap then polls).
@@ -305,7 +324,7 @@ class Agent:
             self._stop_processes()
             for pusher in self._pushers:
                 pusher.join(timeout=5.0)
-            self._push_pool.close()
+            self._transport.close()
             self._server.stop()
             shutil.rmtree(self._run_dir, ignore_errors=True)
 
@@ -324,7 +343,7 @@ class Agent:
                     actions = self._coordinator.tick(self._clock())
                 self._perform(actions)
             elif self.world is None and self._clock() > self._world_deadline:
-                waited = self.settings.quorum_timeout + WORLD_WAIT_MARGIN
+                waited = self.settings.spec.quorum_timeout + WORLD_WAIT_MARGIN
                 self.say(f"no world from the coordinator within {waited:g} s of registering; giving up")
                 return contract.EXIT_RENDEZVOUS
 
@@ -363,10 +382,11 @@ class Agent:
     def _probe(self, probe: Probe) -> None:
         """Ask a silent or refusing node's agent whether it is up; the coordinator decides on the answer."""
         node = probe.node
+        exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ)
+        with self._probe_slots:
+            answer = self._transport.exchange(exchange, self._timing.probe_timeout)
         try:
-            with self._probe_slots:
-                request_json(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ, self.settings.token,
-                             timeout=self._timing.probe_timeout)
+            answer.result(exchange)
             alive, reason = True, probe.reason
         except TransportError as exc:
             alive, reason = False, f"{probe.reason}, and a direct probe failed: {exc}"
@@ -390,12 +410,12 @@ class Agent:
         members (each node relays to its tree children, so the coordinator sends at most
         ``tree_fanout`` copies); directly otherwise, and to targets outside the world (nodes being
         told that they were removed)."""
-        world, me = push.world, self.settings.node_id
+        world, me = push.world, self.settings.node.node_id
         if any(n.node_id == me for n in push.targets):
             self._events.put(_WorldEvent(world))
         others = [n for n in push.targets if n.node_id != me]
         members = {n.node_id for n in push.targets if world.has(n.node_id)}
-        if len(members) == len(world.nodes) and topology.is_tree(len(world.nodes), self.settings.tree_threshold):
+        if len(members) == len(world.nodes) and self._tree(world).tree:
             self._send_worlds(world, self._tree_heads(world), relay=True)
             others = [n for n in others if not world.has(n.node_id)]
         self._send_worlds(world, others, relay=False)
@@ -403,17 +423,20 @@ class Agent:
     def _tree_heads(self, world: World) -> list[Node]:
         """Where the coordinator sends a world for relaying: the root's children when it is the root
         (as it is unless it failed over), else the root, whose subtree is the whole world."""
-        if world.nodes[0].node_id != self.settings.node_id:
+        if world.nodes[0].node_id != self.settings.node.node_id:
             return [world.nodes[0]]
         return self._tree_children(world, 0)
 
+    def _tree(self, world: World) -> Layout:
+        """The tree over ``world``'s members (``runtime.agent.membership.tree``)."""
+        return layout(len(world.nodes), self.settings.spec.tree_fanout, self.settings.spec.tree_threshold)
+
     def _tree_children(self, world: World, position: int) -> list[Node]:
         """The nodes that report to (and get worlds and calls from) the node at ``position``."""
-        width, threshold = self.settings.tree_fanout, self.settings.tree_threshold
-        return [world.nodes[c] for c in topology.children(position, len(world.nodes), width, threshold)]
+        return [world.nodes[c] for c in self._tree(world).children(position)]
 
     def _send_worlds(self, world: World, targets: Sequence[Node], relay: bool) -> None:
-        """Send ``world`` to ``targets`` from one background thread, all at once (``multiplex.Batch``):
+        """Send ``world`` to ``targets`` from one background thread, all at once (a transport batch):
         a thread per target made the receiving handler of a relayed world wait on thread starts."""
         if not targets:
             return
@@ -427,15 +450,15 @@ class Agent:
     def _deliver_worlds(self, generation: int, targets: tuple[Node, ...], body: bytes, final: bool) -> None:
         exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_WORLD, body) for n in targets]
         answers: list[Answer] = []
-        Batch(self._push_pool, exchanges, self._clock() + self._timing.ttl, clock=self._clock).run(answers.append)
+        self._transport.batch(exchanges, self._clock() + self._timing.ttl).run(answers.append)
         now = self._clock()
         for answer in answers:
             node = targets[answer.index]
-            if answer.status != 200:
+            if not answer.ok:
                 if final:
                     continue  # the job is over: a node already gone has nothing left to learn
-                problem = answer.error or f"answered {answer.status}: {answer.body.get('error', '')}"
-                self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): {problem}")
+                self.say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): "
+                         f"{answer.problem}")
                 if answer.refused:
                     self._suspect(node, f"node {node.node_id} ({node.addr}) refused a world push")
                 continue
@@ -446,7 +469,7 @@ class Agent:
                     self._coordinator.delivered(node.node_id, generation, now)
 
     def _in(self, world: World) -> bool:
-        return world.has(self.settings.node_id)
+        return world.has(self.settings.node.node_id)
 
     # --- worlds --------------------------------------------------------------------------------
 
@@ -482,7 +505,7 @@ class Agent:
         are not failures."""
         for supervisor in (self._procs, self._daemon):
             if supervisor is not None:
-                supervisor.stop(self.settings.grace_period, sig)
+                supervisor.stop(self.settings.spec.grace_period, sig)
         self._procs = self._daemon = None
 
     def _world_file(self, local_rank: int) -> str:
@@ -514,10 +537,10 @@ class Agent:
             self._service.fail_in_flight(change)
         if self._procs is None:
             return
-        self._procs.renumber(world.first_rank(world.node_rank_of(self.settings.node_id)))
+        self._procs.renumber(world.first_rank(world.node_rank_of(self.settings.node.node_id)))
         for local_rank in range(self.node.num_proc):
             self._write_world_file(local_rank, self._world_state(change, world, local_rank))
-            if self.settings.monitor_members:
+            if self.settings.spec.monitor_members:
                 self._procs.send(local_rank, DELIVERY_SIGNAL)
 
     def _driver_wait(self, world: World) -> dict[str, str]:
@@ -525,15 +548,16 @@ class Agent:
         wait = controller.driver_wait(world)
         if not wait.endpoints:
             return {}
-        env = {contract.WAIT_FOR: ",".join(wait.endpoints), contract.WAIT_TIMEOUT: str(self.settings.quorum_timeout)}
+        env = {contract.WAIT_FOR: ",".join(wait.endpoints),
+               contract.WAIT_TIMEOUT: str(self.settings.spec.quorum_timeout)}
         if wait.ray_nodes:
             env[contract.WAIT_RAY_NODES] = ",".join(wait.ray_nodes)
         return env
 
     def _process_env(self, world: World, local_rank: int) -> dict[str, str]:
         """The world's part of one process's environment (what a membership change updates)."""
-        env = process_env(world, world.node_rank_of(self.settings.node_id), local_rank, self.settings.role)
-        if self.settings.virtual_local_rank:
+        env = process_env(world, world.node_rank_of(self.settings.node.node_id), local_rank, self.settings.spec.role)
+        if self.settings.spec.virtual_local_rank:
             env[contract.LOCAL_RANK] = "0"
         return env
 
@@ -544,12 +568,13 @@ class Agent:
         return str(rank_dir(parent, local_rank) / "error.json")
 
     def _start(self, world: World) -> None:
-        node_rank = world.node_rank_of(self.settings.node_id)
+        node_rank = world.node_rank_of(self.settings.node.node_id)
         base = inherited_env(os.environ)
         envs = []
         unchanged = _change(world, world)
         wait = self._driver_wait(world)
-        log_dir = os.path.join(self.settings.log_dir, f"gen-{world.generation}") if self.settings.log_dir else None
+        base_log = self.settings.spec.log_dir
+        log_dir = os.path.join(base_log, f"gen-{world.generation}") if base_log else None
         self._error_files = []
         for i in range(self.node.num_proc):
             self._write_world_file(i, self._world_state(unchanged, world, i))
@@ -560,25 +585,31 @@ class Agent:
             self._error_files.append(error_file)
             envs.append({
                 **base, **self._process_env(world, i), **wait,
-                **torchrun.worker_env(base, i, self.node.num_proc, self.settings.signals_to_handle, error_file,
-                                      self.settings.virtual_local_rank),
+                **torchrun.worker_env(base, i, self.node.num_proc, self.settings.spec.signals_to_handle, error_file,
+                                      self.settings.spec.virtual_local_rank),
                 contract.TRAINPLANE_WORLD_FILE: self._world_file(i),
-                contract.MONITOR_MEMBERS: "true" if self.settings.monitor_members else "false",
+                contract.MONITOR_MEMBERS: "true" if self.settings.spec.monitor_members else "false",
             })
         if torchrun.omp_num_threads(base, self.node.num_proc) is not None and not self._omp_said:
             self._omp_said = True
             self.say(torchrun.omp_notice(self.node.num_proc))
         self._exits = {}
-        daemon = controller.daemon(world, node_rank, prefix=self.settings.daemon_prefix,
-                                   extra_args=self.settings.daemon_args)
+        daemon = controller.daemon(world, node_rank, prefix=self.settings.plumbing.daemon_prefix,
+                                   extra_args=self.settings.spec.daemon_args)
         if daemon is not None:
             self._daemon = self._spawn_daemon(world, node_rank, daemon, base, log_dir)
-        stdin = 0 if self.settings.forward_stdin and world.first_rank(node_rank) == 0 else None
-        self._procs = self._service.workers(world, envs, log_dir) if self._service is not None else self._spawner(
-            world.generation, world.first_rank(node_rank), envs, self.settings.entrypoint,
-            self._events.put, log_dir, no_python=self.settings.no_python, outputs=self.settings.outputs,
-            stdin_local_rank=stdin,
-        )
+        stdin = 0 if self.settings.plumbing.forward_stdin and world.first_rank(node_rank) == 0 else None
+        if self._service is not None:
+            pool = WorkerPool(world.generation, node_rank, world.first_rank(node_rank), envs, self.say,
+                              self.settings.spec.grace_period, log_dir)
+            self._service.use_executor(pool)
+            self._procs = pool
+        else:
+            self._procs = self._spawner(
+                world.generation, world.first_rank(node_rank), envs, self.settings.spec.entrypoint,
+                self._events.put, log_dir, no_python=self.settings.spec.no_python, outputs=self.settings.spec.outputs,
+                stdin_local_rank=stdin,
+            )
         first = world.first_rank(node_rank)
         runs = f"ranks {first}..{first + self.node.num_proc - 1} of {world.world_size}"
         if daemon is not None:
@@ -592,13 +623,13 @@ class Agent:
 
     def _spawn_daemon(self, world: World, node_rank: int, daemon: controller.Daemon, base: dict[str, str],
                       log_dir: Optional[str]) -> Supervisor:
-        """The supervisor of this node's framework daemon, not yet started: ``runtime.agent.daemon``
+        """The supervisor of this node's framework daemon, not yet started: ``runtime.agent.execution.daemon``
         under the bootstrap, which waits for the head if the daemon needs it, then becomes the daemon."""
         env = {**base, contract.MONITOR_MEMBERS: "false"}
         if daemon.wait_for:
             env[contract.WAIT_FOR] = daemon.wait_for
         return self._spawner(
-            world.generation, node_rank, [env], ("-m", "runtime.agent.daemon", daemon.name, *daemon.argv),
+            world.generation, node_rank, [env], ("-m", "runtime.agent.execution.daemon", daemon.name, *daemon.argv),
             lambda event: self._events.put(_DaemonExit(daemon.name, event)), log_dir, label=daemon.name,
         )
 
@@ -647,8 +678,8 @@ class Agent:
         """Tell the coordinator that a process of this node (a rank, or the ``daemon``) failed."""
         recorded = errorfile.read(self._error_files[local_rank]) if 0 <= local_rank < len(self._error_files) else None
         failure = Failure(
-            rank=rank, node_id=self.settings.node_id, local_rank=local_rank, exit_code=ended.exit_code,
-            stderr_tail=ended.stderr_tail, timestamp=ended.timestamp, addr=self.settings.advertise_address,
+            rank=rank, node_id=self.settings.node.node_id, local_rank=local_rank, exit_code=ended.exit_code,
+            stderr_tail=ended.stderr_tail, timestamp=ended.timestamp, addr=self.settings.node.advertise_address,
             daemon=daemon, error=recorded.describe() if recorded else "",
             error_traceback=recorded.traceback if recorded else (),
         )
@@ -664,13 +695,21 @@ class Agent:
     def _send_report(self, body: dict[str, Any]) -> None:
         host, port = self._coordinator_addr
         try:
-            request_json(host or self.settings.coordinator, port, "PUT", contract.ROUTE_MEMBERS,
-                         self.settings.token, body, timeout=self._timing.ttl)
+            self._to_coordinator(host or self.settings.node.coordinator, port, body, self._timing.ttl)
         except TransportError as exc:
             if body["state"] == STOPPED and exc.status is None:
                 self.say(f"the coordinator did not answer this node's stop (it is likely stopping too): {exc}")
             else:
                 self.say(f"could not report {body['state']} to the coordinator: {exc}")
+
+    def _to_coordinator(self, host: str, port: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """``PUT /members`` to the coordinator at ``host:port``.
+
+        Raises:
+            TransportError: as ``peer.Answer.result``.
+        """
+        exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
+        return self._transport.exchange(exchange, timeout).result(exchange)
 
     def _member_body(self) -> dict[str, Any]:
         return {"node_id": self.node.node_id, "addr": self.node.addr, "port": self.node.port,
@@ -683,16 +722,16 @@ class Agent:
                 self.say(f"job failed: {world.message.split(';')[0] if world.message else 'see the coordinator'}")
             elif world.status == STOPPED:
                 self.say(f"job stopped: {world.message}")
-        if self.settings.verdict_file:
-            tmp = f"{self.settings.verdict_file}.{self.settings.node_id}.tmp"
+        if self.settings.plumbing.verdict_file:
+            tmp = f"{self.settings.plumbing.verdict_file}.{self.settings.node.node_id}.tmp"
             with open(tmp, "w") as f:
                 json.dump({"status": world.status, "exit_code": world.exit_code, "message": world.message}, f)
-            os.replace(tmp, self.settings.verdict_file)
+            os.replace(tmp, self.settings.plumbing.verdict_file)
         return world.exit_code
 
     def _on_signal(self, signum: int) -> Optional[int]:
         name = signal.Signals(signum).name
-        if signum not in torchrun.STOP_SIGNALS:
+        if signum not in STOP_SIGNALS:
             self._pass_on(signum, name)
             return None
         code = contract.EXIT_INTERRUPTED_BASE + signum
@@ -716,22 +755,22 @@ class Agent:
         procs = self._procs
         if signum not in self._signals:
             self.say(f"received {name}, which {contract.TORCHELASTIC_SIGNALS_TO_HANDLE} "
-                     f"({self.settings.signals_to_handle}) does not name: ignored")
+                     f"({self.settings.spec.signals_to_handle}) does not name: ignored")
             return
         sent = [i for i in range(self.node.num_proc) if procs is not None and procs.send(i, signum)]
-        first = self.world.first_rank(self.world.node_rank_of(self.settings.node_id)) if self.world and self._in(
+        first = self.world.first_rank(self.world.node_rank_of(self.settings.node.node_id)) if self.world and self._in(
             self.world) else 0
         ranks = ", ".join(str(first + i) for i in sent) or "none (no process is running)"
         self.say(f"received {name}: passed on to rank(s) {ranks}")
 
     def _others(self, push: Push) -> bool:
-        return any(n.node_id != self.settings.node_id for n in push.targets)
+        return any(n.node_id != self.settings.node.node_id for n in push.targets)
 
     # --- membership: rejoin and coordinator loss -------------------------------------------------
 
     def _on_rejoin(self, reason: str) -> Optional[int]:
         self._stop_processes()
-        if not self.settings.elastic:
+        if not self.settings.spec.elastic:
             self.say(f"removed from the job ({reason}); the job is not elastic, so this node stops")
             return contract.EXIT_RENDEZVOUS
         self.say(f"{reason}: registering again in {self._timing.ttl:g} s")
@@ -758,15 +797,15 @@ class Agent:
             self.say(f"the coordinator (node {lost_id} at {addr}), which runs the driver, has been unreachable "
                      f"for {event.silent_for:.1f} s; this node's {world.distribution} daemon serves nobody: stopping")
             return EXIT_NODE_LOST
-        if not self.settings.elastic or not survivors:
+        if not self.settings.spec.elastic or not survivors:
             self._coordinator_lost = True
             self.say(f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s; "
                      f"training continues, and this node stops when its processes end")
             return None
         successor = min(survivors, key=lambda n: n.node_id)
-        if successor.node_id != self.settings.node_id:
+        if successor.node_id != self.settings.node.node_id:
             return None
-        self.say(f"the coordinator (node {lost_id} at {addr}) is lost; node {self.settings.node_id} takes over")
+        self.say(f"the coordinator (node {lost_id} at {addr}) is lost; node {self.settings.node.node_id} takes over")
         coordinator = Coordinator(self.settings, self._clock(), world=world)
         with self._lock:
             self._coordinator = coordinator
@@ -783,7 +822,7 @@ class Agent:
         off a crashing container), so the survivors can re-form their process group first instead
         of being interrupted again mid-rendezvous.
         """
-        self._world_deadline = self._clock() + delay + self.settings.quorum_timeout + WORLD_WAIT_MARGIN
+        self._world_deadline = self._clock() + delay + self.settings.spec.quorum_timeout + WORLD_WAIT_MARGIN
         threading.Thread(target=self._register, args=(delay,), name="register", daemon=True).start()
 
     def _register(self, delay: float) -> None:
@@ -791,11 +830,11 @@ class Agent:
         if self._stopping.wait(delay):
             return
         s = self.settings
-        deadline = self._clock() + s.quorum_timeout
+        deadline = self._clock() + s.spec.quorum_timeout
         host, port = self._coordinator_addr
         if not host:
             try:
-                host = self._resolver.resolve(s.coordinator, s.quorum_timeout)
+                host = self._resolver.resolve(s.node.coordinator, s.spec.quorum_timeout)
             except RendezvousError as exc:
                 self._events.put(_FatalEvent(str(exc), contract.EXIT_RENDEZVOUS))
                 return
@@ -804,7 +843,7 @@ class Agent:
         body = {**self._member_body(), "state": "joining"}
         while not self._stopping.is_set():
             try:
-                request_json(host, port, "PUT", contract.ROUTE_MEMBERS, s.token, body)
+                self._to_coordinator(host, port, body, DEFAULT_TIMEOUT)
                 self._registered.set()
                 return
             except Unauthorized as exc:
@@ -817,7 +856,7 @@ class Agent:
                     return
                 if self._clock() + delay > deadline:
                     self._events.put(_FatalEvent(
-                        f"coordinator {host}:{port} unreachable for {s.quorum_timeout:g} s: {exc}",
+                        f"coordinator {host}:{port} unreachable for {s.spec.quorum_timeout:g} s: {exc}",
                         contract.EXIT_RENDEZVOUS,
                     ))
                     return
@@ -826,11 +865,9 @@ class Agent:
 
     def _heartbeat_target(self, world: World) -> tuple[str, int]:
         """This node's parent in the liveness tree, or the coordinator."""
-        position = world.node_rank_of(self.settings.node_id)
-        up = topology.parent(position, len(world.nodes), self.settings.tree_fanout, self.settings.tree_threshold)
-        if up is None or world.nodes[up].node_id == world.coordinator[0] or not topology.is_tree(
-            len(world.nodes), self.settings.tree_threshold
-        ):
+        tree = self._tree(world)
+        up = tree.parent(world.node_rank_of(self.settings.node.node_id))
+        if up is None or world.nodes[up].node_id == world.coordinator[0] or not tree.tree:
             return self._coordinator_addr
         return world.nodes[up].addr, world.nodes[up].port
 
@@ -842,13 +879,10 @@ class Agent:
         failures = 0
         direct = False
         lost_sent: Optional[tuple[int, str, int]] = None
-        link: Optional[PeerConnection] = None
         while True:
             self._beat_now.wait(interval or self._timing.interval)
             self._beat_now.clear()
             if self._stopping.is_set():
-                if link is not None:
-                    link.close()
                 return
             world = self.world
             now = self._clock()
@@ -867,19 +901,15 @@ class Agent:
                 host, port, ages, generation = *self._coordinator_addr, {}, 0
             else:
                 if world.generation != generation:
-                    hops = topology.hops(len(world.nodes), self.settings.tree_fanout, self.settings.tree_threshold)
-                    self._timing = dataclasses.replace(self._timing, hops=hops)
+                    self._timing = dataclasses.replace(self._timing, hops=self._tree(world).hops)
                     generation, interval = world.generation, self._timing.first_delay(random.random())
                     continue
                 host, port = self._coordinator_addr if direct else self._heartbeat_target(world)
                 ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
             body = {**self._member_body(), "generation": generation, "state": "alive", "ages": ages}
-            if link is None or (link.host, link.port, link.timeout) != (host, port, self._timing.cap):
-                if link is not None:
-                    link.close()
-                link = PeerConnection(host, port, self.settings.token, timeout=self._timing.cap)
+            exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
             try:
-                reply = link.request("PUT", contract.ROUTE_MEMBERS, body)
+                reply = self._transport.exchange(exchange, self._timing.cap).result(exchange)
             except TransportError as exc:
                 if exc.status == 409 and (host, port) != self._coordinator_addr:
                     direct, interval = True, 0.0
@@ -911,3 +941,8 @@ class Agent:
                     self._events.put(_WorldEvent(World.from_json(reply["world"])))
                 except (KeyError, TypeError, ValueError) as exc:
                     self.say(f"ignoring a malformed world in a heartbeat reply: {exc!r}")
+
+
+def _refusal(exc: MembershipRefused) -> HttpError:
+    """How the HTTP layer answers a membership refusal: 400 for a node id outside the job, else 409."""
+    return HttpError(400 if isinstance(exc, NotAMember) else 409, str(exc))

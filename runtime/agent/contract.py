@@ -9,7 +9,7 @@ Conventions borrowed:
       ``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``,
       ``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``, ``TORCHELASTIC_USE_AGENT_STORE``,
       ``TORCHELASTIC_ERROR_FILE``, ``TORCHELASTIC_SIGNALS_TO_HANDLE``,
-      ``TORCH_NCCL_ASYNC_ERROR_HANDLING``, ``OMP_NUM_THREADS`` (see ``runtime.agent.torchrun``).
+      ``TORCH_NCCL_ASYNC_ERROR_HANDLING``, ``OMP_NUM_THREADS`` (see ``runtime.agent.execution.torchrun``).
     * JAX: ``jax.distributed.initialize()`` reads ``JAX_COORDINATOR_ADDRESS`` (and
       ``JAX_LOCAL_DEVICE_IDS``) itself, but the process count and id only from a detected cluster:
       ``runtime.jaxcluster`` registers trainplane's, which reads ``JAX_NUM_PROCESSES`` and
@@ -195,7 +195,7 @@ BUNDLE_MOUNT_PATH = "/opt/trainplane"
 """Where the runtime bundle ConfigMap is mounted; it is put on PYTHONPATH."""
 AGENT_MODULE = "runtime.agent"
 """Run as ``python3 -m runtime.agent`` with the bundle on PYTHONPATH."""
-SERVICE_MODULE = "runtime.agent.service"
+SERVICE_MODULE = "runtime.agent.service.worker"
 """What each user process runs in service mode (under the bootstrap): the call loop."""
 
 # --- Service mode defaults ---------------------------------------------------------------------

@@ -4,10 +4,19 @@ Tree::
 
     TrainplaneError
     ├── ConfigError (also ValueError)      bad settings: names the field, the value and the fix
+    │   └── SpecError                      a job setting is invalid, in parts each front end words its way
     ├── RendezvousError                    the world could not be formed
-    │   └── QuorumTimeout                  quorum not met in time; names the missing node ids
+    │   ├── QuorumTimeout                  quorum not met in time; names the missing node ids
+    │   └── MembershipRefused              the coordinator (or a tree parent) refuses a member's request:
+    │       │                              the job ended, the world formed without it, it is not (or no
+    │       │                              longer) in the world; the HTTP layer answers 409
+    │       └── NotAMember                 the node id is none of the job's (answered 400)
     ├── TransportError                     an HTTP exchange between agents failed
-    │   └── Unauthorized                   401: missing or wrong job token
+    │   ├── Unauthorized                   401: missing or wrong job token
+    │   └── StaleConnection                a kept-alive connection the peer had closed while idle: nothing
+    │                                      of the request was processed, so it is sent again once
+    ├── HttpError                          raised by a route handler: answer with this HTTP status
+    ├── ChannelClosed (also EOFError)      the channel to a service worker process ended
     ├── CallError                          a service-mode call did not return every rank's result
     │   ├── RemoteError                    the called function raised on a rank
     │   ├── CallTimeout                    the deadline passed; names the ranks that had not answered
@@ -21,12 +30,12 @@ Tree::
                                            code does not swallow it (as KeyboardInterrupt)
 
 Every exception with more than a message rebuilds itself from its attributes (``__reduce__``), so it
-pickles, and ``runtime.agent.wire`` turns it into the JSON an HTTP hop carries and back.
+pickles, and ``runtime.agent.service.wire`` turns it into the JSON an HTTP hop carries and back.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 class TrainplaneError(Exception):
@@ -35,6 +44,61 @@ class TrainplaneError(Exception):
 
 class ConfigError(TrainplaneError, ValueError):
     """A setting is invalid. The message names the setting, the bad value and the fix."""
+
+
+class SpecError(ConfigError):
+    """A job setting is invalid (``runtime.agent.spec.job``), in parts a front end can say in its own
+    terms: each names settings as ``{name}`` in ``problem`` and ``fix``, which :meth:`render` fills
+    in with the front end's names for them (a flag as typed, an environment variable, a field).
+
+    Attributes:
+        field: the setting's name (a ``JobSpec`` field).
+        value: the bad value.
+        problem: what is wrong with it, e.g. ``must be from 1 to {workers} (2)``.
+        fix: how to put it right, e.g. ``use 1 or more nodes``.
+        subject: the settings the problem is about, e.g. ``{min_workers}/{max_workers}``; ``{field}``
+            by default.
+        shows_value: whether a front end that words the problem alone adds the value to it (the
+            problem may say the value itself, or be about another setting's).
+    """
+
+    def __init__(self, field: str, value: object, problem: str, fix: str, subject: str = "",
+                 shows_value: bool = True) -> None:
+        self.field = field
+        self.value = list(value) if isinstance(value, tuple) else value
+        self.problem = problem
+        self.fix = fix
+        self.subject = subject or f"{{{field}}}"
+        self.shows_value = shows_value
+        rendered_problem, rendered_fix = self.render(lambda name: name)
+        super().__init__(f"{field}={self.value!r} is invalid: {rendered_problem}; {rendered_fix}")
+
+    def render(self, name_of: Callable[[str], str]) -> tuple[str, str]:
+        """``(problem, fix)`` with every ``{name}`` replaced by ``name_of(name)``."""
+        names = _Names(name_of)
+        return self.problem.format_map(names), self.fix.format_map(names)
+
+    def headline(self, name_of: Callable[[str], str]) -> str:
+        """``subject: problem`` (and ``(got value)`` when :attr:`shows_value`), names by ``name_of``: the
+        one line of a front end that words the problem alone, e.g. a command line's
+        ``--nnodes: must be 1 or more (got 0)``."""
+        names = _Names(name_of)
+        got = f" (got {self.value})" if self.shows_value else ""
+        return f"{self.subject.format_map(names)}: {self.problem.format_map(names)}{got}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.field, self.value, self.problem, self.fix, self.subject, self.shows_value)
+
+
+class _Names(dict):  # type: ignore[type-arg]
+    """``str.format_map`` mapping that names any setting through a function."""
+
+    def __init__(self, name_of: Callable[[str], str]) -> None:
+        super().__init__()
+        self._name_of = name_of
+
+    def __missing__(self, key: str) -> str:
+        return self._name_of(key)
 
 
 class RendezvousError(TrainplaneError):
@@ -66,6 +130,16 @@ class QuorumTimeout(RendezvousError):
         )
 
 
+class MembershipRefused(RendezvousError):
+    """The coordinator (or a node's tree parent) refuses a member's request: the job has ended, the
+    world formed without the node, or the node is not (or no longer) in the world and should register
+    again. A membership decision, not a transport one: the HTTP layer answers it with 409."""
+
+
+class NotAMember(MembershipRefused):
+    """A node id outside the job's range asked to join (the HTTP layer answers 400)."""
+
+
 class TransportError(TrainplaneError):
     """An HTTP exchange with another agent failed (refused, timed out, or a non-2xx status).
 
@@ -80,6 +154,27 @@ class TransportError(TrainplaneError):
 
 class Unauthorized(TransportError):
     """The peer refused the request with 401: the job token is missing or wrong."""
+
+
+class StaleConnection(TransportError):
+    """The peer closed a kept-alive connection before any byte of the response: it had closed it
+    while idle, so nothing of the request was processed and it can be sent again on a new one."""
+
+
+class HttpError(TrainplaneError):
+    """Raised by a route handler to answer with ``status`` and ``{"error": message}``.
+
+    Attributes:
+        status: the HTTP status to answer with.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ChannelClosed(TrainplaneError, EOFError):
+    """The other end of a service worker's channel closed it (or the stream is corrupt and was closed)."""
 
 
 class CallError(TrainplaneError):

@@ -1,14 +1,13 @@
-"""The running world: the frozen set of nodes of one generation, and the env contract it implies.
+"""The running world: the frozen set of nodes of one generation.
 
 A ``World`` is what the coordinator freezes after quorum and pushes to every agent. Everything an
-agent needs to start its processes is derived from it by pure functions, so the same world always
-gives the same ranks. Standard library only.
+agent needs to start its processes is derived from it by pure functions
+(``runtime.agent.execution.environment``), so the same world always gives the same ranks. Standard
+library only.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -18,7 +17,7 @@ DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
 """Distribution kinds the local agent knows. ``spmd`` sets every framework's variables."""
 SINGLE_CONTROLLER = ("ray", "monarch")
 """Distributions with one driver process, on node 0; every node runs the framework's daemon
-(``runtime.agent.controller``), and the driver's exit decides the job."""
+(``runtime.agent.execution.controller``), and the driver's exit decides the job."""
 DEFAULT_ROLE = "default"
 """torchrun's ``--role`` default: the workers' ``ROLE_NAME``."""
 
@@ -148,7 +147,7 @@ class World:
         max_restarts: restarts allowed.
         nodes: the nodes in node-rank order; a node's rank is its position here.
         master_port: the job's base rendezvous port on node rank 0 (TCP); see :attr:`rendezvous_port`.
-        distribution: one of :data:`DISTRIBUTIONS`.
+        distribution: one of ``runtime.agent.spec.job.DISTRIBUTIONS``.
         status: ``running`` or a terminal status (``succeeded``, ``failed``, ``stopped``).
         cause: for ``failed``, the root cause; for ``stopped``/rendezvous errors, ``None``.
         message: human-readable reason for a terminal status.
@@ -240,8 +239,36 @@ class World:
         return positions
 
     def first_rank(self, node_rank: int) -> int:
-        """Global rank of local rank 0 on ``node_rank``: the dense prefix sum of ``num_proc``."""
-        return sum(n.num_proc for n in self.nodes[:node_rank])
+        """Global rank of local rank 0 on ``node_rank``: the dense prefix sum of ``num_proc``.
+
+        Raises:
+            IndexError: ``node_rank`` is outside the world.
+        """
+        return self._firsts[node_rank]
+
+    def ranks_of(self, node_ranks: Sequence[int]) -> list[int]:
+        """The global ranks of the processes of ``node_ranks``, in that order.
+
+        Raises:
+            IndexError: a node rank is outside the world.
+        """
+        firsts, out = self._firsts, []
+        for n in node_ranks:
+            out.extend(range(firsts[n], firsts[n + 1]))
+        return out
+
+    @property
+    def _firsts(self) -> list[int]:
+        """``first_rank`` of every node rank, then the world size; memoised as :attr:`_positions` is."""
+        firsts = self.__dict__.get("_firsts_memo")
+        if firsts is None:
+            firsts, total = [], 0
+            for n in self.nodes:
+                firsts.append(total)
+                total += n.num_proc
+            firsts.append(total)
+            self.__dict__["_firsts_memo"] = firsts
+        return firsts
 
     def finished(self, status: str, message: str, exit_code: int, cause: Failure | None = None) -> World:
         """A copy of this world carrying a terminal status."""
@@ -298,106 +325,9 @@ def _coordinator(value: Sequence[Any]) -> tuple[int, str, int]:
     return int(node_id), str(addr), int(port)
 
 
-def process_env(world: World, node_rank: int, local_rank: int, role: str = DEFAULT_ROLE) -> dict[str, str]:
-    """The environment contract of one user process (DESIGN.md, "Environment contract").
-
-    Args:
-        world: the running world.
-        node_rank: position of the process's node in ``world.nodes``.
-        local_rank: index of the process on its node, ``0 <= local_rank < num_proc``.
-        role: the workers' role (torchrun's ``--role``), ``ROLE_NAME``; every rank has the one role,
-            so ``ROLE_RANK`` is ``RANK`` and ``ROLE_WORLD_SIZE`` is ``WORLD_SIZE``.
-
-    Returns:
-        Variable name to value. ``spmd`` sets every framework's variables; ``pytorch``, ``jax``
-        and ``tensorflow`` set the common ones plus their own. ``ray`` and ``monarch`` worlds have
-        one process, the driver on node 0 (rank 0 of world size 1; ``POD_IPS`` still lists every
-        node), which also gets ``RAY_ADDRESS`` or ``MONARCH_WORKER_ADDRESSES``.
-
-    Raises:
-        IndexError: ``node_rank`` or ``local_rank`` is outside the world.
-    """
-    node = world.nodes[node_rank]
-    if not 0 <= local_rank < node.num_proc:
-        raise IndexError(f"local_rank {local_rank} outside 0..{node.num_proc - 1}")
-    rank = world.first_rank(node_rank) + local_rank
-    world_size = world.world_size
-    master = world.master_addr
-    env = {
-        contract.WORLD_SIZE: str(world_size),
-        contract.RANK: str(rank),
-        contract.LOCAL_RANK: str(local_rank),
-        contract.LOCAL_WORLD_SIZE: str(node.num_proc),
-        contract.NODE_RANK: str(node_rank),
-        contract.GROUP_RANK: str(node_rank),
-        contract.NODE_WORLD_SIZE: str(len(world.nodes)),
-        contract.GROUP_WORLD_SIZE: str(len(world.nodes)),
-        contract.POD_IPS: ",".join(n.addr for n in world.nodes),
-        contract.MASTER_ADDR: master,
-        contract.MASTER_PORT: str(world.rendezvous_port),
-        contract.TRAINPLANE_GENERATION: str(world.generation),
-    }
-    dist = world.distribution
-    if dist in ("spmd", "pytorch"):
-        env[contract.TORCHELASTIC_RUN_ID] = world.job
-        env[contract.TORCHELASTIC_RESTART_COUNT] = str(world.restart_count)
-        env[contract.TORCHELASTIC_MAX_RESTARTS] = str(world.max_restarts)
-        env[contract.ROLE_NAME] = role
-        env[contract.ROLE_RANK] = str(rank)
-        env[contract.ROLE_WORLD_SIZE] = str(world_size)
-    if dist in ("spmd", "jax"):
-        env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.jax_coordinator_port}"
-        env[contract.JAX_NUM_PROCESSES] = str(world_size)
-        env[contract.JAX_PROCESS_ID] = str(rank)
-        env[contract.JAX_LOCAL_DEVICE_IDS] = str(local_rank)
-    if dist in ("spmd", "tensorflow"):
-        env[contract.TF_CONFIG] = tf_config(world, rank)
-    if dist == "ray":
-        env[contract.RAY_ADDRESS] = world.head_address
-    if dist == "monarch":
-        env[contract.MONARCH_WORKER_ADDRESSES] = ",".join(world.worker_address(i) for i in range(len(world.nodes)))
-    return env
-
-
 def host_port(addr: str, port: int) -> str:
     """``addr:port``, with an IPv6 address in brackets (``[fd00::1]:29532``), as Ray and Monarch spell it."""
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-
-
-def reserved_ports(processes: int) -> int:
-    """How many ports from the job's base port up a job of ``processes`` processes may use:
-    rendezvous, JAX and TensorFlow (see ``contract.RENDEZVOUS_PORT_SPAN``)."""
-    return contract.TF_PORT_OFFSET + processes
-
-
-def host_of(addr: str) -> str:
-    """The machine an address is on, for ports that must not collide: every loopback address
-    (127.0.0.0/8, ``::1``, ``localhost``) is this one machine; any other address is its own."""
-    try:
-        loopback = ipaddress.ip_address(addr).is_loopback
-    except ValueError:
-        loopback = addr == "localhost"
-    return "loopback" if loopback else addr
-
-
-def tf_config(world: World, rank: int) -> str:
-    """TensorFlow's ``TF_CONFIG``: one worker entry per process, this process's index.
-
-    Ports start at ``master_port + contract.TF_PORT_OFFSET`` and count the processes on the same
-    machine (:func:`host_of`): the local rank when every node has a machine of its own, so no two
-    entries collide where nodes share one (the local launcher's 127.0.0.x addresses, or its
-    single-address fallback: TensorFlow's gRPC server binds ``0.0.0.0:port``, not the address in
-    its entry), and none takes a torch or JAX rendezvous port.
-    """
-    first = world.master_port + contract.TF_PORT_OFFSET
-    taken: dict[str, int] = {}
-    workers: list[str] = []
-    for node in world.nodes:
-        host = host_of(node.addr)
-        before = taken.get(host, 0)
-        workers.extend(f"{host_port(node.addr, first + before + i)}" for i in range(node.num_proc))
-        taken[host] = before + node.num_proc
-    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
 
 
 def nodes_from(entries: Sequence[Node]) -> tuple[Node, ...]:

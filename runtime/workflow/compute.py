@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from runtime.agent.errors import ConfigError
-from runtime.agent.wire import JSON, SERIALIZATIONS
-from runtime.agent.world import DISTRIBUTIONS
+from runtime.agent.service.wire import JSON, SERIALIZATIONS
+from runtime.agent.spec.job import check, default
 from runtime.workflow.guard import refuse_inside_job
 
 READY_TIMEOUT = 120.0
@@ -59,7 +59,8 @@ class Compute(abc.ABC):
         serialization: ``json`` or ``pickle`` for calls (``pickle`` makes the deployment accept it).
 
     Raises:
-        ConfigError: a value is invalid; names it.
+        SpecError: a job setting is invalid (as the job spec checks it); names it.
+        ConfigError: ``serialization`` is invalid.
     """
 
     imports_from_caller: ClassVar[bool] = True
@@ -67,17 +68,12 @@ class Compute(abc.ABC):
     function from another directory needs the job restarted with it; a job in pods, or one already
     running, imports from its own PYTHONPATH instead."""
 
-    def __init__(self, workers: int = 1, num_proc: int = 1, distribution: str = "spmd",
-                 serialization: str = JSON) -> None:
-        for name, value, ok, fix in (
-            ("workers", workers, isinstance(workers, int) and workers >= 1, "use 1 or more nodes"),
-            ("num_proc", num_proc, isinstance(num_proc, int) and num_proc >= 1, "use 1 or more processes per node"),
-            ("distribution", distribution, distribution in DISTRIBUTIONS, f"use one of {', '.join(DISTRIBUTIONS)}"),
-            ("serialization", serialization, serialization in SERIALIZATIONS,
-             f"use one of {', '.join(SERIALIZATIONS)}"),
-        ):
-            if not ok:
-                raise ConfigError(f"{name}={value!r} is invalid: {fix}")
+    def __init__(self, workers: int = default("workers"), num_proc: int = default("num_proc"),
+                 distribution: str = default("distribution"), serialization: str = JSON) -> None:
+        for name, value in (("workers", workers), ("num_proc", num_proc), ("distribution", distribution)):
+            check(name, value)
+        if serialization not in SERIALIZATIONS:
+            raise ConfigError(f"serialization={serialization!r} is invalid: use one of {', '.join(SERIALIZATIONS)}")
         self.workers = workers
         self.num_proc = num_proc
         self.distribution = distribution

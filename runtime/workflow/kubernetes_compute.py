@@ -41,7 +41,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
-from runtime.agent.wire import JSON
+from runtime.agent.service.wire import JSON
+from runtime.agent.spec.job import default
 from runtime.workflow.attach import Expectation, JobShape, wait_until_serving
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.errors import DeployError
@@ -92,8 +93,9 @@ class KubernetesCompute(Compute):
     imports_from_caller = False
 
     def __init__(self, image: str, cpus: Optional[float] = None, gpus: int = 0, memory: Optional[str] = None,
-                 namespace: str = "default", kubeconfig: Optional[str] = None, workers: int = 1, num_proc: int = 1,
-                 distribution: str = "spmd", serialization: str = JSON, *, context: Optional[str] = None,
+                 namespace: str = "default", kubeconfig: Optional[str] = None, workers: int = default("workers"),
+                 num_proc: int = default("num_proc"), distribution: str = default("distribution"),
+                 serialization: str = JSON, *, context: Optional[str] = None,
                  name: Optional[str] = None, pythonpath: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
                  job_args: Optional[Mapping[str, Any]] = None, ready_timeout: float = KUBERNETES_READY_TIMEOUT,
                  stacks: Optional[Stacks] = None, connector: Optional[ConnectorFactory] = None) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from runtime import local
-from runtime.agent import contract
 from runtime.agent.errors import RendezvousError
-from runtime.agent.wire import JSON, PICKLE
+from runtime.agent.service.wire import JSON, PICKLE
+from runtime.agent.spec.job import check, default
 from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint
 
 
@@ -28,11 +28,15 @@ class LocalCompute(Compute):
         ready_timeout: seconds the job may take to start.
     """
 
-    def __init__(self, workers: int = 1, num_proc: int = 1, distribution: str = "spmd", serialization: str = JSON,
-                 *, env: Optional[Mapping[str, str]] = None, log_dir: Optional[str] = None, grace_period: float = 5.0,
-                 tree_threshold: int = contract.DEFAULT_TREE_THRESHOLD, tree_fanout: int = contract.DEFAULT_TREE_FANOUT,
-                 ready_timeout: float = READY_TIMEOUT) -> None:
+    def __init__(self, workers: int = default("workers"), num_proc: int = default("num_proc"),
+                 distribution: str = default("distribution"), serialization: str = JSON, *,
+                 env: Optional[Mapping[str, str]] = None, log_dir: Optional[str] = None,
+                 grace_period: float = default("grace_period"), tree_threshold: int = default("tree_threshold"),
+                 tree_fanout: int = default("tree_fanout"), ready_timeout: float = READY_TIMEOUT) -> None:
         super().__init__(workers, num_proc, distribution, serialization)
+        for name, value in (("grace_period", grace_period), ("tree_threshold", tree_threshold),
+                            ("tree_fanout", tree_fanout)):
+            check(name, value)
         self.env = dict(env or {})
         self.log_dir = log_dir
         self.grace_period = grace_period
@@ -42,12 +46,11 @@ class LocalCompute(Compute):
         self.job: Optional[local.LocalJob] = None
 
     def _start(self, request: DeployRequest) -> Endpoint:
-        env = {**self.env, contract.TREE_THRESHOLD: str(self.tree_threshold),
-               contract.TREE_FANOUT: str(self.tree_fanout),
-               contract.ALLOW_PICKLE: "true" if self.serialization == PICKLE else "false"}
         spec = local.LocalJobSpec(workers=self.workers, num_proc=self.num_proc, mode="service",
                                   distribution=self.distribution, master_port=0, log_dir=self.log_dir,
-                                  grace_period=self.grace_period, pythonpath=request.pythonpath, env=env)
+                                  grace_period=self.grace_period, tree_threshold=self.tree_threshold,
+                                  tree_fanout=self.tree_fanout, allow_pickle=self.serialization == PICKLE,
+                                  pythonpath=request.pythonpath, env=self.env)
         job = local.start(spec)
         try:
             job.wait_ready(self.ready_timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import json
 import os
 import runpy
@@ -20,6 +21,7 @@ import yaml
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.rpc import _special_secret_sig, _special_sig_key
+from pulumi.runtime.settings import SETTINGS
 
 from components.job.args import DistributedJobArgs
 
@@ -339,8 +341,26 @@ def deploy(
             lambda values: resolved.update(zip(outputs, values[: len(outputs)]))
         )
 
-    run()
+    try:
+        run()
+    except BaseException:
+        _drop_failed_registrations()
+        raise
     return Deployment(monitor.registrations, resolved, secret)
+
+
+def _drop_failed_registrations() -> None:
+    """Finalize, here, the futures a failed run leaves behind.
+
+    Each child whose registration failed leaves a future whose exception nobody retrieved; when it is
+    collected, asyncio logs it with its traceback, and Python 3.11's traceback formatting parses source
+    (``ast.parse``, for the caret anchors). Collected later, inside another ``ast.parse`` (``inspect.getsource``),
+    that nested parse breaks the outer one's recursion-depth check in CPython 3.11
+    (``SystemError: AST constructor recursion depth mismatch``; the same check as python/cpython#106905).
+    """
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+    gc.collect()
 
 
 def run_program(config: dict[str, str]) -> Deployment:

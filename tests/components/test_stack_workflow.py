@@ -23,7 +23,7 @@ from tests.components.componenttest import REPO_ROOT, STACKS, run_program, stack
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "local-stack.yml"
 PROGRAM_PACKAGES = ("pulumi", "pulumi-kubernetes", "pulumi-random", "pulumi-eks", "pulumi-aws", "pulumi-command")
 CLIENT_PACKAGES = ("httpx",)
-"""What the example's driver imports besides the repository (tests/runtime/test_existing_compute.py
+"""What the example's driver imports besides the repository (tests/runtime/workflow/test_existing.py
 checks that it imports no torch)."""
 IMAGE_ROOT = "/app/"
 """Where the image keeps the repository's examples/ (checked against the Dockerfile below)."""

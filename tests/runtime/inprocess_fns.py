@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 
-from runtime.agent.inprocess import current_rank
+from testbed.inprocess import current_rank
 
 
 def delayed_rank(max_delay: float, seed: int) -> int:
@@ -27,3 +28,38 @@ def sleep_on(slow_ranks: list[int], sleep: float) -> int:
     if current_rank() in slow_ranks:
         time.sleep(sleep)
     return current_rank()
+
+
+GATES: dict[str, threading.Event] = {}
+"""Gates the gated functions wait at, by name; a test opens one when it is done with the call."""
+GATE_WAIT = 60.0
+"""Longest a gated rank waits: far beyond any call's timeout in the tests that use a gate."""
+
+
+def gate(name: str) -> threading.Event:
+    """The gate ``name`` (made closed on first use)."""
+    return GATES.setdefault(name, threading.Event())
+
+
+def fail_on_gated(bad_rank: int, name: str) -> int:
+    """Raise on ``bad_rank``; elsewhere wait at gate ``name``, which the test opens only after the call
+    returned, so a call that ends early proves it did not wait for these ranks."""
+    if current_rank() == bad_rank:
+        raise KeyError(f"rank {bad_rank} has no key")
+    gate(name).wait(GATE_WAIT)
+    return current_rank()
+
+
+def gated_on(slow_ranks: list[int], name: str) -> int:
+    """Wait at gate ``name`` on ``slow_ranks``; return the rank at once elsewhere."""
+    if current_rank() in slow_ranks:
+        gate(name).wait(GATE_WAIT)
+    return current_rank()
+
+
+def gated_two(first: int, first_gate: str, second: int, second_gate: str) -> int:
+    """Wait at ``first_gate`` on rank ``first`` and at ``second_gate`` on rank ``second``; return at once elsewhere."""
+    rank = current_rank()
+    if rank in (first, second):
+        gate(first_gate if rank == first else second_gate).wait(GATE_WAIT)
+    return rank

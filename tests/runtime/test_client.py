@@ -17,7 +17,7 @@ from runtime import (
     Unauthorized,
     WorkerMembershipChanged,
 )
-from runtime.agent.wire import error_body, error_status, pack_result
+from runtime.agent.service.wire import error_body, error_status, pack_result
 from runtime.client import JobClient
 
 TOKEN = "client-test-token"

@@ -179,7 +179,6 @@ def test_pod_runs_the_agent_with_the_env_contract() -> None:
             contract.COORDINATOR_HOST,
             contract.AGENT_PORT_SETTING,
             contract.MASTER_PORT,
-            contract.QUORUM_WORKERS,
             contract.QUORUM_TIMEOUT,
             contract.MAX_RESTARTS,
             contract.DISTRIBUTION,
@@ -193,15 +192,17 @@ def test_pod_runs_the_agent_with_the_env_contract() -> None:
         contract.COORDINATOR_HOST: "demo-0.demo",
         contract.AGENT_PORT_SETTING: str(contract.AGENT_PORT),
         contract.MASTER_PORT: str(contract.DEFAULT_MASTER_PORT),
-        contract.QUORUM_WORKERS: "2",
         contract.QUORUM_TIMEOUT: "90.5",
         contract.MAX_RESTARTS: "2",
         contract.DISTRIBUTION: "spmd",
         contract.MODE: "batch",
         contract.MONITOR_MEMBERS: "false",
     }
-    assert contract.MIN_WORKERS not in env and contract.LOG_DIR not in env
-    assert contract.NO_PYTHON not in env, "a script runs under the interpreter"
+    # One writer for pods and local agents (runtime/agent/spec/environment.py): every setting with a
+    # value, unset ones left to the agent's default (a quorum of every node).
+    assert contract.MIN_WORKERS not in env and contract.LOG_DIR not in env and contract.QUORUM_WORKERS not in env
+    assert env[contract.NO_PYTHON] == "false", "a script runs under the interpreter"
+    assert env_of(templates(render(min_workers=1, max_workers=2, quorum_workers=1))[0])[contract.QUORUM_WORKERS] == "1"
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in template["spec"]["volumes"]}
     assert volumes[mounts[contract.BUNDLE_MOUNT_PATH]]["configMap"]["name"] == "demo-runtime"
@@ -344,7 +345,7 @@ def test_statefulset_for_service_mode() -> None:
 def test_pythonpath_follows_the_bundle_on_the_agents_pythonpath_and_a_service_job_needs_no_script() -> None:
     env = env_of(templates(render(mode="service", script=None, pythonpath=["/app/examples", "/app/lib"]))[0])
     assert env["PYTHONPATH"] == f"{contract.BUNDLE_MOUNT_PATH}:/app/examples:/app/lib"
-    assert json.loads(env[contract.ENTRYPOINT]) == []
+    assert contract.ENTRYPOINT not in env, "nothing to run: the agent reads an unset entrypoint as none"
 
 
 def test_pytorchjob_follows_operator_rules() -> None:
@@ -624,7 +625,7 @@ def test_the_job_level_time_limit_is_rendered_where_the_workload_takes_it(overri
 def test_pods_stop_within_a_grace_period_that_covers_the_agents() -> None:
     """Kubernetes sends SIGTERM and kills the pod ``terminationGracePeriodSeconds`` later (30 s when
     unset); the agent gives its processes ``TRAINPLANE_GRACE_PERIOD`` between SIGTERM and SIGKILL
-    (``runtime.agent.settings``), so a rank's checkpoint-on-SIGTERM needs both to cover it."""
+    (``runtime.agent.spec.settings``), so a rank's checkpoint-on-SIGTERM needs both to cover it."""
     for template in templates(render(grace_period=45)):
         assert env_of(template)[contract.GRACE_PERIOD] == "45"
         assert template["spec"]["terminationGracePeriodSeconds"] == 55

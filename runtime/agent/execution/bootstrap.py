@@ -1,0 +1,159 @@
+"""Wrapper that runs inside every user process before the user's code. Standard library only.
+
+Usage (by the agent): ``python -u -m runtime.agent.execution.bootstrap SCRIPT [ARGS...]`` or
+``python -u -m runtime.agent.execution.bootstrap -m MODULE [ARGS...]``. It ties the process's life to its
+agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``)
+and trainplane's JAX cluster (``runtime.agent.execution.jaxcluster``, for ``jax.distributed.initialize()``),
+waits for a single-controller job's cluster if asked (``TRAINPLANE_WAIT_FOR``: the Ray head or
+every Monarch worker accepts connections; ``TRAINPLANE_WAIT_RAY_NODES``: every node has joined the
+Ray head), then runs the user's code as ``__main__`` exactly as
+``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
+
+``python -u -m runtime.agent.execution.bootstrap --exec COMMAND [ARGS...]`` runs a command that is not
+Python (torchrun's ``--no-python``): after the parent-death signal it replaces itself with
+``COMMAND`` (looked up on ``PATH``), which keeps the pid, the environment and that signal. Such a
+process cannot take a membership change as an exception, so the delivery signal is ignored (the
+disposition survives ``exec``); the new world is still written to ``TRAINPLANE_WORLD_FILE``.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import socket
+import sys
+import time
+from typing import NoReturn, Sequence
+
+from runtime.agent import contract
+from runtime.agent.execution import delivery, jaxcluster, raynodes
+
+_PR_SET_PDEATHSIG = 1
+EXEC_FLAG = "--exec"
+"""First bootstrap argument meaning "the rest is a command to run as is"."""
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+"""The shell's exit codes for a command that does not exist, or exists but cannot be run."""
+WAIT_TIMEOUT = 600.0
+"""Seconds to wait for ``TRAINPLANE_WAIT_FOR``; a head that fails to start fails the job well before."""
+WAIT_INTERVAL = 0.2
+"""Seconds between connection attempts while waiting."""
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent exits (Linux only).
+
+    On other systems this does nothing. If the parent is already gone (adopted by init), exit now.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() == 1:
+        os._exit(128 + sig)
+
+
+def wait_for(endpoint: str, timeout: float, what: str = "the job's head") -> None:
+    """Return once ``endpoint`` (``host:port``, ``[v6]:port``) accepts a TCP connection.
+
+    Raises:
+        SystemExit: it did not within ``timeout`` seconds (the message names it and ``what`` it
+            is), or it is malformed.
+    """
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"trainplane: {contract.WAIT_FOR}={endpoint!r} is not host:port")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=WAIT_INTERVAL * 5).close()
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise SystemExit(f"trainplane: {endpoint} ({what}) did not accept connections within "
+                                 f"{timeout:g} s: {exc}") from None
+        time.sleep(WAIT_INTERVAL)
+
+
+def wait_for_driver(env: dict[str, str], timeout: float) -> None:
+    """A single-controller driver: wait for ``TRAINPLANE_WAIT_FOR``'s endpoints (the Ray head, or
+    every Monarch worker), then, for Ray, until every node in ``TRAINPLANE_WAIT_RAY_NODES`` has
+    joined the head, all within ``timeout`` seconds.
+
+    Raises:
+        SystemExit: something did not come up in time; the message names what, and which nodes.
+    """
+    endpoints = [e for e in env.get(contract.WAIT_FOR, "").split(",") if e]
+    deadline = time.monotonic() + timeout
+    for endpoint in endpoints:
+        what = "the job's head" if len(endpoints) == 1 else f"node {endpoints.index(endpoint)}'s worker"
+        wait_for(endpoint, max(0.0, deadline - time.monotonic()), what)
+    nodes = [n for n in env.get(contract.WAIT_RAY_NODES, "").split(",") if n]
+    if not nodes:
+        return
+    try:
+        joined = raynodes.wait(env[contract.RAY_ADDRESS], nodes, max(1.0, deadline - time.monotonic()))
+    except (RuntimeError, KeyError) as exc:
+        raise SystemExit(f"trainplane: the Ray cluster could not be checked before the driver starts: {exc}") from None
+    if joined.missing:
+        never = ", ".join(f"node {nodes.index(a)} ({a})" for a in dict.fromkeys(joined.missing))
+        raise SystemExit(f"trainplane: the Ray cluster has {len(joined.alive)} of {len(nodes)} nodes after "
+                         f"{timeout:g} s; never joined: {never}. The driver did not start")
+
+
+def run(argv: Sequence[str]) -> None:
+    """Run ``argv`` (``SCRIPT ARGS...`` or ``-m MODULE ARGS...``) as ``__main__``.
+
+    Raises:
+        SystemExit: with a usage message when ``argv`` is empty; or whatever the user code raises.
+    """
+    if not argv or (argv[0] == "-m" and len(argv) < 2):
+        raise SystemExit("usage: python -m runtime.agent.execution.bootstrap SCRIPT [ARGS...] | -m MODULE [ARGS...]")
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    script = os.path.abspath(argv[0])
+    sys.argv = [argv[0], *argv[1:]]
+    sys.path[0] = os.path.dirname(script)
+    runpy.run_path(script, run_name="__main__")
+
+
+def exec_command(argv: Sequence[str]) -> NoReturn:
+    """Replace this process with ``argv`` (an executable, looked up on ``PATH``, and its arguments).
+
+    Membership-change signals are ignored from here on: the command is not Python.
+
+    Raises:
+        SystemExit: with a usage message when ``argv`` is empty; 127 (not found) or 126 (not
+            executable) after printing the reason to stderr when the command cannot be run.
+    """
+    if not argv or not argv[0]:
+        raise SystemExit(f"usage: python -m runtime.agent.execution.bootstrap {EXEC_FLAG} COMMAND [ARGS...]")
+    delivery.ignore()
+    try:
+        os.execvp(argv[0], list(argv))  # noqa: S606 - the job's own command, as the user wrote it
+    except OSError as exc:
+        sys.stderr.write(f"trainplane: cannot run command {argv[0]!r}: {exc.strerror}\n")
+        sys.stderr.flush()
+        raise SystemExit(EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE) from None
+
+
+if __name__ == "__main__":
+    die_with_parent()
+    if sys.argv[1:2] == [EXEC_FLAG]:
+        exec_command(sys.argv[2:])
+    if os.environ.get(contract.MONITOR_MEMBERS, "true") == "false":
+        delivery.ignore()
+    else:
+        delivery.install()
+    delivery.poll()  # a change that arrived while this process was starting: take it silently
+    jaxcluster.install()  # jax.distributed.initialize() with no arguments finds this job
+    waits = {k: os.environ.pop(k) for k in (contract.WAIT_FOR, contract.WAIT_RAY_NODES, contract.WAIT_TIMEOUT)
+             if k in os.environ}
+    if waits:
+        wait_for_driver({**os.environ, **waits}, float(waits.get(contract.WAIT_TIMEOUT) or WAIT_TIMEOUT))
+    run(sys.argv[1:])

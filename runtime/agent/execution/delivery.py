@@ -1,0 +1,119 @@
+"""Membership changes inside a user process: delivered as an exception, or polled at safe points.
+
+The agent writes the new world for each of its processes to the file named by
+``TRAINPLANE_WORLD_FILE`` and sends the process :data:`DELIVERY_SIGNAL`. The handler installed by
+``runtime.agent.execution.bootstrap`` (:func:`install`) updates ``os.environ`` to the new world (WORLD_SIZE,
+RANK, MASTER_ADDR, POD_IPS, ...) and raises :class:`WorkerMembershipChanged` in the main thread.
+Code that prefers safe points calls :func:`poll` instead (and may run with ``monitor_members`` off).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any, Optional
+
+from runtime.agent import contract
+from runtime.agent.errors import WorkerMembershipChanged
+
+DELIVERY_SIGNAL: int = (signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN")
+                        else getattr(signal, "SIGINFO", signal.SIGWINCH))
+"""The signal the agent sends a user process when its world changed: a real-time signal on Linux
+(SIGRTMIN + 4), SIGINFO (BSD, macOS) elsewhere; never SIGUSR1 or SIGUSR2, which schedulers send as a
+preemption notice and the launcher forwards to the ranks (torchrun's ``--signals-to-handle``)."""
+
+
+def _read() -> Optional[dict[str, Any]]:
+    path = os.environ.get(contract.TRAINPLANE_WORLD_FILE)
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+class _Gate:
+    """Module state: callers of :func:`wait` in progress, and the last change applied."""
+
+    deferring = 0
+    last: Optional[WorkerMembershipChanged] = None
+
+
+def generation() -> int:
+    """The world generation this process's ``os.environ`` describes."""
+    return int(os.environ.get(contract.TRAINPLANE_GENERATION, "0"))
+
+
+def poll() -> Optional[WorkerMembershipChanged]:
+    """Apply a pending membership change, if any, and return it (``None`` when there is none).
+
+    On a change, ``os.environ`` is updated to the new world before this returns. Safe to call as
+    often as you like: a change is returned once.
+    """
+    state = _read()
+    current = int(os.environ.get(contract.TRAINPLANE_GENERATION, "0"))
+    if state is None or int(state["generation"]) <= current:
+        return None
+    os.environ.update(state["env"])
+    _Gate.last = WorkerMembershipChanged(
+        state["added_ips"], state["removed_ips"], state["previous_ips"], state["current_ips"], int(state["generation"])
+    )
+    return _fresh(_Gate.last)
+
+
+def _fresh(change: WorkerMembershipChanged) -> WorkerMembershipChanged:
+    """A copy without a traceback. The kept instance is never handed out: one that is raised would,
+    through its traceback, keep the frames holding the old process group (and its TCPStore) alive."""
+    return WorkerMembershipChanged(change.added_ips, change.removed_ips, change.previous_ips, change.current_ips,
+                                   change.generation)
+
+
+def wait(timeout: float, since: Optional[int] = None, interval: float = 0.05) -> Optional[WorkerMembershipChanged]:
+    """Wait up to ``timeout`` seconds for a membership change; apply and return it, or ``None``.
+
+    For code that caught a collective's error (a peer vanished) and wants the agent's account of
+    the new world before re-initialising. The change is returned, never raised, while waiting.
+
+    Args:
+        timeout: seconds to wait.
+        since: the generation the caller's process group was built for (see :func:`generation`).
+            If a newer change was already applied, e.g. raised inside library code that swallowed
+            it, that change is returned at once.
+        interval: seconds between polls.
+    """
+    last = _Gate.last
+    if since is not None and last is not None and last.generation > since:
+        return _fresh(last)
+    deadline = time.monotonic() + timeout
+    _Gate.deferring += 1
+    try:
+        while True:
+            change = poll()
+            if change is not None or time.monotonic() >= deadline:
+                return change
+            time.sleep(interval)
+    finally:
+        _Gate.deferring -= 1
+
+
+def _handler(_signum: int, _frame: object) -> None:
+    if _Gate.deferring:
+        return
+    change = poll()
+    if change is not None:
+        raise change
+
+
+def install() -> None:
+    """Install the :data:`DELIVERY_SIGNAL` handler that raises the change in the main thread (bootstrap calls it)."""
+    signal.signal(DELIVERY_SIGNAL, _handler)
+
+
+def ignore() -> None:
+    """Ignore delivery signals (``monitor_members=False``); :func:`poll` still works."""
+    signal.signal(DELIVERY_SIGNAL, signal.SIG_IGN)

@@ -1,0 +1,394 @@
+"""Supervision of one node's user processes for one generation. Standard library only.
+
+Each process runs in its own session (so teardown reaches everything it spawned), under the
+bootstrap (``runtime.agent.execution.bootstrap``) that ties its life to the agent's (a command run without
+Python replaces the bootstrap, keeping its pid and parent-death signal). Its output is copied to
+the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log``; the last
+stderr lines are kept for the root-cause report.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
+
+from runtime.agent import contract
+from runtime.agent.execution.bootstrap import EXEC_FLAG
+from runtime.agent.spec import streams
+
+STDERR_TAIL_LINES = 20
+"""Lines of a failing process's stderr kept for the root-cause report."""
+CHUNK_BYTES = 65536
+"""Most bytes of a process's output copied at once."""
+PARTIAL_LINE_DELAY = 0.1
+"""Seconds an unfinished line waits for its end before it is shown as it is (a prompt, a progress bar)."""
+_SHOWN = (streams.StreamPlan(console=True, file=False),) * 2
+"""Both streams on the console, no files of their own: the default."""
+RUNTIME_ROOT = str(Path(__file__).resolve().parents[3])
+"""The directory holding the ``runtime`` package; put on the user processes' PYTHONPATH."""
+
+
+@dataclass(frozen=True)
+class ProcExit:
+    """A user process ended.
+
+    Attributes:
+        generation: the world generation it belonged to.
+        local_rank: its index on this node.
+        rank: its global rank.
+        exit_code: its exit status; 128 + N when killed by signal N.
+        stderr_tail: its last stderr lines, oldest first.
+        timestamp: wall-clock time of the exit, seconds since the epoch.
+        requested: the agent had asked it to stop (teardown), so this is not a failure.
+    """
+
+    generation: int
+    local_rank: int
+    rank: int
+    exit_code: int
+    stderr_tail: tuple[str, ...]
+    timestamp: float
+    requested: bool
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: ``returncode`` itself, or 128 + N for death by signal N."""
+    return contract.EXIT_INTERRUPTED_BASE - returncode if returncode < 0 else returncode
+
+
+def inherited_env(agent_env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the agent's environment its user processes inherit (the contract goes on top).
+
+    Args:
+        agent_env: the agent's own environment, name to value.
+
+    Returns:
+        ``agent_env`` without the agent-only names (``contract.AGENT_ONLY_PREFIXES``): the job token,
+        the agent's other settings, and the training operator's ``PET_*`` torchrun arguments.
+    """
+    return {k: v for k, v in agent_env.items() if not k.startswith(contract.AGENT_ONLY_PREFIXES)}
+
+
+def rank_dir(log_dir: Path, local_rank: int) -> Path:
+    """The directory of one local rank's own files in a generation's log directory, as torchrun
+    lays out ``attempt_N/<local rank>/``: ``stdout.log``, ``stderr.log`` (when redirected or teed)
+    and ``error.json`` (its ``TORCHELASTIC_ERROR_FILE``)."""
+    return log_dir / str(local_rank)
+
+
+class _Output:
+    """Copies one process's output streams to the agent's streams (with a ``[rank N]`` prefix at
+    the start of every line), to its log file, and to the files its :class:`streams.Streams` plan
+    asks for. Whole lines go at once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a
+    prompt without a newline (``breakpoint()``'s ``(Pdb)``) shows."""
+
+    def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
+                 lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = _SHOWN,
+                 stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+                 filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None)) -> None:
+        self.rename(prefix)
+        self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
+        self._sinks = (out, err)
+        self._plans = plans
+        self._files: list[Optional[BinaryIO]] = [
+            open(stream_dir / name, "ab") if stream_dir and plan.file else None  # noqa: SIM115 - closed in close()
+            for name, plan in zip(("stdout.log", "stderr.log"), plans)
+        ]
+        self._filters = tuple(tuple(f.encode() for f in group) for group in filters)
+        self._filtered = filtered
+        self._lock = lock
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._threads: list[threading.Thread] = []
+        self._at_start = [True, True]
+        self._partial = [b"", b""]
+
+    def pump(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        for index, stream in enumerate((stdout, stderr)):
+            thread = threading.Thread(target=self._copy, args=(stream, index), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _copy(self, stream: IO[bytes], index: int) -> None:
+        """Pass on whole lines as they arrive; an unfinished line once nothing more has come for
+        :data:`PARTIAL_LINE_DELAY` (a prompt), so lines of different ranks do not interleave."""
+        fd = stream.fileno()
+        pending = b""
+        with stream:
+            while True:
+                ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_DELAY if pending else None)
+                if not ready:
+                    self._emit(index, pending)
+                    pending = b""
+                    continue
+                chunk = os.read(fd, CHUNK_BYTES)
+                if not chunk:
+                    break
+                data = pending + chunk
+                cut = data.rfind(b"\n") + 1
+                pending = data[cut:]
+                if cut:
+                    self._emit(index, data[:cut])
+        if pending:
+            self._emit(index, pending)
+        if self._partial[index]:
+            self._lines(index, b"\n")
+
+    def _emit(self, index: int, data: bytes) -> None:
+        """Copy ``data`` of stream ``index`` (0 stdout, 1 stderr) everywhere it goes."""
+        plan, own = self._plans[index], self._files[index]
+        lines = self._lines(index, data)
+        with self._lock:
+            if plan.console:
+                sink = self._sinks[index]
+                sink.write(self._prefixed(data, self._at_start[index]))
+                sink.flush()
+            for file in (self._log, own):
+                if file is not None:
+                    file.write(data)
+                    file.flush()
+            filters, filtered = self._filters[index], self._filtered[index]
+            if filtered is not None and filters:
+                filtered.writelines(self._prefix + line + b"\n" for line in lines if any(f in line for f in filters))
+                filtered.flush()
+        self._at_start[index] = data.endswith(b"\n")
+
+    def _lines(self, index: int, data: bytes) -> list[bytes]:
+        """The lines ``data`` completes (kept in the stderr tail, matched against the filters)."""
+        lines = (self._partial[index] + data).split(b"\n")
+        self._partial[index] = lines.pop()
+        if index == 1:
+            self.tail.extend(line.decode(errors="replace") for line in lines)
+        return lines
+
+    def _prefixed(self, chunk: bytes, at_start: bool) -> bytes:
+        """``chunk`` with the prefix before every line that starts in it."""
+        body = chunk[:-1].replace(b"\n", b"\n" + self._prefix) + chunk[-1:]
+        return self._prefix + body if at_start else body
+
+    def rename(self, prefix: str) -> None:
+        """Prefix lines with ``[prefix]`` from now on."""
+        self._prefix = f"[{prefix}] ".encode()
+
+    def close(self, timeout: float) -> None:
+        for thread in self._threads:
+            thread.join(timeout)
+        with self._lock:
+            for file in (self._log, *self._files):
+                if file is not None:
+                    file.close()
+
+
+class Supervisor(Protocol):
+    """What the agent does with one generation's processes (``LocalProcesses``, ``pool.WorkerPool``,
+    or a benchmark's stand-in): the process-spawner seam."""
+
+    generation: int
+
+    def start(self) -> None:
+        """Start every process."""
+
+    def stop(self, grace: float, sig: int = signal.SIGTERM) -> None:
+        """Stop every process: ``sig`` (default SIGTERM), then SIGKILL after ``grace`` seconds."""
+
+    def send(self, local_rank: int, sig: int) -> bool:
+        """Signal one process; whether it was still running."""
+
+    def renumber(self, first_rank: int) -> None:
+        """A membership change moved this node's processes: local rank 0 is now global rank
+        ``first_rank``. Output prefixes and exit reports use the new ranks from now on."""
+
+
+Spawner = Callable[..., Supervisor]
+"""Builds a :class:`Supervisor` with :class:`LocalProcesses`' constructor arguments."""
+
+
+class LocalProcesses:
+    """The ``num_proc`` user processes of one node for one generation.
+
+    Args:
+        generation: world generation these processes belong to.
+        first_rank: global rank of local rank 0.
+        envs: one full environment per local rank (the contract merged over :func:`inherited_env`).
+        entrypoint: the user command after the interpreter (``script.py args`` or ``-m module args``),
+            or with ``no_python`` a whole argv run as is.
+        on_exit: called from a watcher thread when a process ends.
+        log_dir: directory for ``rank-N.log`` files, or ``None``.
+        out: binary stream for prefixed stdout lines.
+        err: binary stream for prefixed stderr lines.
+        python: the interpreter to run.
+        pass_fds: file descriptors every process inherits (service mode: its channel to the agent).
+        no_python: ``entrypoint`` is an executable and its arguments: the bootstrap sets the process
+            up, then replaces itself with it (same pid), instead of running Python code.
+        label: what a process is called in its output prefix (``[rank 3]``) and log file name
+            (``rank-3.log``), before its number (``first_rank + local_rank``); a framework daemon
+            goes by its name and node rank (``[ray worker 1]``, ``ray-worker-1.log``).
+        outputs: where each local rank's stdout and stderr go besides ``rank-N.log`` (torchrun's
+            ``--redirects``, ``--tee``, ``--local-ranks-filter``; files in :func:`rank_dir`).
+        stdin_local_rank: the local rank that inherits this agent's stdin (local mode: the one of
+            global rank 0); every other process reads EOF from ``/dev/null``.
+    """
+
+    def __init__(
+        self,
+        generation: int,
+        first_rank: int,
+        envs: Sequence[Mapping[str, str]],
+        entrypoint: Sequence[str],
+        on_exit: Callable[[ProcExit], None],
+        log_dir: Optional[str] = None,
+        out: Optional[BinaryIO] = None,
+        err: Optional[BinaryIO] = None,
+        python: str = sys.executable,
+        pass_fds: Sequence[int] = (),
+        no_python: bool = False,
+        label: str = "rank",
+        outputs: Optional[streams.Streams] = None,
+        stdin_local_rank: Optional[int] = None,
+    ) -> None:
+        self.generation = generation
+        self._streams = outputs or streams.Streams()
+        self._filtered: tuple[Optional[BinaryIO], ...] = (None, None)
+        self._stdin_local_rank = stdin_local_rank
+        self._label = label
+        self._first_rank = first_rank
+        self._envs = envs
+        exec_flag = (EXEC_FLAG,) if no_python else ()
+        self._argv = [python, "-u", "-m", "runtime.agent.execution.bootstrap", *exec_flag, *entrypoint]
+        self._pass_fds = tuple(pass_fds)
+        self._on_exit = on_exit
+        self._log_dir = Path(log_dir) if log_dir else None
+        self._out = out or sys.stdout.buffer
+        self._err = err or sys.stderr.buffer
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._outputs: list[_Output] = []
+        self._stopping = threading.Event()
+        self._watchers: list[threading.Thread] = []
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids, by local rank."""
+        return [p.pid for p in self._procs]
+
+    def start(self) -> None:
+        """Start every process. Must be called from the agent's main thread (parent-death signal).
+
+        Raises:
+            OSError: a process could not be started (the ones already started keep running;
+                call :meth:`stop`).
+        """
+        if self._log_dir:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+        self._filtered = tuple(
+            open(self._log_dir / name, "ab") if self._log_dir and filters else None  # noqa: SIM115 - closed in stop()
+            for name, filters in (("filtered_stdout.log", self._streams.stdout_filters),
+                                  ("filtered_stderr.log", self._streams.stderr_filters))
+        )
+        for local_rank, env in enumerate(self._envs):
+            rank = self._first_rank + local_rank
+            full_env = dict(env)
+            full_env["PYTHONPATH"] = os.pathsep.join(p for p in (RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
+            proc = subprocess.Popen(
+                self._argv,
+                env=full_env,
+                stdin=None if local_rank == self._stdin_local_rank else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=self._pass_fds,
+            )
+            self._procs.append(proc)
+            name = f"{self._label} {rank}"
+            log_path = self._log_dir / f"{name.replace(' ', '-')}.log" if self._log_dir else None
+            plans = (self._streams.plan(local_rank, streams.OUT), self._streams.plan(local_rank, streams.ERR))
+            stream_dir = rank_dir(self._log_dir, local_rank) if self._log_dir and any(p.file for p in plans) else None
+            if stream_dir is not None:
+                stream_dir.mkdir(parents=True, exist_ok=True)
+            output = _Output(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
+                             (self._streams.stdout_filters, self._streams.stderr_filters),
+                             self._filtered)  # type: ignore[arg-type]
+            self._outputs.append(output)
+            output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
+            watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)
+            watcher.start()
+            self._watchers.append(watcher)
+
+    def _watch(self, local_rank: int, proc: subprocess.Popen[bytes], output: _Output) -> None:
+        code = proc.wait()
+        stamp = time.time()
+        output.close(timeout=2.0)
+        self._on_exit(
+            ProcExit(
+                generation=self.generation,
+                local_rank=local_rank,
+                rank=self._first_rank + local_rank,
+                exit_code=exit_status(code),
+                stderr_tail=tuple(output.tail),
+                timestamp=stamp,
+                requested=self._stopping.is_set(),
+            )
+        )
+
+    def running(self) -> bool:
+        """Whether any process is still running."""
+        return any(p.poll() is None for p in self._procs)
+
+    def send(self, local_rank: int, sig: int) -> bool:
+        """Send ``sig`` to one process (not its group) if it is still running; whether it was sent."""
+        proc = self._procs[local_rank]
+        if proc.poll() is not None:
+            return False
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def renumber(self, first_rank: int) -> None:
+        """Local rank 0 is now global rank ``first_rank``: prefixes and exit reports follow (log files
+        keep the names they were opened with)."""
+        with self._lock:
+            self._first_rank = first_rank
+            for local_rank, output in enumerate(self._outputs):
+                output.rename(f"{self._label} {first_rank + local_rank}")
+
+    def stop(self, grace: float, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` (SIGTERM, or the stop signal the agent received, as torchrun passes it on)
+        to every process group, SIGKILL what is left after ``grace`` seconds, reap all.
+
+        Safe to call more than once. Whole groups are signalled, so children the user's processes
+        started (data loader workers and the like) go too.
+        """
+        self._stopping.set()
+        self._signal_groups(sig)
+        deadline = time.monotonic() + grace
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+        self._signal_groups(signal.SIGKILL)
+        for proc in self._procs:
+            proc.wait()
+        for watcher in self._watchers:
+            watcher.join(timeout=3.0)
+        with self._lock:
+            for file in self._filtered:
+                if file is not None:
+                    file.close()
+
+    def _signal_groups(self, sig: int) -> None:
+        for proc in self._procs:
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue

@@ -1,0 +1,398 @@
+"""The coordinator's decisions: registration, quorum, liveness, world generations, job verdicts.
+
+Pure state machine: methods take the current time and return actions (``Push`` a world to nodes,
+``Say`` something to the log); the agent performs them. No I/O here, so every decision is unit
+testable with a fake clock. Standard library only.
+
+Fixed-size jobs (torchrun semantics): losing a node, silently or by a failing process, fails the
+generation; it restarts as a new generation while ``max_restarts`` allows, else the job fails with
+the earliest failure as root cause. Elastic jobs (``min_workers``/``max_workers``): a lost node is
+removed and the survivors continue in a new generation, ranks re-packed densely in node order, as
+long as ``min_workers`` remain; a node that registers after the world formed is admitted at the next
+generation, up to ``max_workers``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from runtime.agent import contract
+from runtime.agent.errors import MembershipRefused, NotAMember, QuorumTimeout
+from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.membership.tree import layout
+from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
+
+LAST_CALL = 1.0
+"""Seconds to wait for more nodes once quorum is met but not every node has registered
+(torchrun's ``last_call_timeout`` idea, shorter)."""
+PROGRESS_EVERY = 5.0
+"""Seconds between repeated quorum progress lines."""
+PROGRESS_MIN_GAP = 1.0
+"""Fewest seconds between two progress lines, so a thousand registrations make a few lines, not a thousand."""
+EXIT_NODE_LOST = 1
+"""Exit code of a fixed-size job that lost a node without a failing process to blame."""
+
+
+@dataclass(frozen=True)
+class Push:
+    """Send ``world`` to every node in ``targets`` (the coordinator included)."""
+
+    world: World
+    targets: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Say:
+    """A progress or verdict line for the coordinator's log."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Ask ``node`` directly whether its agent is up (``GET /healthz`` within :attr:`Coordinator.probe_timeout`);
+    answer with :meth:`Coordinator.probed`."""
+
+    node: Node
+    reason: str
+    generation: int
+
+
+Action = Union[Push, Say, Probe]
+
+
+class Coordinator:
+    """Rendezvous, membership and job state on the coordinating node.
+
+    Args:
+        settings: the coordinator's agent settings (workers, quorum, elasticity, timeouts, job id).
+        now: the current monotonic time, seconds.
+        world: a world to take over (coordinator failover); ``None`` to start a rendezvous.
+    """
+
+    def __init__(self, settings: AgentSettings, now: float, world: Optional[World] = None) -> None:
+        self._s = settings
+        self._ttl = settings.spec.heartbeat_ttl
+        self._started = now
+        self._last_tick = now
+        self._quorum_at: Optional[float] = None
+        self._last_progress = -PROGRESS_EVERY
+        self._progress_count = -1
+        self.liveness = Liveness()
+        self.members: dict[int, Node] = {}
+        self._dead: dict[int, float] = {}
+        self.world: Optional[World] = world
+        self._epoch = world.generation if world else 1
+        self._states: dict[int, str] = {}
+        self._failures: list[Failure] = []
+        self._probing: dict[int, int] = {}
+        self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
+        """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
+        node is still declared dead one TTL after its last heartbeat, and a dead one sooner."""
+        if world is not None:
+            for n in world.nodes:
+                self.members[n.node_id] = n
+                self.liveness.beat(n.node_id, now)
+                self._states[n.node_id] = RUNNING
+
+    # --- registration and quorum ---------------------------------------------------------------
+
+    def register(self, node: Node, now: float) -> list[Action]:
+        """A node asks to join.
+
+        Raises:
+            NotAMember: the node id is outside the job.
+            MembershipRefused: the job has ended, or the world formed without the node and the job is
+                not elastic or already at ``max_workers``.
+        """
+        if not 0 <= node.node_id < self._s.spec.max_nodes:
+            raise NotAMember(f"node rank {node.node_id} is outside this job's 0..{self._s.spec.max_nodes - 1}")
+        world = self.world
+        if world is None:
+            self.members[node.node_id] = node
+            self._dead.pop(node.node_id, None)
+            if len(self.members) >= self._s.spec.quorum and self._quorum_at is None:
+                self._quorum_at = now
+            return self.tick(now)
+        if world.status != RUNNING:
+            raise MembershipRefused(f"the job has ended ({world.status})")
+        if node in world.nodes:
+            self.liveness.beat(node.node_id, now)
+            return []
+        in_world = world.has(node.node_id)
+        if not self._s.spec.elastic or (not in_world and len(world.nodes) >= self._s.spec.max_nodes):
+            raise MembershipRefused(f"the world formed at generation {world.generation} without node {node.node_id}")
+        self.members[node.node_id] = node
+        self._dead.pop(node.node_id, None)
+        self.liveness.beat(node.node_id, now)
+        nodes = nodes_from([*(n for n in world.nodes if n.node_id != node.node_id), node])
+        return self._change(world, nodes, f"node {node.node_id} ({node.addr}) joined")
+
+    def tick(self, now: float) -> list[Action]:
+        """Time-driven decisions: quorum progress, forming the world, quorum timeout, dead nodes."""
+        if now - self._last_tick > self._ttl / 2:
+            self.liveness.grace(now)  # this host stalled (e.g. SIGSTOP): don't blame the others
+        self._last_tick = now
+        self.liveness.beat(self._s.node.node_id, now)  # the coordinator hears itself
+        world = self.world
+        if world is None:
+            return self._tick_forming(now)
+        for node_id, since in list(self._dead.items()):
+            if now - since > self._ttl:
+                self._dead.pop(node_id)
+                self.members.pop(node_id, None)
+                self.liveness.forget(node_id)
+        if world.status != RUNNING:
+            return []
+        probes: list[Action] = []
+        suspect_after = self._ttl - self.probe_timeout
+        silent = [self.liveness.age(n.node_id, now) > suspect_after for n in world.nodes]
+        for position, n in enumerate(world.nodes):
+            if not silent[position] or n.node_id == self._s.node.node_id or n.node_id in self._probing:
+                continue
+            if self._silent_ancestor(world, position, silent):
+                continue  # its news travels through a silent parent: settle the parent first
+            reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {suspect_after:g} s"
+            probes.append(self._probe(world, n, reason))
+        return probes
+
+    def _probe(self, world: World, node: Node, reason: str) -> Probe:
+        """A probe of ``node`` in ``world``, noted as pending until :meth:`probed` answers it."""
+        self._probing[node.node_id] = world.generation
+        return Probe(node, reason, world.generation)
+
+    def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
+        """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
+        tree = layout(len(world.nodes), self._s.spec.tree_fanout, self._s.spec.tree_threshold)
+        up = tree.parent(position)
+        while up:
+            if silent[up] or world.nodes[up].node_id in self._probing:
+                return True
+            up = tree.parent(up)
+        return False
+
+    def suspect(self, node_id: int, reason: str) -> list[Action]:
+        """Something other than silence suggests a node is gone (a refused connection): probe it now.
+
+        Returns:
+            A :class:`Probe`, or nothing if the node is not in the world or is being probed already.
+        """
+        world = self.world
+        if world is None or world.status != RUNNING or not world.has(node_id) or node_id in self._probing:
+            return []
+        return [self._probe(world, world.nodes[world.node_rank_of(node_id)], reason)]
+
+    def probed(self, probe: Probe, alive: bool, reason: str, now: float) -> list[Action]:
+        """The answer to a :class:`Probe`: an agent that answered is alive (its heartbeats are only
+        late, e.g. held up along the tree); one that refused or did not answer in time is lost. An
+        answer for an older world counts for nothing (the next tick looks again).
+
+        Args:
+            probe: the probe answered.
+            alive: whether its agent answered ``/healthz``.
+            reason: why it was probed, and how the probe failed; for the log and the new world.
+            now: the current monotonic time, seconds.
+        """
+        node_id = probe.node.node_id
+        if self._probing.get(node_id) != probe.generation:
+            return []
+        del self._probing[node_id]
+        world = self.world
+        if world is None or world.generation != probe.generation or world.status != RUNNING:
+            return []
+        if alive:
+            self.liveness.beat(node_id, now)
+            return []
+        self._dead[node_id] = now
+        return self.lose(node_id, reason)
+
+    def _tick_forming(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        count = len(self.members)
+        since = now - self._last_progress
+        complete = count >= self._s.spec.workers
+        if (count != self._progress_count and (since >= PROGRESS_MIN_GAP or complete)) or since >= PROGRESS_EVERY:
+            self._progress_count, self._last_progress = count, now
+            actions.append(Say(f"{count}/{self._s.spec.workers} nodes registered (quorum {self._s.spec.quorum})"))
+        if complete or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):
+            self.world = self._world(nodes_from(self.members.values()), 0)
+            self._begin_epoch(self.world)
+            for n in self.world.nodes:
+                self.liveness.beat(n.node_id, now)
+            return [*actions, Push(self.world, self.world.nodes)]
+        if now - self._started >= self._s.spec.quorum_timeout:
+            missing = [i for i in range(self._s.spec.workers) if i not in self.members]
+            error = QuorumTimeout(missing, count, self._s.spec.quorum, self._s.spec.quorum_timeout)
+            world = self._world(nodes_from(self.members.values()), 0).finished(
+                FAILED, str(error), contract.EXIT_RENDEZVOUS
+            )
+            self.world = world
+            return [*actions, Say(str(error)), Push(world, world.nodes)]
+        return actions
+
+    def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
+        return World(
+            job=self._s.spec.job_name,
+            generation=self.world.generation + 1 if self.world else 1,
+            restart_count=restart_count,
+            max_restarts=self._s.spec.max_restarts,
+            nodes=nodes,
+            master_port=self._s.spec.master_port,
+            distribution=self._s.spec.distribution,
+            coordinator=(self._s.node.node_id, self._s.node.advertise_address, self._s.node.agent_port),
+        )
+
+    def _begin_epoch(self, world: World) -> None:
+        self._epoch = world.generation
+        self._states = {n.node_id: RUNNING for n in world.nodes}
+        self._failures = []
+
+    # --- liveness and reports --------------------------------------------------------------------
+
+    def heartbeat(self, node_id: int, ages: Mapping[int, float], now: float) -> None:
+        """A member (or an aggregating parent, with its subtree's ``node_id -> age``) is alive.
+
+        A registered node still waiting for its first world may beat too (its reply carries the
+        world once formed, so a lost push heals itself).
+
+        Raises:
+            MembershipRefused: ``node_id`` is not in the current world (it should register again).
+        """
+        world = self.world
+        if world is None and node_id in self.members:
+            return
+        if world is None or not world.has(node_id):
+            raise MembershipRefused(f"node {node_id} is not in the current world; register again")
+        self.liveness.beat(node_id, now)
+        self.liveness.merge({k: v for k, v in ages.items() if world.has(k)}, now)
+
+    def delivered(self, node_id: int, generation: int, now: float) -> None:
+        """A node accepted the push of world ``generation``: its answer is proof of life.
+
+        Pushing a large world takes a while (every node receives and parses it), and a node's first
+        heartbeat comes only after it has the world, so without this a node that got its push late
+        could be declared dead for the push's delay. A push of an older world counts for nothing.
+        """
+        world = self.world
+        if world is not None and world.generation == generation and world.has(node_id):
+            self.liveness.beat(node_id, now)
+
+    def report(
+        self, node_id: int, generation: int, state: str, failure: Optional[Failure] = None, message: str = ""
+    ) -> list[Action]:
+        """A node's processes changed state.
+
+        Args:
+            node_id: the reporting node.
+            generation: the generation the node was in; reports from before the current restart
+                epoch are stale and ignored.
+            state: ``succeeded`` (all its processes exited 0), ``failed`` (one exited non-zero, or its
+                framework daemon did; ``failure`` says which) or ``stopped`` (the node is shutting
+                down; ``message`` says why). The job succeeds once every node with processes has
+                succeeded: nodes without (a single-controller job's daemon-only nodes) do not vote.
+            failure: the failing process, for ``failed``.
+            message: the reason, for ``stopped``.
+        """
+        world = self.world
+        if world is None or world.status != RUNNING or generation < self._epoch or node_id not in self._states:
+            return []
+        if state == SUCCEEDED:
+            self._states[node_id] = SUCCEEDED
+            if all(self._states.get(n.node_id) == SUCCEEDED for n in world.nodes if n.num_proc):
+                self.world = world.finished(SUCCEEDED, "every rank exited 0", contract.EXIT_OK)
+                return [Say("job succeeded: every rank exited 0"), Push(self.world, self._everyone(world))]
+            return []
+        if state == FAILED and failure is not None:
+            return self.lose(node_id, failure.describe(), failure, alive=True)
+        if state == STOPPED:
+            return self.lose(node_id, f"node {node_id} stopped: {message}", alive=True)
+        return []
+
+    def lose(self, node_id: int, reason: str, failure: Optional[Failure] = None, alive: bool = False) -> list[Action]:
+        """A node is gone: elastic jobs continue without it, fixed-size jobs restart or fail.
+
+        Args:
+            node_id: the lost node.
+            reason: what happened, for the log and the verdict.
+            failure: the failing process, when a process exit caused the loss.
+            alive: the node's agent is still up (it reported), so it is told the new world too.
+        """
+        world = self.world
+        if world is None or not world.has(node_id):
+            return []
+        survivors = tuple(n for n in world.nodes if n.node_id != node_id)
+        if self._s.spec.elastic and len(survivors) >= self._s.spec.min_nodes:
+            self._states.pop(node_id, None)
+            lost = tuple(n for n in world.nodes if n.node_id == node_id) if alive else ()
+            return self._change(world, survivors, reason, extra_targets=lost)
+        self._failures.append(
+            failure or Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=EXIT_NODE_LOST, addr=reason)
+        )
+        if world.restart_count < self._s.spec.max_restarts:
+            self.world = self._world(world.nodes, world.restart_count + 1)
+            self._begin_epoch(self.world)
+            return [
+                Say(f"{reason}\nrestarting ({self.world.restart_count}/{self._s.spec.max_restarts}) "
+                    f"as generation {self.world.generation}"),
+                Push(self.world, world.nodes),
+            ]
+        cause = min(self._failures, key=lambda f: (f.timestamp, f.rank))
+        known = cause.rank >= 0 or bool(cause.daemon)
+        message = cause.describe() if known else reason
+        self.world = world.finished(FAILED, message, cause.exit_code or 1, cause if known else None)
+        return [Say(f"job failed: {message}"), Push(self.world, self._everyone(world))]
+
+    def _everyone(self, world: World) -> tuple[Node, ...]:
+        """The world's nodes and every other node still known (e.g. one waiting to rejoin): all are
+        told the verdict."""
+        known = {n.node_id: n for n in self.members.values() if n.node_id not in self._dead}
+        known.update({n.node_id: n for n in world.nodes})
+        return nodes_from(known.values())
+
+    def _change(
+        self, world: World, nodes: tuple[Node, ...], reason: str, extra_targets: tuple[Node, ...] = ()
+    ) -> list[Action]:
+        """A membership change: same restart epoch, new generation, ranks re-packed."""
+        self.world = self._world(nodes, world.restart_count)
+        for n in nodes:
+            self._states.setdefault(n.node_id, RUNNING)
+        return [
+            Say(f"{reason}; generation {self.world.generation}: {len(nodes)} node(s), "
+                f"world size {self.world.world_size}"),
+            Push(self.world, nodes + extra_targets),
+        ]
+
+    def stop(self, message: str, exit_code: int) -> list[Action]:
+        """The coordinator is shutting down (signal): stop every node."""
+        base = self.world or self._world(nodes_from(self.members.values()), 0)
+        self.world = base.finished(STOPPED, message, exit_code)
+        return [Push(self.world, self._everyone(base))]
+
+    # --- views -----------------------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """The membership view served at ``GET /members``: node rank, address, state, last seen."""
+        world = self.world
+        in_world = {n.node_id: i for i, n in enumerate(world.nodes)} if world else {}
+        members = []
+        for n in nodes_from(self.members.values()):
+            if n.node_id in self._dead:
+                state = "dead"
+            else:
+                state = self._states.get(n.node_id, RUNNING) if n.node_id in in_world else "registered"
+            members.append({
+                "node_id": n.node_id, "node_rank": in_world.get(n.node_id), "addr": n.addr, "port": n.port,
+                "num_proc": n.num_proc, "state": state,
+                "last_seen_s": round(self.liveness.age(n.node_id, now), 3) if n.node_id in in_world else None,
+            })
+        return {
+            "job": self._s.spec.job_name,
+            "workers": self._s.spec.workers,
+            "quorum": self._s.spec.quorum,
+            "registered": sorted(self.members),
+            "generation": world.generation if world else 0,
+            "status": world.status if world else "forming",
+            "members": members,
+        }

@@ -1,0 +1,129 @@
+"""The one seam between an agent and its peers: exchanges out, answers back, one way to read them.
+
+Every agent-to-agent request (registration, heartbeats, reports, probes, world pushes, calls and
+cancels) goes through a :class:`PeerTransport`: one exchange at a time over a kept-alive connection
+(:meth:`PeerTransport.exchange`), or many at once from one thread (:meth:`PeerTransport.batch`).
+Neither raises for what the peer did: each exchange ends in an :class:`Answer`, and
+:meth:`Answer.result` is the one translation of an answer into an error. ``transport.HttpTransport``
+speaks HTTP over sockets; ``testbed.transport.FakeTransport`` calls the peers' routes in memory, so
+dispatch and membership can be unit-tested without sockets. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from runtime.agent.errors import TransportError, Unauthorized
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request to send.
+
+    Attributes:
+        host: IP address or host name.
+        port: TCP port.
+        method: HTTP method.
+        path: route.
+        body: the JSON body, encoded, or ``None``.
+    """
+
+    host: str
+    port: int
+    method: str
+    path: str
+    body: Optional[bytes] = None
+
+    @property
+    def where(self) -> str:
+        """``METHOD http://host:port/path``, for messages."""
+        return f"{self.method} http://{self.host}:{self.port}{self.path}"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What came back for one exchange.
+
+    Attributes:
+        index: position of the exchange in its batch (0 for a single exchange).
+        status: the HTTP status, or ``None`` when no complete response arrived.
+        body: the decoded JSON object (empty when there was none, or it was not an object).
+        error: why no usable response arrived (empty when ``status`` is set and the body parsed).
+        refused: the connection was refused, so the request certainly did not start.
+        timed_out: the deadline (or timeout) passed first.
+    """
+
+    index: int
+    status: Optional[int]
+    body: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    refused: bool = False
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx status with a JSON object body."""
+        return self.status is not None and 200 <= self.status < 300 and not self.error
+
+    @property
+    def problem(self) -> str:
+        """What went wrong, in words (``""`` when :attr:`ok`): the connection's failure, or the status
+        and the peer's ``error``."""
+        if self.ok:
+            return ""
+        if self.status is None or self.error:
+            return self.error or "no answer"
+        return f"answered {self.status}: {self.body.get('error', '') or 'no reason given'}"
+
+    def result(self, exchange: Exchange) -> dict[str, Any]:
+        """The body of a successful answer; otherwise the error it means.
+
+        Raises:
+            Unauthorized: the peer answered 401 (a missing or wrong job token).
+            TransportError: no response, a non-2xx status, or a body that is not a JSON object;
+                ``status`` is ``None`` when no response arrived.
+        """
+        if self.ok:
+            return self.body
+        if self.status is None:
+            raise TransportError(f"{exchange.where} failed: {self.problem}")
+        if self.status == 401:
+            raise Unauthorized(f"{exchange.where}: 401 {self.body.get('error', '')}", 401)
+        if self.error:
+            raise TransportError(f"{exchange.where}: {self.error}", self.status)
+        raise TransportError(f"{exchange.where}: {self.status} {self.body.get('error', '')}", self.status)
+
+
+class Batch(Protocol):
+    """Exchanges run concurrently: :meth:`run` in one thread, :meth:`abort` from any."""
+
+    def run(self, on_answer: Callable[[Answer], None]) -> None:
+        """Send every request and call ``on_answer`` once per exchange as answers complete.
+
+        Returns when every exchange is answered, or at the deadline (each unanswered exchange is
+        answered with ``status=None, timed_out=True``), or on :meth:`abort` (nothing more is answered).
+        """
+
+    def abort(self) -> None:
+        """Stop :meth:`run` at once; exchanges in flight are dropped."""
+
+
+class PeerTransport(Protocol):
+    """Agent-to-agent exchanges, single and batched, over kept-alive connections."""
+
+    token: str
+    """The job token every request carries."""
+
+    @property
+    def sent(self) -> int:
+        """Requests sent so far."""
+
+    def exchange(self, exchange: Exchange, timeout: float) -> Answer:
+        """One exchange, waiting at most ``timeout`` seconds for the connection and each read."""
+
+    def batch(self, exchanges: Sequence[Exchange], deadline: Optional[float] = None) -> Batch:
+        """A :class:`Batch` of ``exchanges`` with a monotonic ``deadline`` (``None``: no limit), not started."""
+
+    def close(self) -> None:
+        """Close every kept-alive connection."""

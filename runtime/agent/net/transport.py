@@ -1,0 +1,176 @@
+"""``HttpTransport``: the peer transport over HTTP/1.1 and sockets. Standard library only.
+
+One connection pool per transport (idle kept-alive connections per peer): a single exchange
+(:meth:`HttpTransport.exchange`) borrows a connection and blocks on it, a batch
+(``multiplex.MultiplexBatch``) drives many from one thread, and both return what they borrowed, so a
+heartbeat every fraction of a second to the same parent costs no TCP handshake and no server thread
+start. ``TCP_NODELAY`` is set on every connection. A request is never sent twice, except once on a
+new connection when a kept-alive one turns out to have been closed by the peer while idle (nothing
+of it was processed).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from runtime.agent.errors import StaleConnection
+from runtime.agent.net.http11 import ResponseHead, parse_head, request_bytes
+from runtime.agent.net.multiplex import ConnectionPool, MultiplexBatch, decoded
+from runtime.agent.net.peer import Answer, Exchange
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds a one-shot :func:`request_json` waits, by default."""
+
+
+class HttpTransport:
+    """Agent-to-agent HTTP (a ``peer.PeerTransport``). Thread-safe.
+
+    Args:
+        token: the job token, sent as a bearer token on every request.
+        clock: monotonic clock, seconds (batch deadlines).
+    """
+
+    def __init__(self, token: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.token = token
+        self._clock = clock
+        self._pool = ConnectionPool(token)
+
+    @property
+    def sent(self) -> int:
+        """Requests sent so far (each exchange counts once, when its first byte is written)."""
+        return self._pool.sent
+
+    def exchange(self, exchange: Exchange, timeout: float) -> Answer:
+        """One exchange over a kept-alive connection (a new one if none is idle).
+
+        Args:
+            exchange: the request.
+            timeout: seconds for connecting and for each send and receive.
+        """
+        sock = self._pool.checkout(exchange.host, exchange.port)
+        if sock is not None:
+            try:
+                return self._over(sock, exchange, timeout)
+            except StaleConnection:
+                pass  # the peer closed it while idle: once more, on a new connection
+        try:
+            sock = socket.create_connection((exchange.host, exchange.port), timeout=timeout)
+        except OSError as exc:
+            return _failed(exc)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            return self._over(sock, exchange, timeout)
+        except StaleConnection as exc:
+            return Answer(0, None, error=str(exc))
+
+    def batch(self, exchanges: Sequence[Exchange], deadline: Optional[float] = None) -> MultiplexBatch:
+        """A batch of ``exchanges`` sharing this transport's connections, not started."""
+        return MultiplexBatch(self._pool, exchanges, deadline, self._clock)
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        self._pool.close()
+
+    def _over(self, sock: socket.socket, exchange: Exchange, timeout: float) -> Answer:
+        """The exchange over ``sock``, which it returns to the pool or closes.
+
+        Raises:
+            StaleConnection: the peer closed the connection before answering (nothing was processed).
+        """
+        sock.settimeout(timeout)
+        self._pool.count_sent()
+        try:
+            head, raw = _exchange(sock, request_bytes(exchange.method, exchange.path, exchange.host, exchange.port,
+                                                      self.token, exchange.body))
+        except (OSError, ValueError, StaleConnection) as exc:
+            sock.close()
+            if isinstance(exc, StaleConnection):
+                raise
+            return _failed(exc)
+        if head.keep_alive:
+            self._pool.checkin(exchange.host, exchange.port, sock)
+        else:
+            sock.close()
+        return decoded(0, head.status, raw)
+
+
+def _failed(exc: BaseException) -> Answer:
+    """The answer of an exchange that got no response."""
+    return Answer(0, None, error=str(exc) or type(exc).__name__, refused=isinstance(exc, ConnectionRefusedError),
+                  timed_out=isinstance(exc, (TimeoutError, socket.timeout)))
+
+
+def _exchange(sock: socket.socket, message: bytes) -> tuple[ResponseHead, bytes]:
+    """Send ``message``, read one response: its head and body.
+
+    Raises:
+        StaleConnection: the peer closed the connection before any byte of the response.
+        OSError: sending or receiving failed (``TimeoutError`` past the timeout).
+        ValueError: the response is malformed or ends early.
+    """
+    try:
+        sock.sendall(message)
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        raise StaleConnection(str(exc)) from exc
+    received = bytearray()
+    head = None
+    while True:
+        try:
+            chunk = sock.recv(1 << 16)
+        except ConnectionResetError as exc:
+            if received:
+                raise
+            raise StaleConnection(str(exc)) from exc
+        if not chunk:
+            if received:
+                raise ValueError("the connection closed in the middle of the response")
+            raise StaleConnection("the peer closed the connection without answering")
+        received += chunk
+        head = head or parse_head(received)
+        if head is not None and len(received) >= head.body_start + head.length:
+            return head, bytes(received[head.body_start:head.body_start + head.length])
+
+
+def encode(body: Union[Mapping[str, Any], bytes, None]) -> Optional[bytes]:
+    """A request body as it travels: a JSON object encoded, bytes (already encoded) or ``None`` as is."""
+    return body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+
+
+def request_json(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    token: str,
+    body: Union[Mapping[str, Any], bytes, None] = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> dict[str, Any]:
+    """One JSON request to an agent on a connection of its own, for callers outside the agent (the
+    local launcher, tests, benchmarks): an :class:`HttpTransport` used once.
+
+    Args:
+        host: address or host name of the agent.
+        port: its TCP port.
+        method: HTTP method.
+        path: route.
+        token: the job token, sent as a bearer token.
+        body: JSON object to send, the same already encoded, or ``None``.
+        timeout: socket timeout, seconds.
+
+    Returns:
+        The decoded JSON object of a 2xx response.
+
+    Raises:
+        Unauthorized: the agent answered 401.
+        TransportError: no connection, a timeout, a non-2xx status, or a body that is not a JSON
+            object. ``status`` is ``None`` when no response arrived.
+    """
+    transport = HttpTransport(token)
+    exchange = Exchange(host, port, method, path, encode(body))
+    try:
+        return transport.exchange(exchange, timeout).result(exchange)
+    finally:
+        transport.close()

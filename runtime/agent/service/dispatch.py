@@ -1,0 +1,236 @@
+"""Service-mode calls through one agent: ``POST /call`` (coordinator) and ``POST /exec`` (every node).
+
+A call's journey: the coordinator validates it (``calls.py``), plans flat or tree fan-out
+(``membership/tree.py``) and then does what every node does with an ``/exec``: one :class:`hop.Hop`
+starts the call on its own ranks (the executor it was given), sends it to each child (one thread for
+all children, kept-alive connections), and merges what comes back into rank order, whatever order it
+arrives in. One call runs at a time per job; the next waits for the coordinator (within its own
+deadline). Standard library only.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+import uuid
+from typing import Any, Callable, Optional, Union
+
+from runtime.agent import contract
+from runtime.agent.errors import CallCancelled, CallTimeout, HttpError, TrainplaneError, WorkerMembershipChanged
+from runtime.agent.membership.tree import Plan, plan_node, plan_root
+from runtime.agent.net.peer import PeerTransport
+from runtime.agent.net.server import Request, Response, Routes
+from runtime.agent.net.transport import HttpTransport
+from runtime.agent.service.calls import CallRequest, ExecRequest
+from runtime.agent.service.executor import LocalExecutor
+from runtime.agent.service.hop import Abort, Event, Hop, Links, Results
+from runtime.agent.service.wire import error_body, error_status
+from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.world import RUNNING, Node, World
+
+REMEMBERED_CANCELS = 4096
+"""Cancels for calls not (yet) seen that a node remembers, so a late exec is refused at once."""
+WORLD_POLL_INTERVAL = 0.01
+"""Seconds between looks at the world while an exec waits for its generation to arrive."""
+
+
+class ServiceNode:
+    """The service-mode half of an agent: its routes, its in-flight calls and the executor that runs
+    its share of them (given by whoever starts the node's processes, :meth:`use_executor`).
+
+    Args:
+        settings: the agent's settings (node id, token, tree settings, pickle opt-in, heartbeat TTL).
+        world: returns the agent's current world (``None`` before one formed).
+        say: writes one line to the agent's log.
+        on_unreachable: called with a child node whose connection was refused (membership's probe seam).
+        clock: monotonic clock, seconds.
+        transport: how this node reaches its children (default: HTTP).
+    """
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        world: Callable[[], Optional[World]],
+        say: Callable[[str], None],
+        on_unreachable: Callable[[Node], None] = lambda _node: None,
+        clock: Callable[[], float] = time.monotonic,
+        transport: Optional[PeerTransport] = None,
+    ) -> None:
+        self._settings = settings
+        self._world = world
+        self._clock = clock
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
+        self._links = Links(self._transport, clock, settings.node.advertise_address, say, on_unreachable)
+        self._executor: Optional[LocalExecutor] = None
+        self._lock = threading.Lock()
+        self._call_lock = threading.Lock()
+        self._inflight: dict[str, queue.SimpleQueue[Event]] = {}
+        self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._counts = {"calls": 0, "execs": 0, "cancels": 0}
+
+    # --- wiring ----------------------------------------------------------------------------------
+
+    def routes(self) -> Routes:
+        """The routes this node serves."""
+        return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec}
+
+    def use_executor(self, executor: Optional[LocalExecutor]) -> None:
+        """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""
+        self._executor = executor
+
+    def fail_in_flight(self, error: TrainplaneError) -> None:
+        """End every call in flight through this node with ``error`` (e.g. WorkerMembershipChanged)."""
+        with self._lock:
+            queues = list(self._inflight.values())
+        for events in queues:
+            events.put(Abort(error))
+
+    @property
+    def in_flight(self) -> int:
+        """Calls running through this node now."""
+        with self._lock:
+            return len(self._inflight)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: calls taken (coordinator), execs and cancels received, requests this node has sent."""
+        with self._lock:
+            return {**self._counts, "requests_sent": self._transport.sent}
+
+    def close(self) -> None:
+        """Close kept-alive connections."""
+        self._transport.close()
+
+    # --- routes (handler threads) -------------------------------------------------------------------
+
+    def route_call(self, request: Request) -> Response:
+        """``POST /call``: run a call on the job (coordinator only)."""
+        world, me = self._running_world()
+        if me != 0:
+            coordinator = world.nodes[0]
+            raise HttpError(409, f"calls go to the coordinator (node rank 0) at {coordinator.addr}:{coordinator.port}")
+        call = CallRequest.from_json(request.body, self._settings.spec.allow_pickle)
+        serving = tuple(i for i, node in enumerate(world.nodes) if node.num_proc)
+        targets = call.workers if call.workers is not None else serving
+        if targets[-1] >= len(world.nodes):
+            raise HttpError(400, f"workers={list(targets)} is invalid: node ranks go from 0 to {len(world.nodes) - 1}")
+        idle = sorted(set(targets) - set(serving))
+        if idle:
+            raise HttpError(400, f"workers={list(targets)} is invalid: node rank(s) {idle} run no processes (a "
+                                 f"{world.distribution} job runs calls on node 0 only); leave workers unset or use [0]")
+        deadline = None if call.timeout is None else self._clock() + call.timeout
+        self._count("calls")
+        if not self._call_lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - self._clock())):
+            error = CallTimeout(call.timeout, world.ranks_of(targets), call.invocation.fn,
+                                "another call held the job for the whole timeout")
+            return Response(error_status(error), error_body(error))
+        try:
+            s = self._settings
+            plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)
+            exec_request = ExecRequest(uuid.uuid4().hex, world.generation, call.invocation, call.timeout,
+                                       targets, s.spec.tree_fanout)
+            outcome = self._execute(world, me, exec_request, plan, deadline)
+        finally:
+            self._call_lock.release()
+        if isinstance(outcome, TrainplaneError):
+            error = self._membership_view(world, outcome)
+            return Response(error_status(error), error_body(error))
+        return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values),
+                              "serialization": call.invocation.serialization, "generation": world.generation})
+
+    def route_exec(self, request: Request) -> Response:
+        """``POST /exec``: run a call on this node and its subtree, or cancel one."""
+        if "cancel" in request.body:
+            return self._route_cancel(request.body["cancel"])
+        exec_request = ExecRequest.from_json(request.body, self._settings.spec.allow_pickle)
+        self._await_generation(exec_request.generation)
+        world, me = self._running_world()
+        if exec_request.generation != world.generation:
+            raise HttpError(409, f"call planned for generation {exec_request.generation}, this node is at "
+                                 f"generation {world.generation}")
+        if exec_request.nodes[0] != me:
+            raise HttpError(400, f"an exec for node rank {exec_request.nodes[0]} reached node rank {me}")
+        if max(exec_request.nodes) >= len(world.nodes):
+            raise HttpError(400, f"nodes {list(exec_request.nodes)} outside 0..{len(world.nodes) - 1}")
+        deadline = None if exec_request.timeout is None else self._clock() + exec_request.timeout
+        self._count("execs")
+        plan = plan_node(exec_request.nodes, exec_request.fanout)
+        outcome = self._execute(world, me, exec_request, plan, deadline)
+        if isinstance(outcome, TrainplaneError):
+            return Response(error_status(outcome), error_body(outcome))
+        return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
+
+    def _route_cancel(self, call_id: Any) -> Response:
+        if not isinstance(call_id, str) or not call_id:
+            raise HttpError(400, "cancel must name a call id")
+        self._count("cancels")
+        with self._lock:
+            events = self._inflight.get(call_id)
+            if events is None:
+                self._cancelled[call_id] = None
+                while len(self._cancelled) > REMEMBERED_CANCELS:
+                    self._cancelled.popitem(last=False)
+        if events is not None:
+            events.put(Abort(CallCancelled(f"call {call_id} cancelled by its parent")))
+        return Response(200, {"cancelled": events is not None})
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def _await_generation(self, generation: int) -> None:
+        """Give an in-flight world push up to one heartbeat TTL to land before an exec of ``generation``.
+
+        The coordinator pushes a new world to every node at once, so a parent in the call tree can
+        forward an exec to a child that has not installed that world yet.
+        """
+        deadline = self._clock() + self._settings.spec.heartbeat_ttl
+        while True:
+            world = self._world()
+            if (world is not None and world.generation >= generation) or self._clock() >= deadline:
+                return
+            time.sleep(WORLD_POLL_INTERVAL)
+
+    def _running_world(self) -> tuple[World, int]:
+        """The running world and this node's rank in it.
+
+        Raises:
+            HttpError: 503 when there is no running world with this node in it.
+        """
+        world = self._world()
+        if world is None or world.status != RUNNING:
+            raise HttpError(503, "the job has no running world yet (still forming, or finished); retry shortly")
+        if not world.has(self._settings.node.node_id):
+            raise HttpError(503, f"node {self._settings.node.node_id} is not in generation {world.generation}")
+        return world, world.node_rank_of(self._settings.node.node_id)
+
+    def _membership_view(self, world: World, error: TrainplaneError) -> TrainplaneError:
+        current = self._world()
+        if isinstance(error, WorkerMembershipChanged) or current is None or current.generation == world.generation:
+            return error
+        return WorkerMembershipChanged.between([n.addr for n in world.nodes], [n.addr for n in current.nodes],
+                                               current.generation)
+
+    def _execute(self, world: World, me: int, request: ExecRequest, plan: Plan,
+                 deadline: Optional[float]) -> Union[Results, TrainplaneError]:
+        events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        with self._lock:
+            if request.call_id in self._cancelled:
+                del self._cancelled[request.call_id]
+                return CallCancelled(f"call {request.call_id} was cancelled before it reached this node")
+            self._inflight[request.call_id] = events
+        try:
+            return Hop(world, me, request, plan, deadline, events, self._executor, self._links).run()
+        finally:
+            with self._lock:
+                self._inflight.pop(request.call_id, None)
+
+
+def batch_mode_routes() -> Routes:
+    """``/call`` and ``/exec`` for a batch-mode agent: 409, naming the setting that enables them."""
+
+    def refuse(_request: Request) -> Response:
+        raise HttpError(409, f"this job runs in batch mode; start it with {contract.MODE}=service to take calls")
+
+    return {("POST", contract.ROUTE_CALL): refuse, ("POST", contract.ROUTE_EXEC): refuse}

@@ -1,0 +1,196 @@
+"""How a job setting is declared: a ``JobSpec`` field with a :class:`Setting` as its metadata.
+
+The field gives the setting's Python name, type and default; the :class:`Setting` its unit and doc,
+the agent's environment variable and how the value is written there (:class:`Codec`), the
+command-line spellings, and the check of a value on its own (checks across settings are
+``JobSpec``'s). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from runtime.agent.spec import streams
+
+Check = Callable[[Any], Optional[tuple[str, str]]]
+"""A setting's own check: ``None`` for a good value, else ``(problem, fix)`` (``errors.SpecError``)."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How a value is written to (and read from) the agent's environment.
+
+    Attributes:
+        encode: value to text.
+        parse: text to value; raises ``ValueError`` whose message says what is wrong with the text.
+        wrong: how an environment variable with unparsable text is described, after ``NAME='text'``:
+            ``{reason}`` is the ``ValueError``'s message.
+    """
+
+    encode: Callable[[Any], str]
+    parse: Callable[[str], Any]
+    wrong: str = "is invalid: {reason}"
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("not a whole number") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("not a number of seconds") from None
+
+
+def _bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("use true or false")
+
+
+def _strings(text: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError('is not JSON: use a list such as ["--num-cpus=4"]') from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("must be a JSON list of strings")
+    return tuple(value)
+
+
+def _ranks(value: Optional[frozenset[int]]) -> str:
+    return "" if value is None else ",".join(str(r) for r in sorted(value))
+
+
+def _filters(value: Sequence[str]) -> str:
+    return ",".join(item.replace(",", ",,") for item in value)
+
+
+INT = Codec(str, _int, "is {reason}")
+SECONDS = Codec(lambda v: str(int(v)) if float(v).is_integer() else repr(float(v)), _seconds, "is {reason}")
+BOOL = Codec(lambda v: "true" if v else "false", _bool)
+TEXT = Codec(str, str)
+STRINGS = Codec(lambda v: json.dumps(list(v)), _strings, "{reason}")
+STD = Codec(lambda v: v.encode(), streams.parse_std)
+RANKS = Codec(_ranks, streams.parse_ranks)
+FILTERS = Codec(_filters, streams.parse_filters)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One job setting's declaration, beside its ``JobSpec`` field.
+
+    Attributes:
+        env: the agent's environment variable (``runtime.agent.contract``).
+        doc: what it means, in a user's words (the CLI's help, the front ends' docs).
+        codec: how the value is written to ``env``.
+        flags: the launcher's spellings of it, the preferred one first (torchrun's among them); none
+            for a setting the command line does not take.
+        unit: what the number counts, e.g. ``seconds``, ``nodes`` (``""``: not a number).
+        check: the value's own check.
+        optional: ``None`` is a value (the setting may be unset).
+    """
+
+    env: str
+    doc: str
+    codec: Codec = TEXT
+    flags: tuple[str, ...] = ()
+    unit: str = ""
+    check: Optional[Check] = None
+    optional: bool = False
+
+    def problem(self, value: Any) -> Optional[tuple[str, str]]:
+        """``(problem, fix)`` when ``value`` is not a good value of this setting on its own, else ``None``."""
+        if value is None and self.optional:
+            return None
+        return self.check(value) if self.check is not None else None
+
+
+def setting(default: Any, **declaration: Any) -> Any:
+    """A ``JobSpec`` field with ``default`` and a :class:`Setting` made of ``declaration``."""
+    return field(default=default, metadata={"setting": Setting(**declaration)})
+
+
+def whole(low: int, fix: str, high: Optional[int] = None) -> Check:
+    """A check for a whole number from ``low`` (to ``high``)."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be a whole number", fix
+        if value < low or (high is not None and value > high):
+            return (f"must be {low} or more" if high is None else f"must be from {low} to {high}"), fix
+        return None
+
+    return check
+
+
+def seconds(low: float, fix: str, inclusive: bool = True) -> Check:
+    """A check for a finite number of seconds, ``>= low`` (``> low`` unless ``inclusive``)."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return "must be a number of seconds", fix
+        if value < low or (value == low and not inclusive):
+            return (f"must be {low:g} or more seconds" if inclusive else "must be a positive number of seconds"), fix
+        return None
+
+    return check
+
+
+def one_of(choices: Sequence[str]) -> Check:
+    """A check for one of ``choices``."""
+    listed = ", ".join(choices)
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        return None if value in choices else (f"must be one of {listed}", f"use one of {listed}")
+
+    return check
+
+
+def parses(parse: Callable[[str], Any], fix: str) -> Check:
+    """A check that ``parse`` accepts the text (its ``ValueError`` is the problem)."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        if not isinstance(value, str):
+            return "must be text", fix
+        try:
+            parse(value)
+        except ValueError as exc:
+            return str(exc), fix
+        return None
+
+    return check
+
+
+def text(fix: str) -> Check:
+    """A check for non-empty text."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        return None if isinstance(value, str) and value else ("must be non-empty text", fix)
+
+    return check
+
+
+def strings(fix: str) -> Check:
+    """A check for a sequence of strings (a tuple)."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
+        return None if ok else ("must be a list of strings", fix)
+
+    return check
+
+
+def flag(value: Any) -> Optional[tuple[str, str]]:
+    """A check for ``True`` or ``False``."""
+    return None if isinstance(value, bool) else ("must be true or false", "use true or false")

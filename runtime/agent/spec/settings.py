@@ -1,0 +1,257 @@
+"""Agent settings: the job spec, this node's identity and the local plumbing, each validated, read from
+the environment at the entrypoint only. Standard library only.
+
+In pods every setting comes from variables named in ``contract.py`` (written by the ``DistributedJob``
+component through ``spec.environment``); the local launcher writes the same variables for its agent
+processes with the same writer, so both paths exercise one contract.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Optional
+
+from runtime.agent import contract
+from runtime.agent.errors import ConfigError, SpecError
+from runtime.agent.spec.job import SETTINGS, JobSpec
+
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """Which node this agent is and where it and the coordinator listen.
+
+    Attributes:
+        node_id: this node's stable index, ``0 <= node_id < max_nodes``; node 0 coordinates first.
+        coordinator: host name or address of node 0's agent.
+        coordinator_port: node 0's agent port (TCP).
+        agent_port: this agent's HTTP port (TCP).
+        advertise_address: the address peers reach this node at.
+        bind_address: the address the HTTP server binds; ``""`` for all interfaces.
+    """
+
+    node_id: int
+    coordinator: str
+    coordinator_port: int = contract.AGENT_PORT
+    agent_port: int = contract.AGENT_PORT
+    advertise_address: str = "127.0.0.1"
+    bind_address: str = ""
+
+    @property
+    def is_coordinator(self) -> bool:
+        """Node 0 coordinates (until it fails over)."""
+        return self.node_id == 0
+
+
+@dataclass(frozen=True)
+class Plumbing:
+    """How this agent is wired to its launcher and machine; none of it describes the job.
+
+    Attributes:
+        token: the job's bearer token; every route but ``/healthz`` requires it.
+        resolve: host name to address overrides consulted before DNS (tests, local mode).
+        die_with_parent: exit when the parent process (the local launcher) dies.
+        verdict_file: local mode: where the agent writes the job's final verdict as JSON.
+        run_root: directory in which the agent makes its private run directory (the world files its
+            processes read); ``None`` for the system's temporary directory. A launcher that owns one
+            removes what an agent killed by SIGKILL could not.
+        daemon_prefix: command put before every framework daemon's (a wrapper, or a test's stand-in).
+        forward_stdin: local mode: global rank 0 inherits this agent's stdin (the launcher's), as under
+            torchrun, so ``breakpoint()`` works there; every other process reads EOF.
+    """
+
+    token: str
+    resolve: Mapping[str, str] = field(default_factory=dict)
+    die_with_parent: bool = False
+    verdict_file: Optional[str] = None
+    run_root: Optional[str] = None
+    daemon_prefix: tuple[str, ...] = ()
+    forward_stdin: bool = False
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything one agent needs: the job, this node, the plumbing. Validated on construction.
+
+    Raises:
+        ConfigError: naming the environment variable of the first invalid setting, its value and the fix.
+    """
+
+    spec: JobSpec
+    node: NodeIdentity
+    plumbing: Plumbing
+
+    def __post_init__(self) -> None:
+        spec, node = self.spec, self.node
+        _require(bool(spec.job_name), contract.JOB_NAME, spec.job_name or "", "set a non-empty job name")
+        _require(bool(self.plumbing.token), contract.TOKEN, "<empty>", "set the job's bearer token")
+        _require(0 <= node.node_id < spec.max_nodes, contract.NODE_RANK_SETTING, node.node_id,
+                 f"use a node rank from 0 to {spec.max_nodes - 1}")
+        for name, port in ((contract.AGENT_PORT_SETTING, node.agent_port), (contract.MASTER_PORT, spec.master_port),
+                           (contract.COORDINATOR_HOST, node.coordinator_port)):
+            _require(1 <= port <= 65535, name, port, "use a TCP port from 1 to 65535")
+        _require(not spec.outputs.writes_files or bool(spec.log_dir), contract.REDIRECTS, spec.redirects.encode(),
+                 f"set {contract.LOG_DIR}: redirected and teed streams are written to files there")
+
+    @property
+    def token(self) -> str:
+        """The job's bearer token."""
+        return self.plumbing.token
+
+    @property
+    def local_world_size(self) -> int:
+        """User processes (ranks) this node runs (``JobSpec.local_world_size``)."""
+        return self.spec.local_world_size(self.node.node_id)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AgentSettings:
+        """Read settings from the environment variables named in ``contract.py``.
+
+        Node id: ``TRAINPLANE_NODE_RANK``, else ``JOB_COMPLETION_INDEX`` (Indexed Job), else ``RANK``
+        (set by the Kubeflow training operator on PyTorchJob replicas: Master 0, Worker i+1; read
+        before the pod name, since ``<job>-worker-0`` ends in 0), else the ordinal suffix of
+        ``POD_NAME`` (StatefulSet). Coordinator: ``TRAINPLANE_COORDINATOR`` (``host`` or
+        ``host:port``), else the operator's ``MASTER_ADDR``.
+
+        Raises:
+            ConfigError: a variable is missing or malformed, or a setting is invalid; the message
+                names the variable.
+        """
+        return cls(spec_from_env(env), identity_from_env(env), plumbing_from_env(env))
+
+
+def spec_from_env(env: Mapping[str, str]) -> JobSpec:
+    """The job spec the environment describes: every setting's variable, else its default.
+
+    Raises:
+        ConfigError: a variable cannot be read, or a setting is invalid; names the variable.
+    """
+    values: dict[str, Any] = {}
+    for f in fields(JobSpec):
+        declared = SETTINGS[f.name]
+        text = env.get(declared.env, "")
+        if not text.strip():
+            continue
+        try:
+            values[f.name] = declared.codec.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"{declared.env}={text!r} " + declared.codec.wrong.format(reason=exc)) from None
+    try:
+        return JobSpec(**values)
+    except SpecError as exc:
+        _, fix = exc.render(lambda name: SETTINGS[name].env if name in SETTINGS else name)
+        raise ConfigError(f"{SETTINGS[exc.field].env}={exc.value!r} is invalid: {fix}") from None
+
+
+def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
+    """This node's identity from the environment (see :meth:`AgentSettings.from_env`).
+
+    Raises:
+        ConfigError: the node id or the coordinator cannot be told; names the variables to set.
+    """
+    coordinator = env.get(contract.COORDINATOR_HOST) or env.get(contract.MASTER_ADDR, "")
+    _require(bool(coordinator), contract.COORDINATOR_HOST, "<unset>",
+             "set it to node 0's host name (e.g. <job>-0.<service>)")
+    agent_port = _int(env, contract.AGENT_PORT_SETTING, contract.AGENT_PORT)
+    host, _, port_text = coordinator.rpartition(":") if coordinator.count(":") == 1 else (coordinator, "", "")
+    advertise = env.get(contract.ADVERTISE_ADDRESS) or env.get(contract.POD_IP, "") or "127.0.0.1"
+    bind = env.get(contract.BIND_ADDRESS)
+    if bind is None:
+        bind = advertise if _is_loopback(advertise) else ""
+    return NodeIdentity(
+        node_id=_node_id(env), coordinator=host,
+        coordinator_port=_parse_int(contract.COORDINATOR_HOST, port_text) if port_text else agent_port,
+        agent_port=agent_port, advertise_address=advertise, bind_address=bind,
+    )
+
+
+def plumbing_from_env(env: Mapping[str, str]) -> Plumbing:
+    """The agent's plumbing from the environment.
+
+    Raises:
+        ConfigError: a variable is malformed; names it.
+    """
+    return Plumbing(
+        token=env.get(contract.TOKEN, ""),
+        resolve=_resolve(env.get(contract.RESOLVE, "")),
+        die_with_parent=_flag(env, contract.DIE_WITH_PARENT),
+        verdict_file=env.get(contract.VERDICT_FILE) or None,
+        run_root=env.get(contract.RUN_ROOT) or None,
+        daemon_prefix=_strings(env, contract.DAEMON_PREFIX),
+        forward_stdin=_flag(env, contract.FORWARD_STDIN),
+    )
+
+
+def _require(ok: bool, name: str, value: object, fix: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}={value!r} is invalid: {fix}")
+
+
+def _parse_int(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not a whole number") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name)
+    return default if text in (None, "") else _parse_int(name, text)
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    text = env.get(name, "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name}={text!r} is invalid: use true or false")
+
+
+def _strings(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    text = env.get(name, "")
+    if not text:
+        return ()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{name}={text!r} is not JSON: use a list such as [\"/opt/wrapper\"]") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{name}={text!r} must be a JSON list of strings")
+    return tuple(value)
+
+
+def _node_id(env: Mapping[str, str]) -> int:
+    for name in (contract.NODE_RANK_SETTING, contract.JOB_COMPLETION_INDEX, contract.RANK):
+        if env.get(name):
+            return _parse_int(name, env[name])
+    match = _ORDINAL.search(env.get(contract.POD_NAME, ""))
+    if match:
+        return int(match.group(1))
+    raise ConfigError(
+        f"cannot tell this node's rank: set {contract.NODE_RANK_SETTING}, or run as an Indexed Job "
+        f"({contract.JOB_COMPLETION_INDEX}), a StatefulSet ({contract.POD_NAME} ending in -N) or a PyTorchJob"
+    )
+
+
+def _resolve(text: str) -> dict[str, str]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{contract.RESOLVE}={text!r} is not JSON: use an object of host name to address") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"{contract.RESOLVE}={text!r} must map host names to addresses")
+    return value
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"

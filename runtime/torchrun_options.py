@@ -1,0 +1,108 @@
+"""torchrun's command line as the launcher takes it: the value forms of ``--nnodes`` and
+``--nproc-per-node``, and the options that have no meaning here. Read from the pinned torch 2.13.0
+``torch/distributed/run.py`` (``get_args_parser``, ``determine_local_world_size``). Standard library
+only (torch is imported only to count devices for ``--nproc-per-node gpu|xpu|auto``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Optional, Union
+
+IGNORED = {
+    "rdzv_backend": "the agents run their own rendezvous",
+    "rdzv_endpoint": "node 0's agent is the rendezvous",
+    "rdzv_conf": "the agents run their own rendezvous",
+    "standalone": "every node runs on this machine already",
+    "node_rank": "the launcher starts every node itself",
+    "master_addr": "node 0's address is the master",
+    "local_addr": "each node has its own loopback address",
+    "monitor_interval": "each agent sees its processes exit at once",
+    "start_method": "a script runs as its own process either way, as under torchrun",
+    "event_log_handler": "torchrun's event log is torchrun's",
+    "logs_specs": "output goes where --log-dir, --redirects and --tee say",
+    "numa_binding": "it binds processes to CPUs near their GPU",
+}
+"""torchrun options with no meaning for this launcher, by dest, with why: accepted in torchrun's
+spellings and value forms, then named in one notice line, so a torchrun command line runs
+unchanged and what runs is never silently different."""
+NUMA_MODES = ("node", "socket", "exclusive", "core-complex")
+"""torchrun's ``--numa-binding`` choices (torch 2.13.0 ``torch.numa.binding.AffinityMode``)."""
+START_METHODS = ("spawn", "fork", "forkserver")
+"""torchrun's ``--start-method`` choices."""
+
+
+def node_count(text: str) -> tuple[int, Optional[int]]:
+    """``--nnodes`` as torchrun takes it: ``N``, or ``MIN:MAX`` for an elastic job.
+
+    Returns:
+        ``(N, None)``, or ``(MAX, MIN)``: the local launcher starts MAX nodes and keeps going while MIN
+        remain.
+
+    Raises:
+        argparse.ArgumentTypeError: neither form.
+    """
+    low, colon, high = text.partition(":")
+    try:
+        return (int(high), int(low)) if colon else (int(text), None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX nodes, got {text!r}") from None
+
+
+def nproc(text: str) -> Union[int, str]:
+    """``--nproc-per-node`` as torchrun takes it: a whole number, or ``auto``, ``cpu``, ``gpu``, ``xpu``
+    (resolved by :func:`resolve_nproc` once every flag is known).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else.
+    """
+    if text in ("auto", "cpu", "gpu", "xpu"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, or auto, cpu, gpu or xpu, got {text!r}"
+                                         ) from None
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on, as torch counts them (``torch._utils.cpu_count``)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def resolve_nproc(value: Union[int, str]) -> int:
+    """torchrun's ``determine_local_world_size`` (torch 2.13.0 ``torch/distributed/run.py``): ``cpu`` is
+    :func:`cpu_count`; ``gpu`` and ``xpu`` the devices torch sees (imported only for them); ``auto``
+    the accelerators torch sees, else :func:`cpu_count` (also when torch is not installed).
+
+    Raises:
+        ValueError: ``gpu``/``xpu`` without such a device (or without torch), in torchrun's words.
+    """
+    if isinstance(value, int):
+        return value
+    if value == "cpu":
+        return cpu_count()
+    try:
+        import torch
+    except ImportError:
+        if value == "auto":
+            return cpu_count()
+        raise ValueError(f"{value} needs torch to count its devices, and torch is not installed") from None
+    if value == "auto":
+        accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        return torch.accelerator.device_count() if accelerator is not None else cpu_count()
+    device = torch.cuda if value == "gpu" else torch.xpu
+    if not device.is_available():
+        raise ValueError(f"{'Cuda' if value == 'gpu' else 'Xpu'} is not available.")
+    return int(device.device_count())
+
+
+def ignored_notice(ns: argparse.Namespace) -> str:
+    """The one line naming the torchrun options typed that have no meaning here (``""`` for none)."""
+    typed = [(dest, ns.spelled[dest]) for dest in IGNORED if dest in ns.spelled]
+    if not typed:
+        return ""
+    shown = [flag_ if dest == "standalone" else f"{flag_}={getattr(ns, dest)}" for dest, flag_ in typed]
+    return (f"[trainplane] ignoring torchrun options with no meaning here: {', '.join(shown)} "
+            f"({'; '.join(IGNORED[dest] for dest, _ in typed)})")
