@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from typing import Optional
 
 
 def attribute_docs(cls: type) -> dict[str, str]:
@@ -44,7 +45,12 @@ def attributes_section(docs: dict[str, str], indent: str = "    ") -> str:
     return "\n".join(lines) + "\n"
 
 
-def document_fields(cls: type) -> None:
-    """Append to ``cls``'s docstring an ``Attributes:`` section of its attribute docstrings, which ``help()``
-    does not show otherwise."""
-    cls.__doc__ = (cls.__doc__ or "") + attributes_section(attribute_docs(cls))
+def document_fields(cls: type, field_docs: Optional[dict[str, str]] = None) -> None:
+    """Append to ``cls``'s docstring an ``Attributes:`` section of ``field_docs`` (by default its attribute
+    docstrings), which ``help()`` does not show otherwise."""
+    cls.__doc__ = (cls.__doc__ or "") + attributes_section(attribute_docs(cls) if field_docs is None else field_docs)
+
+
+def sentence(text: str) -> str:
+    """``text`` (a phrase such as a job setting's doc) as a sentence: capitalised, ending in a full stop."""
+    return f"{text[:1].upper()}{text[1:].rstrip('.')}."

@@ -69,13 +69,13 @@ def modules() -> tuple[Module, ...]:
     from components.addons.kueue import ClusterQueueArgs, KueueArgs, LocalQueueArgs, ResourceFlavorArgs
     from components.addons.training_operator import TrainingOperatorArgs
     from components.addons.volcano import VolcanoArgs
-    from components.job.args import DistributedJobArgs
+    from components.job.args import FIELD_DOCS, DistributedJobArgs
 
     return (
         Module("components/job/inputs.py", "``DistributedJobArgsDict``: a job's arguments as Pulumi declares a "
                "component's inputs (``DistributedJob``'s ``args`` in the package schema).", (
                    Declared(DistributedJobArgs, "DistributedJobArgsDict",
-                            "The arguments of one distributed training job (``DistributedJob``)."),
+                            "The arguments of one distributed training job (``DistributedJob``).", FIELD_DOCS.get),
                )),
         Module("components/addons/inputs.py", "The add-ons' arguments as Pulumi declares a component's inputs; "
                "every one is plain (an add-on's settings shape the software it installs).", (

@@ -1,7 +1,10 @@
 """``DistributedJobArgs``: what to run and how, validated on construction.
 
 Every check raises :class:`~components.errors.InvalidJobArgs` naming the field, the value and the
-fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending. A field that
+fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending. The settings a
+job shares with the launcher, ``LocalJobSpec`` and the computes (:data:`SHARED`) take their default, their
+checks and their documentation from the one job spec (``runtime.agent.spec.job``); the checks here add what
+Kubernetes needs on top of it. A field that
 takes a ``pulumi.Input`` has a check of its own (:data:`INPUT_CHECKS`), run at once on a plain value and
 when known on an Output (``components.outputs``); the checks across fields look at such a field only to
 see whether it is set.
@@ -10,9 +13,10 @@ see whether it is set.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
 
 import pulumi
 
@@ -21,11 +25,11 @@ from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_P
 from components.errors import InvalidJobArgs
 from components.job import checks
 from runtime.agent import contract
+from runtime.agent.errors import SpecError
 from runtime.agent.execution import controller
 from runtime.agent.execution.environment import reserved_ports
-from runtime.agent.spec.job import DISTRIBUTIONS, SINGLE_CONTROLLER
+from runtime.agent.spec.job import PORT_FIX, SETTINGS, SINGLE_CONTROLLER, JobSpec, default
 
-MODES = ("batch", "service")
 INDEXED_JOB = "indexed-job"
 PYTORCHJOB = "pytorchjob"
 STATEFULSET = "statefulset"
@@ -47,21 +51,10 @@ PROCESS_ENV = (
 )
 """Variables the component or the agent sets; user ``env`` may not override them."""
 RESERVED_ENV_PREFIX = "TRAINPLANE_"
-SETTING_FIELDS = {
-    contract.GRACE_PERIOD: "grace_period", contract.MAX_RESTARTS: "max_restarts",
-    contract.QUORUM_TIMEOUT: "quorum_timeout", contract.QUORUM_WORKERS: "quorum_workers",
-    contract.WORKERS: "workers", contract.NUM_PROC: "num_proc", contract.MIN_WORKERS: "min_workers",
-    contract.MAX_WORKERS: "max_workers", contract.LOG_DIR: "log_dir", contract.MONITOR_MEMBERS: "monitor_members",
-    contract.DISTRIBUTION: "distribution", contract.MODE: "mode", contract.AGENT_PORT_SETTING: "agent_port",
-    contract.MASTER_PORT: "master_port", contract.DAEMON_ARGS: "daemon_args",
-}
-"""The agent settings a DistributedJobArgs field sets, for the fix of a user ``env`` that sets one."""
 OWNED_LABELS = (
     contract.LABEL_NAME, contract.LABEL_INSTANCE, contract.LABEL_COMPONENT, contract.LABEL_PART_OF,
     contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
 )
-DEFAULT_GRACE_PERIOD = 5.0
-"""The agent's own default SIGTERM-to-SIGKILL grace, seconds (``runtime.agent.spec.settings``)."""
 DEFAULT_BACKOFF_LIMIT = 3
 """Failed pods of an elastic batch job that Kubernetes replaces before it fails the job."""
 STATEFULSET_HASH_SUFFIX = 11
@@ -73,10 +66,13 @@ STATEFULSET_HASH_SUFFIX = 11
 class DistributedJobArgs:
     """Settings of one distributed training job, validated on construction.
 
-    The fields are the keys of :class:`~components.job.inputs.DistributedJobArgsDict`, documented there
-    and below; the defaults are these. Fields that take a ``pulumi.Input`` (:data:`INPUT_FIELDS`:
-    ``image``, ``namespace``, ``args``, ``env``, ``labels``, ``node_selector``, ``tolerations``,
-    ``service_account``, ``pythonpath``, ``queue``, ``cluster_queue``, ``scheduler_name``,
+    The fields are the keys of :class:`~components.job.inputs.DistributedJobArgsDict`, documented below
+    (:data:`FIELD_DOCS`). The ones every front end shares (:data:`SHARED`: ``workers``, ``num_proc``,
+    ``mode``, ``distribution``, the quorum, restarts, elastic bounds, ``master_port``, ``grace_period``,
+    ``log_dir``, ``daemon_args``...) take their default, checks and description from the job spec
+    (``runtime.agent.spec.job``); the others are this component's own. Fields that take a ``pulumi.Input``
+    (:data:`INPUT_FIELDS`: ``image``, ``namespace``, ``args``, ``env``, ``labels``, ``node_selector``,
+    ``tolerations``, ``service_account``, ``pythonpath``, ``queue``, ``cluster_queue``, ``scheduler_name``,
     ``allow_from``) may hold another resource's outputs at any depth: a plain value is checked at once,
     an unresolved one is kept as one ``pulumi.Output`` that runs the same check when Pulumi knows its
     value (at preview when it is known then), with the same message. Every other field must be a plain
@@ -104,44 +100,36 @@ class DistributedJobArgs:
     the file named by ``TRAINPLANE_WORLD_FILE``."""
     args: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
     """Arguments appended to the script, module or command (e.g. a data location from a bucket's output)."""
-    workers: int = 1
-    """Number of nodes (pods), >= 1."""
-    num_proc: Union[int, str] = 1
-    """Processes per node: an int >= 1, or ``"auto"`` for one per GPU (needs ``gpus >= 1``)."""
+    workers: int = default("workers")
+    num_proc: Union[int, str] = default("num_proc")
+    """Here also ``"auto"``: one per GPU (needs ``gpus >= 1``)."""
     cpus: Optional[float] = None
     """CPU request per pod, cores (``0.5`` = 500m); unset requests nothing."""
     memory: Optional[str] = None
     """Memory request and limit per pod, a Kubernetes quantity such as ``"16Gi"``."""
     gpus: int = 0
     """NVIDIA GPUs per pod (``nvidia.com/gpu`` limit), a whole number."""
-    distribution: str = "spmd"
-    """Which framework's variables to set: ``spmd`` (every framework's), ``pytorch``, ``jax``, ``tensorflow``, ``ray``
-    or ``monarch``. ``ray`` and ``monarch`` are single-controller: the script runs once, on node 0, as the driver of
-    a Ray cluster (``RAY_ADDRESS``) or Monarch host mesh (``MONARCH_WORKER_ADDRESSES``) that spans every pod; the
-    image must have ``ray`` or ``torchmonarch`` installed. They need ``num_proc=1``, no elastic bounds, and listen on
-    ``master_port + 32`` (and ``+ 33``, Ray's client server), which ``agent_port`` must not take. Service calls run
-    on node 0."""
-    mode: str = "batch"
-    """``batch`` (run to completion) or ``service`` (keep processes alive for calls)."""
+    distribution: str = default("distribution")
+    """One of ``spmd``, ``pytorch``, ``jax``, ``tensorflow``, ``ray``, ``monarch``. With ``ray`` or ``monarch``
+    (``RAY_ADDRESS``, ``MONARCH_WORKER_ADDRESSES``) the image must have ``ray`` or ``torchmonarch`` installed; they
+    need no elastic bounds, and listen on ``master_port + 32`` (and ``+ 33``, Ray's client server),
+    which ``agent_port`` must not take. Service calls run on node 0."""
+    mode: str = default("mode")
     backend: Optional[str] = None
     """Workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for service; unset picks
     ``indexed-job`` for batch and ``statefulset`` for service."""
-    quorum_workers: Optional[int] = None
-    """Nodes that must register before the world starts; unset = all workers."""
-    quorum_timeout: float = 300.0
-    """Seconds the coordinator waits for quorum before failing."""
-    monitor_members: bool = True
-    """Deliver membership changes into user processes."""
-    min_workers: Optional[int] = None
-    """Elastic lower bound on nodes; set together with ``max_workers``. A lost node no longer fails the job: the
-    survivors continue while at least this many remain."""
-    max_workers: Optional[int] = None
-    """Elastic upper bound on nodes. Nodes beyond ``workers`` can only come from a workload that adds pods: a PyTorchJob
-    (its Worker replicas scale up to it) or a StatefulSet (service mode). An Indexed Job has exactly ``workers``
-    indexes, so it only shrinks (a pod replaced after a disruption rejoins under its index): there ``max_workers``
-    must equal ``workers``."""
-    max_restarts: int = 0
-    """World restarts after a failure before the job fails."""
+    quorum_workers: Optional[int] = default("quorum_workers")
+    """Below ``workers`` only for an elastic job: a fixed-size one refuses the late nodes, which fails it on
+    Kubernetes."""
+    quorum_timeout: float = default("quorum_timeout")
+    monitor_members: bool = default("monitor_members")
+    min_workers: Optional[int] = default("min_workers")
+    """Set together with ``max_workers``."""
+    max_workers: Optional[int] = default("max_workers")
+    """Nodes beyond ``workers`` can only come from a workload that adds pods: a PyTorchJob (its Worker replicas scale
+    up to it) or a StatefulSet (service mode). An Indexed Job has exactly ``workers`` indexes, so it only shrinks (a
+    pod replaced after a disruption rejoins under its index): there ``max_workers`` must equal ``workers``."""
+    max_restarts: int = default("max_restarts")
     backoff_limit: Optional[int] = None
     """Elastic batch jobs: failed pods Kubernetes replaces (each replacement rejoins the running world) before it fails
     the job; unset = 3. The Indexed Job's ``backoffLimit`` (failed pods; evictions, preemptions and node drains are
@@ -188,30 +176,29 @@ class DistributedJobArgs:
     shm_size: Optional[str] = None
     """Size limit of the memory-backed ``/dev/shm``, a quantity; unset = no limit (the pod's memory limit still
     applies)."""
-    grace_period: float = DEFAULT_GRACE_PERIOD
-    """Seconds the agent gives its processes between SIGTERM and SIGKILL when the pod stops (a rank's
-    checkpoint-on-SIGTERM must fit in it); the pod's ``terminationGracePeriodSeconds`` covers it plus the agent's own
-    shutdown."""
+    grace_period: float = default("grace_period")
+    """A rank's checkpoint-on-SIGTERM must fit in it; the pod's ``terminationGracePeriodSeconds`` covers it plus the
+    agent's own shutdown."""
     working_dir: Optional[str] = None
     """Container working directory (absolute); unset keeps the image's."""
     image_pull_policy: Optional[str] = None
     """``Always``, ``IfNotPresent`` or ``Never``; unset = the Kubernetes default."""
     agent_port: int = contract.AGENT_PORT
     """The agent's HTTP port (TCP)."""
-    master_port: int = contract.DEFAULT_MASTER_PORT
-    """The torch.distributed rendezvous port on node 0 (TCP), and the base of the ports the job counts up from it, up to
-    ``master_port + 63 + procs per pod`` (rendezvous per generation, JAX coordinator, TensorFlow workers), which must
-    end below 65536 and leave out ``agent_port``."""
-    log_dir: Optional[str] = None
-    """Where the agent writes per-process logs in the pod (absolute); unset = its default."""
+    master_port: int = default("master_port")
+    """In a pod, a port from 1 to 65535; the ports counted up from it reach ``master_port + 63 + procs per pod``
+    (rendezvous per generation, JAX coordinator, TensorFlow workers), which must end below 65536 and leave out
+    ``agent_port``."""
+    log_dir: Optional[str] = default("log_dir")
+    """An absolute path in the pod."""
     allow_from: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = ()
     """Extra NetworkPolicy peers (NetworkPolicyPeer objects) admitted to the agent port, e.g. the namespace a client
     calls from; the job's own pods are always admitted."""
     cluster_domain: str = "cluster.local"
     """The cluster's DNS domain, for the FQDN outputs."""
-    daemon_args: Sequence[str] = ()
-    """``ray`` only: arguments appended to every pod's ``ray start``, after the ones derived from ``cpus``
-    (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g. ``["--object-store-memory=2000000000"]``."""
+    daemon_args: Sequence[str] = default("daemon_args")
+    """They follow the ones derived from ``cpus`` (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g.
+    ``["--object-store-memory=2000000000"]``."""
 
     def __post_init__(self) -> None:
         """Freeze the collections and validate every field; keep each unresolved Input as one checked Output.
@@ -230,6 +217,7 @@ class DistributedJobArgs:
                 object.__setattr__(self, f.name, INPUT_CHECKS[f.name](value))
         _validate_program(self)
         _validate_size(self)
+        _validate_shared(self)
         _validate_modes(self)
         _validate_elastic(self)
         _validate_restarts(self)
@@ -261,22 +249,35 @@ class DistributedJobArgs:
     @property
     def procs_per_node(self) -> int:
         """Processes per node, with ``"auto"`` resolved to the GPU count."""
-        return self.gpus if self.num_proc == "auto" else int(self.num_proc)
+        return self.gpus if self.num_proc == "auto" else cast(int, self.num_proc)
+
+    @cached_property
+    def spec(self) -> JobSpec:
+        """The shared settings as the job spec holds and checks them (``runtime.agent.spec.job``), ``num_proc``
+        resolved; its entrypoint is the command without ``args`` (which may be an Output) and its job name
+        unset: :func:`job_spec` completes it for the agent's environment.
+
+        Raises:
+            SpecError: a shared setting is invalid (``__post_init__`` words it as :class:`InvalidJobArgs`).
+        """
+        settings = {name: getattr(self, name) for name in SHARED}
+        return JobSpec(**{**settings, "num_proc": self.procs_per_node}, entrypoint=self.command_head,
+                       no_python=self.no_python)
 
     @property
     def quorum(self) -> int:
-        """Nodes needed to start: ``quorum_workers`` or every worker."""
-        return self.workers if self.quorum_workers is None else self.quorum_workers
+        """Nodes needed to start: ``quorum_workers`` or every worker (the spec's)."""
+        return self.spec.quorum
 
     @property
     def elastic(self) -> bool:
-        """Whether ``min_workers``/``max_workers`` are set."""
-        return self.min_workers is not None
+        """Whether ``min_workers``/``max_workers`` are set (the spec's)."""
+        return self.spec.elastic
 
     @property
     def max_nodes(self) -> int:
-        """The most pods the job can ever have: ``max_workers`` when elastic, else ``workers``."""
-        return self.max_workers if self.max_workers is not None else self.workers
+        """The most pods the job can ever have: ``max_workers`` when elastic, else ``workers`` (the spec's)."""
+        return self.spec.max_nodes
 
     @property
     def pod_backoff_limit(self) -> int:
@@ -301,17 +302,30 @@ class DistributedJobArgs:
         return (*derived, *self.daemon_args)
 
     @property
+    def command_head(self) -> tuple[str, ...]:
+        """The user command before ``args``: ``script``, ``-m module`` or the ``command``'s argv; empty for a
+        service job."""
+        if self.command is not None:
+            return tuple(self.command)
+        if self.script is None and self.module is None:
+            return ()
+        return (self.script,) if self.script is not None else ("-m", str(self.module))
+
+    @property
     def entrypoint(self) -> pulumi.Input[tuple[str, ...]]:
         """The user command as the agent's ``TRAINPLANE_ENTRYPOINT`` wants it: after the interpreter
         (``script args`` or ``-m module args``), or the whole argv of a ``command`` (then
         :attr:`no_python`); empty for a service job. An Output when ``args`` is one."""
-        if self.command is not None:
-            head: tuple[str, ...] = tuple(self.command)
-        elif self.script is None and self.module is None:
-            return ()
-        else:
-            head = (self.script,) if self.script is not None else ("-m", str(self.module))
-        return outputs.lift(lambda extra: (*head, *extra), self.args)
+        head = self.command_head
+        return outputs.lift(lambda extra: (*head, *extra), self.args) if head else ()
+
+
+def job_spec(job_name: str, args: DistributedJobArgs, entrypoint: tuple[str, ...]) -> JobSpec:
+    """The job spec the arguments describe, for the one writer of the agent's environment
+    (``runtime.agent.spec.environment``): ``args.spec`` with the job's name, ``entrypoint`` (``args.entrypoint``
+    resolved) and, for ``ray``, every pod's ``ray start`` arguments (:attr:`DistributedJobArgs.ray_start_args`)."""
+    daemon_args = args.ray_start_args if args.distribution == "ray" else ()
+    return replace(args.spec, job_name=job_name, entrypoint=entrypoint, daemon_args=daemon_args)
 
 
 def validate_job_name(name: str, args: DistributedJobArgs) -> None:
@@ -407,14 +421,10 @@ def _validate_command(a: DistributedJobArgs) -> None:
 
 
 def _validate_size(a: DistributedJobArgs) -> None:
-    checks.require_int("workers", a.workers, 1)
     checks.require_int("gpus", a.gpus, 0)
-    if a.num_proc == "auto":
-        if a.gpus == 0:
-            raise InvalidJobArgs("num_proc", a.num_proc, "'auto' means one process per GPU but gpus=0",
-                                 "set gpus >= 1 or give num_proc as an int")
-    else:
-        checks.require_int("num_proc", a.num_proc, 1)
+    if a.num_proc == "auto" and a.gpus == 0:
+        raise InvalidJobArgs("num_proc", a.num_proc, "'auto' means one process per GPU but gpus=0",
+                             "set gpus >= 1 or give num_proc as an int")
     if a.cpus is not None:
         checks.require_positive_number("cpus", a.cpus)
     if a.memory is not None:
@@ -423,9 +433,17 @@ def _validate_size(a: DistributedJobArgs) -> None:
         checks.require_quantity("shm_size", a.shm_size)
 
 
+def _validate_shared(a: DistributedJobArgs) -> None:
+    """The shared settings, each on its own and across each other, as the job spec checks them for every front
+    end; a field carries the setting's name, so the spec's words need no translation."""
+    try:
+        a.spec  # noqa: B018 - building the spec runs its checks
+    except SpecError as error:
+        problem, fix = error.render(str)
+        raise InvalidJobArgs(error.field, getattr(a, error.field), problem, fix) from error
+
+
 def _validate_modes(a: DistributedJobArgs) -> None:
-    checks.require_choice("distribution", a.distribution, DISTRIBUTIONS)
-    checks.require_choice("mode", a.mode, MODES)
     if a.backend is not None:
         checks.require_choice("backend", a.backend, BACKENDS)
     backend = a.workload_backend
@@ -437,11 +455,6 @@ def _validate_modes(a: DistributedJobArgs) -> None:
         raise InvalidJobArgs("backend", backend, "a StatefulSet restarts its pods forever, so a batch "
                              "job would never finish",
                              f'use "{INDEXED_JOB}" or "{PYTORCHJOB}", or mode="service"')
-    if not isinstance(a.monitor_members, bool):
-        raise InvalidJobArgs("monitor_members", a.monitor_members, "must be a bool", "pass True or False")
-    checks.require_int("max_restarts", a.max_restarts, 0)
-    checks.require_positive_number("quorum_timeout", a.quorum_timeout)
-    checks.require_positive_number("grace_period", a.grace_period)
     for name, minimum in (("active_deadline_seconds", 1), ("ttl_seconds_after_finished", 0)):
         value = getattr(a, name)
         if value is None:
@@ -476,11 +489,8 @@ def _validate_restarts(a: DistributedJobArgs) -> None:
 
 
 def _validate_elastic(a: DistributedJobArgs) -> None:
-    if a.quorum_workers is not None:
-        checks.require_int("quorum_workers", a.quorum_workers, 1)
-        if a.quorum_workers > a.workers:
-            raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"exceeds workers={a.workers}, so "
-                                 "quorum could never be met", f"use at most {a.workers}")
+    """What Kubernetes adds to the spec's elastic rules: both bounds, a quorum that a fixed-size job can keep,
+    a workload that can grow to ``max_workers``."""
     if a.quorum_workers is not None and a.min_workers is None and a.quorum_workers < a.workers:
         raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"a fixed-size job starts with the first "
                              f"{a.quorum_workers} nodes and refuses the other {a.workers - a.quorum_workers}: their "
@@ -494,14 +504,6 @@ def _validate_elastic(a: DistributedJobArgs) -> None:
                              "set both min_workers and max_workers, or neither")
     if a.min_workers is None or a.max_workers is None:
         return
-    checks.require_int("min_workers", a.min_workers, 1)
-    checks.require_int("max_workers", a.max_workers, 1)
-    if a.min_workers > a.max_workers:
-        raise InvalidJobArgs("min_workers", a.min_workers, f"exceeds max_workers={a.max_workers}",
-                             "make min_workers <= max_workers")
-    if not a.min_workers <= a.workers <= a.max_workers:
-        raise InvalidJobArgs("workers", a.workers, f"outside min_workers..max_workers = "
-                             f"{a.min_workers}..{a.max_workers}", "start with a node count inside the bounds")
     if a.quorum_workers is not None and a.quorum_workers < a.min_workers:
         raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"the world would form with fewer nodes than "
                              f"min_workers={a.min_workers}, the fewest it may run with",
@@ -544,10 +546,12 @@ def _validate_pod(a: DistributedJobArgs) -> None:
 
 
 def _validate_network(a: DistributedJobArgs) -> None:
-    for name in ("agent_port", "master_port"):
-        checks.require_int(name, getattr(a, name), 1)
-        if getattr(a, name) > 65535:
-            raise InvalidJobArgs(name, getattr(a, name), "is not a TCP port", "use 1..65535")
+    checks.require_int("agent_port", a.agent_port, 1)
+    if a.agent_port > 65535:
+        raise InvalidJobArgs("agent_port", a.agent_port, "is not a TCP port", "use 1..65535")
+    if a.master_port == 0:
+        raise InvalidJobArgs("master_port", a.master_port, "0 picks a free port when a job starts on one machine; "
+                             "the pods of a job must know node 0's port in advance", PORT_FIX)
     if a.agent_port == a.master_port:
         raise InvalidJobArgs("master_port", a.master_port, "equals agent_port", "give them different ports")
     checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)
@@ -667,7 +671,27 @@ value and returns a valid one as the args keep it (collections frozen)."""
 
 INPUT_FIELDS = frozenset(INPUT_CHECKS)
 """The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""
-docs.document_fields(DistributedJobArgs)
+SHARED = tuple(f.name for f in fields(DistributedJobArgs) if f.name in SETTINGS)
+"""The fields that are job spec settings (``runtime.agent.spec.job.SETTINGS``), in declaration order: their
+defaults, checks and descriptions are the spec's."""
+SETTING_FIELDS = {**{SETTINGS[name].env: name for name in SHARED}, contract.AGENT_PORT_SETTING: "agent_port"}
+"""The agent setting each such field sets, by environment variable, for the fix of a user ``env`` that sets one."""
+
+
+def _field_docs() -> dict[str, str]:
+    own = docs.attribute_docs(DistributedJobArgs)
+    return {
+        f.name: " ".join(filter(None, (docs.sentence(SETTINGS[f.name].doc), own.get(f.name))))
+        if f.name in SETTINGS else own[f.name]
+        for f in fields(DistributedJobArgs)
+    }
+
+
+FIELD_DOCS = _field_docs()
+"""Each field's description: a shared setting's is the spec's doc, followed by what Kubernetes adds (the
+docstring under the field, if any); any other field's is its docstring. The package schema and ``help()`` show
+these."""
+docs.document_fields(DistributedJobArgs, FIELD_DOCS)
 
 
 def _frozen(value: Any) -> Any:
@@ -691,21 +715,10 @@ def _plain_type(annotation: str) -> str:
 
 
 def _validate_single_controller(a: DistributedJobArgs) -> None:
-    _require_strings("daemon_args", a.daemon_args, "must be a list of strings",
-                     'pass e.g. ["--object-store-memory=2000000000"]')
+    """The ports a single-controller framework listens on leave ``agent_port`` out (the spec checks the rest)."""
     dist = a.distribution
-    if a.daemon_args and dist != "ray":
-        raise InvalidJobArgs("daemon_args", list(a.daemon_args), f"they go to `ray start`, and distribution is "
-                             f"{dist!r}", 'unset daemon_args, or use distribution="ray"')
     if dist not in SINGLE_CONTROLLER:
         return
-    if a.procs_per_node != 1:
-        raise InvalidJobArgs("num_proc", a.num_proc, f"a {dist} job runs one driver process, on node 0, and "
-                             f"{dist}'s own workers on every pod, which use all of the pod's GPUs",
-                             "set num_proc=1")
-    if a.elastic:
-        raise InvalidJobArgs("min_workers", a.min_workers, f"a {dist} job cannot be elastic: its head is node 0 "
-                             "and the driver runs there", "unset min_workers and max_workers")
     for name, port in controller.ports(dist, a.master_port):  # inside the port block (_validate_port_block)
         if port == a.agent_port:
             raise InvalidJobArgs("agent_port", a.agent_port, f"{dist} listens there ({name}: master_port + "

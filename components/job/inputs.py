@@ -31,9 +31,9 @@ class DistributedJobArgsDict(TypedDict):
     """Arguments appended to the script, module or command (e.g. a data location from a bucket's output). Default:
     ``[]``."""
     workers: NotRequired[int]
-    """Number of nodes (pods), >= 1. Default: ``1``."""
+    """Nodes (agents; pods on Kubernetes) in the job. Default: ``1``."""
     num_proc: NotRequired[Any]
-    """Processes per node: an int >= 1, or ``"auto"`` for one per GPU (needs ``gpus >= 1``). Default: ``1``."""
+    """Processes per node. Here also ``"auto"``: one per GPU (needs ``gpus >= 1``). Default: ``1``."""
     cpus: NotRequired[Optional[float]]
     """CPU request per pod, cores (``0.5`` = 500m); unset requests nothing."""
     memory: NotRequired[Optional[str]]
@@ -41,33 +41,35 @@ class DistributedJobArgsDict(TypedDict):
     gpus: NotRequired[int]
     """NVIDIA GPUs per pod (``nvidia.com/gpu`` limit), a whole number. Default: ``0``."""
     distribution: NotRequired[str]
-    """Which framework's variables to set: ``spmd`` (every framework's), ``pytorch``, ``jax``, ``tensorflow``,
-    ``ray`` or ``monarch``. ``ray`` and ``monarch`` are single-controller: the script runs once, on node 0, as the
-    driver of a Ray cluster (``RAY_ADDRESS``) or Monarch host mesh (``MONARCH_WORKER_ADDRESSES``) that spans every
-    pod; the image must have ``ray`` or ``torchmonarch`` installed. They need ``num_proc=1``, no elastic bounds,
-    and listen on ``master_port + 32`` (and ``+ 33``, Ray's client server), which ``agent_port`` must not take.
-    Service calls run on node 0. Default: ``"spmd"``."""
+    """Which framework's variables to set; spmd sets all. ray and monarch run the entrypoint once, on node 0, as the
+    driver of a Ray cluster or Monarch host mesh spanning every node (num_proc 1). One of ``spmd``, ``pytorch``,
+    ``jax``, ``tensorflow``, ``ray``, ``monarch``. With ``ray`` or ``monarch`` (``RAY_ADDRESS``,
+    ``MONARCH_WORKER_ADDRESSES``) the image must have ``ray`` or ``torchmonarch`` installed; they need no elastic
+    bounds, and listen on ``master_port + 32`` (and ``+ 33``, Ray's client server), which ``agent_port`` must not
+    take. Service calls run on node 0. Default: ``"spmd"``."""
     mode: NotRequired[str]
-    """``batch`` (run to completion) or ``service`` (keep processes alive for calls). Default: ``"batch"``."""
+    """Batch runs the entrypoint on every rank; service keeps processes up for calls. Default: ``"batch"``."""
     backend: NotRequired[Optional[str]]
     """Workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for service; unset picks
     ``indexed-job`` for batch and ``statefulset`` for service."""
     quorum_workers: NotRequired[Optional[int]]
-    """Nodes that must register before the world starts; unset = all workers."""
+    """Nodes that must register before the world forms; unset: all. Below ``workers`` only for an elastic job: a
+    fixed-size one refuses the late nodes, which fails it on Kubernetes."""
     quorum_timeout: NotRequired[float]
-    """Seconds the coordinator waits for quorum before failing. Default: ``300.0``."""
+    """Seconds to wait for the quorum. Default: ``300.0``."""
     monitor_members: NotRequired[bool]
-    """Deliver membership changes into user processes. Default: ``true``."""
+    """Raise WorkerMembershipChanged in user processes on a membership change (runtime.membership.poll works either
+    way). Default: ``true``."""
     min_workers: NotRequired[Optional[int]]
-    """Elastic lower bound on nodes; set together with ``max_workers``. A lost node no longer fails the job: the
-    survivors continue while at least this many remain."""
+    """Elastic: the job continues while at least this many nodes remain; unset: not elastic. Set together with
+    ``max_workers``."""
     max_workers: NotRequired[Optional[int]]
-    """Elastic upper bound on nodes. Nodes beyond ``workers`` can only come from a workload that adds pods: a
-    PyTorchJob (its Worker replicas scale up to it) or a StatefulSet (service mode). An Indexed Job has exactly
-    ``workers`` indexes, so it only shrinks (a pod replaced after a disruption rejoins under its index): there
-    ``max_workers`` must equal ``workers``."""
+    """Elastic: late nodes are admitted up to this many; unset: not elastic. Nodes beyond ``workers`` can only come
+    from a workload that adds pods: a PyTorchJob (its Worker replicas scale up to it) or a StatefulSet (service
+    mode). An Indexed Job has exactly ``workers`` indexes, so it only shrinks (a pod replaced after a disruption
+    rejoins under its index): there ``max_workers`` must equal ``workers``."""
     max_restarts: NotRequired[int]
-    """World restarts after a failure before the job fails. Default: ``0``."""
+    """Restarts of the whole world after a failure. Default: ``0``."""
     backoff_limit: NotRequired[Optional[int]]
     """Elastic batch jobs: failed pods Kubernetes replaces (each replacement rejoins the running world) before it
     fails the job; unset = 3. The Indexed Job's ``backoffLimit`` (failed pods; evictions, preemptions and node
@@ -117,8 +119,8 @@ class DistributedJobArgsDict(TypedDict):
     """Size limit of the memory-backed ``/dev/shm``, a quantity; unset = no limit (the pod's memory limit still
     applies)."""
     grace_period: NotRequired[float]
-    """Seconds the agent gives its processes between SIGTERM and SIGKILL when the pod stops (a rank's
-    checkpoint-on-SIGTERM must fit in it); the pod's ``terminationGracePeriodSeconds`` covers it plus the agent's
+    """Seconds between the stop signal and SIGKILL at teardown (and for a cancelled call to unwind). A rank's
+    checkpoint-on-SIGTERM must fit in it; the pod's ``terminationGracePeriodSeconds`` covers it plus the agent's
     own shutdown. Default: ``5.0``."""
     working_dir: NotRequired[Optional[str]]
     """Container working directory (absolute); unset keeps the image's."""
@@ -127,17 +129,19 @@ class DistributedJobArgsDict(TypedDict):
     agent_port: NotRequired[int]
     """The agent's HTTP port (TCP). Default: ``32300``."""
     master_port: NotRequired[int]
-    """The torch.distributed rendezvous port on node 0 (TCP), and the base of the ports the job counts up from it, up
-    to ``master_port + 63 + procs per pod`` (rendezvous per generation, JAX coordinator, TensorFlow workers),
-    which must end below 65536 and leave out ``agent_port``. Default: ``29500``."""
+    """Rendezvous port on node 0 (TCP), the base of the ports the job counts up from; 0 picks a free one when the job
+    starts on this machine. In a pod, a port from 1 to 65535; the ports counted up from it reach ``master_port +
+    63 + procs per pod`` (rendezvous per generation, JAX coordinator, TensorFlow workers), which must end below
+    65536 and leave out ``agent_port``. Default: ``29500``."""
     log_dir: NotRequired[Optional[str]]
-    """Where the agent writes per-process logs in the pod (absolute); unset = its default."""
+    """Where per-process logs go; unset: none in a pod, a temporary directory on this machine. An absolute path in
+    the pod."""
     allow_from: NotRequired[pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]]]
     """Extra NetworkPolicy peers (NetworkPolicyPeer objects) admitted to the agent port, e.g. the namespace a client
     calls from; the job's own pods are always admitted. Default: ``[]``."""
     cluster_domain: NotRequired[str]
     """The cluster's DNS domain, for the FQDN outputs. Default: ``"cluster.local"``."""
     daemon_args: NotRequired[Sequence[str]]
-    """``ray`` only: arguments appended to every pod's ``ray start``, after the ones derived from ``cpus``
+    """Ray: arguments appended to every node's `ray start`. They follow the ones derived from ``cpus``
     (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g. ``["--object-store-memory=2000000000"]``. Default:
     ``[]``."""

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 import pulumi
 
 from components.gpu import gpu_toleration
-from components.job.args import DistributedJobArgs
+from components.job.args import DistributedJobArgs, job_spec
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
@@ -17,7 +17,6 @@ from components.outputs import Labels, lift, merged
 from runtime.agent import contract
 from runtime.agent.execution import controller
 from runtime.agent.spec.environment import job_env
-from runtime.agent.spec.job import JobSpec
 
 AGENT_CONTAINER = "agent"
 BUNDLE_VOLUME = "trainplane-runtime"
@@ -100,19 +99,6 @@ def termination_grace_seconds(args: DistributedJobArgs) -> int:
     return math.ceil(args.grace_period) + AGENT_STOP_MARGIN
 
 
-def job_spec(names: JobNames, args: DistributedJobArgs, entrypoint: tuple[str, ...]) -> JobSpec:
-    """The job spec the arguments describe, for the one writer of the agent's environment; ``entrypoint`` is
-    ``args.entrypoint`` resolved (an Output when ``args.args`` is one)."""
-    return JobSpec(
-        job_name=names.job, workers=args.workers, num_proc=args.procs_per_node, mode=args.mode,
-        distribution=args.distribution, entrypoint=entrypoint, no_python=args.no_python,
-        quorum_workers=args.quorum_workers, quorum_timeout=args.quorum_timeout, max_restarts=args.max_restarts,
-        min_workers=args.min_workers, max_workers=args.max_workers, master_port=args.master_port,
-        monitor_members=args.monitor_members, grace_period=args.grace_period, log_dir=args.log_dir,
-        daemon_args=args.ray_start_args if args.distribution == "ray" else (),
-    )
-
-
 def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulumi.Input[list[dict[str, Any]]]:
     """The agent's environment: downward API, the bundle path, the token, the job's settings (written
     by ``runtime.agent.spec.environment``, as the local launcher writes them), where the coordinator
@@ -127,7 +113,7 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulum
             {"name": contract.TOKEN,
              "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
         ]
-        settings = job_env(job_spec(names, args, tuple(entrypoint)))
+        settings = job_env(job_spec(names.job, args, tuple(entrypoint)))
         if not role.set_master_port:
             settings.pop(contract.MASTER_PORT)  # the training operator sets it
         for key in SIZE_SETTINGS if role.size_from is not None else ():

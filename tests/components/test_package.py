@@ -46,7 +46,7 @@ from components.addons import (
 )
 from components.addons.inputs import ClusterQueue, LocalQueue, ResourceFlavor
 from components.docs import attribute_docs
-from components.job.args import INPUT_FIELDS, DistributedJobArgs
+from components.job.args import FIELD_DOCS, INPUT_FIELDS, DistributedJobArgs
 from components.job.bundle import build_bundle
 from components.job.component import RESOURCE_TYPE, DistributedJob
 from components.job.render import render_job
@@ -165,15 +165,20 @@ NESTED_FIELDS = [pytest.param(args, name, id=f"{typed.__name__}.{name}")
                  for args, typed in NESTED.items() for name, _, _ in fields_of(args)]
 
 
+def field_docs(args: type) -> dict[str, str]:
+    """Each field's documentation: the job's (shared settings from the job spec), else the docstrings."""
+    return FIELD_DOCS if args is DistributedJobArgs else attribute_docs(args)
+
+
 def normalized(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
 def assert_described(prop: dict[str, Any], args: type, field: str) -> None:
-    """The schema's description is the field's docstring in the args dataclass, plus its default when that
+    """The schema's description is the field's documentation (:func:`field_docs`), plus its default when that
     is a scalar or an empty collection."""
     text = normalized(prop["description"])
-    assert text.startswith(normalized(attribute_docs(args)[field]).rstrip(".")), f"{field}: {text}"
+    assert text.startswith(normalized(field_docs(args)[field]).rstrip(".")), f"{field}: {text}"
     spec = next(f for f in dataclasses.fields(args) if f.name == field)
     default = spec.default if spec.default is not dataclasses.MISSING else (
         spec.default_factory() if spec.default_factory is not dataclasses.MISSING else None)
@@ -239,7 +244,7 @@ def test_a_type_hint_is_spelled_as_the_analyzer_reads_it(hint: Any, spelled: str
 
 @pytest.mark.parametrize("args", [*COMPONENT_ARGS.values(), *NESTED])
 def test_each_args_class_shows_each_fields_documentation(args: type) -> None:
-    for name, doc in attribute_docs(args).items():
+    for name, doc in field_docs(args).items():
         assert f"{name}: {doc.splitlines()[0]}" in (args.__doc__ or ""), name
 
 
