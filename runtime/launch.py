@@ -50,11 +50,11 @@ class _Parser(argparse.ArgumentParser):
     with several spellings names the one typed; an unknown torchrun flag gets a hint."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, allow_abbrev=False, **kwargs)
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
         self._flags: set[str] = set()
 
-    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Optional[argparse.Namespace] = None,
-                         ) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's three overloads
+            self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> tuple[Any, list[str]]:
         self._flags = self._flags_before_script(list(sys.argv[1:] if args is None else args))
         return super().parse_known_args(args, namespace)
 
@@ -106,7 +106,8 @@ class _Nodes(_Spelled):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: Optional[str] = None) -> None:
-        count, namespace.nnodes_min = values  # type: ignore[misc]  # node_count's pair
+        pair: Any = values  # node_count's (count, MIN)
+        count, namespace.nnodes_min = pair
         super().__call__(parser, namespace, count, option_string)
 
 
@@ -114,7 +115,7 @@ class _SpelledFlag(argparse.Action):
     """A flag (``nargs=0``) that stores ``const`` and remembers the spelling typed."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, nargs=0, **kwargs)
+        super().__init__(*args, **{**kwargs, "nargs": 0})
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: Optional[str] = None) -> None:
@@ -221,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("numa_binding", ("--numa-binding", "--numa_binding"), NUMA_MODES),
     ):
         choices = kind if isinstance(kind, tuple) else None
-        ignored.add_argument(*flags, dest=dest, default=None, action=_Spelled, type=None if choices else kind,
+        convert: Any = None if choices else kind
+        ignored.add_argument(*flags, dest=dest, default=None, action=_Spelled, type=convert,
                              choices=choices, help=IGNORED[dest])
     ignored.add_argument("--standalone", dest="standalone", action=_SpelledFlag, const=True, default=False,
                          help=IGNORED["standalone"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -23,7 +23,7 @@ without the NVIDIA device plugin, which the ``device-plugin`` add-on installs (E
 Kubernetes device plugin for GPUs": awsdocs/amazon-eks-user-guide ``latest/ug/ml/ml-eks-k8s-device-plugin.adoc``)."""
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 """The CPU system node group's AMI, named rather than left to the EKS API's default for the version."""
-VPC_CNI_OPTIONS = {"enable_network_policy": True}
+VPC_CNI_OPTIONS: dict[str, Any] = {"enable_network_policy": True}
 """The VPC CNI add-on enforces NetworkPolicy only with its network policy agent on, which is off unless
 ``enableNetworkPolicy`` is set in its configuration; pulumi-eks passes the option there (pulumi/pulumi-eks
 v4.3.0 ``nodejs/eks/addons/cni-addon.ts``, ``mergeConfigurationValues``). Without it each job's
@@ -172,7 +172,7 @@ class EksGpuClusterArgs:
         return bool(self.gpu_node_groups)
 
 
-def gpu_node_group_settings(group: GpuNodeGroupArgs) -> dict[str, object]:
+def gpu_node_group_settings(group: GpuNodeGroupArgs) -> dict[str, Any]:
     """The ``eks.ManagedNodeGroup`` arguments that make ``group`` a GPU pool.
 
     Nodes run the NVIDIA AL2023 AMI, carry ``nvidia.com/gpu=true:NoSchedule`` so that only pods

@@ -247,7 +247,7 @@ def parse_jobs(raw: Any) -> tuple[JobConfig, ...]:
     Raises:
         StackConfigError: A job without a unique valid name, or a value the job args reject.
     """
-    jobs = []
+    jobs: list[JobConfig] = []
     for i, item in enumerate(raw):
         path = f"jobs[{i}]"
         if not isinstance(item, Mapping):

@@ -138,7 +138,7 @@ def build(cls: type[T], raw: Any, path: str, drop: tuple[str, ...] = ()) -> T:
         StackConfigError: ``raw`` is not an object, has an unknown key, lacks a required key, or
             the args reject a value.
     """
-    fields = {camel(f.name): f for f in dataclasses.fields(cls)}
+    fields = {camel(f.name): f for f in dataclasses.fields(cls)}  # type: ignore[arg-type] # T is a dataclass
     if not isinstance(raw, Mapping):
         raise StackConfigError(full_key(path), raw, f"use an object with keys from {sorted(fields)}")
     for key in raw:

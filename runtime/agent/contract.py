@@ -210,5 +210,8 @@ EXIT_USAGE = 2
 """Bad command-line input (argparse's convention)."""
 EXIT_RENDEZVOUS = 3
 """Quorum not met, coordinator unreachable, or the world could not be formed."""
+EXIT_NODE_LOST = 1
+"""A fixed-size job lost a node without a failing process to blame; a daemon-only node whose driver's
+node is lost."""
 EXIT_INTERRUPTED_BASE = 128
 """Stopped by a signal: 128 + signal number, the shell's convention."""

@@ -90,7 +90,7 @@ class SpecError(ConfigError):
         return type(self), (self.field, self.value, self.problem, self.fix, self.subject, self.shows_value)
 
 
-class _Names(dict):  # type: ignore[type-arg]
+class _Names(dict):
     """``str.format_map`` mapping that names any setting through a function."""
 
     def __init__(self, name_of: Callable[[str], str]) -> None:

@@ -9,7 +9,7 @@ library only.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from runtime.agent import contract
 
@@ -252,7 +252,7 @@ class World:
         Raises:
             IndexError: a node rank is outside the world.
         """
-        firsts, out = self._firsts, []
+        firsts, out = self._firsts, list[int]()
         for n in node_ranks:
             out.extend(range(firsts[n], firsts[n + 1]))
         return out
@@ -330,6 +330,6 @@ def host_port(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
-def nodes_from(entries: Sequence[Node]) -> tuple[Node, ...]:
+def nodes_from(entries: Iterable[Node]) -> tuple[Node, ...]:
     """Nodes in node-rank order: ascending stable node id."""
     return tuple(sorted(entries, key=lambda n: n.node_id))

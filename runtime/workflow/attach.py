@@ -58,7 +58,8 @@ class Expectation:
 
 
 def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: float,
-                       expect: Expectation = Expectation()) -> JobShape:
+                       expect: Expectation = Expectation(), clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> JobShape:
     """Poll ``url`` until it is the coordinator of a running service-mode world that ``expect`` accepts.
 
     Args:
@@ -67,6 +68,8 @@ def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: 
         serialization: the calls' serialization (``json`` or ``pickle``).
         ready_timeout: seconds to keep trying, >= 0.
         expect: the shape wanted and the hints for failures.
+        clock: monotonic clock, seconds.
+        sleep: waits between looks, seconds.
 
     Returns:
         The job's shape.
@@ -77,7 +80,7 @@ def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: 
         RendezvousError: the job ended (when ``expect.ended_is_final``), or was not reachable, running
             and of the wanted shape within ``ready_timeout``; names the URL and the last problem.
     """
-    deadline = time.monotonic() + ready_timeout
+    deadline = clock() + ready_timeout
     with JobClient(url, token, serialization) as client:
         while True:
             try:
@@ -89,11 +92,11 @@ def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: 
                 problem, shape = f"not reachable: {exc}" + (f"; {extra}" if extra else ""), None
             if shape is not None:
                 return shape
-            if time.monotonic() >= deadline:
+            if clock() >= deadline:
                 wanted = f" {expect.wanted}" if expect.wanted else ""
                 raise RendezvousError(f"no running service-mode job{wanted} at {url} within {ready_timeout:g} s "
                                       f"({problem}): {expect.hint}")
-            time.sleep(POLL_INTERVAL)
+            sleep(POLL_INTERVAL)
 
 
 def _check(client: JobClient, url: str, expect: Expectation) -> tuple[str, Optional[JobShape]]:

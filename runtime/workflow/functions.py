@@ -177,7 +177,8 @@ class RemoteFunction:
         Raises:
             ConfigError: an option is invalid; names it.
         """
-        changes = {k: v for k, v in (("timeout", timeout), ("node_ranks", node_ranks)) if v is not UNSET}
+        given: tuple[tuple[str, Any], ...] = (("timeout", timeout), ("node_ranks", node_ranks))
+        changes = {k: v for k, v in given if v is not UNSET}
         return RemoteFunction(self.function, self.compute, replace(self.call_options, **changes), self._connection)
 
     def to(self, compute: Compute) -> RemoteFunction:

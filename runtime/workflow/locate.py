@@ -58,6 +58,7 @@ def locate(func: Callable[..., Any]) -> Location:
                          "functions; move it to the top level of its module (pass what it used from "
                          f"{outer}() as arguments)")
     module_name = getattr(func, "__module__", None)
+    path: Optional[Path]
     if module_name == "__main__":
         module_name, path = _main_module(label)
         module = sys.modules.get("__main__")

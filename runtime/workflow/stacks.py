@@ -254,9 +254,9 @@ class _translated:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], _tb: object) -> bool:
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], _tb: object) -> None:
         if exc is None or isinstance(exc, (DeployError, ConfigError)):
-            return False
+            return
         from pulumi import automation as auto
 
         where = f"stack {self.stack!r} ({self.operation})"
@@ -279,4 +279,3 @@ class _translated:
                         f"{state_dir() / 'passphrase'})")
             quoted = text if len(text) <= OUTPUT_TAIL else f"...{text[-OUTPUT_TAIL:]}"
             raise DeployError(self.stack, self.operation, f"{where} failed{hint}: {quoted}") from exc
-        return False

@@ -45,6 +45,33 @@ def sleep_on(slow_ranks: list[int], sleep: float = 60.0) -> int:
     return rank()
 
 
+GATE_WAIT = 120.0
+"""Longest a gated rank waits: far beyond the timeout of any call that uses a gate."""
+
+
+def _wait_for(gate: str) -> None:
+    """Wait until the file ``gate`` exists (a test creates it once it is done with the call)."""
+    deadline = time.monotonic() + GATE_WAIT
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def fail_on_gated(bad_rank: int, gate: str) -> str:
+    """Raise on ``bad_rank``; elsewhere wait for the file ``gate``, which the test creates only after the
+    call returned: a call that ends early proves it did not wait for these ranks."""
+    if rank() == bad_rank:
+        raise ValueError(f"rank {bad_rank} refuses")
+    _wait_for(gate)
+    return "waited"
+
+
+def gated_on(slow_ranks: list[int], gate: str) -> int:
+    """Wait for the file ``gate`` on ``slow_ranks``; return the rank at once elsewhere."""
+    if rank() in slow_ranks:
+        _wait_for(gate)
+    return rank()
+
+
 def stuck_on(bad_rank: int, sleep: float = 60.0) -> int:
     """On ``bad_rank``, block the cancellation signal and sleep: only replacing the process ends it."""
     if rank() == bad_rank:

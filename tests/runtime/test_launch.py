@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import pytest
 from runtime import local
 from runtime.agent import contract
 from runtime.client import JobClient
-from runtime.launch import build_parser, spec_from_args, validate
 from runtime.local import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
@@ -303,112 +301,6 @@ def test_sigkill_of_the_launcher_leaves_no_orphan(script):
     assert wait_until(lambda: not processes_with(marker), timeout=15)
 
 
-@pytest.mark.parametrize(
-    ("args", "flag"),
-    [
-        (["--workers", "0", "x.py"], "--workers"),
-        (["--workers", "2", "--quorum-workers", "3", "examples/ddp_digits.py"], "--quorum-workers"),
-        (["--workers", "2", "does/not/exist.py"], "SCRIPT"),
-        (["--master-port", "70000", "examples/ddp_digits.py"], "--master-port"),
-        (["--nnodes", "2", "--master_port", "65500", "x.py"], "--master_port: the job uses 66 ports from it"),
-        (["--num-proc", "two", "examples/ddp_digits.py"], "--num-proc"),
-        (["--nnodes", "0", "x.py"], "--nnodes: must be 1 or more (got 0)"),
-        (["--nproc-per-node", "0", "x.py"], "--nproc-per-node: must be 1 or more (got 0)"),
-        (["--nproc_per_node", "0", "x.py"], "--nproc_per_node: must be 1 or more (got 0)"),
-        (["--nnodes", "2", "--quorum-workers", "3", "x.py"], "from 1 to --nnodes (2)"),
-        (["--max_restarts", "-1", "x.py"], "--max_restarts: must be 0 or more"),
-        (["--mode", "service", "examples/ddp_digits.py"], "SCRIPT"),
-        (["--workers", "2"], "SCRIPT"),
-        (["--mode", "service", "--tree-fanout", "1"], "--tree-fanout"),
-        (["--mode", "service", "--tree-threshold", "0"], "--tree-threshold"),
-        (["--mode", "rpc"], "--mode"),
-        (["--mode", "service", "--pythonpath", "no/such/dir"], "--pythonpath"),
-        (["--no-python", "-m", "pkg.train"], "--no-python"),
-        (["--mode", "service", "--no-python"], "--no-python"),
-        (["--nnodes", "1:x", "x.py"], "expected N or MIN:MAX nodes, got '1:x'"),
-        (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got 3:2)"),
-        (["--nproc_per_node", "two", "x.py"], "argument --nproc_per_node: expected a number of processes, or "
-                                              "auto, cpu, gpu or xpu, got 'two'"),
-        (["--nproc-per-node=two", "x.py"], "argument --nproc-per-node: expected a number of processes"),
-        (["--nproc_per_node", "two", "x.py", "--num-proc", "3"], "argument --nproc_per_node: expected a number"),
-        (["--nproc-per-node", "gpu", "x.py"], "--nproc-per-node: Cuda is not available."),
-        (["--nproc", "2", "x.py"], "unrecognized arguments: --nproc"),
-        (["--signals-to-handle", "SIGTERM,SIGNOPE", "x.py"], "--signals-to-handle: 'SIGNOPE' is not a signal"),
-        (["--redirects", "4", "x.py"], "--redirects: '4': '4' is not a stream choice"),
-        (["-t", "0:x", "x.py"], "-t: '0:x': 'x' is not a stream choice"),
-        (["--local_ranks_filter", "0,a", "x.py"], "--local_ranks_filter: '0,a' is not a comma-separated list"),
-        (["--start-method", "thread", "x.py"], "argument --start-method: invalid choice: 'thread'"),
-        (["--node_rank", "one", "x.py"], "argument --node_rank: invalid int value: 'one'"),
-        (["--shutdown-timeout", "-1", "x.py"], "--shutdown-timeout: must be 0 or more seconds (got -1.0)"),
-        (["--nnodes", "1:2", "--min-workers", "1", "x.py"], "--nnodes: MIN:MAX and --min-workers/--max-workers"),
-        (["--nproc-per-node", "2", "--distribution", "ray", "examples/ray_nodes.py"],
-         "--nproc-per-node: a ray job runs one driver"),
-    ],
-)
-def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
-    result = launch(*args, timeout=30)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert flag in lines[0] and "error" in lines[0]
-
-
-def test_help_exits_0_and_an_unknown_command_2():
-    helped = subprocess.run([sys.executable, "-m", "runtime", "--help"], cwd=ROOT, env=project_env(),
-                            capture_output=True, text=True, timeout=30)
-    assert helped.returncode == 0 and "launch" in helped.stdout
-    unknown = subprocess.run([sys.executable, "-m", "runtime", "run"], cwd=ROOT, env=project_env(),
-                             capture_output=True, text=True, timeout=30)
-    assert unknown.returncode == 2 and "usage: python -m runtime launch" in unknown.stderr
-
-
-def test_no_python_runs_a_command_as_is_on_every_rank_with_the_contract():
-    report = 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $NODE_RANK $(basename "$(readlink /proc/$$/exe)")"'
-    result = launch("--workers", "2", "--num-proc", "2", "--master-port", "0", "--no-python", "sh", "-c", report)
-    assert result.returncode == 0, result.stderr
-    lines = sorted(line.rsplit(" ", 1) for line in result.stdout.splitlines() if line.startswith("[rank "))
-    assert [line for line, _ in lines] == [f"[rank {r}] {r} 4 {r % 2} {r // 2}" for r in range(4)]
-    assert all("python" not in exe for _, exe in lines), "the command replaces the bootstrap, no interpreter"
-
-
-def test_a_command_that_cannot_be_found_fails_the_job_with_127_and_says_why():
-    result = launch("--workers", "1", "--no-python", "no-such-command-trainplane", "--flag", timeout=60)
-    assert result.returncode == 127
-    assert "cannot run command 'no-such-command-trainplane': No such file or directory" in result.stderr
-    assert "exited with code 127" in result.stderr
-
-
-def test_a_command_dies_with_its_agent():
-    marker = f"marker-{uuid.uuid4().hex}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime", "launch", "--workers", "1", "--num-proc", "1", "--master-port", "0",
-         "--job-name", marker, "--no-python", "sleep", "300"],
-        cwd=ROOT, env=project_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_until(lambda: len(with_argv0(marker, b"sleep")) == 1, timeout=30)
-        (command,) = with_argv0(marker, b"sleep")
-        (agent,) = [pid for pid in processes_with(marker) if command_line(pid)[1:3] == [b"-m", b"runtime.agent"]]
-        os.kill(agent, signal.SIGKILL)  # the agent cannot tear down: only the parent-death signal is left
-        assert wait_until(lambda: command_line(command) != [b"sleep", b"300"], timeout=15)
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def command_line(pid: int) -> list[bytes]:
-    """A process's argv, empty if it is gone."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
-    except OSError:
-        return []
-
-
-def with_argv0(marker: str, name: bytes) -> list[int]:
-    """Live processes mentioning ``marker`` whose program is ``name``."""
-    return [pid for pid in processes_with(marker) if command_line(pid)[:1] == [name]]
-
-
 def only_job_dir(logs: Path, job: str) -> Path:
     """The one run directory a launch made in its ``--log-dir`` base, as torchrun names it: ``<job id>_<random>``."""
     found = [p for p in logs.iterdir() if p.is_dir()]
@@ -471,23 +363,3 @@ def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(
     assert proc.returncode == 128 + signal.SIGINT
     assert "service ready at http://" in err
     assert wait_until(lambda: not processes_with(marker), timeout=10)
-
-
-def test_nnodes_min_max_starts_max_nodes_and_keeps_going_while_min_remain(tmp_path: Path):
-    script = tmp_path / "train.py"
-    script.write_text("")
-    parser = build_parser()
-    ns = parser.parse_args(["--nnodes", "1:3", str(script)])
-    validate(parser, ns)
-    spec = spec_from_args(ns)
-    assert (spec.workers, spec.min_workers, spec.max_workers) == (3, 1, 3)
-
-
-@pytest.mark.parametrize(("spelling", "dest", "value"), [
-    ("--nnodes", "workers", 3), ("--nproc-per-node", "num_proc", 3), ("--nproc_per_node", "num_proc", 3),
-    ("--max_restarts", "max_restarts", 2), ("--master_port", "master_port", 0), ("--log_dir", "log_dir", "logs"),
-])
-def test_torchrun_spellings_are_accepted(spelling: str, dest: str, value: object):
-    ns = build_parser().parse_args([spelling, str(value), "train.py", "--lr", "1"])
-    assert getattr(ns, dest) == value
-    assert (ns.script, ns.args) == ("train.py", ["--lr", "1"])

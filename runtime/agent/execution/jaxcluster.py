@@ -24,7 +24,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 
@@ -34,10 +34,10 @@ NAME = "trainplane"
 """The cluster's ``name`` (``cluster_detection_method``)."""
 
 
-def present(env: Optional[dict[str, str]] = None) -> bool:
+def present(env: Optional[Mapping[str, str]] = None) -> bool:
     """Whether this process is a rank of a trainplane job with JAX's variables."""
-    env = os.environ if env is None else env  # type: ignore[assignment]
-    return all(env.get(k) for k in (contract.JAX_COORDINATOR_ADDRESS, contract.JAX_NUM_PROCESSES,
+    environ = os.environ if env is None else env
+    return all(environ.get(k) for k in (contract.JAX_COORDINATOR_ADDRESS, contract.JAX_NUM_PROCESSES,
                                     contract.JAX_PROCESS_ID))
 
 
@@ -82,7 +82,7 @@ def define(clusters: types.ModuleType) -> type:
     types_ = base._cluster_types
     types_.remove(TrainplaneCluster)
     types_.insert(0, TrainplaneCluster)
-    clusters.TrainplaneCluster = TrainplaneCluster
+    vars(clusters)["TrainplaneCluster"] = TrainplaneCluster
     return TrainplaneCluster
 
 

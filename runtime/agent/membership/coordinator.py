@@ -14,11 +14,11 @@ generation, up to ``max_workers``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import MembershipRefused, NotAMember, QuorumTimeout
+from runtime.agent.membership.actions import CoordinatorAction, Probe, Push, Say
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership.tree import layout
 from runtime.agent.spec.settings import AgentSettings
@@ -31,36 +31,6 @@ PROGRESS_EVERY = 5.0
 """Seconds between repeated quorum progress lines."""
 PROGRESS_MIN_GAP = 1.0
 """Fewest seconds between two progress lines, so a thousand registrations make a few lines, not a thousand."""
-EXIT_NODE_LOST = 1
-"""Exit code of a fixed-size job that lost a node without a failing process to blame."""
-
-
-@dataclass(frozen=True)
-class Push:
-    """Send ``world`` to every node in ``targets`` (the coordinator included)."""
-
-    world: World
-    targets: tuple[Node, ...]
-
-
-@dataclass(frozen=True)
-class Say:
-    """A progress or verdict line for the coordinator's log."""
-
-    message: str
-
-
-@dataclass(frozen=True)
-class Probe:
-    """Ask ``node`` directly whether its agent is up (``GET /healthz`` within :attr:`Coordinator.probe_timeout`);
-    answer with :meth:`Coordinator.probed`."""
-
-    node: Node
-    reason: str
-    generation: int
-
-
-Action = Union[Push, Say, Probe]
 
 
 class Coordinator:
@@ -99,7 +69,7 @@ class Coordinator:
 
     # --- registration and quorum ---------------------------------------------------------------
 
-    def register(self, node: Node, now: float) -> list[Action]:
+    def register(self, node: Node, now: float) -> list[CoordinatorAction]:
         """A node asks to join.
 
         Raises:
@@ -130,7 +100,7 @@ class Coordinator:
         nodes = nodes_from([*(n for n in world.nodes if n.node_id != node.node_id), node])
         return self._change(world, nodes, f"node {node.node_id} ({node.addr}) joined")
 
-    def tick(self, now: float) -> list[Action]:
+    def tick(self, now: float) -> list[CoordinatorAction]:
         """Time-driven decisions: quorum progress, forming the world, quorum timeout, dead nodes."""
         if now - self._last_tick > self._ttl / 2:
             self.liveness.grace(now)  # this host stalled (e.g. SIGSTOP): don't blame the others
@@ -146,7 +116,7 @@ class Coordinator:
                 self.liveness.forget(node_id)
         if world.status != RUNNING:
             return []
-        probes: list[Action] = []
+        probes: list[CoordinatorAction] = []
         suspect_after = self._ttl - self.probe_timeout
         silent = [self.liveness.age(n.node_id, now) > suspect_after for n in world.nodes]
         for position, n in enumerate(world.nodes):
@@ -173,7 +143,7 @@ class Coordinator:
             up = tree.parent(up)
         return False
 
-    def suspect(self, node_id: int, reason: str) -> list[Action]:
+    def suspect(self, node_id: int, reason: str) -> list[CoordinatorAction]:
         """Something other than silence suggests a node is gone (a refused connection): probe it now.
 
         Returns:
@@ -184,7 +154,7 @@ class Coordinator:
             return []
         return [self._probe(world, world.nodes[world.node_rank_of(node_id)], reason)]
 
-    def probed(self, probe: Probe, alive: bool, reason: str, now: float) -> list[Action]:
+    def probed(self, probe: Probe, alive: bool, reason: str, now: float) -> list[CoordinatorAction]:
         """The answer to a :class:`Probe`: an agent that answered is alive (its heartbeats are only
         late, e.g. held up along the tree); one that refused or did not answer in time is lost. An
         answer for an older world counts for nothing (the next tick looks again).
@@ -208,8 +178,8 @@ class Coordinator:
         self._dead[node_id] = now
         return self.lose(node_id, reason)
 
-    def _tick_forming(self, now: float) -> list[Action]:
-        actions: list[Action] = []
+    def _tick_forming(self, now: float) -> list[CoordinatorAction]:
+        actions: list[CoordinatorAction] = []
         count = len(self.members)
         since = now - self._last_progress
         complete = count >= self._s.spec.workers
@@ -234,7 +204,7 @@ class Coordinator:
 
     def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
         return World(
-            job=self._s.spec.job_name,
+            job=self._s.spec.job_name or "",  # AgentSettings requires one
             generation=self.world.generation + 1 if self.world else 1,
             restart_count=restart_count,
             max_restarts=self._s.spec.max_restarts,
@@ -281,7 +251,7 @@ class Coordinator:
 
     def report(
         self, node_id: int, generation: int, state: str, failure: Optional[Failure] = None, message: str = ""
-    ) -> list[Action]:
+    ) -> list[CoordinatorAction]:
         """A node's processes changed state.
 
         Args:
@@ -310,7 +280,8 @@ class Coordinator:
             return self.lose(node_id, f"node {node_id} stopped: {message}", alive=True)
         return []
 
-    def lose(self, node_id: int, reason: str, failure: Optional[Failure] = None, alive: bool = False) -> list[Action]:
+    def lose(self, node_id: int, reason: str, failure: Optional[Failure] = None,
+             alive: bool = False) -> list[CoordinatorAction]:
         """A node is gone: elastic jobs continue without it, fixed-size jobs restart or fail.
 
         Args:
@@ -328,7 +299,7 @@ class Coordinator:
             lost = tuple(n for n in world.nodes if n.node_id == node_id) if alive else ()
             return self._change(world, survivors, reason, extra_targets=lost)
         self._failures.append(
-            failure or Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=EXIT_NODE_LOST, addr=reason)
+            failure or Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=contract.EXIT_NODE_LOST, addr=reason)
         )
         if world.restart_count < self._s.spec.max_restarts:
             self.world = self._world(world.nodes, world.restart_count + 1)
@@ -353,7 +324,7 @@ class Coordinator:
 
     def _change(
         self, world: World, nodes: tuple[Node, ...], reason: str, extra_targets: tuple[Node, ...] = ()
-    ) -> list[Action]:
+    ) -> list[CoordinatorAction]:
         """A membership change: same restart epoch, new generation, ranks re-packed."""
         self.world = self._world(nodes, world.restart_count)
         for n in nodes:
@@ -364,7 +335,7 @@ class Coordinator:
             Push(self.world, nodes + extra_targets),
         ]
 
-    def stop(self, message: str, exit_code: int) -> list[Action]:
+    def stop(self, message: str, exit_code: int) -> list[CoordinatorAction]:
         """The coordinator is shutting down (signal): stop every node."""
         base = self.world or self._world(nodes_from(self.members.values()), 0)
         self.world = base.finished(STOPPED, message, exit_code)

@@ -15,9 +15,14 @@ clock). Past one TTL a member is dead; past two it is removed from the membershi
 
 from __future__ import annotations
 
+import random
 import threading
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Optional
+
+from runtime.agent.membership.events import CoordinatorBack, CoordinatorLost, Event, Removed, WorldArrived
+from runtime.agent.membership.tree import layout
+from runtime.agent.world import RUNNING, Node, World
 
 
 @dataclass(frozen=True)
@@ -99,3 +104,142 @@ class Liveness:
         with self._lock:
             for node_id in self._seen:
                 self._seen[node_id] = now
+
+
+HEARTBEAT_LOG_EVERY = 20
+"""After the first failed heartbeat in a row, log only every this many more."""
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat to send.
+
+    Attributes:
+        parent: the tree parent it goes to, or ``None`` for the coordinator.
+        generation: the world generation the node is in (0 while it waits for its first).
+        ages: whether it carries the node's subtree's liveness (every beat in a world does).
+    """
+
+    parent: Optional[Node]
+    generation: int
+    ages: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a heartbeat's outcome means: events for the node's :class:`~runtime.agent.membership.member.Member`
+    and lines for its log."""
+
+    events: tuple[Event, ...] = ()
+    lines: tuple[str, ...] = ()
+
+
+class HeartbeatState:
+    """The heartbeat loop's decisions, apart from its sending: when the next beat is due, where it goes
+    (the node's parent in the tree, or the coordinator), and what each outcome means. Pure: the
+    heartbeat thread (``membership.beating``) waits :meth:`delay`, asks :meth:`next`, sends, and
+    reports the outcome to :meth:`answered`, :meth:`refused` or :meth:`failed`.
+
+    A beat refused by a parent (the child is not in its world yet) goes straight to the coordinator
+    once; one the coordinator refuses means this node must register again. A failed beat backs off as
+    a successful one does; a coordinator silent for more than the TTL is reported lost once per
+    coordinator, and its return once.
+
+    Args:
+        timing: the heartbeat settings.
+        node_id: this node's id.
+        width: children per node in the tree.
+        threshold: members at or above which the tree is used.
+        now: the current monotonic time, seconds.
+        jitter: uniform in [0, 1): spreads the first beats after a new world.
+    """
+
+    def __init__(self, timing: HeartbeatTiming, node_id: int, width: int, threshold: int, now: float,
+                 jitter: Callable[[], float] = random.random) -> None:
+        self.timing = timing
+        self._node_id = node_id
+        self._width = width
+        self._threshold = threshold
+        self._jitter = jitter
+        self._interval = 0.0
+        self._generation = 0
+        self._last_ok = now
+        self._failures = 0
+        self._direct = False
+        self._lost_sent: Optional[tuple[int, str, int]] = None
+
+    def delay(self) -> float:
+        """Seconds to wait before asking :meth:`next` (a new world wakes the thread sooner)."""
+        return self._interval or self.timing.interval
+
+    def next(self, world: Optional[World], registered: bool, coordinating: bool, now: float) -> Optional[Beat]:
+        """The beat to send now, or ``None`` (wait :meth:`delay` and ask again).
+
+        Args:
+            world: the node's world, or ``None``.
+            registered: the node has registered (a registered node without a world asks for it).
+            coordinating: the node is the coordinator (which beats to nobody).
+            now: the current monotonic time, seconds.
+        """
+        waiting = world is None and registered
+        if coordinating or (not waiting and (world is None or world.status != RUNNING
+                                             or not world.has(self._node_id))):
+            self._interval, self._last_ok = 0.0, now
+            return None
+        if world is None:
+            # Registered, no world yet: ask once per TTL (a lost push heals; the coordinator is not
+            # flooded while a large world forms).
+            if self._interval < self.timing.ttl:
+                self._interval = self.timing.ttl
+                return None
+            return Beat(None, 0, ages=False)
+        tree = layout(len(world.nodes), self._width, self._threshold)
+        if world.generation != self._generation:
+            self.timing = replace(self.timing, hops=tree.hops)
+            self._generation, self._interval = world.generation, self.timing.first_delay(self._jitter())
+            return None
+        up = tree.parent(world.node_rank_of(self._node_id))
+        to_coordinator = (self._direct or up is None or not tree.tree
+                          or world.nodes[up].node_id == world.coordinator[0])
+        return Beat(None if to_coordinator or up is None else world.nodes[up], self._generation, ages=True)
+
+    def answered(self, beat: Beat, world: Optional[World], now: float) -> Outcome:
+        """The beat was answered (with a newer ``world``, or ``None``)."""
+        events: list[Event] = []
+        if self._failures:
+            events.append(CoordinatorBack(self._failures))
+            self._lost_sent = None
+        self._failures, self._direct, self._last_ok = 0, False, now
+        self._interval = self.timing.ttl if not beat.ages else self.timing.next_interval(self._interval)
+        if world is not None:
+            events.append(WorldArrived(world))
+        return Outcome(tuple(events))
+
+    def refused(self, beat: Beat, reason: str) -> Outcome:
+        """The beat's receiver does not count this node: a parent (then go to the coordinator at once)
+        or the coordinator (then register again)."""
+        if beat.parent is not None:
+            self._direct, self._interval = True, 0.0
+            return Outcome()
+        self._interval = self.timing.interval
+        return Outcome((Removed(f"the coordinator no longer counts this node ({reason})"),))
+
+    def failed(self, beat: Beat, world: Optional[World], where: str, error: str, now: float) -> Outcome:
+        """The beat to ``where`` got no answer (or a bad one): back off; a coordinator silent for more
+        than the TTL is lost.
+
+        A silent parent is the coordinator's to probe (and its orphans after it): going straight to the
+        coordinator instead made every child of a busy parent a herd.
+        """
+        self._failures += 1
+        lines: tuple[str, ...] = ()
+        if self._failures == 1 or self._failures % HEARTBEAT_LOG_EVERY == 0:
+            lines = (f"heartbeat to {where} failed ({self._failures} in a row): {error}",)
+        self._direct = False
+        self._interval = self.timing.next_interval(self._interval)
+        silent = now - self._last_ok
+        if world is not None and beat.parent is None and silent > self.timing.ttl \
+                and self._lost_sent != world.coordinator:
+            self._lost_sent = world.coordinator
+            return Outcome((CoordinatorLost(world.coordinator, silent),), lines)
+        return Outcome((), lines)

@@ -103,7 +103,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
         host, port = self.server_address[:2]
         while stopper.is_alive():
             with contextlib.suppress(OSError):
-                socket.create_connection((host or "127.0.0.1", port), timeout=0.2).close()
+                socket.create_connection((str(host or "127.0.0.1"), port), timeout=0.2).close()
             stopper.join(0.02)
         self.server_close()
 
@@ -138,7 +138,7 @@ MAX_LINE = 64 * 1024
 """Longest request line or header line accepted, bytes (as ``http.server``'s ``_MAXLINE``)."""
 MAX_HEADERS = 100
 """Most header lines accepted per request (as ``http.client``'s ``_MAXHEADERS``)."""
-_REASONS = {status: status.phrase for status in HTTPStatus}
+_REASONS: dict[int, str] = {status: status.phrase for status in HTTPStatus}
 
 
 class _Headers:

@@ -191,7 +191,8 @@ class ExecRequest:
         Raises:
             HttpError: 400 naming the bad field; 415 for pickle when it is not enabled.
         """
-        call_id, generation, nodes, fanout = (data.get(k) for k in ("call_id", "generation", "nodes", "fanout"))
+        fields: list[Any] = [data.get(k) for k in ("call_id", "generation", "nodes", "fanout")]
+        call_id, generation, nodes, fanout = fields
         if not isinstance(call_id, str) or not call_id:
             raise HttpError(400, "call_id must be a non-empty string")
         if not _is_int(generation):

@@ -122,9 +122,9 @@ class ServiceNode:
         deadline = None if call.timeout is None else self._clock() + call.timeout
         self._count("calls")
         if not self._call_lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - self._clock())):
-            error = CallTimeout(call.timeout, world.ranks_of(targets), call.invocation.fn,
-                                "another call held the job for the whole timeout")
-            return Response(error_status(error), error_body(error))
+            held = CallTimeout(call.timeout, world.ranks_of(targets), call.invocation.fn,
+                               "another call held the job for the whole timeout")
+            return Response(error_status(held), error_body(held))
         try:
             s = self._settings
             plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)

@@ -155,25 +155,7 @@ class Hop:
             if executor is None:
                 return NodeFailed(self._me, self._links.address, "this node has no worker processes yet")
             executor.submit(LocalCall(request.call_id, request.invocation, self._events.put))
-        values: dict[int, Any] = {}
-        pending_local = set(self._local_ranks)
-        children_open = bool(self._children)
-        reported: set[int] = set()
-        error: Optional[TrainplaneError] = None
-        while (pending_local or children_open) and error is None:
-            event = self._next_event()
-            if event is None:
-                break
-            if isinstance(event, RankDone):
-                if event.rank in pending_local:
-                    pending_local.discard(event.rank)
-                    values[event.rank] = event.value
-            elif isinstance(event, (RankFailed, Abort, _ChildFailed)):
-                error = event.error
-            elif isinstance(event, _ChildTimedOut):
-                reported.update(event.pending_ranks)
-            else:
-                children_open = False
+        values, pending_local, reported, error = self._collect()
         with self._merge_lock:
             values.update(self._child_values)
             unanswered = [i for i in range(len(self._children)) if i not in self._answered]
@@ -192,6 +174,29 @@ class Hop:
         for i in unanswered:
             pending.update(self._child_ranks[i])
         return CallTimeout(request.timeout, sorted(pending), request.invocation.fn)
+
+    def _collect(self) -> tuple[dict[int, Any], set[int], set[int], Optional[TrainplaneError]]:
+        """Wait for this node's ranks and children: ``(local results, local ranks still out, ranks
+        children reported still out, the error that ended the call or None)``."""
+        values: dict[int, Any] = {}
+        pending_local = set(self._local_ranks)
+        children_open = bool(self._children)
+        reported: set[int] = set()
+        while pending_local or children_open:
+            event = self._next_event()
+            if event is None:
+                break
+            if isinstance(event, RankDone):
+                if event.rank in pending_local:
+                    pending_local.discard(event.rank)
+                    values[event.rank] = event.value
+            elif isinstance(event, (RankFailed, Abort, _ChildFailed)):
+                return values, pending_local, reported, event.error
+            elif isinstance(event, _ChildTimedOut):
+                reported.update(event.pending_ranks)
+            else:
+                children_open = False
+        return values, pending_local, reported, None
 
     def _next_event(self) -> Optional[Event]:
         if self._deadline is None:

@@ -15,7 +15,8 @@ from runtime.agent.execution import controller
 from runtime.agent.execution.bootstrap import wait_for
 from runtime.agent.execution.daemon import EXIT_NOT_FOUND, resolve
 from runtime.agent.execution.environment import process_env
-from runtime.agent.membership.coordinator import Coordinator, Push
+from runtime.agent.membership.actions import Push
+from runtime.agent.membership.coordinator import Coordinator
 from runtime.agent.spec.job import JobSpec
 from runtime.agent.world import FAILED, SUCCEEDED, Failure, Node, World
 from testbed.settings import agent_settings

@@ -19,7 +19,6 @@ import pytest
 from runtime import TransportError, local
 from runtime.agent import contract
 from runtime.agent.execution import controller
-from runtime.agent.membership.coordinator import EXIT_NODE_LOST
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
 from tests.conftest import ROOT, AgentCluster, launch, processes_with, project_env, wait_until
@@ -180,7 +179,7 @@ def test_a_daemon_only_node_stops_when_node_0_is_lost(tmp_path: Path, script):
     try:
         assert wait_until(lambda: len(list(records.glob("*.json"))) == 2, timeout=60), "both workers started"
         job.kill(0)
-        assert job.agents[1].wait(timeout=60) == EXIT_NODE_LOST
+        assert job.agents[1].wait(timeout=60) == contract.EXIT_NODE_LOST
         assert "which runs the driver, has been unreachable" in job.log(1)
         assert "daemon serves nobody: stopping" in job.log(1)
         assert gone(job.job), processes_with(job.job)

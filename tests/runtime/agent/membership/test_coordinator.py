@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runtime.agent.errors import MembershipRefused, NotAMember
-from runtime.agent.membership.coordinator import LAST_CALL, PROGRESS_MIN_GAP, Coordinator, Probe, Push, Say
+from runtime.agent.membership.actions import Probe, Push, Say
+from runtime.agent.membership.coordinator import LAST_CALL, PROGRESS_MIN_GAP, Coordinator
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
 from testbed.settings import agent_settings

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,32 +70,34 @@ def whole_world(job: AgentCluster, workers: int, host: str = "127.0.0.10") -> in
 
 
 def test_crashing_process_is_told_to_every_other_node_by_the_fast_path(tmp_path: Path, recorder):
+    """The coordinator removes the node for its failure report (it names the rank and exit code), not
+    for its silence: with a 10 s TTL its heartbeats could not have expired in the 10 s waited."""
     _, out, stop = recorder
-    # A 10 s TTL: if the news travelled by heartbeat expiry it could not arrive within it.
     with recording(tmp_path, recorder, 3, TRAINPLANE_MIN_WORKERS="2", TRAINPLANE_HEARTBEAT_TTL="10",
                    CRASH_RANK="2") as job:
         assert wait_until((out / "crash-time").exists, timeout=30)
         assert wait_until(lambda: all_told(out, 2, 2), timeout=10)
-        crashed_at = float((out / "crash-time").read_text())
         told = told_of(out, 2)
         assert {e["how"] for e in told} == {"raised"}
         assert all(e["removed"] == ["127.0.0.12"] and e["world_size"] == "2" for e in told)
-        assert max(e["t"] for e in told) - crashed_at < 10
+        assert "rank 2 (node 2 at 127.0.0.12, local rank 0) exited with code 5" in job.log(0)
+        assert "sent no heartbeat" not in job.log(0)
         stop.touch()
         codes = job.wait(timeout=30)
         assert codes[0] == 0 and codes[1] == 0
 
 
 def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder):
+    """How soon a killed node is lost is the coordinator's decision on a fake clock (test_coordinator.py:
+    probed before its TTL, lost when the probe fails) and bench/membership.py's ``kill_ms``; here, that
+    the survivors are told and go on."""
     _, out, stop = recorder
     with recording(tmp_path, recorder, 3, TRAINPLANE_MIN_WORKERS="2") as job:
         after = whole_world(job, 3) + 1
-        killed_at = time.time()
         job.kill(2)
         assert wait_until(lambda: all_told(out, 2, after), timeout=15), job.log(0)
         told = told_of(out, after)
         assert all(e["removed"] == ["127.0.0.12"] for e in told)
-        assert max(e["t"] for e in told) - killed_at < 2 * 3.0  # within two TTLs of the default 3 s
         snapshot = job.members()
         assert snapshot["generation"] == after, job.log(0)
         assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 1]
@@ -145,18 +146,18 @@ def test_a_dead_tree_parent_is_removed_and_its_children_stay(tmp_path: Path, rec
         assert job.agents[0].wait(timeout=30) == 0
 
 
-def test_sigstopped_agent_is_dead_within_the_ttl_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
+def test_sigstopped_agent_is_declared_dead_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
+    """How soon a silent node is dead is the coordinator's decision, tested on a fake clock
+    (test_coordinator.py: probed a probe timeout before its TTL, lost when the probe fails) and
+    measured by bench/membership.py (``stop_ms``); here, that it happens and the node comes back."""
     stop = recorder[2]
     with recording(tmp_path, recorder, 3, TRAINPLANE_MIN_WORKERS="2") as job:
         after = whole_world(job, 3) + 1
         job.agents[1].send_signal(signal.SIGSTOP)
-        stopped_at = time.monotonic()
         assert wait_until(lambda: job.members()["generation"] == after, timeout=10), job.log(0)
-        detected_after = time.monotonic() - stopped_at
         snapshot = job.members()
         assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 2]
         assert {m["node_id"]: m["state"] for m in snapshot["members"]}[1] == "dead"
-        assert detected_after < 2 * 3.0
         job.agents[1].send_signal(signal.SIGCONT)
         assert wait_until(lambda: job.members()["generation"] > after, timeout=15), job.log(0)
         assert wait_until(lambda: len([m for m in job.members()["members"] if m["node_rank"] is not None]) == 3,

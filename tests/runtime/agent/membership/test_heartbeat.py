@@ -1,11 +1,13 @@
-"""Heartbeat timing: backoff, the depth-aware cap, and spread first beats."""
+"""Heartbeats with a fake clock: backoff, the depth-aware cap, spread first beats, and what each outcome means."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.agent.membership.heartbeat import HeartbeatTiming
+from runtime.agent.membership.events import CoordinatorBack, CoordinatorLost, Removed, WorldArrived
+from runtime.agent.membership.heartbeat import Beat, HeartbeatState, HeartbeatTiming, Outcome
 from runtime.agent.membership.tree import layout
+from runtime.agent.world import Node, World
 
 
 def test_heartbeat_intervals_double_from_the_base_up_to_the_cap():
@@ -34,3 +36,84 @@ def test_a_narrow_tree_is_deep_and_beats_more_often():
 def test_first_beats_after_a_new_world_spread_over_one_cap():
     timing = HeartbeatTiming(interval=0.25, ttl=3.0, hops=2)
     assert [timing.first_delay(f) for f in (0.0, 0.5, 0.999)] == [0.0, 0.375, pytest.approx(0.74925)]
+
+
+def world(nodes: int = 13, generation: int = 1) -> World:
+    return World(job="j", generation=generation, restart_count=0, max_restarts=0, master_port=29500,
+                 nodes=tuple(Node(i, f"10.0.0.{i}", 32300, 1) for i in range(nodes)),
+                 coordinator=(0, "10.0.0.0", 32300))
+
+
+def state(node_id: int = 2, width: int = 3, threshold: int = 4) -> HeartbeatState:
+    return HeartbeatState(HeartbeatTiming(interval=0.25, ttl=3.0), node_id, width, threshold, now=0.0,
+                          jitter=lambda: 0.5)
+
+
+def test_a_new_world_waits_a_spread_first_delay_then_beats_to_the_tree_parent_with_ages():
+    s = state(node_id=2)
+    assert s.next(world(), registered=True, coordinating=False, now=0.0) is None
+    assert s.timing.hops == 2 and s.delay() == pytest.approx(0.5 * 0.75)
+    beat = s.next(world(), registered=True, coordinating=False, now=0.4)
+    assert beat == Beat(world().nodes[1], 1, ages=True), "13 nodes at width 3: node 2 reports to node 1"
+    assert s.answered(beat, None, 0.5) == Outcome()
+    assert s.delay() == pytest.approx(0.75), "doubled from the first delay, capped at ttl/(hops+2)"
+
+
+def test_children_of_the_coordinator_and_flat_worlds_beat_to_the_coordinator():
+    for s, nodes in ((state(node_id=5), 13), (state(node_id=5, threshold=100), 13)):
+        s.next(world(nodes), True, False, 0.0)
+        assert s.next(world(nodes), True, False, 1.0) == Beat(None, 1, ages=True)
+
+
+def test_registered_without_a_world_asks_the_coordinator_once_per_ttl():
+    s = state()
+    assert s.next(None, registered=True, coordinating=False, now=0.0) is None and s.delay() == 3.0
+    beat = s.next(None, registered=True, coordinating=False, now=3.0)
+    assert beat == Beat(None, 0, ages=False)
+    later = world(generation=4)
+    assert s.answered(beat, later, 3.1) == Outcome((WorldArrived(later),))
+    assert s.delay() == 3.0
+
+
+def test_nobody_beats_before_registering_nor_the_coordinator_nor_outside_the_world():
+    s = state(node_id=20)
+    assert s.next(None, registered=False, coordinating=False, now=0.0) is None
+    assert s.next(world(), registered=True, coordinating=True, now=0.0) is None
+    assert s.next(world(), registered=True, coordinating=False, now=0.0) is None, "node 20 is not in the world"
+    assert s.delay() == 0.25
+
+
+def test_a_parent_refusing_sends_the_next_beat_to_the_coordinator_and_the_coordinator_refusing_means_rejoin():
+    s = state(node_id=2)
+    s.next(world(), True, False, 0.0)
+    beat = s.next(world(), True, False, 1.0)
+    assert s.refused(beat, "409 not in this node's world") == Outcome()
+    direct = s.next(world(), True, False, 1.0)
+    assert direct == Beat(None, 1, ages=True)
+    outcome = s.refused(direct, "409 register again")
+    assert outcome == Outcome((Removed("the coordinator no longer counts this node (409 register again)"),))
+
+
+def test_failures_back_off_are_logged_sparsely_and_a_silent_coordinator_is_lost_once_then_back():
+    s = state(node_id=5)
+    w = world()
+    s.next(w, True, False, 0.0)
+    beat = s.next(w, True, False, 0.5)
+    first = s.failed(beat, w, "10.0.0.0:32300", "refused", now=1.0)
+    assert first.lines == ("heartbeat to 10.0.0.0:32300 failed (1 in a row): refused",) and not first.events
+    for _ in range(2, 20):
+        assert s.failed(beat, w, "10.0.0.0:32300", "refused", now=2.0).lines == ()
+    assert s.failed(beat, w, "10.0.0.0:32300", "refused", now=2.0).lines[0].startswith("heartbeat to 10.0.0.0")
+    lost = s.failed(beat, w, "10.0.0.0:32300", "refused", now=3.6)
+    assert lost.events == (CoordinatorLost(w.coordinator, pytest.approx(3.6)),)
+    assert s.failed(beat, w, "10.0.0.0:32300", "refused", now=5.0).events == (), "lost is said once"
+    assert s.answered(beat, None, 5.5).events == (CoordinatorBack(22),)
+
+
+def test_a_silent_parent_is_not_the_coordinator_lost():
+    s = state(node_id=2)
+    w = world()
+    s.next(w, True, False, 0.0)
+    beat = s.next(w, True, False, 0.5)
+    assert beat.parent is not None
+    assert s.failed(beat, w, "10.0.0.1:32300", "timed out", now=10.0).events == ()

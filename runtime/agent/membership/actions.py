@@ -1,0 +1,131 @@
+"""What the membership state machines return for the agent to do: the coordinator's
+(``coordinator.Coordinator``: :data:`CoordinatorAction`) and a node's own (``member.Member``:
+:data:`MemberAction`). Plain values; the agent performs them. Standard library only.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from runtime.agent.execution.procs import ProcExit
+from runtime.agent.world import Node, World
+
+
+@dataclass(frozen=True)
+class Push:
+    """Send ``world`` to every node in ``targets`` (the coordinator included)."""
+
+    world: World
+    targets: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Say:
+    """A line for the agent's log (progress, verdicts, what a node decided)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Ask ``node`` directly whether its agent is up (``GET /healthz`` within :attr:`Coordinator.probe_timeout`);
+    answer with :meth:`Coordinator.probed`."""
+
+    node: Node
+    reason: str
+    generation: int
+
+
+CoordinatorAction = Union[Push, Say, Probe]
+"""What :class:`~runtime.agent.membership.coordinator.Coordinator` decides."""
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Register:
+    """Register with the coordinator after ``delay`` seconds (with this node's coordinator itself when it
+    holds the role)."""
+
+    delay: float
+
+
+@dataclass(frozen=True)
+class StartGeneration:
+    """Start this node's processes (and framework daemon) for ``world``."""
+
+    world: World
+
+
+@dataclass(frozen=True)
+class StopProcesses:
+    """Stop this node's processes and daemon: ``sig``, then SIGKILL after the grace period."""
+
+    sig: int = signal.SIGTERM
+
+
+@dataclass(frozen=True)
+class DeliverChange:
+    """Tell this node's live processes that the world changed from ``previous`` to ``world``."""
+
+    previous: World
+    world: World
+
+
+@dataclass(frozen=True)
+class PassOn:
+    """Send ``signum`` to every rank of this node (the job goes on)."""
+
+    signum: int
+
+
+@dataclass(frozen=True)
+class Report:
+    """Tell the coordinator this node's processes changed ``state`` in ``generation``: ``succeeded``,
+    ``failed`` (``exit`` says which process, ``daemon`` names a framework daemon) or ``stopped``
+    (``message`` says why; ``now``: before the agent exits, not in the background)."""
+
+    generation: int
+    state: str
+    exit: Optional[ProcExit] = None
+    daemon: str = ""
+    message: str = ""
+    now: bool = False
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """Become the coordinator of ``world``, whose coordinator (node ``lost``) is gone."""
+
+    world: World
+    lost: int
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """This node coordinates and is stopping: stop every other node with ``message`` and ``exit_code``."""
+
+    message: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The job ended with ``world``'s verdict: record it (local mode's verdict file)."""
+
+    world: World
+
+
+@dataclass(frozen=True)
+class Exit:
+    """The agent exits with ``code``."""
+
+    code: int
+
+
+MemberAction = Union[Say, Register, StartGeneration, StopProcesses, DeliverChange, PassOn, Report, TakeOver, StopJob,
+               Finish, Exit]
+"""What :class:`~runtime.agent.membership.member.Member` decides."""

@@ -1,0 +1,106 @@
+"""The heartbeat thread: beats to this node's tree parent or the coordinator until the agent stops.
+
+``heartbeat.HeartbeatState`` decides when and where; this thread only waits, sends over the peer
+transport and hands the outcome back, so a heartbeat failure can never touch training. Standard
+library only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+from runtime.agent import contract
+from runtime.agent.membership.events import Event
+from runtime.agent.membership.heartbeat import Beat, HeartbeatState, Liveness, Outcome
+from runtime.agent.net.peer import Exchange, PeerTransport
+from runtime.agent.net.transport import encode
+from runtime.agent.world import World
+
+
+class Heartbeats:
+    """This node's heartbeats.
+
+    Args:
+        state: the decisions.
+        member: this node's ``PUT /members`` identity (node id, address, port, processes).
+        transport: the peer transport.
+        view: returns ``(world, registered, coordinating)`` as the node sees them now.
+        coordinator: returns the coordinator's ``(address, port)``.
+        children: what this node heard from its tree children (forwarded as ages).
+        deliver: takes the events an outcome means (to the agent's loop).
+        say: writes one line to the agent's log.
+        clock: monotonic clock, seconds.
+        stopping: set when the agent stops.
+        wake: set to beat now (a new world arrived).
+    """
+
+    def __init__(self, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
+                 view: Callable[[], tuple[Optional[World], bool, bool]], coordinator: Callable[[], tuple[str, int]],
+                 children: Liveness, deliver: Callable[[Event], None], say: Callable[[str], None],
+                 clock: Callable[[], float], stopping: threading.Event, wake: threading.Event) -> None:
+        self._state = state
+        self._member = member
+        self._transport = transport
+        self._view = view
+        self._coordinator = coordinator
+        self._children = children
+        self._deliver = deliver
+        self._say = say
+        self._clock = clock
+        self._stopping = stopping
+        self._wake = wake
+
+    def start(self) -> threading.Thread:
+        """Beat from a daemon thread; returns it."""
+        thread = threading.Thread(target=self.run, name="heartbeat", daemon=True)
+        thread.start()
+        return thread
+
+    def run(self) -> None:
+        """Beat until the agent stops. Never raises."""
+        while True:
+            self._wake.wait(self._state.delay())
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            world, registered, coordinating = self._view()
+            beat = self._state.next(world, registered, coordinating, self._clock())
+            if beat is not None:
+                self._handle(self._send(beat, world), world)
+
+    def _send(self, beat: Beat, world: Optional[World]) -> tuple[Beat, Exchange, Any]:
+        host, port = (beat.parent.addr, beat.parent.port) if beat.parent is not None else self._coordinator()
+        now = self._clock()
+        ages = {}
+        if beat.ages and world is not None:
+            ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
+        body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages}
+        exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
+        return beat, exchange, self._transport.exchange(exchange, self._state.timing.cap)
+
+    def _handle(self, sent: tuple[Beat, Exchange, Any], world: Optional[World]) -> None:
+        beat, exchange, answer = sent
+        if answer.status == 409:
+            outcome = self._state.refused(beat, answer.problem)
+        elif not answer.ok:
+            where = f"{exchange.host}:{exchange.port}"
+            outcome = self._state.failed(beat, world, where, answer.problem, self._clock())
+        else:
+            outcome = self._state.answered(beat, self._world_in(answer.body), self._clock())
+        self._tell(outcome)
+
+    def _world_in(self, reply: dict[str, Any]) -> Optional[World]:
+        if "world" not in reply:
+            return None
+        try:
+            return World.from_json(reply["world"])
+        except (KeyError, TypeError, ValueError) as exc:
+            self._say(f"ignoring a malformed world in a heartbeat reply: {exc!r}")
+            return None
+
+    def _tell(self, outcome: Outcome) -> None:
+        for line in outcome.lines:
+            self._say(line)
+        for event in outcome.events:
+            self._deliver(event)

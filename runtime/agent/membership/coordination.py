@@ -1,0 +1,57 @@
+"""This node's coordinator, if it holds the role: ``Coordinator`` behind the lock its decisions are
+taken under. HTTP handler threads, probe and push threads and the agent's loop all decide through it;
+the actions go to the agent's loop. Standard library only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional, TypeVar
+
+from runtime.agent.membership.actions import CoordinatorAction
+from runtime.agent.membership.coordinator import Coordinator
+
+T = TypeVar("T")
+
+
+class Coordination:
+    """The coordinator role on this node.
+
+    Args:
+        coordinator: the coordinator, when this node starts with the role (node 0); ``None`` otherwise.
+    """
+
+    def __init__(self, coordinator: Optional[Coordinator] = None) -> None:
+        self._coordinator = coordinator
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """Whether this node holds the role."""
+        return self._coordinator is not None
+
+    def decide(self, decision: Callable[[Coordinator], list[CoordinatorAction]]) -> list[CoordinatorAction]:
+        """Take ``decision`` under the lock; no actions when this node does not coordinate.
+
+        Raises:
+            Whatever ``decision`` raises (``MembershipRefused`` for a refused request).
+        """
+        with self._lock:
+            return decision(self._coordinator) if self._coordinator is not None else []
+
+    def use(self, step: Callable[[Coordinator], T]) -> Optional[T]:
+        """``step`` with the coordinator under the lock (a view, or a decision without actions such as a
+        heartbeat); ``None`` when this node does not coordinate.
+
+        Raises:
+            Whatever ``step`` raises.
+        """
+        with self._lock:
+            return step(self._coordinator) if self._coordinator is not None else None
+
+    def take_over(self, coordinator: Coordinator,
+                  decision: Callable[[Coordinator], list[CoordinatorAction]]) -> list[CoordinatorAction]:
+        """Hold the role from now on, with ``coordinator``; its first ``decision``'s actions."""
+        with self._lock:
+            self._coordinator = coordinator
+            return decision(coordinator)

@@ -1,0 +1,77 @@
+"""What happens to a node: the events ``member.Member`` takes. Plain values. Standard library only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from runtime.agent.execution.procs import ProcExit
+from runtime.agent.world import World
+
+
+@dataclass(frozen=True)
+class WorldArrived:
+    """A world, pushed by the coordinator or its parent, or carried by a heartbeat's answer."""
+
+    world: World
+
+
+@dataclass(frozen=True)
+class ProcessExited:
+    """One of this node's user processes ended."""
+
+    exit: ProcExit
+
+
+@dataclass(frozen=True)
+class DaemonExited:
+    """This node's framework daemon ended."""
+
+    name: str
+    exit: ProcExit
+
+
+@dataclass(frozen=True)
+class CoordinatorLost:
+    """The coordinator ``(node_id, addr, port)`` did not answer heartbeats for ``silent_for`` seconds."""
+
+    coordinator: tuple[int, str, int]
+    silent_for: float
+
+
+@dataclass(frozen=True)
+class CoordinatorBack:
+    """The coordinator answers again after ``failures`` failed heartbeats."""
+
+    failures: int
+
+
+@dataclass(frozen=True)
+class SignalReceived:
+    """The agent received signal ``signum``."""
+
+    signum: int
+
+
+@dataclass(frozen=True)
+class Removed:
+    """The coordinator no longer counts this node (its heartbeat was refused)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """Something this node cannot go on after (its registration was refused, say)."""
+
+    message: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed (the agent's loop wakes at least every ``WORKER_TICK``)."""
+
+
+Event = Union[WorldArrived, ProcessExited, DaemonExited, CoordinatorLost, CoordinatorBack, SignalReceived, Removed,
+              Fatal, Tick]

@@ -1,0 +1,160 @@
+"""World pushes and probes: the coordinator's I/O for the decisions ``coordinator.Coordinator`` takes.
+
+A world goes to all of its members along the tree (``tree.Layout``: the coordinator sends at most
+``tree_fanout`` copies, and every node relays to its own children), and directly to nodes outside it
+(told that they were removed). A probe asks a silent or refusing node's agent whether it is up. Both
+run in background threads over the peer transport. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Callable, Sequence
+
+from runtime.agent import contract
+from runtime.agent.errors import TransportError
+from runtime.agent.membership.actions import Probe, Push
+from runtime.agent.membership.tree import Layout, layout
+from runtime.agent.net.peer import Answer, Exchange, PeerTransport
+from runtime.agent.world import TERMINAL, Node, World
+
+RELAY = "relay"
+"""Key of a pushed world's body: ``true`` asks the receiver to send the world on to its tree children."""
+PROBE_CONCURRENCY = 32
+"""Probes in flight at once from the coordinator, so that many silent nodes make no thundering herd."""
+
+
+class WorldPusher:
+    """Sends worlds to other nodes.
+
+    Args:
+        node_id: this node's id.
+        transport: the peer transport.
+        width: children per node in the tree.
+        threshold: members at or above which worlds travel the tree.
+        ttl: seconds a push may take (the heartbeat TTL; the node's heartbeat fetches a world it missed).
+        clock: monotonic clock, seconds.
+        say: writes one line to the agent's log.
+        delivered: called with a node that accepted a world, the world's generation and the time.
+        refused: called with a node whose connection was refused (so the coordinator probes it now).
+    """
+
+    def __init__(self, node_id: int, transport: PeerTransport, width: int, threshold: int, ttl: float,
+                 clock: Callable[[], float], say: Callable[[str], None],
+                 delivered: Callable[[Node, int, float], None], refused: Callable[[Node], None]) -> None:
+        self._node_id = node_id
+        self._transport = transport
+        self._width = width
+        self._threshold = threshold
+        self._ttl = ttl
+        self._clock = clock
+        self._say = say
+        self._delivered = delivered
+        self._refused = refused
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.sent = 0
+        """Worlds other nodes accepted from this one."""
+
+    def tree(self, world: World) -> Layout:
+        """The tree over ``world``'s members."""
+        return layout(len(world.nodes), self._width, self._threshold)
+
+    def push(self, push: Push) -> bool:
+        """Send ``push.world`` to its targets other than this node: along the tree when it goes to all
+        the world's members, else directly; directly to targets outside the world.
+
+        Returns:
+            Whether this node is a target (the caller takes the world itself).
+        """
+        world, me = push.world, self._node_id
+        others = [n for n in push.targets if n.node_id != me]
+        members = {n.node_id for n in push.targets if world.has(n.node_id)}
+        if len(members) == len(world.nodes) and self.tree(world).tree:
+            self._send(world, self._heads(world), relay=True)
+            others = [n for n in others if not world.has(n.node_id)]
+        self._send(world, others, relay=False)
+        return any(n.node_id == me for n in push.targets)
+
+    def relay(self, world: World) -> None:
+        """Send ``world``, received for relaying, on to this node's tree children."""
+        if world.has(self._node_id):
+            tree = self.tree(world)
+            children = tree.children(world.node_rank_of(self._node_id))
+            self._send(world, [world.nodes[c] for c in children], relay=True)
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for each push still being sent."""
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _heads(self, world: World) -> list[Node]:
+        """Where the coordinator sends a world for relaying: the root's children when it is the root
+        (as it is unless it failed over), else the root, whose subtree is the whole world."""
+        if world.nodes[0].node_id != self._node_id:
+            return [world.nodes[0]]
+        return [world.nodes[c] for c in self.tree(world).children(0)]
+
+    def _send(self, world: World, targets: Sequence[Node], relay: bool) -> None:
+        """Send ``world`` to ``targets`` from one background thread, all at once (a transport batch):
+        a thread per target made the receiving handler of a relayed world wait on thread starts."""
+        if not targets:
+            return
+        body = json.dumps({**world.to_json(), RELAY: relay}).encode()
+        thread = threading.Thread(target=self._deliver, args=(world, tuple(targets), body), name="push", daemon=True)
+        thread.start()
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
+    def _deliver(self, world: World, targets: tuple[Node, ...], body: bytes) -> None:
+        exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_WORLD, body) for n in targets]
+        answers: list[Answer] = []
+        self._transport.batch(exchanges, self._clock() + self._ttl).run(answers.append)
+        now, final = self._clock(), world.status in TERMINAL
+        for answer in answers:
+            node = targets[answer.index]
+            if not answer.ok:
+                if final:
+                    continue  # the job is over: a node already gone has nothing left to learn
+                self._say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): "
+                          f"{answer.problem}")
+                if answer.refused:
+                    self._refused(node)
+                continue
+            with self._lock:
+                self.sent += 1
+            self._delivered(node, world.generation, now)
+
+
+class Prober:
+    """Asks a silent or refusing node's agent whether it is up (``GET /healthz``), from a background
+    thread, at most :data:`PROBE_CONCURRENCY` at once.
+
+    Args:
+        transport: the peer transport.
+        timeout: seconds a probe may take (``HeartbeatTiming.probe_timeout``).
+        answered: called with the probe, whether the agent answered, and the reason (with how it failed).
+    """
+
+    def __init__(self, transport: PeerTransport, timeout: float,
+                 answered: Callable[[Probe, bool, str], None]) -> None:
+        self._transport = transport
+        self._timeout = timeout
+        self._answered = answered
+        self._slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
+
+    def probe(self, probe: Probe) -> None:
+        """Probe ``probe.node`` in the background."""
+        threading.Thread(target=self._probe, args=(probe,), name="probe", daemon=True).start()
+
+    def _probe(self, probe: Probe) -> None:
+        node = probe.node
+        exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ)
+        with self._slots:
+            answer = self._transport.exchange(exchange, self._timeout)
+        try:
+            answer.result(exchange)
+        except TransportError as exc:
+            self._answered(probe, False, f"{probe.reason}, and a direct probe failed: {exc}")
+            return
+        self._answered(probe, True, probe.reason)

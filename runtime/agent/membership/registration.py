@@ -1,0 +1,98 @@
+"""Registration: find the coordinator and ask to join, retrying with backoff until the quorum timeout.
+Runs in a thread of its own; what it cannot get past ends in a ``Fatal`` event. Standard library only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from runtime.agent import contract
+from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
+from runtime.agent.membership.events import Fatal
+from runtime.agent.net.peer import Exchange, PeerTransport
+from runtime.agent.net.resolver import Resolver
+from runtime.agent.net.transport import DEFAULT_TIMEOUT, encode
+
+FIRST_RETRY = 0.05
+"""Seconds before the first retry of a registration no coordinator answered; doubled each time."""
+LAST_RETRY = 1.0
+"""Most seconds between two registration attempts."""
+
+
+class Registration:
+    """Registers this node with the coordinator.
+
+    Args:
+        host: the coordinator's host name (resolved first, unless :attr:`address` has an address).
+        body: the registration's ``PUT /members`` body (this node, ``"state": "joining"``).
+        quorum_timeout: seconds to keep trying.
+        transport: the peer transport.
+        resolver: name resolution.
+        address: returns the coordinator's known ``(address, port)`` (``address`` empty when unknown).
+        resolved: called with the coordinator's ``(address, port)`` once its name resolved.
+        on_fatal: called with what ends the node (refused, unreachable, unresolvable).
+        stopping: set when the agent stops.
+        clock: monotonic clock, seconds.
+    """
+
+    def __init__(self, host: str, body: dict[str, object], quorum_timeout: float, transport: PeerTransport,
+                 resolver: Resolver, address: Callable[[], tuple[str, int]],
+                 resolved: Callable[[tuple[str, int]], None], on_fatal: Callable[[Fatal], None],
+                 stopping: threading.Event, clock: Callable[[], float]) -> None:
+        self._host = host
+        self._body = body
+        self._timeout = quorum_timeout
+        self._transport = transport
+        self._resolver = resolver
+        self._address = address
+        self._resolved = resolved
+        self._on_fatal = on_fatal
+        self._stopping = stopping
+        self._clock = clock
+        self.registered = threading.Event()
+        """Set once the coordinator took the registration; cleared by :meth:`start`."""
+
+    def start(self, delay: float) -> None:
+        """Register from a background thread after ``delay`` seconds.
+
+        A node dropped from the world waits one TTL before it asks to come back (as Kubernetes backs
+        off a crashing container), so the survivors can re-form their process group first instead of
+        being interrupted again mid-rendezvous.
+        """
+        self.registered.clear()
+        threading.Thread(target=self.register, args=(delay,), name="register", daemon=True).start()
+
+    def register(self, delay: float) -> None:
+        """Wait ``delay`` seconds, then register (this thread), retrying until the quorum timeout."""
+        if self._stopping.wait(delay):
+            return
+        deadline = self._clock() + self._timeout
+        host, port = self._address()
+        if not host:
+            try:
+                host = self._resolver.resolve(self._host, self._timeout)
+            except RendezvousError as exc:
+                self._on_fatal(Fatal(str(exc), contract.EXIT_RENDEZVOUS))
+                return
+            self._resolved((host, port))
+        retry = FIRST_RETRY
+        exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(self._body))
+        while not self._stopping.is_set():
+            try:
+                self._transport.exchange(exchange, DEFAULT_TIMEOUT).result(exchange)
+                self.registered.set()
+                return
+            except Unauthorized as exc:
+                self._on_fatal(Fatal(f"the coordinator refused this node's token: {exc}", contract.EXIT_RENDEZVOUS))
+                return
+            except TransportError as exc:
+                if exc.status is not None:
+                    self._on_fatal(Fatal(f"registration refused: {exc}", contract.EXIT_RENDEZVOUS))
+                    return
+                if self._clock() + retry > deadline:
+                    self._on_fatal(Fatal(f"coordinator {host}:{port} unreachable for {self._timeout:g} s: {exc}",
+                                         contract.EXIT_RENDEZVOUS))
+                    return
+            self._stopping.wait(retry)
+            retry = min(retry * 2, LAST_RETRY)

@@ -1,0 +1,164 @@
+"""The agent's own HTTP routes: ``GET /info``, ``GET``/``PUT /members``, ``POST /world`` (service mode's
+``/call`` and ``/exec`` are ``service.dispatch``'s). Handler threads only validate, decide through
+the coordinator (``membership.coordination``) and hand what follows to the agent's loop; this is where
+a membership refusal becomes an HTTP status. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from runtime.agent import contract
+from runtime.agent.errors import HttpError, MembershipRefused, NotAMember
+from runtime.agent.membership.actions import CoordinatorAction
+from runtime.agent.membership.coordination import Coordination
+from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.events import WorldArrived
+from runtime.agent.membership.heartbeat import Liveness
+from runtime.agent.membership.push import RELAY, WorldPusher
+from runtime.agent.net.server import Request, Response, Routes
+from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.world import Failure, Node, World
+
+
+def status_of(refusal: MembershipRefused) -> int:
+    """The HTTP status a membership refusal is answered with: 400 for a node id outside the job, else 409."""
+    return 400 if isinstance(refusal, NotAMember) else 409
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What ``GET /info`` reports besides the world: requests this agent served, worlds it sent, and
+    service mode's counters (``None`` in batch mode)."""
+
+    requests_served: Callable[[], int]
+    worlds_sent: Callable[[], int]
+    service: Callable[[], Optional[dict[str, int]]]
+
+
+class AgentRoutes:
+    """The membership routes of one agent.
+
+    Args:
+        settings: the agent's settings.
+        world: returns the node's current world (``None`` before one).
+        coordination: this node's coordinator role.
+        children: what this node hears from its tree children (it forwards their ages upward).
+        pusher: relays a world pushed for relaying to this node's tree children.
+        actions: takes the coordinator's actions (to the agent's loop).
+        arrived: takes a world pushed to this node (to the agent's loop).
+        counters: the numbers ``/info`` reports.
+        clock: monotonic clock, seconds.
+    """
+
+    def __init__(self, settings: AgentSettings, world: Callable[[], Optional[World]], coordination: Coordination,
+                 children: Liveness, pusher: WorldPusher, actions: Callable[[list[CoordinatorAction]], None],
+                 arrived: Callable[[WorldArrived], None], counters: Counters, clock: Callable[[], float]) -> None:
+        self._settings = settings
+        self._world = world
+        self._coordination = coordination
+        self._children = children
+        self._pusher = pusher
+        self._actions = actions
+        self._arrived = arrived
+        self._counters = counters
+        self._clock = clock
+
+    def routes(self) -> Routes:
+        """The routes, by method and path."""
+        return {
+            ("GET", contract.ROUTE_INFO): self.info,
+            ("GET", contract.ROUTE_MEMBERS): self.members,
+            ("PUT", contract.ROUTE_MEMBERS): self.member,
+            ("POST", contract.ROUTE_WORLD): self.world,
+        }
+
+    def info(self, _request: Request) -> Response:
+        """``GET /info``: this node, its world and its counters."""
+        world, spec, node = self._world(), self._settings.spec, self._settings.node
+        return Response(200, {
+            "job": spec.job_name, "node_id": node.node_id,
+            "node_rank": world.node_rank_of(node.node_id) if world and world.has(node.node_id) else None,
+            "addr": node.advertise_address, "num_proc": spec.num_proc,
+            "generation": world.generation if world else 0, "status": world.status if world else "forming",
+            "mode": spec.mode, "distribution": spec.distribution, "coordinator": self._coordination.active,
+            "requests_served": self._counters.requests_served(), "worlds_sent": self._counters.worlds_sent(),
+            "service": self._counters.service(),
+        })
+
+    def members(self, _request: Request) -> Response:
+        """``GET /members``: the coordinator's membership view."""
+        snapshot = self._coordination.use(lambda c: c.snapshot(self._clock()))
+        if snapshot is None:
+            raise HttpError(404, "membership is served by the coordinator (node 0)")
+        return Response(200, snapshot)
+
+    def member(self, request: Request) -> Response:
+        """``PUT /members``: a node registers, reports its processes, or beats (to its parent or here).
+
+        Raises:
+            HttpError: 400 for a bad body, 404 for a registration or report to a node that does not
+                coordinate, 400/409 for what the coordinator refuses (:func:`status_of`).
+        """
+        body = request.body
+        try:
+            node = Node(int(body["node_id"]), str(body["addr"]), int(body["port"]), int(body["num_proc"]))
+            state = str(body.get("state", "joining"))
+            generation = int(body.get("generation", 0))
+            failure = Failure.from_json(body["failure"]) if body.get("failure") else None
+            ages = {int(k): float(v) for k, v in (body.get("ages") or {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise HttpError(400, f"bad membership body: {exc!r}") from None
+        if state == "alive":
+            return self._beat(node.node_id, generation, ages)
+        if not self._coordination.active:
+            raise HttpError(404, "registration goes to the coordinator")
+        message = str(body.get("message", ""))
+        try:
+            actions = self._coordination.decide(
+                lambda c: c.register(node, self._clock()) if state == "joining"
+                else c.report(node.node_id, generation, state, failure, message))
+        except MembershipRefused as exc:
+            raise HttpError(status_of(exc), str(exc)) from None
+        if actions:
+            self._actions(actions)
+        world = self._coordination.use(lambda c: c.world)
+        return Response(200, {"generation": world.generation if world else 0})
+
+    def _beat(self, node_id: int, generation: int, ages: dict[int, float]) -> Response:
+        """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent)."""
+        now = self._clock()
+        if self._coordination.active:
+            def beat(c: Coordinator) -> Optional[World]:
+                c.heartbeat(node_id, ages, now)
+                return c.world
+
+            try:
+                world = self._coordination.use(beat)
+            except MembershipRefused as exc:
+                raise HttpError(status_of(exc), str(exc)) from None
+        else:
+            world = self._world()
+            behind = world is None or world.generation < generation
+            if not behind and world is not None and not world.has(node_id):
+                raise HttpError(409, f"node {node_id} is not in this node's world; register again")
+            self._children.beat(node_id, now)
+            self._children.merge(ages, now)
+        reply: dict[str, Any] = {"generation": world.generation if world else 0}
+        if world is not None and world.generation > generation:
+            reply["world"] = world.to_json()
+        return Response(200, reply)
+
+    def world(self, request: Request) -> Response:
+        """``POST /world``: a new world; with ``"relay": true``, also sent on to this node's subtree."""
+        try:
+            world = World.from_json(request.body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HttpError(400, f"bad world: {exc!r}") from None
+        if world.job != self._settings.spec.job_name:
+            raise HttpError(409, f"world of job {world.job!r} sent to job {self._settings.spec.job_name!r}")
+        self._arrived(WorldArrived(world))
+        if request.body.get(RELAY) is True:
+            self._pusher.relay(world)
+        return Response(200, {"accepted": world.generation})

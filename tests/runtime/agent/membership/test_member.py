@@ -1,0 +1,232 @@
+"""The node side's decisions with a fake clock: worlds, process exits, signals, the coordinator lost,
+rejoining; the twin of test_coordinator.py."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+import pytest
+
+from runtime.agent import contract
+from runtime.agent.execution.procs import ProcExit
+from runtime.agent.membership.actions import (
+    DeliverChange,
+    Exit,
+    Finish,
+    PassOn,
+    Register,
+    Report,
+    Say,
+    StartGeneration,
+    StopJob,
+    StopProcesses,
+    TakeOver,
+)
+from runtime.agent.membership.events import (
+    CoordinatorBack,
+    CoordinatorLost,
+    DaemonExited,
+    Fatal,
+    ProcessExited,
+    Removed,
+    SignalReceived,
+    Tick,
+    WorldArrived,
+)
+from runtime.agent.membership.member import WORLD_WAIT_MARGIN, Member, MemberState
+from runtime.agent.spec.signals import DEFAULT_SIGNALS
+from runtime.agent.world import FAILED, STOPPED, SUCCEEDED, Node, World
+
+COORDINATOR = (0, "10.0.0.0", 32300)
+
+
+def world(generation: int = 1, nodes: tuple[int, ...] = (0, 1, 2), restart_count: int = 0,
+          distribution: str = "spmd", num_proc: int = 2) -> World:
+    return World(job="j", generation=generation, restart_count=restart_count, max_restarts=2,
+                 nodes=tuple(Node(i, f"10.0.0.{i}", 32300, num_proc) for i in nodes), master_port=29500,
+                 distribution=distribution, coordinator=COORDINATOR)
+
+
+def member(node_id: int = 1, elastic: bool = False, local_world_size: int = 2, signals: str = DEFAULT_SIGNALS,
+           coordinating: bool = False) -> Member:
+    return Member(node_id, local_world_size, elastic, signals, ttl=3.0, quorum_timeout=10.0,
+                  coordinating=coordinating)
+
+
+def exited(local_rank: int, code: int, generation: int = 1, requested: bool = False) -> ProcessExited:
+    return ProcessExited(ProcExit(generation, local_rank, 2 + local_rank, code, ("boom",), 100.0 + local_rank,
+                                  requested))
+
+
+def kinds(actions: tuple) -> list[type]:
+    return [type(a) for a in actions]
+
+
+def running(m: Member, w: World | None = None) -> Member:
+    m.start(0.0)
+    m.handle(WorldArrived(w or world()), 1.0)
+    return m
+
+
+def test_a_node_registers_at_start_and_gives_up_without_a_world_by_the_deadline():
+    m = member()
+    assert m.start(5.0) == (Register(0.0),) and m.state is MemberState.JOINING
+    deadline = 5.0 + 10.0 + WORLD_WAIT_MARGIN
+    assert m.handle(Tick(), deadline) == ()
+    actions = m.handle(Tick(), deadline + 0.1)
+    assert kinds(actions) == [Say, Exit] and actions[-1] == Exit(contract.EXIT_RENDEZVOUS)
+    assert "giving up" in actions[0].message and m.state is MemberState.FINISHED
+    assert m.handle(WorldArrived(world()), deadline + 1) == (), "a finished node decides nothing more"
+
+
+def test_the_coordinator_never_gives_up_waiting_for_its_own_world():
+    m = member(node_id=0, coordinating=True)
+    m.start(0.0)
+    assert m.handle(Tick(), 1e9) == ()
+
+
+def test_a_first_world_starts_the_processes_and_an_older_or_repeated_one_is_ignored():
+    m = member()
+    m.start(0.0)
+    first = world(generation=2)
+    assert m.handle(WorldArrived(first), 1.0) == (StopProcesses(), StartGeneration(first))
+    assert m.state is MemberState.RUNNING and m.running_generation == 2
+    assert m.handle(WorldArrived(first), 1.1) == ()
+    assert m.handle(WorldArrived(world(generation=1)), 1.2) == ()
+    assert m.handle(Tick(), 1e9) == (), "a node with a world never times out"
+
+
+def test_a_membership_change_in_the_same_restart_epoch_is_delivered_to_the_live_processes():
+    m = running(member(elastic=True))
+    grown = world(generation=2, nodes=(0, 1, 2, 3))
+    assert m.handle(WorldArrived(grown), 2.0) == (DeliverChange(world(), grown),)
+    assert m.running_generation == 1, "the processes keep running: the change reached them"
+
+
+def test_a_restart_stops_and_starts_the_processes_as_a_new_generation():
+    m = running(member())
+    restarted = world(generation=2, restart_count=1)
+    assert m.handle(WorldArrived(restarted), 2.0) == (StopProcesses(), StartGeneration(restarted))
+    assert m.running_generation == 2
+
+
+@pytest.mark.parametrize(("status", "said"), [(FAILED, "job failed: rank 3 exited"), (STOPPED, "job stopped: bye"),
+                                              (SUCCEEDED, None)])
+def test_a_verdict_stops_the_processes_records_it_and_exits_with_its_code(status: str, said: str | None):
+    m = running(member())
+    verdict = world().finished(status, "rank 3 exited; details" if status == FAILED else "bye", 7)
+    actions = m.handle(WorldArrived(verdict), 2.0)
+    assert actions[0] == StopProcesses() and actions[-2:] == (Finish(verdict), Exit(7))
+    assert [a.message for a in actions if isinstance(a, Say)] == ([said] if said else [])
+
+
+def test_the_coordinator_says_nothing_of_its_own_verdict():
+    m = running(member(node_id=0, coordinating=True))
+    actions = m.handle(WorldArrived(world().finished(FAILED, "x", 1)), 2.0)
+    assert not [a for a in actions if isinstance(a, Say)]
+
+
+def test_left_out_of_a_world_an_elastic_node_registers_again_after_one_ttl_and_a_fixed_one_stops():
+    elastic = running(member(elastic=True))
+    actions = elastic.handle(WorldArrived(world(generation=2, nodes=(0, 2))), 4.0)
+    assert actions[0] == StopProcesses() and actions[-1] == Register(3.0)
+    assert "registering again in 3 s" in actions[1].message
+    assert elastic.state is MemberState.REJOINING and elastic.world is None
+    assert elastic.world_deadline == 4.0 + 3.0 + 10.0 + WORLD_WAIT_MARGIN
+    assert elastic.handle(WorldArrived(world(generation=3)), 8.0)[-1] == StartGeneration(world(generation=3))
+    fixed = running(member())
+    actions = fixed.handle(Removed("the coordinator no longer counts this node"), 4.0)
+    assert actions[0] == StopProcesses() and actions[-1] == Exit(contract.EXIT_RENDEZVOUS)
+    assert "the job is not elastic" in actions[1].message
+
+
+def test_a_failing_process_is_reported_at_once_and_success_once_every_process_exited_0():
+    m = running(member())
+    failing = exited(1, 3)
+    assert m.handle(failing, 2.0) == (Report(1, FAILED, exit=failing.exit),)
+    ok = running(member())
+    assert ok.handle(exited(0, 0), 2.0) == ()
+    assert ok.handle(exited(1, 0), 2.1) == (Report(1, SUCCEEDED),)
+
+
+def test_exits_of_another_generation_or_asked_for_count_for_nothing():
+    m = running(member())
+    assert m.handle(exited(0, 9, generation=0), 2.0) == ()
+    assert m.handle(exited(0, 9, requested=True), 2.0) == ()
+
+
+def test_a_daemon_failure_is_reported_and_its_clean_exit_only_said():
+    m = running(member(local_world_size=0), world(distribution="ray", num_proc=0))
+    ended = ProcExit(1, 0, 1, 2, (), 5.0, False)
+    assert m.handle(DaemonExited("ray worker", ended), 2.0) == (Report(1, FAILED, exit=ended, daemon="ray worker"),)
+    clean = replace(ended, exit_code=0)
+    assert m.handle(DaemonExited("ray worker", clean), 2.0) == (Say("the ray worker daemon exited with code 0"),)
+    spmd = running(member())
+    assert spmd.handle(DaemonExited("ray worker", ended), 2.0) == (), "no daemon runs in an spmd job"
+
+
+def test_a_stop_signal_stops_the_processes_with_itself_tells_the_coordinator_and_exits_128_plus_n():
+    m = running(member())
+    actions = m.handle(SignalReceived(signal.SIGHUP), 2.0)
+    assert actions[1:] == (StopProcesses(signal.SIGHUP), Report(1, STOPPED, message="received SIGHUP", now=True),
+                           Exit(128 + signal.SIGHUP))
+    assert actions[0] == Say("received SIGHUP: stopping processes (SIGHUP to each)")
+    unnamed = running(member(signals="SIGTERM"))
+    assert unnamed.handle(SignalReceived(signal.SIGINT), 2.0)[1] == StopProcesses(signal.SIGTERM)
+
+
+def test_the_coordinator_receiving_a_stop_signal_stops_the_whole_job():
+    m = running(member(node_id=0, coordinating=True))
+    actions = m.handle(SignalReceived(signal.SIGTERM), 2.0)
+    assert StopJob("the coordinator received SIGTERM", 128 + signal.SIGTERM) in actions and actions[-1] == Exit(143)
+
+
+def test_a_named_notice_signal_is_passed_on_and_an_unnamed_one_ignored():
+    m = running(member(signals="SIGTERM,SIGUSR1"))
+    assert m.handle(SignalReceived(signal.SIGUSR1), 2.0) == (PassOn(signal.SIGUSR1),)
+    [said] = m.handle(SignalReceived(signal.SIGUSR2), 2.0)
+    assert said.message == ("received SIGUSR2, which TORCHELASTIC_SIGNALS_TO_HANDLE (SIGTERM,SIGUSR1) does not name: "
+                            "ignored")
+    assert m.state is MemberState.RUNNING
+
+
+def test_the_lowest_survivor_takes_over_a_lost_coordinator_of_an_elastic_job():
+    successor = running(member(node_id=1, elastic=True))
+    [said, take_over] = successor.handle(CoordinatorLost(COORDINATOR, 3.5), 5.0)
+    assert take_over == TakeOver(world(), 0) and "node 1 takes over" in said.message
+    assert successor.coordinating and successor.handle(CoordinatorLost(COORDINATOR, 4.0), 6.0) == ()
+    other = running(member(node_id=2, elastic=True))
+    assert other.handle(CoordinatorLost(COORDINATOR, 3.5), 5.0) == ()
+    assert other.handle(CoordinatorLost((9, "x", 1), 3.5), 5.0) == (), "news of another coordinator"
+
+
+def test_a_fixed_size_node_losing_the_coordinator_trains_on_then_stops_with_its_processes():
+    m = running(member())
+    [said] = m.handle(CoordinatorLost(COORDINATOR, 3.2), 5.0)
+    assert "training continues" in said.message and m.state is MemberState.ORPHANED
+    assert m.handle(exited(0, 0), 6.0) == ()
+    actions = m.handle(exited(1, 0), 7.0)
+    assert kinds(actions) == [Say, Exit] and actions[-1] == Exit(0)
+    back = running(member())
+    back.handle(CoordinatorLost(COORDINATOR, 3.2), 5.0)
+    assert back.handle(CoordinatorBack(4), 6.0) == (Say("the coordinator answers again after 4 failed heartbeat(s)"),)
+    assert back.state is MemberState.RUNNING
+
+
+def test_an_orphaned_node_stops_at_its_first_failing_process_with_its_code():
+    m = running(member())
+    m.handle(CoordinatorLost(COORDINATOR, 3.2), 5.0)
+    assert m.handle(exited(1, 5), 6.0)[-1] == Exit(5)
+
+
+def test_a_daemon_only_node_whose_drivers_coordinator_is_lost_stops():
+    m = running(member(local_world_size=0), world(distribution="ray", num_proc=0))
+    actions = m.handle(CoordinatorLost(COORDINATOR, 3.2), 5.0)
+    assert actions[-1] == Exit(contract.EXIT_NODE_LOST) and "serves nobody" in actions[0].message
+
+
+def test_a_fatal_event_ends_the_node_with_its_code():
+    m = member()
+    m.start(0.0)
+    assert m.handle(Fatal("registration refused: 409", 3), 1.0) == (Say("registration refused: 409"), Exit(3))

@@ -1,0 +1,136 @@
+"""Registration and the heartbeat thread over the in-memory transport: what each answer ends in."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from itertools import count
+
+import pytest
+
+from runtime.agent import contract
+from runtime.agent.errors import HttpError
+from runtime.agent.membership.beating import Heartbeats
+from runtime.agent.membership.events import Event, Fatal, Removed, WorldArrived
+from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
+from runtime.agent.membership.registration import Registration
+from runtime.agent.net.resolver import Resolver
+from runtime.agent.net.server import Request, Response
+from runtime.agent.world import Node, World
+from testbed.transport import FakeNetwork, FakeTransport
+
+TOKEN = "registration-token"
+COORDINATOR = ("10.0.0.0", 32300)
+BODY = {"node_id": 1, "addr": "10.0.0.1", "port": 32300, "num_proc": 1, "state": "joining"}
+
+
+def coordinator(network: FakeNetwork, answer) -> list[dict]:
+    """Serve ``PUT /members`` at the coordinator's address with ``answer(body)``; the bodies it got."""
+    received: list[dict] = []
+
+    def members(request: Request) -> Response:
+        received.append(dict(request.body))
+        return answer(request.body)
+
+    network.serve(*COORDINATOR, TOKEN, {("PUT", contract.ROUTE_MEMBERS): members})
+    return received
+
+
+def registration(network: FakeNetwork, token: str = TOKEN, clock=lambda: 0.0) -> tuple[Registration, list[Fatal]]:
+    fatal: list[Fatal] = []
+    resolver = Resolver({"coordinator": COORDINATOR[0]})
+    return Registration("coordinator", BODY, 10.0, FakeTransport(network, token), resolver,
+                        lambda: ("", COORDINATOR[1]), lambda _address: None, fatal.append, threading.Event(),
+                        clock), fatal
+
+
+def test_a_registration_the_coordinator_takes_sets_registered():
+    network = FakeNetwork()
+    received = coordinator(network, lambda _body: Response(200, {"generation": 0}))
+    reg, fatal = registration(network)
+    reg.register(0.0)
+    assert reg.registered.is_set() and not fatal and received == [BODY]
+
+
+def test_a_coordinator_not_up_yet_is_asked_again_until_it_answers():
+    network = FakeNetwork()
+    reg, fatal = registration(network)
+    thread = threading.Thread(target=reg.register, args=(0.0,))
+    thread.start()
+    coordinator(network, lambda _body: Response(200, {"generation": 0}))
+    thread.join(timeout=10)
+    assert reg.registered.is_set() and not fatal
+
+
+@pytest.mark.parametrize(("token", "status", "message"), [
+    (TOKEN, 409, "registration refused: PUT http://10.0.0.0:32300/members: 409 the world formed without node 1"),
+    ("wrong", 200, "the coordinator refused this node's token"),
+])
+def test_a_refusal_ends_the_node_at_once(token: str, status: int, message: str):
+    network = FakeNetwork()
+
+    def answer(_body: object) -> Response:
+        raise HttpError(status, "the world formed without node 1")
+
+    coordinator(network, answer)
+    reg, fatal = registration(network, token=token)
+    reg.register(0.0)
+    [ended] = fatal
+    assert message in ended.message and ended.exit_code == contract.EXIT_RENDEZVOUS
+    assert not reg.registered.is_set()
+
+
+def test_a_coordinator_unreachable_for_the_quorum_timeout_ends_the_node():
+    """The fake clock moves 4 s at each look; nobody serves the coordinator's address."""
+    ticks = count(0, 4)
+    reg, fatal = registration(FakeNetwork(), clock=lambda: float(next(ticks)))
+    reg.register(0.0)
+    [ended] = fatal
+    assert ended.message.startswith("coordinator 10.0.0.0:32300 unreachable for 10 s: ")
+
+
+def beating(network: FakeNetwork, world: World) -> tuple[queue.SimpleQueue[Event], Liveness, threading.Event]:
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+    children, stopping, wake = Liveness(), threading.Event(), threading.Event()
+    state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, 50, 100, now=0.0, jitter=lambda: 0.0)
+    Heartbeats(state, {k: v for k, v in BODY.items() if k != "state"}, FakeTransport(network, TOKEN),
+               lambda: (world, True, False), lambda: COORDINATOR, children, events.put, lambda _line: None,
+               lambda: 0.0, stopping, wake).start()
+    return events, children, stopping
+
+
+def test_beats_carry_the_subtrees_ages_and_bring_back_a_newer_world():
+    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
+                  coordinator=(0, *COORDINATOR))
+    newer = World.from_json({**world.to_json(), "generation": 2})
+    network = FakeNetwork()
+    received = coordinator(network, lambda _body: Response(200, {"generation": 2, "world": newer.to_json()}))
+    events, children, stopping = beating(network, world)
+    children.beat(2, 0.0)
+    try:
+        event = events.get(timeout=10)
+    finally:
+        stopping.set()
+    assert event == WorldArrived(newer)
+    beat = json.loads(json.dumps(received[0]))
+    assert (beat["state"], beat["generation"], beat["node_id"]) == ("alive", 1, 1)
+    assert set(beat["ages"]) <= {"2"}
+
+
+def test_a_beat_the_coordinator_refuses_tells_the_node_it_was_removed():
+    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1)), coordinator=(0, *COORDINATOR))
+    network = FakeNetwork()
+
+    def refuse(_body: object) -> Response:
+        raise HttpError(409, "node 1 is not in the current world; register again")
+
+    coordinator(network, refuse)
+    events, _children, stopping = beating(network, world)
+    try:
+        event = events.get(timeout=10)
+    finally:
+        stopping.set()
+    assert isinstance(event, Removed) and "register again" in event.reason

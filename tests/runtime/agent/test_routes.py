@@ -1,0 +1,101 @@
+"""The agent's membership routes called directly: membership refusals become 400 and 409 here, and
+nowhere else; a parent keeps its children's beats; worlds are checked and relayed."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.agent import contract
+from runtime.agent.errors import HttpError
+from runtime.agent.membership.coordination import Coordination
+from runtime.agent.membership.coordinator import LAST_CALL, Coordinator
+from runtime.agent.membership.heartbeat import Liveness
+from runtime.agent.membership.push import WorldPusher
+from runtime.agent.net.server import Request
+from runtime.agent.routes import AgentRoutes, Counters
+from runtime.agent.world import Node, World
+from testbed.settings import agent_settings
+from testbed.transport import FakeNetwork, FakeTransport
+
+
+def node_body(node_id: int, state: str = "joining", **extra: object) -> dict:
+    return {"node_id": node_id, "addr": f"10.0.0.{node_id}", "port": 32300, "num_proc": 1, "state": state, **extra}
+
+
+def routes(coordinating: bool, world: World | None = None, node_id: int = 0, elastic: bool = True):
+    bounds = {"min_workers": 1, "max_workers": 2} if elastic else {}
+    settings = agent_settings(job_name="j", node_id=node_id, workers=2, quorum_workers=1, **bounds)
+    coordination = Coordination(Coordinator(settings, 0.0) if coordinating else None)
+    network = FakeNetwork()
+    pusher = WorldPusher(node_id, FakeTransport(network, "token"), 50, 100, 3.0, lambda: 0.0, lambda _l: None,
+                         lambda *_a: None, lambda _n: None)
+    decided, arrived, children = [], [], Liveness()
+    agent = AgentRoutes(settings, lambda: world, coordination, children, pusher, decided.extend, arrived.append,
+                        Counters(lambda: 7, lambda: pusher.sent, lambda: None), lambda: 1.0)
+    return agent, coordination, decided, arrived, children
+
+
+def put(agent: AgentRoutes, body: dict) -> dict:
+    return dict(agent.member(Request("PUT", contract.ROUTE_MEMBERS, body, "peer")).body)
+
+
+def test_a_node_outside_the_job_is_answered_400_and_a_late_one_409():
+    agent, coordination, decided, _, _ = routes(coordinating=True)
+    with pytest.raises(HttpError) as outside:
+        put(agent, node_body(5))
+    assert outside.value.status == 400 and "outside this job's 0..1" in str(outside.value)
+    assert put(agent, node_body(0)) == {"generation": 0}
+    coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    grown = put(agent, node_body(1))
+    assert grown["generation"] == 2, "an elastic job admits the late node in a new generation"
+    assert any(type(a).__name__ == "Push" for a in decided)
+    fixed, fixed_coordination, _, _, _ = routes(coordinating=True, elastic=False)
+    put(fixed, node_body(0))
+    fixed_coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    with pytest.raises(HttpError) as late:
+        put(fixed, node_body(1))
+    assert late.value.status == 409 and "formed at generation 1 without node 1" in str(late.value)
+
+
+def test_a_beat_from_outside_the_coordinators_world_is_answered_409_register_again():
+    agent, coordination, _, _, _ = routes(coordinating=True)
+    put(agent, node_body(0))
+    coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    with pytest.raises(HttpError) as info:
+        put(agent, node_body(1, state="alive", generation=1))
+    assert info.value.status == 409 and "register again" in str(info.value)
+
+
+def test_registration_and_reports_go_to_the_coordinator_only():
+    agent, _, _, _, _ = routes(coordinating=False, node_id=1)
+    with pytest.raises(HttpError) as info:
+        put(agent, node_body(1))
+    assert info.value.status == 404
+    with pytest.raises(HttpError) as bad:
+        put(agent, {"node_id": "x"})
+    assert bad.value.status == 400
+
+
+def test_a_parent_keeps_its_childrens_beats_and_sends_a_newer_world_back():
+    world = World(job="j", generation=3, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, "10.0.0.0", 32300, 1), Node(1, "10.0.0.1", 32300, 1)))
+    agent, _, _, _, children = routes(coordinating=False, world=world, node_id=0)
+    reply = put(agent, node_body(1, state="alive", generation=2, ages={"1": 0.5}))
+    assert reply["generation"] == 3 and World.from_json(reply["world"]) == world
+    assert children.age(1, 1.0) == pytest.approx(0.0)
+    with pytest.raises(HttpError) as info:
+        put(agent, node_body(7, state="alive", generation=3))
+    assert info.value.status == 409
+
+
+def test_a_world_of_another_job_is_refused_and_one_of_this_job_taken():
+    agent, _, _, arrived, _ = routes(coordinating=False, node_id=1)
+    ours = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                 nodes=(Node(0, "10.0.0.0", 32300, 1), Node(1, "10.0.0.1", 32300, 1)))
+    other = World.from_json({**ours.to_json(), "job": "k"})
+    with pytest.raises(HttpError) as info:
+        agent.world(Request("POST", contract.ROUTE_WORLD, other.to_json(), "peer"))
+    assert info.value.status == 409
+    assert agent.world(Request("POST", contract.ROUTE_WORLD, ours.to_json(), "peer")).body == {"accepted": 1}
+    assert [e.world for e in arrived] == [ours]
+    assert agent.info(Request("GET", contract.ROUTE_INFO, {}, "peer")).body["requests_served"] == 7

@@ -1,0 +1,92 @@
+"""The launcher's command line: one line naming the flag as typed for bad input, torchrun's
+spellings and forms, --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.launch import build_parser, spec_from_args, validate
+from tests.conftest import ROOT, launch, project_env
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--workers", "0", "x.py"], "--workers"),
+        (["--workers", "2", "--quorum-workers", "3", "examples/ddp_digits.py"], "--quorum-workers"),
+        (["--workers", "2", "does/not/exist.py"], "SCRIPT"),
+        (["--master-port", "70000", "examples/ddp_digits.py"], "--master-port"),
+        (["--nnodes", "2", "--master_port", "65500", "x.py"], "--master_port: the job uses 66 ports from it"),
+        (["--num-proc", "two", "examples/ddp_digits.py"], "--num-proc"),
+        (["--nnodes", "0", "x.py"], "--nnodes: must be 1 or more (got 0)"),
+        (["--nproc-per-node", "0", "x.py"], "--nproc-per-node: must be 1 or more (got 0)"),
+        (["--nproc_per_node", "0", "x.py"], "--nproc_per_node: must be 1 or more (got 0)"),
+        (["--nnodes", "2", "--quorum-workers", "3", "x.py"], "from 1 to --nnodes (2)"),
+        (["--max_restarts", "-1", "x.py"], "--max_restarts: must be 0 or more"),
+        (["--mode", "service", "examples/ddp_digits.py"], "SCRIPT"),
+        (["--workers", "2"], "SCRIPT"),
+        (["--mode", "service", "--tree-fanout", "1"], "--tree-fanout"),
+        (["--mode", "service", "--tree-threshold", "0"], "--tree-threshold"),
+        (["--mode", "rpc"], "--mode"),
+        (["--mode", "service", "--pythonpath", "no/such/dir"], "--pythonpath"),
+        (["--no-python", "-m", "pkg.train"], "--no-python"),
+        (["--mode", "service", "--no-python"], "--no-python"),
+        (["--nnodes", "1:x", "x.py"], "expected N or MIN:MAX nodes, got '1:x'"),
+        (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got 3:2)"),
+        (["--nproc_per_node", "two", "x.py"], "argument --nproc_per_node: expected a number of processes, or "
+                                              "auto, cpu, gpu or xpu, got 'two'"),
+        (["--nproc-per-node=two", "x.py"], "argument --nproc-per-node: expected a number of processes"),
+        (["--nproc_per_node", "two", "x.py", "--num-proc", "3"], "argument --nproc_per_node: expected a number"),
+        (["--nproc-per-node", "gpu", "x.py"], "--nproc-per-node: Cuda is not available."),
+        (["--nproc", "2", "x.py"], "unrecognized arguments: --nproc"),
+        (["--signals-to-handle", "SIGTERM,SIGNOPE", "x.py"], "--signals-to-handle: 'SIGNOPE' is not a signal"),
+        (["--redirects", "4", "x.py"], "--redirects: '4': '4' is not a stream choice"),
+        (["-t", "0:x", "x.py"], "-t: '0:x': 'x' is not a stream choice"),
+        (["--local_ranks_filter", "0,a", "x.py"], "--local_ranks_filter: '0,a' is not a comma-separated list"),
+        (["--start-method", "thread", "x.py"], "argument --start-method: invalid choice: 'thread'"),
+        (["--node_rank", "one", "x.py"], "argument --node_rank: invalid int value: 'one'"),
+        (["--shutdown-timeout", "-1", "x.py"], "--shutdown-timeout: must be 0 or more seconds (got -1.0)"),
+        (["--nnodes", "1:2", "--min-workers", "1", "x.py"], "--nnodes: MIN:MAX and --min-workers/--max-workers"),
+        (["--nproc-per-node", "2", "--distribution", "ray", "examples/ray_nodes.py"],
+         "--nproc-per-node: a ray job runs one driver"),
+    ],
+)
+def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
+    result = launch(*args, timeout=30)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert flag in lines[0] and "error" in lines[0]
+
+
+def test_help_exits_0_and_an_unknown_command_2():
+    helped = subprocess.run([sys.executable, "-m", "runtime", "--help"], cwd=ROOT, env=project_env(),
+                            capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and "launch" in helped.stdout
+    unknown = subprocess.run([sys.executable, "-m", "runtime", "run"], cwd=ROOT, env=project_env(),
+                             capture_output=True, text=True, timeout=30)
+    assert unknown.returncode == 2 and "usage: python -m runtime launch" in unknown.stderr
+
+
+def test_nnodes_min_max_starts_max_nodes_and_keeps_going_while_min_remain(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    parser = build_parser()
+    ns = parser.parse_args(["--nnodes", "1:3", str(script)])
+    validate(parser, ns)
+    spec = spec_from_args(ns)
+    assert (spec.workers, spec.min_workers, spec.max_workers) == (3, 1, 3)
+
+
+@pytest.mark.parametrize(("spelling", "dest", "value"), [
+    ("--nnodes", "workers", 3), ("--nproc-per-node", "num_proc", 3), ("--nproc_per_node", "num_proc", 3),
+    ("--max_restarts", "max_restarts", 2), ("--master_port", "master_port", 0), ("--log_dir", "log_dir", "logs"),
+])
+def test_torchrun_spellings_are_accepted(spelling: str, dest: str, value: object):
+    ns = build_parser().parse_args([spelling, str(value), "train.py", "--lr", "1"])
+    assert getattr(ns, dest) == value
+    assert (ns.script, ns.args) == ("train.py", ["--lr", "1"])
