@@ -1,60 +1,33 @@
 """``DistributedJobArgs``: what to run and how, validated on construction.
 
-Every check raises :class:`~components.errors.InvalidJobArgs` naming the field, the value and the
-fix, so a bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending. The settings a
-job shares with the launcher, ``LocalJobSpec`` and the computes (:data:`SHARED`) take their default, their
-checks and their documentation from the one job spec (``runtime.agent.spec.job``); the checks here add what
-Kubernetes needs on top of it. A field that
-takes a ``pulumi.Input`` has a check of its own (:data:`INPUT_CHECKS`), run at once on a plain value and
-when known on an Output (``components.outputs``); the checks across fields look at such a field only to
-see whether it is set.
+Every check raises :class:`~components.errors.InvalidJobArgs` naming the field, the value and the fix, so a
+bad stack config fails at ``pulumi preview`` instead of as a pod stuck in Pending. The settings a job shares
+with the launcher, ``LocalJobSpec`` and the computes (:data:`SHARED`) take their default, their checks and
+their documentation from the one job spec (``runtime.agent.spec.job``). A field that takes a ``pulumi.Input``
+has a check of its own (``components.job.inputchecks``), run at once on a plain value and when known on an
+Output (``components.outputs``); the checks across fields (``components.job.rules``: the spec's, then what
+Kubernetes adds) look at such a field only to see whether it is set.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
 
 import pulumi
 
-from components import arguments, docs, outputs, validate
-from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
+from components import arguments, docs, outputs
+from components.capabilities import NO_GANG
 from components.errors import InvalidJobArgs
-from components.job import checks
+from components.job import checks, inputchecks
 from runtime.agent import contract
-from runtime.agent.errors import SpecError
-from runtime.agent.execution import controller
-from runtime.agent.execution.environment import reserved_ports
-from runtime.agent.spec.job import PORT_FIX, SETTINGS, SINGLE_CONTROLLER, JobSpec, default
+from runtime.agent.spec.job import SETTINGS, JobSpec, default
 
 INDEXED_JOB = "indexed-job"
 PYTORCHJOB = "pytorchjob"
 STATEFULSET = "statefulset"
 BACKENDS = (INDEXED_JOB, PYTORCHJOB, STATEFULSET)
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
-PEER_KEYS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
-MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-PROCESS_ENV = (
-    contract.WORLD_SIZE, contract.RANK, contract.LOCAL_RANK, contract.LOCAL_WORLD_SIZE,
-    contract.NODE_RANK, contract.GROUP_RANK, contract.NODE_WORLD_SIZE, contract.GROUP_WORLD_SIZE,
-    contract.POD_IPS, contract.MASTER_ADDR, contract.MASTER_PORT, contract.TORCHELASTIC_RUN_ID,
-    contract.TORCHELASTIC_RESTART_COUNT, contract.TORCHELASTIC_MAX_RESTARTS,
-    contract.JAX_COORDINATOR_ADDRESS, contract.JAX_NUM_PROCESSES, contract.JAX_PROCESS_ID,
-    contract.JAX_LOCAL_DEVICE_IDS, contract.TF_CONFIG, contract.RAY_ADDRESS, contract.MONARCH_WORKER_ADDRESSES,
-    contract.POD_IP, contract.POD_NAME, contract.POD_NAMESPACE, contract.JOB_COMPLETION_INDEX,
-    "PYTHONPATH",
-)
-"""Variables the component or the agent sets; user ``env`` may not override them."""
-RESERVED_ENV_PREFIX = "TRAINPLANE_"
-OWNED_LABELS = (
-    contract.LABEL_NAME, contract.LABEL_INSTANCE, contract.LABEL_COMPONENT, contract.LABEL_PART_OF,
-    contract.LABEL_MANAGED_BY, contract.LABEL_JOB,
-)
 DEFAULT_BACKOFF_LIMIT = 3
 """Failed pods of an elastic batch job that Kubernetes replaces before it fails the job."""
 STATEFULSET_HASH_SUFFIX = 11
@@ -210,22 +183,14 @@ class DistributedJobArgs:
             value = getattr(self, f.name)
             if f.name not in INPUT_FIELDS:
                 checks.require_plain(f.name, value, _plain_type(str(f.type)))
-                object.__setattr__(self, f.name, _frozen(value))
+                object.__setattr__(self, f.name, inputchecks.frozen(value))
             elif outputs.unresolved(value):
                 object.__setattr__(self, f.name, outputs.checked(value, INPUT_CHECKS[f.name]))
             else:
                 object.__setattr__(self, f.name, INPUT_CHECKS[f.name](value))
-        _validate_program(self)
-        _validate_size(self)
-        _validate_shared(self)
-        _validate_modes(self)
-        _validate_elastic(self)
-        _validate_restarts(self)
-        _validate_scheduling(self)
-        _validate_pod(self)
-        _validate_network(self)
-        _validate_single_controller(self)
-        _validate_port_block(self)
+        from components.job import rules  # it reads this module's names, so it is imported once they exist
+
+        rules.validate(self)
 
     @classmethod
     def from_inputs(cls, inputs: Mapping[str, Any]) -> DistributedJobArgs:
@@ -328,354 +293,15 @@ def job_spec(job_name: str, args: DistributedJobArgs, entrypoint: tuple[str, ...
     return replace(args.spec, job_name=job_name, entrypoint=entrypoint, daemon_args=daemon_args)
 
 
-def validate_job_name(name: str, args: DistributedJobArgs) -> None:
-    """Check the job name: a plain RFC 1035 label short enough for every name derived from it.
-
-    Derived names: Indexed Job pod host names ``<name>-<index>`` (63 characters), StatefulSet
-    revision-hash labels ``<name>-<hash>`` (the name at most 52), PyTorchJob pods and Services
-    ``<name>-worker-<index>`` and ``<name>-master-0`` (63, the operator's DNS-1035 rule).
-
-    Raises:
-        InvalidJobArgs: the name is not a plain str, breaks the rule, or is too long for ``args``;
-            the message names the derived name that would overflow.
-    """
-    checks.require_plain("name", name, "str")
-    checks.require_dns1035("name", name, max_length=None)
-    derived = longest_derived_name(name, args)
-    if derived.length > validate.MAX_LABEL:
-        raise InvalidJobArgs("name", name, f"the {derived.kind} {derived.text!r} would be {derived.length} "
-                             f"characters; Kubernetes allows {validate.MAX_LABEL}",
-                             f"shorten name to at most {max_name_length(args)} characters")
-
-
-@dataclass(frozen=True)
-class DerivedName:
-    """The longest name Kubernetes derives from a job name, which must stay a 63-character label.
-
-    Attributes:
-        kind: what it names, e.g. ``"pod host name"``.
-        text: the name, with ``<hash>`` standing for a part Kubernetes generates.
-        length: its length in characters, generated parts at their longest.
-    """
-
-    kind: str
-    text: str
-    length: int
-
-
-def longest_derived_name(name: str, args: DistributedJobArgs) -> DerivedName:
-    """The longest label-limited name derived from job ``name`` for ``args``' backend."""
-    backend = args.workload_backend
-    if backend == STATEFULSET:
-        return DerivedName("StatefulSet controller-revision-hash label", f"{name}-<hash>",
-                           len(name) + STATEFULSET_HASH_SUFFIX)
-    if backend == PYTORCHJOB:
-        top = args.max_nodes - 1 if args.elastic else max(args.workers - 2, 0)
-        text = f"{name}-worker-{top}"
-        return DerivedName("PyTorchJob pod and Service name", text, len(text))
-    text = f"{name}-{args.max_nodes - 1}"
-    return DerivedName("pod host name", text, len(text))
-
-
-def max_name_length(args: DistributedJobArgs) -> int:
-    """The longest job name whose derived names still fit, characters."""
-    return validate.MAX_LABEL - longest_derived_name("", args).length
-
-
-def _validate_program(a: DistributedJobArgs) -> None:
-    if a.command is not None:
-        _validate_command(a)
-    if a.script is not None and a.module is not None:
-        raise InvalidJobArgs("script", a.script, f"exactly one of script and module is needed (module="
-                             f"{a.module!r})", "set script to a .py path or module to a dotted module name")
-    entry = next(((n, getattr(a, n)) for n in ("command", "script", "module") if getattr(a, n) is not None), None)
-    if a.mode == "service":
-        if entry is not None:
-            raise InvalidJobArgs(entry[0], entry[1], "service mode runs no entrypoint: its processes serve calls",
-                                 f"unset {entry[0]}; call functions through the client "
-                                 "(runtime.client.JobClient or runtime.workflow)")
-        if a.args:
-            raise InvalidJobArgs("args", a.args, "service mode runs no entrypoint to pass them to",
-                                 "unset args; pass arguments in the calls")
-    elif entry is None:
-        raise InvalidJobArgs("script", a.script, "a batch job needs a script, a module or a command to run",
-                             'set script to a .py path, module to a dotted module name or command to an argv, '
-                             'or use mode="service"')
-    if a.script is not None and (not isinstance(a.script, str) or not a.script):
-        raise InvalidJobArgs("script", a.script, "must be a non-empty path", 'pass e.g. "train.py"')
-    if a.module is not None and (not isinstance(a.module, str) or not MODULE_NAME.match(a.module)):
-        raise InvalidJobArgs("module", a.module, "not a dotted module name", 'pass e.g. "pkg.train"')
-
-
-def _validate_command(a: DistributedJobArgs) -> None:
-    command = a.command
-    _require_strings("command", command, "must be a list of strings: the executable, then its arguments",
-                     'pass e.g. ["bash", "-c", "echo $RANK"]')
-    if not command or not command[0]:
-        raise InvalidJobArgs("command", command, "names no executable",
-                             'put the executable first, e.g. ["/opt/train", "--epochs", "3"]')
-    other = next(((n, getattr(a, n)) for n in ("script", "module") if getattr(a, n) is not None), None)
-    if other is not None:
-        raise InvalidJobArgs("command", command, f"is run instead of a script or module ({other[0]}={other[1]!r})",
-                             f"unset {other[0]} (command runs its argv directly), or unset command")
-
-
-def _validate_size(a: DistributedJobArgs) -> None:
-    checks.require_int("gpus", a.gpus, 0)
-    if a.num_proc == "auto" and a.gpus == 0:
-        raise InvalidJobArgs("num_proc", a.num_proc, "'auto' means one process per GPU but gpus=0",
-                             "set gpus >= 1 or give num_proc as an int")
-    if a.cpus is not None:
-        checks.require_positive_number("cpus", a.cpus)
-    if a.memory is not None:
-        checks.require_quantity("memory", a.memory)
-    if a.shm_size is not None:
-        checks.require_quantity("shm_size", a.shm_size)
-
-
-def _validate_shared(a: DistributedJobArgs) -> None:
-    """The shared settings, each on its own and across each other, as the job spec checks them for every front
-    end; a field carries the setting's name, so the spec's words need no translation."""
-    try:
-        a.spec  # noqa: B018 - building the spec runs its checks
-    except SpecError as error:
-        problem, fix = error.render(str)
-        raise InvalidJobArgs(error.field, getattr(a, error.field), problem, fix) from error
-
-
-def _validate_modes(a: DistributedJobArgs) -> None:
-    if a.backend is not None:
-        checks.require_choice("backend", a.backend, BACKENDS)
-    backend = a.workload_backend
-    if a.mode == "service" and backend != STATEFULSET:
-        raise InvalidJobArgs("backend", backend, "service mode needs a long-running backend; "
-                             "Jobs and PyTorchJobs end when their processes exit",
-                             f'use backend="{STATEFULSET}" (or leave backend unset)')
-    if a.mode == "batch" and backend == STATEFULSET:
-        raise InvalidJobArgs("backend", backend, "a StatefulSet restarts its pods forever, so a batch "
-                             "job would never finish",
-                             f'use "{INDEXED_JOB}" or "{PYTORCHJOB}", or mode="service"')
-    for name, minimum in (("active_deadline_seconds", 1), ("ttl_seconds_after_finished", 0)):
-        value = getattr(a, name)
-        if value is None:
-            continue
-        if a.mode != "batch":
-            what = ("a service job's StatefulSet has no deadline: it runs until the stack removes it"
-                    if name == "active_deadline_seconds" else "a service job's StatefulSet never finishes")
-            raise InvalidJobArgs(name, value, f"applies to batch jobs only; {what}",
-                                 "unset it in service mode (end the job with pulumi destroy, or give the "
-                                 "calls a deadline)")
-        checks.require_int(name, value, minimum)
-    deadline = a.active_deadline_seconds
-    if deadline is not None and deadline <= a.quorum_timeout:
-        raise InvalidJobArgs("active_deadline_seconds", deadline, f"Kubernetes would stop the job before its "
-                             f"quorum_timeout={a.quorum_timeout:g} s runs out, cutting off the agent's report of "
-                             "the nodes that never registered",
-                             f"use more than {a.quorum_timeout:g} seconds, or lower quorum_timeout")
-
-
-def _validate_restarts(a: DistributedJobArgs) -> None:
-    """``backoff_limit`` belongs to elastic batch jobs (see :attr:`DistributedJobArgs.pod_backoff_limit`)."""
-    if a.backoff_limit is None:
-        return
-    checks.require_int("backoff_limit", a.backoff_limit, 0)
-    if a.mode == "service":
-        raise InvalidJobArgs("backoff_limit", a.backoff_limit, "a service job's StatefulSet always replaces "
-                             "its pods", "unset backoff_limit")
-    if not a.elastic:
-        raise InvalidJobArgs("backoff_limit", a.backoff_limit, "a fixed-size job fails on its first pod "
-                             "failure (max_restarts restarts its world inside the pods)",
-                             "unset backoff_limit, or make the job elastic with min_workers and max_workers")
-
-
-def _validate_elastic(a: DistributedJobArgs) -> None:
-    """What Kubernetes adds to the spec's elastic rules: both bounds, a quorum that a fixed-size job can keep,
-    a workload that can grow to ``max_workers``."""
-    if a.quorum_workers is not None and a.min_workers is None and a.quorum_workers < a.workers:
-        raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"a fixed-size job starts with the first "
-                             f"{a.quorum_workers} nodes and refuses the other {a.workers - a.quorum_workers}: their "
-                             "agents exit 3, which fails the job on Kubernetes",
-                             f"unset quorum_workers (wait for all {a.workers}), or make the job elastic with "
-                             f"min_workers <= {a.quorum_workers} and max_workers >= {a.workers}")
-    if (a.min_workers is None) != (a.max_workers is None):
-        raise InvalidJobArgs("min_workers" if a.max_workers is None else "max_workers",
-                             a.min_workers if a.max_workers is None else a.max_workers,
-                             "elastic bounds come in pairs",
-                             "set both min_workers and max_workers, or neither")
-    if a.min_workers is None or a.max_workers is None:
-        return
-    if a.quorum_workers is not None and a.quorum_workers < a.min_workers:
-        raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"the world would form with fewer nodes than "
-                             f"min_workers={a.min_workers}, the fewest it may run with",
-                             f"use a quorum_workers of at least {a.min_workers}, or lower min_workers")
-    if a.workload_backend == INDEXED_JOB and a.max_workers > a.workers:
-        raise InvalidJobArgs("max_workers", a.max_workers, f"an Indexed Job has exactly workers={a.workers} "
-                             "pods, so it can shrink to min_workers but never grow",
-                             f'set max_workers={a.workers}, or use backend="{PYTORCHJOB}" (its Workers scale '
-                             f'up to max_workers), or mode="service" (a {STATEFULSET})')
-
-
-def _validate_scheduling(a: DistributedJobArgs) -> None:
-    checks.require_choice("gang_scheduler", a.gang_scheduler, GANG_SCHEDULERS)
-    if a.cluster_queue is not None and a.gang_scheduler != KUEUE:
-        raise InvalidJobArgs("cluster_queue", a.cluster_queue, "is a Kueue setting",
-                             f'set gang_scheduler="{KUEUE}" or unset cluster_queue')
-    if a.gang_scheduler == KUEUE and a.max_nodes > a.workers:
-        why = (f"Kueue's StatefulSet webhook keeps replicas at {a.workers} while it manages the job (it allows "
-               "scaling only to and from 0)" if a.workload_backend == STATEFULSET else
-               f"Kueue admitted {a.workers} Worker replicas; a resized PyTorchJob no longer matches its admitted "
-               "Workload, which Kueue evicts")
-        raise InvalidJobArgs("max_workers", a.max_workers, f"the job could never grow past workers={a.workers}: "
-                             f"{why}", f"set max_workers={a.workers} (the job may still shrink to min_workers), "
-                             "or use another gang_scheduler")
-    if a.gang_scheduler == KUEUE and (a.queue is None) == (a.cluster_queue is None):
-        raise InvalidJobArgs("queue", a.queue, "Kueue needs exactly one of queue (an existing LocalQueue) "
-                             f"and cluster_queue (cluster_queue={a.cluster_queue!r})",
-                             "set queue to a LocalQueue in the namespace, or cluster_queue to a ClusterQueue")
-    if a.queue is not None and a.gang_scheduler in (NO_GANG, SCHEDULER_PLUGINS):
-        raise InvalidJobArgs("queue", a.queue, f"gang_scheduler={a.gang_scheduler!r} has no queues",
-                             f'unset queue, or use gang_scheduler="{VOLCANO}" or "{KUEUE}"')
-
-
-def _validate_pod(a: DistributedJobArgs) -> None:
-    for name in ("working_dir", "log_dir"):
-        if getattr(a, name) is not None:
-            checks.require_absolute_path(name, getattr(a, name))
-    if a.image_pull_policy is not None:
-        checks.require_choice("image_pull_policy", a.image_pull_policy, PULL_POLICIES)
-
-
-def _validate_network(a: DistributedJobArgs) -> None:
-    checks.require_int("agent_port", a.agent_port, 1)
-    if a.agent_port > 65535:
-        raise InvalidJobArgs("agent_port", a.agent_port, "is not a TCP port", "use 1..65535")
-    if a.master_port == 0:
-        raise InvalidJobArgs("master_port", a.master_port, "0 picks a free port when a job starts on one machine; "
-                             "the pods of a job must know node 0's port in advance", PORT_FIX)
-    if a.agent_port == a.master_port:
-        raise InvalidJobArgs("master_port", a.master_port, "equals agent_port", "give them different ports")
-    checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)
-
-
-# --- the fields that take a pulumi.Input: one check each, returning the value as the args keep it ---
-
-
-def _check_image(value: Any) -> str:
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise InvalidJobArgs("image", value, "must be a non-empty image reference without spaces",
-                             'pass e.g. "python:3.11-slim"')
-    return value
-
-
-def _check_args(value: Any) -> tuple[str, ...]:
-    frozen = _frozen(value)
-    _require_strings("args", frozen, "must be a list of strings", 'quote numbers: ["--epochs", "3"]')
-    return frozen
-
-
-def _check_namespace(value: Any) -> str:
-    checks.require_dns1123_label("namespace", value)
-    return value
-
-
-def _check_env(value: Any) -> Mapping[str, str]:
-    if not isinstance(value, Mapping):
-        raise InvalidJobArgs("env", value, "must be a mapping of names to values", "pass a dict")
-    for key, item in value.items():
-        checks.require_env_name(f"env[{key!r}]", key)
-        if key in PROCESS_ENV or key.startswith(RESERVED_ENV_PREFIX):
-            if key == "PYTHONPATH":
-                fix = "list the directories to import from in pythonpath"
-            elif key in SETTING_FIELDS:
-                fix = f"set the DistributedJobArgs field {SETTING_FIELDS[key]} instead"
-            else:
-                fix = "use the matching DistributedJobArgs field instead"
-            raise InvalidJobArgs(f"env[{key!r}]", item, "is set by trainplane", f"remove it; {fix}")
-        if not isinstance(item, str):
-            raise InvalidJobArgs(f"env[{key!r}]", item, "environment values are strings", "quote it")
-    return _frozen(value)
-
-
-def _check_labels(value: Any) -> Mapping[str, str]:
-    checks.require_labels("labels", value)
-    for key in value:
-        if key in OWNED_LABELS:
-            raise InvalidJobArgs(f"labels[{key!r}]", value[key], "is set by trainplane", "remove it")
-    return _frozen(value)
-
-
-def _check_node_selector(value: Any) -> Mapping[str, str]:
-    checks.require_labels("node_selector", value)
-    return _frozen(value)
-
-
-def _check_tolerations(value: Any) -> tuple[Mapping[str, Any], ...]:
-    frozen = _frozen(value)
-    _require_list("tolerations", frozen)
-    for i, toleration in enumerate(frozen):
-        if not isinstance(toleration, Mapping) or not set(toleration) <= TOLERATION_KEYS:
-            raise InvalidJobArgs(f"tolerations[{i}]", toleration, "not a Kubernetes Toleration",
-                                 f"use a dict with keys from {sorted(TOLERATION_KEYS)}")
-    return frozen
-
-
-def _check_pythonpath(value: Any) -> tuple[str, ...]:
-    frozen = _frozen(value)
-    if not isinstance(frozen, tuple):
-        raise InvalidJobArgs("pythonpath", value, "must be a list of directories",
-                             'pass a list such as ["/app/examples"]')
-    for i, directory in enumerate(frozen):
-        checks.require_absolute_path(f"pythonpath[{i}]", directory)
-        if ":" in directory:
-            raise InvalidJobArgs(f"pythonpath[{i}]", directory, "contains ':', the PYTHONPATH separator",
-                                 "give each directory as its own list item")
-    return frozen
-
-
-def _check_allow_from(value: Any) -> tuple[Mapping[str, Any], ...]:
-    frozen = _frozen(value)
-    _require_list("allow_from", frozen)
-    for i, peer in enumerate(frozen):
-        if not isinstance(peer, Mapping) or not peer or not set(peer) <= PEER_KEYS:
-            raise InvalidJobArgs(f"allow_from[{i}]", peer, "not a NetworkPolicyPeer",
-                                 f"use a dict with keys from {sorted(PEER_KEYS)}")
-    return frozen
-
-
-def _optional_subdomain(name: str) -> Callable[[Any], Optional[str]]:
-    """The check of an optional object name (queue, ClusterQueue, scheduler, service account)."""
-
-    def check(value: Any) -> Optional[str]:
-        if value is not None:
-            checks.require_dns1123_subdomain(name, value)
-        return value
-
-    return check
-
-
-INPUT_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "image": _check_image,
-    "args": _check_args,
-    "namespace": _check_namespace,
-    "env": _check_env,
-    "labels": _check_labels,
-    "node_selector": _check_node_selector,
-    "tolerations": _check_tolerations,
-    "pythonpath": _check_pythonpath,
-    "allow_from": _check_allow_from,
-    **{name: _optional_subdomain(name) for name in ("queue", "cluster_queue", "scheduler_name", "service_account")},
-}
-"""The check of each field that takes a ``pulumi.Input``: it raises :class:`InvalidJobArgs` for an invalid
-value and returns a valid one as the args keep it (collections frozen)."""
-
-
-INPUT_FIELDS = frozenset(INPUT_CHECKS)
-"""The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""
 SHARED = tuple(f.name for f in fields(DistributedJobArgs) if f.name in SETTINGS)
 """The fields that are job spec settings (``runtime.agent.spec.job.SETTINGS``), in declaration order: their
 defaults, checks and descriptions are the spec's."""
 SETTING_FIELDS = {**{SETTINGS[name].env: name for name in SHARED}, contract.AGENT_PORT_SETTING: "agent_port"}
 """The agent setting each such field sets, by environment variable, for the fix of a user ``env`` that sets one."""
+INPUT_CHECKS: dict[str, Callable[[Any], Any]] = {**inputchecks.CHECKS, "env": inputchecks.env_check(SETTING_FIELDS)}
+"""The check of each field that takes a ``pulumi.Input`` (``components.job.inputchecks``)."""
+INPUT_FIELDS = frozenset(INPUT_CHECKS)
+"""The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""
 
 
 def _field_docs() -> dict[str, str]:
@@ -694,15 +320,6 @@ these."""
 docs.document_fields(DistributedJobArgs, FIELD_DOCS)
 
 
-def _frozen(value: Any) -> Any:
-    """Lists and tuples as tuples, mappings as read-only copies, anything else as is."""
-    if isinstance(value, Mapping):
-        return MappingProxyType(dict(value))
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    return value
-
-
 def _plain_type(annotation: str) -> str:
     """A field's annotation as a plain type to name in a message: ``Optional[Sequence[str]]`` ->
     ``list[str]``, ``Union[int, str]`` -> ``int or str``."""
@@ -714,39 +331,3 @@ def _plain_type(annotation: str) -> str:
     return text.replace("Sequence[", "list[").replace("Mapping[", "dict[")
 
 
-def _validate_single_controller(a: DistributedJobArgs) -> None:
-    """The ports a single-controller framework listens on leave ``agent_port`` out (the spec checks the rest)."""
-    dist = a.distribution
-    if dist not in SINGLE_CONTROLLER:
-        return
-    for name, port in controller.ports(dist, a.master_port):  # inside the port block (_validate_port_block)
-        if port == a.agent_port:
-            raise InvalidJobArgs("agent_port", a.agent_port, f"{dist} listens there ({name}: master_port + "
-                                 f"{port - a.master_port})", "give agent_port another port")
-
-
-def _validate_port_block(a: DistributedJobArgs) -> None:
-    """The ports counted up from ``master_port`` (rendezvous per generation, JAX, TensorFlow; see
-    ``contract.RENDEZVOUS_PORT_SPAN``) fit below 65536 and leave ``agent_port`` out. Each pod has its
-    own address, so the TensorFlow block counts one pod's processes."""
-    reserved = reserved_ports(a.procs_per_node)
-    last = a.master_port + reserved - 1
-    if last > 65535:
-        raise InvalidJobArgs("master_port", a.master_port, f"the job uses {reserved} ports from it (rendezvous, "
-                             f"JAX, TensorFlow), up to {last}, beyond the last TCP port",
-                             f"use a master_port of at most {65536 - reserved}")
-    if a.master_port <= a.agent_port <= last:
-        raise InvalidJobArgs("agent_port", a.agent_port, f"inside the ports the job counts up from master_port "
-                             f"({a.master_port}..{last}: rendezvous, JAX, TensorFlow)",
-                             f"give agent_port a port below {a.master_port} or above {last}")
-
-
-def _require_strings(name: str, value: Any, problem: str, fix: str) -> None:
-    """Raise :class:`InvalidJobArgs` for ``name`` unless ``value`` is a list (frozen to a tuple) of strings."""
-    if not isinstance(value, tuple) or not all(isinstance(x, str) for x in value):
-        raise InvalidJobArgs(name, value, problem, fix)
-
-
-def _require_list(name: str, value: Any) -> None:
-    if not isinstance(value, tuple):
-        raise InvalidJobArgs(name, value, "must be a list of dicts", "pass a list (or tuple)")

@@ -190,3 +190,15 @@ def _require_pattern(
         raise InvalidJobArgs(field, value, "not a valid name", f"use {rule}")
     if max_length is not None and len(value) > max_length:
         raise InvalidJobArgs(field, value, f"is {len(value)} characters long", f"shorten it to {max_length}")
+
+
+def require_strings(name: str, value: Any, problem: str, fix: str) -> None:
+    """Raise :class:`InvalidJobArgs` for ``name`` unless ``value`` is a list (frozen to a tuple) of strings."""
+    if not isinstance(value, tuple) or not all(isinstance(x, str) for x in value):
+        raise InvalidJobArgs(name, value, problem, fix)
+
+
+def require_list(name: str, value: Any) -> None:
+    """Raise :class:`InvalidJobArgs` for ``name`` unless ``value`` is a list (frozen to a tuple)."""
+    if not isinstance(value, tuple):
+        raise InvalidJobArgs(name, value, "must be a list of dicts", "pass a list (or tuple)")

@@ -16,11 +16,11 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components.capabilities import ClusterCapabilities
-from components.job.args import INPUT_FIELDS, DistributedJobArgs, validate_job_name
+from components.job.args import INPUT_FIELDS, DistributedJobArgs
 from components.job.bundle import build_bundle
 from components.job.fit import check_fits
 from components.job.inputs import DistributedJobArgsDict
-from components.job.naming import resource_name
+from components.job.naming import resource_name, validate_job_name
 from components.job.render import Manifest, render_job
 from components.tokens import aliased, token
 
@@ -86,7 +86,7 @@ class DistributedJob(pulumi.ComponentResource):
 
         Args:
             name: the job name, also its Kubernetes name: a plain ``str``, a DNS-1035 label short
-                enough for the names derived from it (see :func:`~components.job.args.validate_job_name`).
+                enough for the names derived from it (see :func:`~components.job.naming.validate_job_name`).
             args: what to run and how: a :class:`~components.job.args.DistributedJobArgs`, or a mapping
                 of its fields (a :class:`~components.job.inputs.DistributedJobArgsDict`, as a Pulumi
                 program in another language passes them).

@@ -14,17 +14,18 @@ from typing import Any, Mapping, Optional, cast
 import pulumi
 from kubernetes.utils import parse_quantity
 
-from components.capabilities import NO_GANG, ClusterCapabilities, KueueCapabilities, KueueClusterQueue, KueueFlavor
-from components.errors import InvalidJobArgs
-from components.job.args import (
-    INDEXED_JOB,
+from components.capabilities import (
     KUEUE,
-    PYTORCHJOB,
+    NO_GANG,
     SCHEDULER_PLUGINS,
-    STATEFULSET,
     VOLCANO,
-    DistributedJobArgs,
+    ClusterCapabilities,
+    KueueCapabilities,
+    KueueClusterQueue,
+    KueueFlavor,
 )
+from components.errors import InvalidJobArgs
+from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
 from components.job.pod import cpu_quantity
 from runtime.agent import contract
 

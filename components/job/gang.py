@@ -15,7 +15,8 @@ from typing import Mapping, Optional
 import pulumi
 
 from components.addons.versions import KUEUE_API, SCHEDULER_PLUGINS_SCHEDULER, VOLCANO_API, VOLCANO_SCHEDULER
-from components.job.args import KUEUE, NO_GANG, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, DistributedJobArgs
+from components.capabilities import KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
+from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.naming import JobNames
 from components.outputs import Labels, merged
 

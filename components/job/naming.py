@@ -7,7 +7,10 @@ from typing import Any, Optional
 
 import pulumi
 
-from components.job.args import PYTORCHJOB, DistributedJobArgs
+from components import validate
+from components.errors import InvalidJobArgs
+from components.job import checks
+from components.job.args import PYTORCHJOB, STATEFULSET, STATEFULSET_HASH_SUFFIX, DistributedJobArgs
 from components.outputs import lift
 
 PYTORCH_MASTER = "Master"
@@ -98,3 +101,57 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
         coordinator_fqdn=coordinator_fqdn,
         coordinator_url=lift(lambda fqdn: f"http://{fqdn}:{args.agent_port}", coordinator_fqdn),
     )
+
+
+def validate_job_name(name: str, args: DistributedJobArgs) -> None:
+    """Check the job name: a plain RFC 1035 label short enough for every name derived from it.
+
+    Derived names: Indexed Job pod host names ``<name>-<index>`` (63 characters), StatefulSet
+    revision-hash labels ``<name>-<hash>`` (the name at most 52), PyTorchJob pods and Services
+    ``<name>-worker-<index>`` and ``<name>-master-0`` (63, the operator's DNS-1035 rule).
+
+    Raises:
+        InvalidJobArgs: the name is not a plain str, breaks the rule, or is too long for ``args``;
+            the message names the derived name that would overflow.
+    """
+    checks.require_plain("name", name, "str")
+    checks.require_dns1035("name", name, max_length=None)
+    derived = longest_derived_name(name, args)
+    if derived.length > validate.MAX_LABEL:
+        raise InvalidJobArgs("name", name, f"the {derived.kind} {derived.text!r} would be {derived.length} "
+                             f"characters; Kubernetes allows {validate.MAX_LABEL}",
+                             f"shorten name to at most {max_name_length(args)} characters")
+
+
+@dataclass(frozen=True)
+class DerivedName:
+    """The longest name Kubernetes derives from a job name, which must stay a 63-character label.
+
+    Attributes:
+        kind: what it names, e.g. ``"pod host name"``.
+        text: the name, with ``<hash>`` standing for a part Kubernetes generates.
+        length: its length in characters, generated parts at their longest.
+    """
+
+    kind: str
+    text: str
+    length: int
+
+
+def longest_derived_name(name: str, args: DistributedJobArgs) -> DerivedName:
+    """The longest label-limited name derived from job ``name`` for ``args``' backend."""
+    backend = args.workload_backend
+    if backend == STATEFULSET:
+        return DerivedName("StatefulSet controller-revision-hash label", f"{name}-<hash>",
+                           len(name) + STATEFULSET_HASH_SUFFIX)
+    if backend == PYTORCHJOB:
+        top = args.max_nodes - 1 if args.elastic else max(args.workers - 2, 0)
+        text = f"{name}-worker-{top}"
+        return DerivedName("PyTorchJob pod and Service name", text, len(text))
+    text = f"{name}-{args.max_nodes - 1}"
+    return DerivedName("pod host name", text, len(text))
+
+
+def max_name_length(args: DistributedJobArgs) -> int:
+    """The longest job name whose derived names still fit, characters."""
+    return validate.MAX_LABEL - longest_derived_name("", args).length

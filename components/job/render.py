@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from components.addons.kueue import LOCAL_QUEUE_REPLACED_ON
-from components.job.args import KUEUE, STATEFULSET, DistributedJobArgs, validate_job_name
+from components.capabilities import KUEUE
+from components.job.args import STATEFULSET, DistributedJobArgs
 from components.job.bundle import RuntimeBundle, configmap_manifest
 from components.job.gang import local_queue_manifest, placement, podgroup_manifest
-from components.job.naming import JobNames, job_names
+from components.job.naming import JobNames, job_names, validate_job_name
 from components.job.network import disruption_budget, headless_service, network_policy
 from components.job.pod import TOKEN_KEY, common_labels, size_settings
 from components.job.workloads import workload_manifest

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from components.awaiting import CREATED, WAIT_FOR_ANNOTATION
+from components.capabilities import NO_GANG
 from components.errors import InvalidJobArgs, OperatorRuleError
 from components.job import checks
-from components.job.args import INDEXED_JOB, NO_GANG, PYTORCHJOB, STATEFULSET, DistributedJobArgs
+from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement, pytorch_scheduling_policy
 from components.job.naming import PYTORCH_MASTER, PYTORCH_WORKER, JobNames

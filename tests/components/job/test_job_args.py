@@ -9,7 +9,7 @@ import pytest
 
 from components import DistributedJobArgs
 from components.errors import InvalidJobArgs
-from components.job.args import max_name_length, validate_job_name
+from components.job.naming import max_name_length, validate_job_name
 from tests.components.componenttest import job_args
 
 
