@@ -107,7 +107,7 @@ class Fleet:
             proc.stdin.flush()  # type: ignore[union-attr]
         for proc in self.procs:
             self._line(proc)
-        self.transport = HttpTransport(self.token)
+        self.transport = HttpTransport(self.token, job="bench")
         self.nodes = nodes
 
     @staticmethod

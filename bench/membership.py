@@ -128,7 +128,7 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
             def settled() -> bool:
                 """World formed, and every member heard from (directly or aggregated) within a TTL."""
                 try:
-                    snap = request_json(coordinator, 32300, "GET", "/members", token)
+                    snap = request_json(coordinator, 32300, "GET", "/members", token, job="load")
                 except TransportError:
                     return False
                 seen = [m["last_seen_s"] for m in snap["members"]]
@@ -137,10 +137,10 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
             if not wait_for(settled, settle, interval=1.0):  # a 1,024-member snapshot is ~100 KB: not every 10 ms
                 raise RuntimeError(f"{nodes} lightweight nodes did not settle into one world within {settle:g} s")
             time.sleep(3.0)  # let the heartbeat intervals back off to their cap
-            before = request_json(coordinator, 32300, "GET", "/info", token)["requests_served"]
+            before = request_json(coordinator, 32300, "GET", "/info", token, job="load")["requests_served"]
             time.sleep(window)
-            after = request_json(coordinator, 32300, "GET", "/info", token)["requests_served"]
-            snapshot = request_json(coordinator, 32300, "GET", "/members", token)
+            after = request_json(coordinator, 32300, "GET", "/info", token, job="load")["requests_served"]
+            snapshot = request_json(coordinator, 32300, "GET", "/members", token, job="load")
             if snapshot["generation"] != 1:
                 print(f"  warning: {nodes} nodes: generation moved to {snapshot['generation']} "
                       f"(the machine could not keep every heartbeat within the TTL)", flush=True)

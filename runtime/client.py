@@ -8,6 +8,10 @@ only. Failures are rebuilt from the wire format (``runtime.agent.service.wire``)
 * ``CallTimeout`` - the deadline passed (``pending_ranks``: who had not answered);
 * ``WorkerMembershipChanged`` - the world changed while the call was in flight;
 * ``NodeFailed``, ``CallCancelled`` - a node on the path failed; the call was failed from outside;
+* ``JobEnded`` - the job has ended (``status``, ``reason``: its root cause, ``exit_code``): every call
+  after the end raises it, once the client has learnt the verdict (from a call answered 410, or from
+  ``/info`` right after a call failed with ``NodeFailed`` or no answer), even when nobody answers any
+  more (a failed service job's coordinator keeps answering for a few seconds, then exits);
 * ``Unauthorized`` - 401, wrong or missing token;
 * ``TransportError`` - anything else, with ``status``: 400 malformed call, 409 batch-mode job,
   413 body over the cap, 415 pickle not enabled, 503 job not ready; ``None`` when no answer came.
@@ -18,6 +22,7 @@ httpx's own exceptions are translated at this one boundary (``raise ... from``).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -25,7 +30,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import httpx
 
 from runtime.agent import contract
-from runtime.agent.errors import CallTimeout, TransportError, Unauthorized
+from runtime.agent.errors import CallTimeout, JobEnded, NodeFailed, TransportError, Unauthorized
 from runtime.agent.service.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
 
 ANSWER_SLACK = 10.0
@@ -35,6 +40,11 @@ CONNECT_TIMEOUT = 10.0
 """Seconds to establish a connection to the coordinator."""
 READ_TIMEOUT = 30.0
 """Seconds to wait for ``info()`` and ``members()``."""
+VERDICT_WAIT = 3.0
+"""Seconds a client whose call failed with ``NodeFailed`` (or got no answer) asks ``/info`` whether the
+job ended, before it raises the call's own error."""
+TERMINAL = ("succeeded", "failed", "stopped")
+"""The statuses of a job that has ended (``runtime.agent.world.TERMINAL``)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class JobInfo:
         status: ``forming``, ``running`` or a terminal status.
         mode: ``batch`` or ``service``.
         raw: the whole JSON object.
+        reason: for a job that has ended, why (its root cause, or what stopped it); ``""`` otherwise.
     """
 
     job: str
@@ -63,6 +74,7 @@ class JobInfo:
     status: str
     mode: str
     raw: Mapping[str, Any]
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,7 @@ class JobClient:
             raise ValueError(f"serialization={serialization!r} is invalid: use one of {', '.join(SERIALIZATIONS)}")
         self.url = url.rstrip("/")
         self.serialization = serialization
+        self._ended: Optional[JobInfo] = None
         self._http = httpx.Client(
             base_url=self.url, transport=transport,
             headers={contract.AUTH_HEADER: f"{contract.AUTH_SCHEME} {token}", "Content-Type": "application/json"},
@@ -166,21 +179,65 @@ class JobClient:
             raise TypeError(f"arguments of {fn} are not JSON-serialisable ({exc}): pass plain data, or use "
                             f"serialization='pickle' with a deployment that allows it") from exc
         read = None if timeout is None else timeout + ANSWER_SLACK
+        if self._ended is not None:
+            raise self._job_ended(self._ended)
         try:
             answer = self._request("POST", contract.ROUTE_CALL, content, httpx.Timeout(read, connect=CONNECT_TIMEOUT))
         except httpx.TimeoutException as exc:
             raise CallTimeout(timeout, (), fn, f"the coordinator did not answer within {read:g} s") from exc
+        except JobEnded as exc:
+            self._ended = self._ended or JobInfo("", 0, None, "", 0, 0, exc.status, "",
+                                                 {"exit_code": exc.exit_code}, exc.reason)
+            raise
+        except (NodeFailed, TransportError) as exc:
+            if isinstance(exc, TransportError) and exc.status is not None:
+                raise
+            ended = self._verdict()
+            if ended is None:
+                raise
+            raise self._job_ended(ended) from exc
         serialization = answer.get("serialization", JSON)
         return [unpack_result(value, serialization) for value in answer.get("results", [])]
 
     def info(self) -> JobInfo:
-        """The coordinator's identity and the world's status."""
-        raw = self._get(contract.ROUTE_INFO)
+        """The coordinator's identity and the world's status; for a job that has ended, its status and
+        ``reason`` (once learnt, also when the coordinator no longer answers).
+
+        Raises:
+            TransportError: the coordinator did not answer, and the job is not known to have ended.
+        """
+        try:
+            raw = self._get(contract.ROUTE_INFO)
+        except TransportError:
+            if self._ended is not None:
+                return self._ended
+            raise
         node_rank = raw.get("node_rank")
-        return JobInfo(job=str(raw.get("job", "")), node_id=int(raw.get("node_id", 0)),
+        info = JobInfo(job=str(raw.get("job", "")), node_id=int(raw.get("node_id", 0)),
                        node_rank=None if node_rank is None else int(node_rank), address=str(raw.get("addr", "")),
                        num_proc=int(raw.get("num_proc", 0)), generation=int(raw.get("generation", 0)),
-                       status=str(raw.get("status", "")), mode=str(raw.get("mode", "")), raw=raw)
+                       status=str(raw.get("status", "")), mode=str(raw.get("mode", "")), raw=raw,
+                       reason=str(raw.get("message", "")))
+        if info.status in TERMINAL:
+            self._ended = info
+        return info
+
+    def _verdict(self) -> Optional[JobInfo]:
+        """Ask ``/info`` for up to :data:`VERDICT_WAIT` seconds whether the job has ended; its info if so."""
+        deadline = time.monotonic() + VERDICT_WAIT
+        while time.monotonic() < deadline:
+            try:
+                info = self.info()
+            except TransportError:
+                return self._ended
+            if info.status in TERMINAL:
+                return info
+            time.sleep(0.1)
+        return None
+
+    @staticmethod
+    def _job_ended(info: JobInfo) -> JobEnded:
+        return JobEnded(info.status, info.reason, int(info.raw.get("exit_code", 1 if info.status == "failed" else 0)))
 
     def members(self) -> Membership:
         """The coordinator's membership snapshot."""

@@ -153,13 +153,19 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                          "CPUs)"},
     "mode": {"choices": MODES}, "distribution": {"choices": DISTRIBUTIONS},
     "quorum_workers": {"type": int}, "quorum_timeout": {"type": float}, "max_restarts": {"type": int},
+    "timeout": {"type": float}, "hang_report_after": {"type": float},
     "min_workers": {"type": int}, "max_workers": {"type": int}, "heartbeat_ttl": {"type": float},
-    "master_port": {"type": int}, "tree_threshold": {"type": int}, "tree_fanout": {"type": int},
+    "master_port": {"type": int, "default": None,
+                    "help": "rendezvous port on node 0 (TCP), the base of the ports the job counts up from; unset or "
+                            "0, a free block of ports picked and reserved as LocalCompute does, so jobs started at the "
+                            "same moment never share one"},
+    "tree_threshold": {"type": int}, "tree_fanout": {"type": int},
     "grace_period": {"type": float, "default": None,
                      "help": f"seconds between the stop signal and SIGKILL; unset, {SHUTDOWN_TIMEOUT_ENV} if set (as "
-                             f"torchrun reads it)"},
+                             f"torchrun reads it), else {default('grace_period'):g}"},
     "log_dir": {"help": "base directory for logs, as torchrun takes it: each job writes to its own "
-                        "<job id>_<random> directory in it; unset, a temporary directory"},
+                        "<job id>_<random> directory in it; unset, <tmp>/trainplane-<uid>/<job id>, private to "
+                        "this user, where only the newest 20 job directories are kept (runtime/logdirs.py)"},
     "daemon_args": {"action": _SpelledAppend, "default": [], "metavar": "ARG",
                     "help": "ray: append ARG to every node's `ray start` (repeatable; write "
                             "--daemon-arg=--num-cpus=2); unset, each node gets its share of this machine's CPUs and "
@@ -192,7 +198,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
         if not declared.flags:
             continue
         form = {"action": _Spelled, "default": default(name), "help": declared.doc, **FLAG_FORMS.get(name, {})}
-        shown = "" if default(name) is None else declared.codec.encode(default(name))
+        shown = "" if form["default"] is None else declared.codec.encode(form["default"])
         if form["action"] is not _SpelledFlag and shown:
             form["help"] += f"; default {shown}"
         p.add_argument(*declared.flags, dest=name, **form)
@@ -255,6 +261,8 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
             ns.grace_period = float(shutdown) if shutdown else default("grace_period")
         except ValueError:
             parser.error(f"{SHUTDOWN_TIMEOUT_ENV}={shutdown!r}: not a number of seconds")
+    if ns.master_port is None:
+        ns.master_port = 0  # picked and reserved when the job starts (runtime.local.plan)
     if ns.run_path:
         ns.no_python = ns.module = False  # torchrun: --run-path runs SCRIPT as a path, whatever else is set
     workers = flag(ns, "workers")
@@ -326,7 +334,8 @@ def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run a job locally; return its exit code (the failing rank's code, or 0)."""
+    """Run a job locally; return its exit code (0, the root cause's code, or one of the launcher's:
+    ``runtime.local.Outcome``, whose line ends the output of a failed job)."""
     parser = build_parser()
     ns = parser.parse_args(argv)
     validate(parser, ns)
@@ -349,4 +358,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return contract.EXIT_RENDEZVOUS
         print(f"[trainplane] service ready at {job.url}; connection (URL and token) in {job.write_connection_file()};"
               f" Ctrl-C stops it", file=sys.stderr, flush=True)
-    return job.supervise()
+    outcome = job.supervise()
+    if outcome.exit_code:
+        print(outcome.line(), file=sys.stderr, flush=True)
+    return outcome.exit_code

@@ -17,32 +17,32 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import IO, Mapping, Optional, Sequence
+from typing import IO, Any, Mapping, Optional, Sequence
 
+from runtime import logdirs
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.execution.environment import reserved_ports
 from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
+from runtime.agent.net.address import url
 from runtime.agent.net.transport import request_json
 from runtime.agent.spec import environment
 from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
+from runtime.localray import ray_defaults
+from runtime.outcome import Outcome
+from runtime.reservation import LOCK_DIR, PortReservation, reserve
 
 AGENT_EXIT_GRACE = 10.0
-"""Seconds the other agents get to finish once node 0's agent has exited, before they are killed."""
+"""Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
+(an elastic job's go on: the lowest survivor takes over as coordinator)."""
 CONNECTION_FILE = "connection.json"
 """Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
-RAY_OBJECT_STORE_SHARE = 0.3
-"""Share of this machine's memory the local nodes' Ray object stores get together (Ray's own default
-for one node), split evenly between them."""
-RAY_MIN_OBJECT_STORE = 80 * 1024 * 1024
-"""Smallest object store given to a local Ray node, bytes (Ray refuses less than 75 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,14 @@ class LaunchPlan:
         addresses: one loopback address per node, by node id.
         ports: one agent port per node, by node id.
         master_port: rendezvous port on node 0.
+        reservation: the locks that keep another job planned on this machine off these ports
+            (``runtime.reservation``), held until the job is over.
     """
 
     addresses: tuple[str, ...]
     ports: tuple[int, ...]
     master_port: int
+    reservation: Optional[PortReservation] = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -101,17 +104,21 @@ class LocalJob:
         plan: where every agent listens.
         log_dir: the job's log directory.
         agents: the agent processes, by node id.
+        elastic: whether the job continues without a node, node 0 included.
     """
 
     def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
-                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS) -> None:
+                 agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS,
+                 log_hold: Optional[int] = None, elastic: bool = False) -> None:
         self.job = job
         self.signals = parse_signals(signals_to_handle)
         self.token = token
         self.plan = plan
-        self.url = f"http://{plan.addresses[0]}:{plan.ports[0]}"
+        self.url = url(plan.addresses[0], plan.ports[0])
         self.log_dir = log_dir
         self.agents = list(agents)
+        self._log_hold = log_hold
+        self.elastic = elastic
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until the coordinator reports a running world.
@@ -127,7 +134,8 @@ class LocalJob:
                 raise RendezvousError(f"job {self.job}: agent(s) exited before the job was ready "
                                       f"(node, exit code): {exited}; see their output above")
             try:
-                info = request_json(host, port, "GET", contract.ROUTE_INFO, self.token, timeout=2.0)
+                info = request_json(host, port, "GET", contract.ROUTE_INFO, self.token, timeout=2.0,
+                                    job=self.job)
             except TransportError:
                 info = {}
             if info.get("status") == "running":
@@ -162,10 +170,20 @@ class LocalJob:
             except subprocess.TimeoutExpired:
                 agent.kill()
                 agent.wait()
-        shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
+        self._over()
 
-    def supervise(self) -> int:
-        """Wait for the agents, passing signals on; return the job's exit code.
+    def _over(self) -> None:
+        """Every agent has exited: remove the run directories, release the job's ports, and let its
+        log directory be pruned (``runtime.logdirs``)."""
+        shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
+        if self.plan.reservation is not None:
+            self.plan.reservation.release()
+        if self._log_hold is not None:
+            os.close(self._log_hold)
+            self._log_hold = None
+
+    def supervise(self) -> Outcome:
+        """Wait for the agents, passing signals on; return how the job ended (its exit code, whose).
 
         A stop signal (SIGTERM, SIGINT, and SIGHUP, SIGQUIT when handled) goes to every agent (as
         itself if ``signals_to_handle`` names it, else as SIGTERM), which stops its ranks with it. Any
@@ -173,9 +191,10 @@ class LocalJob:
         it on to its ranks, and the job goes on; SIGUSR1/SIGUSR2 not named are reported and ignored.
 
         The coordinator decides the verdict and every agent still in the job writes it to the
-        verdict file, which gives the exit code; without one (agents killed), the first non-zero
-        agent exit code counts. Once node 0's agent has exited, the others get ``AGENT_EXIT_GRACE``
-        seconds before they are killed, so no agent outlives the caller.
+        verdict file, which gives the exit code and its root cause; without one (agents killed,
+        the world never formed), the first non-zero agent exit code counts (:meth:`Outcome.of`).
+        Once node 0's agent has exited, a fixed-size job's others get ``AGENT_EXIT_GRACE`` seconds
+        before they are killed; an elastic job's go on. No agent outlives the caller (each dies with it).
         """
         received: list[int] = []
 
@@ -198,22 +217,20 @@ class LocalJob:
         coordinator = self.agents[0]
         deadline: Optional[float] = None
         while self.running():
-            if deadline is None and coordinator.poll() is not None:
+            if deadline is None and not self.elastic and coordinator.poll() is not None:
                 deadline = time.monotonic() + AGENT_EXIT_GRACE
             if deadline is not None and time.monotonic() > deadline:
                 for agent in self.agents:
                     if agent.poll() is None:
                         agent.kill()
             time.sleep(0.05)
-        shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
-        if received:
-            return contract.EXIT_INTERRUPTED_BASE + received[0]
+        self._over()
         try:
             with open(verdict_path(self.log_dir)) as f:
-                return int(json.load(f)["exit_code"])
-        except (OSError, ValueError, KeyError):
-            codes = [exit_status(a.returncode) for a in self.agents]
-            return next((c for c in codes if c), 0)
+                verdict: Optional[dict[str, Any]] = json.load(f)
+        except (OSError, ValueError):
+            verdict = None
+        return Outcome.of(verdict, [exit_status(a.returncode) for a in self.agents], received[0] if received else None)
 
 
     def _signal_agents(self, sig: int) -> None:
@@ -249,39 +266,60 @@ def loopback_range_usable() -> bool:
     return port_is_free("127.0.0.2", 0)
 
 
-def plan(workers: int, master_port: int, num_proc: int = 1) -> LaunchPlan:
-    """Choose addresses and ports: distinct loopback addresses (127.0.0.2, 127.0.0.3, ...) when
-    :func:`loopback_range_usable`, else 127.0.0.1 for every node with distinct agent ports.
+PLAN_ATTEMPTS = 100
+"""Port picks :func:`plan` tries before giving up, each refused by a port in use or reserved."""
+
+
+def plan(workers: int, master_port: int, num_proc: int = 1, lock_dir: str = LOCK_DIR) -> LaunchPlan:
+    """Choose addresses and ports, and reserve the ports (``runtime.reservation``) so that a job
+    planned at the same moment by another process on this machine picks others: distinct loopback
+    addresses (127.0.0.2, 127.0.0.3, ...) when :func:`loopback_range_usable`, else 127.0.0.1 for
+    every node with distinct agent ports. The job releases the reservation when it is over (this
+    process's exit releases it too).
 
     Args:
         workers: nodes.
         master_port: the job's base port (TCP); 0 picks one whose reserved range (rendezvous, JAX
-            and TensorFlow ports, see ``contract.RENDEZVOUS_PORT_SPAN``) holds no agent's port.
+            and TensorFlow ports, see ``contract.RENDEZVOUS_PORT_SPAN``) holds no agent's port and
+            no port another job holds.
         num_proc: processes per node, for the number of TensorFlow ports to keep clear.
+        lock_dir: where the reservations' lock files are.
 
     Raises:
-        RuntimeError: ``master_port`` is taken on node 0's address.
+        RuntimeError: ``master_port`` is taken on node 0's address or reserved by another job, or
+            no free ports were found in :data:`PLAN_ATTEMPTS` tries.
     """
+    block = reserved_ports(workers * num_proc)
+    for _ in range(PLAN_ATTEMPTS):
+        addresses, ports = _agent_ports(workers)
+        base = master_port
+        while not base:  # a free base port whose block holds no agent port and fits below 65536
+            pick = free_port(addresses[0])
+            base = pick if pick + block <= 65536 and not any(pick <= p < pick + block for p in ports) else 0
+        if master_port and not port_is_free(addresses[0], master_port):
+            raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
+        held = reserve((*ports, *range(base, base + block)), lock_dir)
+        if held is not None:
+            return LaunchPlan(addresses, ports, base, held)
+        if master_port:
+            raise RuntimeError(f"--master-port: ports {master_port}..{master_port + block - 1} are reserved by another "
+                               f"job on this machine; pass another or 0")
+    raise RuntimeError(f"no free ports for the job after {PLAN_ATTEMPTS} tries (every pick was in use or reserved by "
+                       f"another job)")
+
+
+def _agent_ports(workers: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Addresses and agent ports for ``workers`` nodes, free now."""
     if loopback_range_usable():
         addresses = tuple(f"127.0.0.{2 + i}" for i in range(workers))
         port = free_port("127.0.0.1")
         while not all(port_is_free(a, port) for a in addresses):
             port = free_port("127.0.0.1")
-        ports = (port,) * workers
-    else:
-        addresses = ("127.0.0.1",) * workers
-        chosen: list[int] = []
-        for _ in range(workers):
-            chosen.append(free_port("127.0.0.1", chosen))
-        ports = tuple(chosen)
-    if master_port == 0:
-        reserved = reserved_ports(workers * num_proc)
-        master_port = free_port(addresses[0])
-        while any(master_port <= p < master_port + reserved for p in ports):
-            master_port = free_port(addresses[0])
-    elif not port_is_free(addresses[0], master_port):
-        raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
-    return LaunchPlan(addresses, ports, master_port)
+        return addresses, (port,) * workers
+    chosen: list[int] = []
+    for _ in range(workers):
+        chosen.append(free_port("127.0.0.1", chosen))
+    return ("127.0.0.1",) * workers, tuple(chosen)
 
 
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
@@ -300,18 +338,6 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
     env = {**os.environ, **spec.env, **environment.agent_env(settings)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
     return env
-
-
-def ray_defaults(workers: int) -> tuple[str, ...]:
-    """``ray start`` arguments for ``workers`` local nodes sharing this machine: each gets its share
-    of the CPUs and of the object store memory Ray would give one node on it (``RAY_OBJECT_STORE_SHARE``)."""
-    args = [f"--num-cpus={max(1, (os.cpu_count() or 1) // workers)}"]
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return tuple(args)
-    args.append(f"--object-store-memory={max(RAY_MIN_OBJECT_STORE, int(memory * RAY_OBJECT_STORE_SHARE) // workers)}")
-    return tuple(args)
 
 
 def run_root(log_dir: str) -> str:
@@ -334,18 +360,26 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
         stderr: likewise for errors.
 
     Raises:
-        RuntimeError: ``spec.master_port`` is taken.
+        RuntimeError: ``spec.master_port`` is taken, the default log directory is not this user's, or
+            a job of the same name is running in it.
         OSError: an agent process could not be started.
     """
     lp = plan(spec.workers, spec.master_port, spec.num_proc)
     job = spec.job_name or f"local-{uuid.uuid4().hex[:8]}"
     token = secrets.token_urlsafe(32)
-    log_dir = spec.log_dir or os.path.join(tempfile.gettempdir(), "trainplane", job)
+    base = None if spec.log_dir else logdirs.default_base()
+    log_dir = spec.log_dir or os.path.join(base or "", job)
     os.makedirs(log_dir, exist_ok=True)
-    agents = [
-        subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
-                         stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL,
-                         stdout=stdout, stderr=stderr)
-        for i in range(spec.workers)
-    ]
-    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle)
+    log_hold = logdirs.hold(log_dir)
+    if base is not None:
+        logdirs.prune(base)
+    agents: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(spec.workers):
+            agents.append(subprocess.Popen(
+                [sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
+                stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr))
+    except OSError:
+        LocalJob(job, token, lp, log_dir, agents, log_hold=log_hold).stop()
+        raise
+    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle, log_hold, spec.elastic)

@@ -73,7 +73,7 @@ class AgentCluster:
 
     def members(self) -> dict[str, Any]:
         """The coordinator's membership snapshot."""
-        return request_json("127.0.0.10", self.port, "GET", "/members", self.token)
+        return request_json("127.0.0.10", self.port, "GET", "/members", self.token, job=self.job)
 
     def children(self, node_id: int) -> list[int]:
         """Pids of the user processes of a node's agent."""

@@ -138,7 +138,8 @@ class LightweightAgent:
         self.world: Optional[World] = None
         self.service = ServiceNode(settings, lambda: self.world, say or (lambda line: print(line, file=sys.stderr)))
         routes = {("GET", contract.ROUTE_INFO): self._route_info, **self.service.routes()}
-        self.server = _ClosingServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES)
+        self.server = _ClosingServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES,
+                                     job=settings.job)
 
     @property
     def port(self) -> int:

@@ -11,7 +11,7 @@ Kubernetes adds) look at such a field only to see whether it is set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
 
@@ -220,7 +220,7 @@ class DistributedJobArgs:
     def spec(self) -> JobSpec:
         """The shared settings as the job spec holds and checks them (``runtime.agent.spec.job``), ``num_proc``
         resolved; its entrypoint is the command without ``args`` (which may be an Output) and its job name
-        unset: :func:`job_spec` completes it for the agent's environment.
+        unset: ``components.job.pod.job_spec`` completes it for the agent's environment.
 
         Raises:
             SpecError: a shared setting is invalid (``__post_init__`` words it as :class:`InvalidJobArgs`).
@@ -283,14 +283,6 @@ class DistributedJobArgs:
         :attr:`no_python`); empty for a service job. An Output when ``args`` is one."""
         head = self.command_head
         return outputs.lift(lambda extra: (*head, *extra), self.args) if head else ()
-
-
-def job_spec(job_name: str, args: DistributedJobArgs, entrypoint: tuple[str, ...]) -> JobSpec:
-    """The job spec the arguments describe, for the one writer of the agent's environment
-    (``runtime.agent.spec.environment``): ``args.spec`` with the job's name, ``entrypoint`` (``args.entrypoint``
-    resolved) and, for ``ray``, every pod's ``ray start`` arguments (:attr:`DistributedJobArgs.ray_start_args`)."""
-    daemon_args = args.ray_start_args if args.distribution == "ray" else ()
-    return replace(args.spec, job_name=job_name, entrypoint=entrypoint, daemon_args=daemon_args)
 
 
 SHARED = tuple(f.name for f in fields(DistributedJobArgs) if f.name in SETTINGS)

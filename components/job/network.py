@@ -19,6 +19,14 @@ def headless_service(names: JobNames, args: DistributedJobArgs, labels: Labels) 
     must exist from the start (``publishNotReadyAddresses: true``). Its ports: the agent's, the
     rendezvous port and, for ``ray``/``monarch``, the framework's (Ray's head and client server,
     Monarch's worker port).
+
+    ``ipFamilyPolicy: PreferDualStack``: left unset, Kubernetes gives a headless Service with a
+    selector ``SingleStack`` in the first service range's family ("existing headless Services with
+    selectors are configured by the control plane to set .spec.ipFamilyPolicy to SingleStack and set
+    .spec.ipFamilies to the address family of the first service cluster IP range", kubernetes/website
+    ``content/en/docs/concepts/services-networking/dual-stack.md``), so its pods' names resolve in
+    that family only; ``PreferDualStack`` "falls back to single-stack behavior" where dual-stack is
+    not enabled. The agents listen on both families and resolve either (``runtime.agent.net``).
     """
     return {
         "apiVersion": "v1",
@@ -26,6 +34,7 @@ def headless_service(names: JobNames, args: DistributedJobArgs, labels: Labels) 
         "metadata": {"name": names.service, "namespace": names.namespace, "labels": merged(labels)},
         "spec": {
             "clusterIP": "None",
+            "ipFamilyPolicy": "PreferDualStack",
             "publishNotReadyAddresses": True,
             "selector": pod_selector(names),
             "ports": [

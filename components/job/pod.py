@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
 import pulumi
 
 from components.gpu import gpu_toleration
-from components.job.args import DistributedJobArgs, job_spec
+from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
@@ -17,6 +17,7 @@ from components.outputs import Labels, lift, merged
 from runtime.agent import contract
 from runtime.agent.execution import controller
 from runtime.agent.spec.environment import job_env
+from runtime.agent.spec.job import JobSpec
 
 AGENT_CONTAINER = "agent"
 BUNDLE_VOLUME = "trainplane-runtime"
@@ -99,6 +100,30 @@ def termination_grace_seconds(args: DistributedJobArgs) -> int:
     return math.ceil(args.grace_period) + AGENT_STOP_MARGIN
 
 
+DEADLINE_REPORT_MARGIN = 30
+"""Seconds before ``activeDeadlineSeconds`` that the agents end a job themselves (their ``timeout``,
+counted from the coordinator's start), so the report of the ranks still running is printed before
+Kubernetes kills the pods, as long as the coordinator's pod started within this margin of the Job."""
+
+
+def agent_deadline(active_deadline_seconds: int) -> float:
+    """The agents' ``timeout`` for a Job whose ``activeDeadlineSeconds`` is given: that less
+    :data:`DEADLINE_REPORT_MARGIN`, or half of it when it is shorter than twice the margin."""
+    return active_deadline_seconds - min(DEADLINE_REPORT_MARGIN, active_deadline_seconds / 2)
+
+
+def job_spec(names: JobNames, args: DistributedJobArgs, entrypoint: tuple[str, ...]) -> JobSpec:
+    """The job spec the arguments describe, for the one writer of the agent's environment
+    (``runtime.agent.spec.environment``): ``args.spec`` with the job's name, ``entrypoint`` (``args.entrypoint``
+    resolved, an Output when ``args.args`` is one), for ``ray`` every pod's ``ray start`` arguments
+    (:attr:`~components.job.args.DistributedJobArgs.ray_start_args`), and the agents' time limit
+    (:func:`agent_deadline`)."""
+    deadline = args.active_deadline_seconds
+    return replace(args.spec, job_name=names.job, entrypoint=entrypoint,
+                   daemon_args=args.ray_start_args if args.distribution == "ray" else (),
+                   timeout=None if deadline is None else agent_deadline(deadline))
+
+
 def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulumi.Input[list[dict[str, Any]]]:
     """The agent's environment: downward API, the bundle path, the token, the job's settings (written
     by ``runtime.agent.spec.environment``, as the local launcher writes them), where the coordinator
@@ -113,7 +138,7 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulum
             {"name": contract.TOKEN,
              "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
         ]
-        settings = job_env(job_spec(names.job, args, tuple(entrypoint)))
+        settings = job_env(job_spec(names, args, tuple(entrypoint)))
         if not role.set_master_port:
             settings.pop(contract.MASTER_PORT)  # the training operator sets it
         for key in SIZE_SETTINGS if role.size_from is not None else ():
@@ -121,6 +146,8 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulum
             env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
         if names.coordinator_env is not None:  # a PyTorchJob's agents find the operator's MASTER_ADDR instead
             settings[contract.COORDINATOR_HOST] = names.coordinator_env
+        if args.workload_backend != PYTORCHJOB:  # pods named <job>-<index> under the Service: how a replaced one
+            settings[contract.PEERS] = f"{names.job}-{{index}}.{names.service}"  # finds the current coordinator
         settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
         env += [{"name": key, "value": value} for key, value in settings.items()]
         if role.node_rank_from is not None:

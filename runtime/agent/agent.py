@@ -32,6 +32,7 @@ from runtime.agent.membership import actions as act
 from runtime.agent.membership.beating import Heartbeats
 from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.discovery import peer_addresses, running_coordinator
 from runtime.agent.membership.events import DaemonExited, Event, ProcessExited, SignalReceived, Tick, WorldArrived
 from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
 from runtime.agent.membership.member import Member
@@ -44,13 +45,15 @@ from runtime.agent.net.transport import HttpTransport, encode
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.spec.settings import AgentSettings
-from runtime.agent.spec.signals import handled
-from runtime.agent.world import STOPPED, Node, World
+from runtime.agent.spec.signals import STOP_SIGNALS, handled
+from runtime.agent.world import FAILED, STOPPED, Node, World
 
 TICK = 0.1
 """Seconds between the coordinator's time-driven checks (liveness, quorum)."""
 WORKER_TICK = 1.0
 """Seconds between a worker's time-driven checks (only the wait for a first world); events wake it at once."""
+ENDED_LINGER = 10.0
+"""Seconds a failed service job's coordinator keeps telling clients why the job ended."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class Agent:
         self._clock = clock
         self._events: queue.SimpleQueue[Union[Event, _Decided]] = queue.SimpleQueue()
         self._stopping, self._wake = threading.Event(), threading.Event()
-        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock, job=settings.job)
         self._timing = timing = HeartbeatTiming(spec.heartbeat_interval, spec.heartbeat_ttl)
         self._coordinator_addr: tuple[str, int] = ("", node.coordinator_port)
         self.node = Node(node.node_id, node.advertise_address, node.agent_port, settings.local_world_size)
@@ -101,16 +104,17 @@ class Agent:
                                    lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
         self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason: self._decide(
             lambda c: c.probed(probe, alive, reason, self._clock())))
+        self._resolver = resolver or Resolver(settings.plumbing.resolve)
         self._registration = Registration(
             node.coordinator, {**self._member_body(), "state": "joining"}, spec.quorum_timeout, self._transport,
-            resolver or Resolver(settings.plumbing.resolve), lambda: self._coordinator_addr, self._resolved,
-            self._events.put, self._stopping, clock)
+            self._resolver, lambda: self._coordinator_addr, self._resolved, self._events.put, self._stopping, clock,
+            self._discover)
         self._heartbeats = Heartbeats(
             HeartbeatState(timing, node.node_id, spec.tree_fanout, spec.tree_threshold, clock()), self._member_body(),
             self._transport, lambda: (self.member.world, self._registration.registered.is_set(),
                                       self._coordination.active),
             lambda: self._coordinator_addr, self._children, self._events.put, self.say, clock, self._stopping,
-            self._wake)
+            self._wake, self._processes.activity)
         routes = AgentRoutes(
             settings, lambda: self.member.world, self._coordination, self._children, self._pusher,
             lambda decided: self._events.put(_Decided(tuple(decided))), self._events.put,
@@ -118,7 +122,7 @@ class Agent:
                      lambda: self._service.stats() if self._service is not None else None), clock)
         self._server = AgentServer((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
-            contract.MAX_BODY_BYTES)
+            contract.MAX_BODY_BYTES, job=settings.job)
 
     @property
     def world(self) -> Optional[World]:
@@ -143,10 +147,14 @@ class Agent:
             signal.signal(DELIVERY_SIGNAL, signal.SIG_IGN)
         self._server.start()
         try:
+            if self._coordination.active and self.settings.node.peers:
+                self._join_running_world()
             if not self._coordination.active:
                 self._heartbeats.start()
             code = self._apply(self.member.start(self._clock()))
-            return code if code is not None else self._loop()
+            code = code if code is not None else self._loop()
+            self._serve_why()
+            return code
         finally:
             self._stopping.set()
             self._wake.set()
@@ -154,6 +162,40 @@ class Agent:
             self._pusher.join(timeout=5.0)
             self._transport.close()
             self._server.stop()
+
+    def _discover(self) -> Optional[tuple[str, int]]:
+        """The coordinator of the world the other nodes run in, if they do (``discovery``)."""
+        node = self.settings.node
+        peers = peer_addresses(node.peers, self.settings.spec.max_nodes, node.agent_port)
+        return running_coordinator(peers, node.node_id, self._transport, self._resolver, self._clock)
+
+    def _join_running_world(self) -> None:
+        """Node 0 starting while the job already runs (its pod was replaced): join that world, under
+        its coordinator, instead of starting a rendezvous of its own."""
+        found = self._discover()
+        if found is not None:
+            self._coordination.resign()
+            self.member.coordinating = False
+            self._coordinator_addr = found
+            self.say(f"the job already runs, coordinated from {found[0]}:{found[1]}: joining its world")
+
+    def _serve_why(self) -> None:
+        """A service job's coordinator whose job failed keeps answering for ``ENDED_LINGER`` seconds
+        (or until a stop signal), so its clients learn why it ended (``JobEnded``, ``/info``)
+        instead of finding nobody there."""
+        world = self.member.world
+        if self.settings.spec.mode != "service" or not self._coordination.active or world is None \
+                or world.status != FAILED:
+            return
+        self.say(f"telling clients why the job ended for {ENDED_LINGER:g} s")
+        deadline = self._clock() + ENDED_LINGER
+        while self._clock() < deadline:
+            try:
+                item = self._events.get(timeout=max(0.0, deadline - self._clock()))
+            except queue.Empty:
+                return
+            if isinstance(item, SignalReceived) and item.signum in STOP_SIGNALS:
+                return
 
     def _loop(self) -> int:
         while True:
@@ -167,7 +209,15 @@ class Agent:
                 code = self._apply(self._handle(item))
                 if code is not None:
                     return code
-            self._perform(self._coordination.decide(lambda c: c.tick(self._clock())))
+            self._perform(self._coordination.decide(self._tick))
+
+    def _tick(self, coordinator: Coordinator) -> list[act.CoordinatorAction]:
+        """The coordinator's time-driven decisions, its own node's ranks noted first (``stragglers``)."""
+        now, world = self._clock(), coordinator.world
+        if world is not None:
+            ranks = [[rank, code, silent] for rank, code, silent in self._processes.activity()]
+            coordinator.activity(self.node.node_id, world.generation, ranks, now)
+        return coordinator.tick(now)
 
     def _handle(self, event: Event) -> tuple[act.MemberAction, ...]:
         if isinstance(event, WorldArrived) and self.member.newer(event.world):
@@ -301,7 +351,7 @@ class Agent:
         if path:
             tmp = f"{path}.{self.node.node_id}.tmp"
             with open(tmp, "w") as f:
-                json.dump({"status": world.status, "exit_code": world.exit_code, "message": world.message}, f)
+                json.dump(world.verdict(), f)
             os.replace(tmp, path)
 
     def _member_body(self) -> dict[str, Any]:

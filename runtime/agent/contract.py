@@ -70,6 +70,8 @@ BIND_ADDRESS = "TRAINPLANE_BIND_ADDRESS"
 ADVERTISE_ADDRESS = "TRAINPLANE_ADVERTISE_ADDRESS"
 QUORUM_WORKERS = "TRAINPLANE_QUORUM_WORKERS"
 QUORUM_TIMEOUT = "TRAINPLANE_QUORUM_TIMEOUT"
+TIMEOUT = "TRAINPLANE_TIMEOUT"
+HANG_REPORT_AFTER = "TRAINPLANE_HANG_REPORT_AFTER"
 MAX_RESTARTS = "TRAINPLANE_MAX_RESTARTS"
 DISTRIBUTION = "TRAINPLANE_DISTRIBUTION"
 ROLE = "TRAINPLANE_ROLE"  # the workers' role (torchrun's --role): ROLE_NAME; default "default"
@@ -89,6 +91,7 @@ ENTRYPOINT = "TRAINPLANE_ENTRYPOINT"  # JSON list: the user command after the in
 NO_PYTHON = "TRAINPLANE_NO_PYTHON"  # "true": ENTRYPOINT is an argv run as is, not under the interpreter
 GRACE_PERIOD = "TRAINPLANE_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL at teardown
 DIE_WITH_PARENT = "TRAINPLANE_DIE_WITH_PARENT"  # local mode: exit when the launcher dies
+PEERS = "TRAINPLANE_PEERS"  # every node index's agent, host[:port], comma-separated; {index} expands
 RESOLVE = "TRAINPLANE_RESOLVE"  # JSON object host name -> address, consulted before DNS
 HEARTBEAT_INTERVAL = "TRAINPLANE_HEARTBEAT_INTERVAL"  # seconds, first interval after a change
 HEARTBEAT_TTL = "TRAINPLANE_HEARTBEAT_TTL"  # seconds: dead after one TTL, removed after two
@@ -169,6 +172,10 @@ ROUTE_EXEC = "/exec"
 ROUTE_WORLD = "/world"
 AUTH_HEADER = "Authorization"
 AUTH_SCHEME = "Bearer"
+JOB_HEADER = "X-Trainplane-Job"
+"""Names the job a request is for. Every agent sends it; an agent refuses a request naming another job
+(403) even when the token is right, so a stray connection from another job is never merged into this
+one. A driver (``runtime.client``) may leave it out: its token alone binds it."""
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Default cap on an HTTP request body, bytes; larger bodies get 413."""
 
@@ -207,9 +214,14 @@ DEFAULT_TREE_FANOUT = 50
 # --- Exit codes of the agent and the local launcher ---------------------------------------------
 EXIT_OK = 0
 EXIT_USAGE = 2
-"""Bad command-line input (argparse's convention)."""
+"""Bad command-line input (argparse's convention). The launcher's own exit codes (this, 3, 128 + N)
+share numbers with a rank's: a rank's code is passed through as the job's. The launcher's last line
+says whose a non-zero code is (``runtime.local.Outcome``)."""
 EXIT_RENDEZVOUS = 3
 """Quorum not met, coordinator unreachable, or the world could not be formed."""
+EXIT_TIMEOUT = 124
+"""The job's time limit (``--timeout``) passed; the last lines name the ranks still running (124, as
+coreutils' ``timeout`` exits)."""
 EXIT_NODE_LOST = 1
 """A fixed-size job lost a node without a failing process to blame; a daemon-only node whose driver's
 node is lost."""

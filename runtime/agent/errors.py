@@ -13,6 +13,7 @@ Tree::
     │       └── NotAMember                 the node id is none of the job's (answered 400)
     ├── TransportError                     an HTTP exchange between agents failed
     │   ├── Unauthorized                   401: missing or wrong job token
+    │   ├── WrongJob                       403: the peer serves another job (``contract.JOB_HEADER``)
     │   └── StaleConnection                a kept-alive connection the peer had closed while idle: nothing
     │                                      of the request was processed, so it is sent again once
     ├── HttpError                          raised by a route handler: answer with this HTTP status
@@ -21,7 +22,8 @@ Tree::
     │   ├── RemoteError                    the called function raised on a rank
     │   ├── CallTimeout                    the deadline passed; names the ranks that had not answered
     │   ├── CallCancelled                  stopped because the call failed elsewhere (or was failed)
-    │   └── NodeFailed                     a node on the call's path did not answer properly
+    │   ├── NodeFailed                     a node on the call's path did not answer properly
+    │   └── JobEnded                       the job has ended: every call after its end raises it, with why
     └── WorkerMembershipChanged            the world changed (delivered into user processes; fails
                                            in-flight service calls)
 
@@ -156,6 +158,11 @@ class Unauthorized(TransportError):
     """The peer refused the request with 401: the job token is missing or wrong."""
 
 
+class WrongJob(TransportError):
+    """The peer refused the request with 403: it serves another job than the one the request names
+    (``contract.JOB_HEADER``), so the two jobs' messages are never merged."""
+
+
 class StaleConnection(TransportError):
     """The peer closed a kept-alive connection before any byte of the response: it had closed it
     while idle, so nothing of the request was processed and it can be sent again on a new one."""
@@ -257,6 +264,26 @@ class NodeFailed(CallError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.node_rank, self.address, self.reason, self.status)
+
+
+class JobEnded(CallError):
+    """The job has ended (its verdict is in): every call after that raises this, carrying why.
+
+    Attributes:
+        status: the job's terminal status: ``failed``, ``stopped`` or ``succeeded``.
+        reason: why it ended: the root cause of a failure (the failing rank or the lost node), or
+            what stopped it.
+        exit_code: the job's exit code.
+    """
+
+    def __init__(self, status: str, reason: str, exit_code: int = 0) -> None:
+        self.status = status
+        self.reason = reason
+        self.exit_code = exit_code
+        super().__init__(f"the job has ended ({status}, exit code {exit_code}): {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.status, self.reason, self.exit_code)
 
 
 class WorkerMembershipChanged(TrainplaneError):

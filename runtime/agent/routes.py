@@ -19,7 +19,7 @@ from runtime.agent.membership.heartbeat import Liveness
 from runtime.agent.membership.push import RELAY, WorldPusher
 from runtime.agent.net.server import Request, Response, Routes
 from runtime.agent.spec.settings import AgentSettings
-from runtime.agent.world import Failure, Node, World
+from runtime.agent.world import TERMINAL, Failure, Node, World
 
 
 def status_of(refusal: MembershipRefused) -> int:
@@ -85,6 +85,8 @@ class AgentRoutes:
             "mode": spec.mode, "distribution": spec.distribution, "coordinator": self._coordination.active,
             "requests_served": self._counters.requests_served(), "worlds_sent": self._counters.worlds_sent(),
             "service": self._counters.service(),
+            **({"message": world.message, "exit_code": world.exit_code} if world and world.status in TERMINAL else {}),
+            "world_coordinator": list(world.coordinator) if world else None,
         })
 
     def members(self, _request: Request) -> Response:
@@ -111,7 +113,7 @@ class AgentRoutes:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HttpError(400, f"bad membership body: {exc!r}") from None
         if state == "alive":
-            return self._beat(node.node_id, generation, ages)
+            return self._beat(node.node_id, generation, ages, body.get("ranks"))
         if not self._coordination.active:
             raise HttpError(404, "registration goes to the coordinator")
         message = str(body.get("message", ""))
@@ -126,12 +128,15 @@ class AgentRoutes:
         world = self._coordination.use(lambda c: c.world)
         return Response(200, {"generation": world.generation if world else 0})
 
-    def _beat(self, node_id: int, generation: int, ages: dict[int, float]) -> Response:
-        """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent)."""
+    def _beat(self, node_id: int, generation: int, ages: dict[int, float], ranks: Any) -> Response:
+        """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent);
+        the coordinator also notes the node's ``ranks`` (their activity, ``stragglers``)."""
         now = self._clock()
         if self._coordination.active:
             def beat(c: Coordinator) -> Optional[World]:
                 c.heartbeat(node_id, ages, now)
+                if isinstance(ranks, list):
+                    c.activity(node_id, generation, ranks, now)
                 return c.world
 
             try:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from runtime.agent import contract
+from runtime.agent.net.address import host_port
 
 DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
 """Distribution kinds the local agent knows. ``spmd`` sets every framework's variables."""
@@ -274,6 +275,12 @@ class World:
         """A copy of this world carrying a terminal status."""
         return replace(self, status=status, message=message, exit_code=exit_code, cause=cause)
 
+    def verdict(self) -> dict[str, Any]:
+        """The job's verdict as the local launcher reads it (``runtime.local``): ``status``,
+        ``exit_code``, ``message`` and ``cause`` (the root cause, :meth:`Failure.to_json`, or ``None``)."""
+        return {"status": self.status, "exit_code": self.exit_code, "message": self.message,
+                "cause": self.cause.to_json() if self.cause else None}
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_json` reverses it. Computed once per world: do not mutate."""
         encoded = self.__dict__.get("_json_memo")
@@ -323,11 +330,6 @@ class World:
 def _coordinator(value: Sequence[Any]) -> tuple[int, str, int]:
     node_id, addr, port = value
     return int(node_id), str(addr), int(port)
-
-
-def host_port(addr: str, port: int) -> str:
-    """``addr:port``, with an IPv6 address in brackets (``[fd00::1]:29532``), as Ray and Monarch spell it."""
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
 def nodes_from(entries: Iterable[Node]) -> tuple[Node, ...]:

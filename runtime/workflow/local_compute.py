@@ -20,7 +20,8 @@ class LocalCompute(Compute):
         distribution: see :class:`~runtime.workflow.compute.Compute`.
         serialization: see :class:`~runtime.workflow.compute.Compute`.
         env: further environment variables for every agent and process.
-        log_dir: directory for per-rank logs (default: a temporary directory per job).
+        log_dir: directory for per-rank logs (default: ``<job>`` in this user's directory of
+            ``runtime.logdirs``, which keeps the newest 20 jobs' directories).
         grace_period: seconds a cancelled call gets before its process is replaced; also the
             SIGTERM-to-SIGKILL grace at teardown.
         tree_threshold: calls to this many nodes or more travel a tree.

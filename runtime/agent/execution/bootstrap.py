@@ -150,10 +150,11 @@ if __name__ == "__main__":
         delivery.ignore()
     else:
         delivery.install()
-    delivery.poll()  # a change that arrived while this process was starting: take it silently
+    delivery.catch_up()  # a change that arrived while this process was starting: take it silently
     jaxcluster.install()  # jax.distributed.initialize() with no arguments finds this job
     waits = {k: os.environ.pop(k) for k in (contract.WAIT_FOR, contract.WAIT_RAY_NODES, contract.WAIT_TIMEOUT)
              if k in os.environ}
     if waits:
         wait_for_driver({**os.environ, **waits}, float(waits.get(contract.WAIT_TIMEOUT) or WAIT_TIMEOUT))
+    delivery.arm_on_import()  # a change is raised once the user's code has imported runtime
     run(sys.argv[1:])

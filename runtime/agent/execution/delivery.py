@@ -6,11 +6,18 @@ the new world for each of its processes to the file named by
 ``runtime.agent.execution.bootstrap`` (:func:`install`) updates ``os.environ`` to the new world (WORLD_SIZE,
 RANK, MASTER_ADDR, POD_IPS, ...) and raises :class:`WorkerMembershipChanged` in the main thread.
 Code that prefers safe points calls :func:`poll` instead (and may run with ``monitor_members`` off).
-Standard library only.
+
+Delivery is armed once the user's code can handle a change: when it first imports ``runtime`` (``import
+runtime``, ``from runtime import WorkerMembershipChanged``, ...: :func:`arm_on_import`), or first
+calls :func:`poll`, :func:`wait` or :func:`generation`. Until then a change is not raised (it would
+be raised wherever the process happens to be, ``import torch`` say, before any handler exists): the
+world file keeps it, and arming applies it to ``os.environ`` silently, so the process starts its
+work in the newest world. Import ``runtime`` before building a process group. Standard library only.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import signal
@@ -60,23 +67,44 @@ def _read() -> Optional[dict[str, Any]]:
 
 
 class _Gate:
-    """Module state: callers of :func:`wait` in progress, and the last change applied."""
+    """Module state: callers of :func:`wait` in progress, the last change applied, and whether
+    delivery is armed."""
 
     deferring = 0
     last: Optional[WorkerMembershipChanged] = None
+    armed = False
 
 
 def generation() -> int:
-    """The world generation this process's ``os.environ`` describes."""
+    """The world generation this process's ``os.environ`` describes (arms delivery, see the module)."""
+    arm()
     return int(os.environ.get(contract.TRAINPLANE_GENERATION, "0"))
+
+
+def arm() -> None:
+    """Arm delivery (once): from now on a change is raised in the main thread; one that came before
+    is applied to ``os.environ`` now, silently."""
+    if not _Gate.armed:
+        _Gate.armed = True
+        catch_up()
+
+
+def catch_up() -> None:
+    """Apply a pending change to ``os.environ`` without raising it (the bootstrap, before user code)."""
+    _apply()
 
 
 def poll() -> Optional[WorkerMembershipChanged]:
     """Apply a pending membership change, if any, and return it (``None`` when there is none).
 
     On a change, ``os.environ`` is updated to the new world before this returns. Safe to call as
-    often as you like: a change is returned once.
+    often as you like: a change is returned once. Arms delivery (see the module).
     """
+    _Gate.armed = True
+    return _apply()
+
+
+def _apply() -> Optional[WorkerMembershipChanged]:
     state = _read()
     current = int(os.environ.get(contract.TRAINPLANE_GENERATION, "0"))
     if state is None or int(state["generation"]) <= current:
@@ -124,7 +152,7 @@ def wait(timeout: float, since: Optional[int] = None, interval: float = 0.05) ->
 
 
 def _handler(_signum: int, _frame: object) -> None:
-    if _Gate.deferring:
+    if _Gate.deferring or not _Gate.armed:
         return
     change = poll()
     if change is not None:
@@ -134,6 +162,22 @@ def _handler(_signum: int, _frame: object) -> None:
 def install() -> None:
     """Install the :data:`DELIVERY_SIGNAL` handler that raises the change in the main thread (bootstrap calls it)."""
     signal.signal(DELIVERY_SIGNAL, _handler)
+
+
+def arm_on_import() -> None:
+    """Arm delivery when the user's code first imports ``runtime`` (or a module in it): wraps
+    ``builtins.__import__`` until then (the bootstrap calls it just before the user's code). Imports
+    made by ``runtime``'s own modules do not count."""
+    original = builtins.__import__
+
+    def importing(name: str, globals: Optional[Mapping[str, Any]] = None, *args: Any, **kwargs: Any) -> Any:
+        caller = str((globals or {}).get("__name__", ""))
+        if (name == "runtime" or name.startswith("runtime.")) and not caller.startswith("runtime."):
+            builtins.__import__ = original
+            arm()
+        return original(name, globals, *args, **kwargs)
+
+    builtins.__import__ = importing
 
 
 def ignore() -> None:

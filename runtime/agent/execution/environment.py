@@ -11,8 +11,9 @@ import ipaddress
 import json
 
 from runtime.agent import contract
+from runtime.agent.net.address import host_port
 from runtime.agent.spec.job import DEFAULT_ROLE
-from runtime.agent.world import World, host_port
+from runtime.agent.world import World
 
 
 def process_env(world: World, node_rank: int, local_rank: int, role: str = DEFAULT_ROLE) -> dict[str, str]:
@@ -63,7 +64,7 @@ def process_env(world: World, node_rank: int, local_rank: int, role: str = DEFAU
         env[contract.ROLE_RANK] = str(rank)
         env[contract.ROLE_WORLD_SIZE] = str(world_size)
     if dist in ("spmd", "jax"):
-        env[contract.JAX_COORDINATOR_ADDRESS] = f"{master}:{world.jax_coordinator_port}"
+        env[contract.JAX_COORDINATOR_ADDRESS] = host_port(master, world.jax_coordinator_port)
         env[contract.JAX_NUM_PROCESSES] = str(world_size)
         env[contract.JAX_PROCESS_ID] = str(rank)
         env[contract.JAX_LOCAL_DEVICE_IDS] = str(local_rank)

@@ -21,7 +21,7 @@ from runtime.agent import contract
 from runtime.agent.errors import WorkerMembershipChanged
 from runtime.agent.execution import controller, delivery, errorfile, torchrun
 from runtime.agent.execution.environment import process_env
-from runtime.agent.execution.procs import ProcExit, Spawner, Supervisor, inherited_env, rank_dir
+from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.pool import WorkerPool
 from runtime.agent.spec.settings import AgentSettings
@@ -29,12 +29,27 @@ from runtime.agent.world import Failure, World
 
 DAEMON_MODULE = "runtime.agent.execution.daemon"
 """What a framework daemon's process runs under the bootstrap, before it becomes the daemon."""
+KEEP_GENERATIONS = 20
+"""Per-generation log directories (``<log dir>/gen-G``) a node keeps: starting a generation removes
+the oldest beyond the newest this many, so restarts and membership changes cannot pile them up."""
 
 
 def change(previous: World, world: World) -> WorkerMembershipChanged:
     """The membership change from ``previous`` to ``world``, by node address."""
     return WorkerMembershipChanged.between([n.addr for n in previous.nodes], [n.addr for n in world.nodes],
                                            world.generation)
+
+
+def prune_generations(log_dir: str, keep: int = KEEP_GENERATIONS) -> None:
+    """Remove the oldest ``gen-G`` directories in ``log_dir`` beyond the newest ``keep - 1`` (room for
+    the one about to start)."""
+    try:
+        found = [(int(e.name[4:]), e.path) for e in os.scandir(log_dir)
+                 if e.name.startswith("gen-") and e.name[4:].isdigit() and e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return
+    for _, path in sorted(found)[:max(0, len(found) - keep + 1)]:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class NodeProcesses:
@@ -85,6 +100,8 @@ class NodeProcesses:
         unchanged = change(world, world)
         wait = self._driver_wait(world)
         log_dir = os.path.join(spec.log_dir, f"gen-{world.generation}") if spec.log_dir else None
+        if spec.log_dir:
+            prune_generations(spec.log_dir)
         self._error_files, envs = [], []
         for i in range(self._num_proc):
             delivery.write(self._world_file(i), unchanged, self._process_env(world, i))
@@ -136,6 +153,12 @@ class NodeProcesses:
             delivery.write(self._world_file(local_rank), news, self._process_env(world, local_rank))
             if self._settings.spec.monitor_members:
                 self._procs.send(local_rank, delivery.DELIVERY_SIGNAL)
+
+    def activity(self) -> list[tuple[int, Optional[int], float]]:
+        """This node's ranks as the straggler report takes them (``LocalProcesses.activity``); none for
+        a service job's worker pool or a spawner that runs nothing."""
+        procs = self._procs
+        return procs.activity() if isinstance(procs, LocalProcesses) else []
 
     def send(self, sig: int) -> list[int]:
         """Send ``sig`` to every process still running; the local ranks it reached."""

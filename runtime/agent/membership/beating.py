@@ -33,12 +33,15 @@ class Heartbeats:
         clock: monotonic clock, seconds.
         stopping: set when the agent stops.
         wake: set to beat now (a new world arrived).
+        activity: this node's ranks, ``(rank, exit code or None, seconds silent)`` each, sent with a
+            beat to the coordinator (``stragglers``).
     """
 
     def __init__(self, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
                  view: Callable[[], tuple[Optional[World], bool, bool]], coordinator: Callable[[], tuple[str, int]],
                  children: Liveness, deliver: Callable[[Event], None], say: Callable[[str], None],
-                 clock: Callable[[], float], stopping: threading.Event, wake: threading.Event) -> None:
+                 clock: Callable[[], float], stopping: threading.Event, wake: threading.Event,
+                 activity: Callable[[], list[Any]] = list) -> None:
         self._state = state
         self._member = member
         self._transport = transport
@@ -50,6 +53,7 @@ class Heartbeats:
         self._clock = clock
         self._stopping = stopping
         self._wake = wake
+        self._activity = activity
 
     def start(self) -> threading.Thread:
         """Beat from a daemon thread; returns it."""
@@ -76,6 +80,8 @@ class Heartbeats:
         if beat.ages and world is not None:
             ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
         body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages}
+        if beat.parent is None:
+            body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
         exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
         return beat, exchange, self._transport.exchange(exchange, self._state.timing.cap)
 

@@ -49,6 +49,12 @@ class Coordination:
         with self._lock:
             return step(self._coordinator) if self._coordinator is not None else None
 
+    def resign(self) -> None:
+        """Give the role up before using it: the job already runs under another coordinator (this
+        node 0 replaces one that was lost, ``discovery``)."""
+        with self._lock:
+            self._coordinator = None
+
     def take_over(self, coordinator: Coordinator,
                   decision: Callable[[Coordinator], list[CoordinatorAction]]) -> list[CoordinatorAction]:
         """Hold the role from now on, with ``coordinator``; its first ``decision``'s actions."""

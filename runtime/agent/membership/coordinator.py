@@ -9,17 +9,20 @@ generation; it restarts as a new generation while ``max_restarts`` allows, else 
 the earliest failure as root cause. Elastic jobs (``min_workers``/``max_workers``): a lost node is
 removed and the survivors continue in a new generation, ranks re-packed densely in node order, as
 long as ``min_workers`` remain; a node that registers after the world formed is admitted at the next
-generation, up to ``max_workers``.
+generation, up to ``max_workers``; each node's failed processes are budgeted (``budget``). Ranks
+that neither exit nor write, and the job's time limit: ``stragglers``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import MembershipRefused, NotAMember, QuorumTimeout
 from runtime.agent.membership.actions import CoordinatorAction, Probe, Push, Say
+from runtime.agent.membership.budget import FailureBudget
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.membership.stragglers import Stragglers
 from runtime.agent.membership.tree import layout
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
@@ -57,6 +60,8 @@ class Coordinator:
         self._epoch = world.generation if world else 1
         self._states: dict[int, str] = {}
         self._failures: list[Failure] = []
+        self._budget = FailureBudget(settings.spec.max_restarts)
+        self.stragglers = Stragglers(settings.spec.hang_report_after, settings.spec.timeout, now)
         self._probing: dict[int, int] = {}
         self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
         """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
@@ -116,7 +121,11 @@ class Coordinator:
                 self.liveness.forget(node_id)
         if world.status != RUNNING:
             return []
-        probes: list[CoordinatorAction] = []
+        said, expired = self.stragglers.check(world, now)
+        if expired:
+            self.world = world.finished(FAILED, expired, contract.EXIT_TIMEOUT)
+            return [Say(f"job failed: {expired}"), Push(self.world, self._everyone(world))]
+        probes: list[CoordinatorAction] = [Say(line) for line in said]
         suspect_after = self._ttl - self.probe_timeout
         silent = [self.liveness.age(n.node_id, now) > suspect_after for n in world.nodes]
         for position, n in enumerate(world.nodes):
@@ -238,6 +247,13 @@ class Coordinator:
         self.liveness.beat(node_id, now)
         self.liveness.merge({k: v for k, v in ages.items() if world.has(k)}, now)
 
+    def activity(self, node_id: int, generation: int, ranks: Sequence[Sequence[Any]], now: float) -> None:
+        """Node ``node_id``'s ranks in ``generation``, ``[rank, exit code or null, seconds silent]`` each
+        (with its heartbeat; the coordinator's own node's with every tick), for ``stragglers``."""
+        world = self.world
+        if world is not None and world.generation == generation and world.has(node_id):
+            self.stragglers.note(node_id, ranks, generation, now)
+
     def delivered(self, node_id: int, generation: int, now: float) -> None:
         """A node accepted the push of world ``generation``: its answer is proof of life.
 
@@ -294,14 +310,15 @@ class Coordinator:
         if world is None or not world.has(node_id):
             return []
         survivors = tuple(n for n in world.nodes if n.node_id != node_id)
-        if self._s.spec.elastic and len(survivors) >= self._s.spec.min_nodes:
+        spent = failure is not None and self._s.spec.elastic and self._budget.spend(node_id)
+        if self._s.spec.elastic and len(survivors) >= self._s.spec.min_nodes and not spent:
             self._states.pop(node_id, None)
             lost = tuple(n for n in world.nodes if n.node_id == node_id) if alive else ()
             return self._change(world, survivors, reason, extra_targets=lost)
         self._failures.append(
             failure or Failure(rank=-1, node_id=node_id, local_rank=-1, exit_code=contract.EXIT_NODE_LOST, addr=reason)
         )
-        if world.restart_count < self._s.spec.max_restarts:
+        if not spent and world.restart_count < self._s.spec.max_restarts:
             self.world = self._world(world.nodes, world.restart_count + 1)
             self._begin_epoch(self.world)
             return [
@@ -309,9 +326,12 @@ class Coordinator:
                     f"as generation {self.world.generation}"),
                 Push(self.world, world.nodes),
             ]
-        cause = min(self._failures, key=lambda f: (f.timestamp, f.rank))
+        cause = failure if spent and failure is not None else min(self._failures, key=lambda f: (f.timestamp, f.rank))
         known = cause.rank >= 0 or bool(cause.daemon)
         message = cause.describe() if known else reason
+        if spent:
+            message = (f"node {node_id}'s processes failed {self._budget.failures(node_id)} time(s), past its budget "
+                       f"(max_restarts {self._s.spec.max_restarts}); the last: {message}")
         self.world = world.finished(FAILED, message, cause.exit_code or 1, cause if known else None)
         return [Say(f"job failed: {message}"), Push(self.world, self._everyone(world))]
 

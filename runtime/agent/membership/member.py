@@ -56,6 +56,10 @@ from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, W
 
 WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered node waits for a world beyond the quorum timeout."""
+REJOIN_BACKOFF_CAP = 60.0
+"""Most seconds a node whose processes keep failing waits before it registers again: a node left out
+of an elastic world waits one TTL, doubled for each failure of its own processes so far (a node that
+fails at every start is re-admitted ever more slowly while its failure budget lasts), up to this."""
 
 
 class MemberState(enum.Enum):
@@ -113,6 +117,8 @@ class Member:
         self.finished = False
         self._rejoining = False
         self._running: Optional[_Running] = None
+        self.failures = 0
+        """Times this node's processes (or daemon) failed: the re-admission backoff's exponent."""
 
     @property
     def state(self) -> MemberState:
@@ -206,7 +212,8 @@ class Member:
                 Exit(contract.EXIT_RENDEZVOUS)
         self.world = None
         self._rejoining = True
-        return (Say(f"{reason}: registering again in {self.ttl:g} s"), *self._register(self.ttl, now))
+        delay = min(REJOIN_BACKOFF_CAP, self.ttl * 2 ** self.failures)
+        return (Say(f"{reason}: registering again in {delay:g} s"), *self._register(delay, now))
 
     def _register(self, delay: float, now: float) -> tuple[MemberAction, ...]:
         self.world_deadline = now + delay + self.quorum_timeout + WORLD_WAIT_MARGIN
@@ -229,6 +236,7 @@ class Member:
         if world.status != RUNNING:
             return ()
         if ended.exit_code != 0:
+            self.failures += 1
             return (Report(world.generation, FAILED, exit=ended),)
         if done and all(e.exit_code == 0 for e in running.exits.values()):
             return (Report(world.generation, SUCCEEDED),)
@@ -247,6 +255,7 @@ class Member:
             return Say(f"the {event.name} daemon exited with code {ended.exit_code} while the coordinator is "
                        f"unreachable; stopping this node"), Exit(ended.exit_code)
         if world.status == RUNNING:
+            self.failures += 1
             return (Report(world.generation, FAILED, exit=ended, daemon=event.name),)
         return ()
 
@@ -263,13 +272,24 @@ class Member:
         passed = signum if signum in self.signals else signal.SIGTERM
         said = Say(f"received {name}: stopping processes" + (f" ({name} to each)" if passed != signal.SIGTERM else ""))
         world = self.world
-        if self.coordinating:
+        if self.coordinating and not self._others_go_on(world):
             tell: tuple[MemberAction, ...] = (StopJob(f"the coordinator received {name}", code),)
+        elif self.coordinating:
+            tell = ()  # this pod goes away (eviction, drain, spot reclaim): the lowest survivor takes over
         elif world is not None and world.status == RUNNING:
             tell = (Report(world.generation, STOPPED, message=f"received {name}", now=True),)
         else:
             tell = ()
         return said, StopProcesses(passed), *tell, Exit(code)
+
+    def _others_go_on(self, world: Optional[World]) -> bool:
+        """Whether the job goes on without this node when it leaves on a stop signal: an elastic job's
+        running world has other nodes. A stop signal reaches one agent when its pod goes away
+        (eviction, drain, spot reclaim) and every agent when the whole job stops (the launcher's
+        Ctrl-C, ``pulumi destroy``): either way each node leaves, the job ends once the last has gone,
+        and a coordinator that leaves first hands over by falling silent (the lowest survivor takes
+        over, as when it is SIGKILLed)."""
+        return self.elastic and world is not None and world.status == RUNNING and len(world.nodes) > 1
 
     def _on_coordinator_lost(self, event: CoordinatorLost) -> tuple[MemberAction, ...]:
         world = self.world

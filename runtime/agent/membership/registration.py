@@ -5,7 +5,7 @@ Runs in a thread of its own; what it cannot get past ends in a ``Fatal`` event. 
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
@@ -34,12 +34,16 @@ class Registration:
         on_fatal: called with what ends the node (refused, unreachable, unresolvable).
         stopping: set when the agent stops.
         clock: monotonic clock, seconds.
+        discover: the running world's coordinator as the other nodes know it (``discovery``), or
+            ``None``: asked when ``host`` does not answer or does not coordinate (404), as when node 0
+            was lost and another node took over.
     """
 
     def __init__(self, host: str, body: dict[str, object], quorum_timeout: float, transport: PeerTransport,
                  resolver: Resolver, address: Callable[[], tuple[str, int]],
                  resolved: Callable[[tuple[str, int]], None], on_fatal: Callable[[Fatal], None],
-                 stopping: threading.Event, clock: Callable[[], float]) -> None:
+                 stopping: threading.Event, clock: Callable[[], float],
+                 discover: Callable[[], Optional[tuple[str, int]]] = lambda: None) -> None:
         self._host = host
         self._body = body
         self._timeout = quorum_timeout
@@ -50,6 +54,7 @@ class Registration:
         self._on_fatal = on_fatal
         self._stopping = stopping
         self._clock = clock
+        self._discover = discover
         self.registered = threading.Event()
         """Set once the coordinator took the registration; cleared by :meth:`start`."""
 
@@ -87,6 +92,12 @@ class Registration:
                 self._on_fatal(Fatal(f"the coordinator refused this node's token: {exc}", contract.EXIT_RENDEZVOUS))
                 return
             except TransportError as exc:
+                found = self._discover() if exc.status in (None, 404) else None
+                if found is not None and found != (host, port):
+                    host, port = found
+                    exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(self._body))
+                    self._resolved(found)
+                    continue
                 if exc.status is not None:
                     self._on_fatal(Fatal(f"registration refused: {exc}", contract.EXIT_RENDEZVOUS))
                     return

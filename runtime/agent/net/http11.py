@@ -11,24 +11,26 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from runtime.agent import contract
+from runtime.agent.net.address import host_port
 
 MAX_RESPONSE_HEAD = 64 * 1024
 """Bytes of response head accepted before the exchange is failed."""
 
 
-def request_bytes(method: str, path: str, host: str, port: int, token: str, body: Optional[bytes]) -> bytes:
+def request_bytes(method: str, path: str, host: str, port: int, token: str, job: str, body: Optional[bytes]) -> bytes:
     """One request, head and body, ready to send.
 
     Args:
         method: HTTP method.
         path: route.
-        host: the peer's address, for the ``Host`` header.
+        host: the peer's address, for the ``Host`` header (an IPv6 address bracketed there).
         port: the peer's TCP port.
         token: the job token, sent as ``Authorization: Bearer <token>``.
+        job: the job id, sent as ``contract.JOB_HEADER``.
         body: the encoded JSON body, or ``None``.
     """
-    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"{contract.AUTH_HEADER}: {contract.AUTH_SCHEME} {token}\r\n")
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {host_port(host, port)}\r\n"
+            f"{contract.AUTH_HEADER}: {contract.AUTH_SCHEME} {token}\r\n{contract.JOB_HEADER}: {job}\r\n")
     if body is None:
         return (head + "\r\n").encode()
     head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"

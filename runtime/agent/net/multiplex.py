@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+from runtime.agent.net.address import host_port
 from runtime.agent.net.http11 import parse_head, request_bytes
 from runtime.agent.net.peer import Answer, Exchange
 
@@ -38,10 +39,12 @@ class ConnectionPool:
 
     Args:
         token: the job token, sent as a bearer token on every request.
+        job: the job id, sent with it on every request (``contract.JOB_HEADER``).
     """
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, job: str) -> None:
         self.token = token
+        self.job = job
         self._idle: dict[tuple[str, int], list[socket.socket]] = {}
         self._lock = threading.Lock()
         self.sent = 0
@@ -184,7 +187,7 @@ class MultiplexBatch:
 
     def _request(self, exchange: Exchange) -> bytes:
         return request_bytes(exchange.method, exchange.path, exchange.host, exchange.port, self._pool.token,
-                             exchange.body)
+                             self._pool.job, exchange.body)
 
     def _start(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
         exchange = flight.exchange
@@ -199,7 +202,7 @@ class MultiplexBatch:
                                                                  type=socket.SOCK_STREAM)[0]
             sock = socket.socket(family, kind, proto)
         except OSError as exc:
-            return Answer(flight.index, None, error=f"cannot reach {exchange.host}:{exchange.port}: {exc}")
+            return Answer(flight.index, None, error=f"cannot reach {host_port(exchange.host, exchange.port)}: {exc}")
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         code = sock.connect_ex(address)
@@ -296,7 +299,7 @@ class MultiplexBatch:
 
     @staticmethod
     def _peer(flight: _Flight) -> str:
-        return f"{flight.exchange.host}:{flight.exchange.port}"
+        return host_port(flight.exchange.host, flight.exchange.port)
 
 
 def decoded(index: int, status: int, raw: bytes) -> Answer:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from runtime.agent.errors import TransportError, Unauthorized
+from runtime.agent.errors import TransportError, Unauthorized, WrongJob
+from runtime.agent.net.address import url
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Exchange:
     @property
     def where(self) -> str:
         """``METHOD http://host:port/path``, for messages."""
-        return f"{self.method} http://{self.host}:{self.port}{self.path}"
+        return f"{self.method} {url(self.host, self.port, self.path)}"
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Answer:
 
         Raises:
             Unauthorized: the peer answered 401 (a missing or wrong job token).
+            WrongJob: the peer answered 403: it serves another job.
             TransportError: no response, a non-2xx status, or a body that is not a JSON object;
                 ``status`` is ``None`` when no response arrived.
         """
@@ -90,6 +92,8 @@ class Answer:
             raise TransportError(f"{exchange.where} failed: {self.problem}")
         if self.status == 401:
             raise Unauthorized(f"{exchange.where}: 401 {self.body.get('error', '')}", 401)
+        if self.status == 403:
+            raise WrongJob(f"{exchange.where}: 403 {self.body.get('error', '')}", 403)
         if self.error:
             raise TransportError(f"{exchange.where}: {self.error}", self.status)
         raise TransportError(f"{exchange.where}: {self.status} {self.body.get('error', '')}", self.status)
@@ -114,6 +118,8 @@ class PeerTransport(Protocol):
 
     token: str
     """The job token every request carries."""
+    job: str
+    """The job id every request carries with the token."""
 
     @property
     def sent(self) -> int:

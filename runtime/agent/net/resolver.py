@@ -8,11 +8,11 @@ loopback addresses without touching DNS.
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Callable, Mapping
 
 from runtime.agent.errors import RendezvousError
+from runtime.agent.net.address import first_address
 
 
 class Resolver:
@@ -20,7 +20,9 @@ class Resolver:
 
     Args:
         overrides: host name to address, consulted before DNS.
-        lookup: the DNS seam, ``host -> address``; raises OSError when the name does not resolve.
+        lookup: the DNS seam, ``host -> address``; raises OSError when the name does not resolve. By
+            default ``getaddrinfo``'s first address of either family (A or AAAA records), so an
+            IPv6-only Service name resolves too.
         clock: monotonic clock, seconds.
         sleep: sleep function, seconds.
     """
@@ -28,7 +30,7 @@ class Resolver:
     def __init__(
         self,
         overrides: Mapping[str, str] | None = None,
-        lookup: Callable[[str], str] = socket.gethostbyname,
+        lookup: Callable[[str], str] = first_address,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:

@@ -1,8 +1,10 @@
 """The agent's HTTP server: a small authenticated JSON server. Standard library only.
 
 Every route but ``GET /healthz`` requires ``Authorization: Bearer <job token>``, compared with
-``hmac.compare_digest``. Request bodies are capped (413 past the cap), must be JSON objects (400
-otherwise), and need a ``Content-Length`` (411 without one).
+``hmac.compare_digest``, and a request that names a job (``contract.JOB_HEADER``, which every agent
+sends) must name this one: another job's is refused with 403, never merged. Request bodies are
+capped (413 past the cap), must be JSON objects (400 otherwise), and need a ``Content-Length`` (411
+without one).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
+from runtime.agent.net.address import bind_family
 
 
 @dataclass(frozen=True)
@@ -65,23 +68,34 @@ class AgentServer(socketserver.ThreadingTCPServer):
     answer) and whose handler parses heads with the ``email`` package (see ``_RequestHandler``).
 
     Args:
-        address: ``(host, port)`` to bind; port 0 picks a free one.
+        address: ``(host, port)`` to bind, either family; host ``""`` binds every interface, dual-stack
+            (``::`` with ``IPV6_V6ONLY`` off, so IPv4 clients reach it as ``::ffff:a.b.c.d``) where this
+            host has IPv6, else ``0.0.0.0``; port 0 picks a free one.
         token: the job's bearer token.
         routes: ``(method, path)`` to handler.
         max_body: request body cap, bytes.
+        job: the job id this server serves; a request naming another is refused (403).
     """
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, address: tuple[str, int], token: str, routes: Routes, max_body: int) -> None:
+    def __init__(self, address: tuple[str, int], token: str, routes: Routes, max_body: int, *, job: str) -> None:
         self.token = token
+        self.job = job
         self.routes = routes
         self.max_body = max_body
         self.requests_served = 0
         self._count_lock = threading.Lock()
-        super().__init__(address, _RequestHandler)
+        self.address_family, host = bind_family(address[0])
+        super().__init__((host, address[1]), _RequestHandler)
+
+    def server_bind(self) -> None:
+        """Bind, dual-stack when bound to every IPv6 interface (``::``)."""
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     def count_request(self) -> None:
         """Count one request (any route, any status); read back as ``requests_served``."""
@@ -100,10 +114,11 @@ class AgentServer(socketserver.ThreadingTCPServer):
         waiting out its poll interval (:data:`SERVE_POLL_INTERVAL`)."""
         stopper = threading.Thread(target=self.shutdown, daemon=True)
         stopper.start()
-        host, port = self.server_address[:2]
+        bound, port = self.server_address[:2]
+        host = {"::": "::1", "0.0.0.0": "127.0.0.1"}.get(str(bound), str(bound))
         while stopper.is_alive():
             with contextlib.suppress(OSError):
-                socket.create_connection((str(host or "127.0.0.1"), port), timeout=0.2).close()
+                socket.create_connection((host, port), timeout=0.2).close()
             stopper.join(0.02)
         self.server_close()
 
@@ -227,6 +242,11 @@ class _RequestHandler(socketserver.StreamRequestHandler):
         if not authorized(self.headers.get(contract.AUTH_HEADER), self.server.token):
             self._drain()
             raise HttpError(401, "missing or wrong bearer token")
+        named = self.headers.get(contract.JOB_HEADER)
+        if named is not None and named != self.server.job:
+            self._drain()
+            raise HttpError(403, f"this agent serves job {self.server.job!r}, not {named!r}: a request from "
+                                 f"another job is refused")
         try:
             handler = route(self.server.routes, method, path)
         except HttpError:

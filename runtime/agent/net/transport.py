@@ -31,12 +31,15 @@ class HttpTransport:
     Args:
         token: the job token, sent as a bearer token on every request.
         clock: monotonic clock, seconds (batch deadlines).
+        job: the job id, sent with the token on every request (``contract.JOB_HEADER``): a peer of
+            another job refuses it.
     """
 
-    def __init__(self, token: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, token: str, clock: Callable[[], float] = time.monotonic, *, job: str) -> None:
         self.token = token
+        self.job = job
         self._clock = clock
-        self._pool = ConnectionPool(token)
+        self._pool = ConnectionPool(token, job)
 
     @property
     def sent(self) -> int:
@@ -84,7 +87,7 @@ class HttpTransport:
         self._pool.count_sent()
         try:
             head, raw = _exchange(sock, request_bytes(exchange.method, exchange.path, exchange.host, exchange.port,
-                                                      self.token, exchange.body))
+                                                      self.token, self.job, exchange.body))
         except (OSError, ValueError, StaleConnection) as exc:
             sock.close()
             if isinstance(exc, StaleConnection):
@@ -147,6 +150,8 @@ def request_json(
     token: str,
     body: Union[Mapping[str, Any], bytes, None] = None,
     timeout: float = DEFAULT_TIMEOUT,
+    *,
+    job: str,
 ) -> dict[str, Any]:
     """One JSON request to an agent on a connection of its own, for callers outside the agent (the
     local launcher, tests, benchmarks): an :class:`HttpTransport` used once.
@@ -159,16 +164,18 @@ def request_json(
         token: the job token, sent as a bearer token.
         body: JSON object to send, the same already encoded, or ``None``.
         timeout: socket timeout, seconds.
+        job: the job id the request is for (an agent of another job refuses it).
 
     Returns:
         The decoded JSON object of a 2xx response.
 
     Raises:
         Unauthorized: the agent answered 401.
+        WrongJob: the agent answered 403: it serves another job.
         TransportError: no connection, a timeout, a non-2xx status, or a body that is not a JSON
             object. ``status`` is ``None`` when no response arrived.
     """
-    transport = HttpTransport(token)
+    transport = HttpTransport(token, job=job)
     exchange = Exchange(host, port, method, path, encode(body))
     try:
         return transport.exchange(exchange, timeout).result(exchange)

@@ -18,7 +18,14 @@ import uuid
 from typing import Any, Callable, Optional, Union
 
 from runtime.agent import contract
-from runtime.agent.errors import CallCancelled, CallTimeout, HttpError, TrainplaneError, WorkerMembershipChanged
+from runtime.agent.errors import (
+    CallCancelled,
+    CallTimeout,
+    HttpError,
+    JobEnded,
+    TrainplaneError,
+    WorkerMembershipChanged,
+)
 from runtime.agent.membership.tree import Plan, plan_node, plan_root
 from runtime.agent.net.peer import PeerTransport
 from runtime.agent.net.server import Request, Response, Routes
@@ -28,7 +35,7 @@ from runtime.agent.service.executor import LocalExecutor
 from runtime.agent.service.hop import Abort, Event, Hop, Links, Results
 from runtime.agent.service.wire import error_body, error_status
 from runtime.agent.spec.settings import AgentSettings
-from runtime.agent.world import RUNNING, Node, World
+from runtime.agent.world import RUNNING, TERMINAL, Node, World
 
 REMEMBERED_CANCELS = 4096
 """Cancels for calls not (yet) seen that a node remembers, so a late exec is refused at once."""
@@ -61,7 +68,7 @@ class ServiceNode:
         self._settings = settings
         self._world = world
         self._clock = clock
-        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock)
+        self._transport: PeerTransport = transport or HttpTransport(settings.token, clock, job=settings.job)
         self._links = Links(self._transport, clock, settings.node.advertise_address, say, on_unreachable)
         self._executor: Optional[LocalExecutor] = None
         self._lock = threading.Lock()
@@ -105,7 +112,12 @@ class ServiceNode:
     # --- routes (handler threads) -------------------------------------------------------------------
 
     def route_call(self, request: Request) -> Response:
-        """``POST /call``: run a call on the job (coordinator only)."""
+        """``POST /call``: run a call on the job (coordinator only); once the job has ended, 410 with
+        why (``JobEnded``)."""
+        ended = self._world()
+        if ended is not None and ended.status in TERMINAL:
+            why = JobEnded(ended.status, ended.message, ended.exit_code)
+            return Response(error_status(why), error_body(why))
         world, me = self._running_world()
         if me != 0:
             coordinator = world.nodes[0]

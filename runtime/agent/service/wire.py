@@ -24,6 +24,7 @@ Errors
     node_failed           502     NodeFailed: node_rank, address, reason, status
     membership_changed    409     WorkerMembershipChanged: added_ips, removed_ips,
                                   previous_ips, current_ips, generation
+    job_ended             410     JobEnded: status, reason, exit_code
     ====================  ======  ==========================================================
 
     Errors from the transport itself (401, 400, 404, 411, 413, 415) carry ``error`` only, as every
@@ -39,6 +40,7 @@ from typing import Any, Mapping, Optional
 from runtime.agent.errors import (
     CallCancelled,
     CallTimeout,
+    JobEnded,
     NodeFailed,
     RemoteError,
     TrainplaneError,
@@ -54,6 +56,7 @@ _KINDS: dict[str, tuple[type[TrainplaneError], int, tuple[str, ...]]] = {
     "call_timeout": (CallTimeout, 504, ("timeout", "pending_ranks", "fn", "detail")),
     "cancelled": (CallCancelled, 409, ()),
     "node_failed": (NodeFailed, 502, ("node_rank", "address", "reason", "status")),
+    "job_ended": (JobEnded, 410, ("status", "reason", "exit_code")),
     "membership_changed": (
         WorkerMembershipChanged, 409, ("added_ips", "removed_ips", "previous_ips", "current_ips", "generation"),
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from runtime.agent import contract
+from runtime.agent.net.address import host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 
@@ -34,10 +35,11 @@ def identity_env(node: NodeIdentity) -> dict[str, str]:
     """A node's identity as the variables :func:`~runtime.agent.spec.settings.identity_from_env` reads."""
     return {
         contract.NODE_RANK_SETTING: str(node.node_id),
-        contract.COORDINATOR_HOST: f"{node.coordinator}:{node.coordinator_port}",
+        contract.COORDINATOR_HOST: host_port(node.coordinator, node.coordinator_port),
         contract.AGENT_PORT_SETTING: str(node.agent_port),
         contract.ADVERTISE_ADDRESS: node.advertise_address,
         contract.BIND_ADDRESS: node.bind_address,
+        **({contract.PEERS: ",".join(node.peers)} if node.peers else {}),
     }
 
 

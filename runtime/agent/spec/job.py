@@ -110,6 +110,16 @@ class JobSpec:
     quorum_timeout: float = setting(
         300.0, env=contract.QUORUM_TIMEOUT, codec=SECONDS, flags=("--quorum-timeout",), unit="seconds",
         check=seconds(0, "use seconds > 0", inclusive=False), doc="seconds to wait for the quorum")
+    timeout: Optional[float] = setting(
+        None, env=contract.TIMEOUT, codec=SECONDS, flags=("--timeout",), unit="seconds", optional=True,
+        check=seconds(0, "use seconds > 0", inclusive=False),
+        doc="the job's time limit, from the coordinator's start: past it the job fails with exit code 124 and a "
+            "report of the ranks still running (on Kubernetes, active_deadline_seconds sets it); unset: none")
+    hang_report_after: float = setting(
+        60.0, env=contract.HANG_REPORT_AFTER, codec=SECONDS, flags=("--hang-report-after",), unit="seconds",
+        check=seconds(0, "use seconds > 0", inclusive=False),
+        doc="once a rank has finished, report every rank that has neither exited nor written output for this many "
+            "seconds (which rank, on which node, silent since when)")
     max_restarts: int = setting(
         0, env=contract.MAX_RESTARTS, codec=INT, flags=("--max-restarts", "--max_restarts"), unit="restarts",
         check=whole(0, "use 0 or more"), doc="restarts of the whole world after a failure")

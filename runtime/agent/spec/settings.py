@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, SpecError
+from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
 
 _ORDINAL = re.compile(r"-(\d+)$")
@@ -32,6 +33,11 @@ class NodeIdentity:
         agent_port: this agent's HTTP port (TCP).
         advertise_address: the address peers reach this node at.
         bind_address: the address the HTTP server binds; ``""`` for all interfaces.
+        peers: where every node index's agent is, ``host`` or ``host:port`` (this agent's port when
+            none), by node id; one entry holding ``{index}`` stands for every index (a pod's name
+            under the headless Service, ``<job>-{index}.<service>``). A node that starts when the job
+            already runs (a replaced pod, node 0's included) finds the current coordinator through
+            them. Empty: only ``coordinator`` is asked.
     """
 
     node_id: int
@@ -40,6 +46,7 @@ class NodeIdentity:
     agent_port: int = contract.AGENT_PORT
     advertise_address: str = "127.0.0.1"
     bind_address: str = ""
+    peers: tuple[str, ...] = ()
 
     @property
     def is_coordinator(self) -> bool:
@@ -103,6 +110,11 @@ class AgentSettings:
         return self.plumbing.token
 
     @property
+    def job(self) -> str:
+        """The job id (``JobSpec.job_name``, never empty here), which every message between agents names."""
+        return self.spec.job_name or ""
+
+    @property
     def local_world_size(self) -> int:
         """User processes (ranks) this node runs (``JobSpec.local_world_size``)."""
         return self.spec.local_world_size(self.node.node_id)
@@ -115,7 +127,7 @@ class AgentSettings:
         (set by the Kubeflow training operator on PyTorchJob replicas: Master 0, Worker i+1; read
         before the pod name, since ``<job>-worker-0`` ends in 0), else the ordinal suffix of
         ``POD_NAME`` (StatefulSet). Coordinator: ``TRAINPLANE_COORDINATOR`` (``host`` or
-        ``host:port``), else the operator's ``MASTER_ADDR``.
+        ``host:port``, an IPv6 address bare or as ``[fd00::2]:40000``), else the operator's ``MASTER_ADDR``.
 
         Raises:
             ConfigError: a variable is missing or malformed, or a setting is invalid; the message
@@ -157,15 +169,20 @@ def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
     _require(bool(coordinator), contract.COORDINATOR_HOST, "<unset>",
              "set it to node 0's host name (e.g. <job>-0.<service>)")
     agent_port = _int(env, contract.AGENT_PORT_SETTING, contract.AGENT_PORT)
-    host, _, port_text = coordinator.rpartition(":") if coordinator.count(":") == 1 else (coordinator, "", "")
+    try:
+        host, port = split_host_port(coordinator)
+    except ValueError as exc:
+        raise ConfigError(f"{contract.COORDINATOR_HOST}={coordinator!r} is invalid: {exc}; use host, host:port, an "
+                          f"IPv6 address, or [IPv6 address]:port") from None
     advertise = env.get(contract.ADVERTISE_ADDRESS) or env.get(contract.POD_IP, "") or "127.0.0.1"
     bind = env.get(contract.BIND_ADDRESS)
     if bind is None:
         bind = advertise if _is_loopback(advertise) else ""
     return NodeIdentity(
         node_id=_node_id(env), coordinator=host,
-        coordinator_port=_parse_int(contract.COORDINATOR_HOST, port_text) if port_text else agent_port,
+        coordinator_port=agent_port if port is None else port,
         agent_port=agent_port, advertise_address=advertise, bind_address=bind,
+        peers=tuple(p.strip() for p in env.get(contract.PEERS, "").split(",") if p.strip()),
     )
 
 

@@ -11,16 +11,19 @@ import pytest
 
 from components.docs import sentence
 from components.errors import InvalidJobArgs
-from components.job.args import FIELD_DOCS, SETTING_FIELDS, SHARED, DistributedJobArgs, job_spec
+from components.job.args import FIELD_DOCS, SETTING_FIELDS, SHARED, DistributedJobArgs
+from components.job.naming import job_names
+from components.job.pod import job_spec
 from runtime.agent.spec.job import SETTINGS, JobSpec, default, problem
 from tests.components.componenttest import job_args
 
-KUBERNETES_ONLY = {"job_name", "entrypoint", "no_python"}
+KUBERNETES_ONLY = {"job_name", "entrypoint", "no_python", "timeout"}
 """Spec settings the component derives instead of taking them as fields: the job name is the component's,
-the entrypoint and ``no_python`` come from ``script``/``module``/``command`` and ``args``."""
+the entrypoint and ``no_python`` come from ``script``/``module``/``command`` and ``args``, the agents' time
+limit from ``active_deadline_seconds``."""
 NOT_ON_KUBERNETES = {"heartbeat_interval", "heartbeat_ttl", "tree_threshold", "tree_fanout", "allow_pickle", "role",
                      "signals_to_handle", "virtual_local_rank", "redirects", "tee", "local_ranks_filter",
-                     "stdout_filters", "stderr_filters"}
+                     "stdout_filters", "stderr_filters", "hang_report_after"}
 """Spec settings a DistributedJob does not take (yet): a pod's agent runs with the spec's default."""
 
 
@@ -40,7 +43,7 @@ def test_the_components_default_of_a_shared_setting_is_the_specs(name: str) -> N
 
 def test_a_job_at_its_defaults_is_the_specs_default_job() -> None:
     args = DistributedJobArgs(image="python:3.11-slim", script="train.py", args=["--epochs", "3"])
-    assert job_spec("demo", args, ("train.py", "--epochs", "3")) == JobSpec(
+    assert job_spec(job_names("demo", args), args, ("train.py", "--epochs", "3")) == JobSpec(
         job_name="demo", entrypoint=("train.py", "--epochs", "3"))
 
 

@@ -18,12 +18,13 @@ from runtime.local import free_port
 from tests.conftest import ROOT, project_env, wait_until
 
 TOKEN = "s3cret-token"
+JOB = "isolated"
 
 
 def agent_env(port: int, script: Path, workers: int = 1, **extra: str) -> dict[str, str]:
     """Settings of a coordinator agent on 127.0.0.1:port."""
     return {
-        contract.JOB_NAME: "isolated", contract.TOKEN: TOKEN, contract.NODE_RANK_SETTING: "0",
+        contract.JOB_NAME: JOB, contract.TOKEN: TOKEN, contract.NODE_RANK_SETTING: "0",
         contract.WORKERS: str(workers), contract.NUM_PROC: "2", contract.ENTRYPOINT: json.dumps([str(script)]),
         contract.COORDINATOR_HOST: f"127.0.0.1:{port}", contract.AGENT_PORT_SETTING: str(port),
         contract.ADVERTISE_ADDRESS: "127.0.0.1", contract.MASTER_PORT: str(free_port("127.0.0.1", [port])),
@@ -97,13 +98,13 @@ def test_requests_without_the_job_token_are_refused(waiting_agent: int, token):
         response.read()
         assert response.status == 401, (method, path)
     with pytest.raises(Unauthorized):
-        request_json("127.0.0.1", waiting_agent, "GET", "/info", "nope")
+        request_json("127.0.0.1", waiting_agent, "GET", "/info", "nope", job=JOB)
 
 
 def test_the_job_token_is_accepted(waiting_agent: int):
-    info = request_json("127.0.0.1", waiting_agent, "GET", "/info", TOKEN)
+    info = request_json("127.0.0.1", waiting_agent, "GET", "/info", TOKEN, job=JOB)
     assert info["job"] == "isolated" and info["node_id"] == 0 and info["status"] == "forming"
-    members = request_json("127.0.0.1", waiting_agent, "GET", "/members", TOKEN)
+    members = request_json("127.0.0.1", waiting_agent, "GET", "/members", TOKEN, job=JOB)
     assert members["registered"] == [0] and members["workers"] == 2
 
 
@@ -129,14 +130,14 @@ def test_oversized_body_gets_413_before_it_is_read(waiting_agent: int):
 def test_registration_of_a_node_outside_the_job_is_rejected(waiting_agent: int):
     body = {"node_id": 5, "addr": "127.0.0.1", "port": 1, "num_proc": 1, "state": "joining"}
     with pytest.raises(Exception, match="outside this job") as info:
-        request_json("127.0.0.1", waiting_agent, "PUT", "/members", TOKEN, body)
+        request_json("127.0.0.1", waiting_agent, "PUT", "/members", TOKEN, body, job=JOB)
     assert info.value.status == 400
 
 
 def test_a_batch_mode_agent_refuses_calls_naming_the_setting(waiting_agent: int):
     for path in ("/call", "/exec"):
         with pytest.raises(TransportError, match="runs in batch mode") as info:
-            request_json("127.0.0.1", waiting_agent, "POST", path, TOKEN, {"fn": "os:getpid"})
+            request_json("127.0.0.1", waiting_agent, "POST", path, TOKEN, {"fn": "os:getpid"}, job=JOB)
         assert info.value.status == 409
         assert contract.MODE in str(info.value)
 
@@ -160,14 +161,14 @@ def test_a_tree_parent_without_the_world_yet_keeps_a_childs_heartbeat(tmp_path: 
     try:
         def parent_registered() -> bool:
             try:
-                return 1 in request_json("127.0.0.1", coordinator_port, "GET", "/members", TOKEN)["registered"]
+                return 1 in request_json("127.0.0.1", coordinator_port, "GET", "/members", TOKEN, job=JOB)["registered"]
             except TransportError:
                 return False
 
         assert wait_until(parent_registered, timeout=30)
         beat = {"node_id": 2, "addr": "127.0.0.1", "port": 1, "num_proc": 2, "state": "alive",
                 "generation": 1, "ages": {}}
-        reply = request_json("127.0.0.1", parent_port, "PUT", "/members", TOKEN, beat)
+        reply = request_json("127.0.0.1", parent_port, "PUT", "/members", TOKEN, beat, job=JOB)
         assert reply == {"generation": 0}
     finally:
         for proc in (parent, coordinator):

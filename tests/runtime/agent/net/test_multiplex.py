@@ -17,11 +17,12 @@ from testbed.settings import agent_settings
 from tests.conftest import wait_until
 
 TOKEN = "multiplex-token"
+JOB = "m"
 
 
 @pytest.fixture
 def agent() -> Iterator[LightweightAgent]:
-    served = LightweightAgent(agent_settings(job_name="m", token=TOKEN, mode="service"), say=lambda _line: None)
+    served = LightweightAgent(agent_settings(job_name=JOB, token=TOKEN, mode="service"), say=lambda _line: None)
     served.start()
     yield served
     served.stop()
@@ -43,7 +44,7 @@ def run(transport: HttpTransport, exchanges: list[Exchange], deadline: float | N
 
 
 def test_answers_carry_status_and_body_and_connections_are_kept_alive(agent: LightweightAgent):
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     healthz = Exchange("127.0.0.1", agent.port, "GET", "/healthz")
     info = Exchange("127.0.0.1", agent.port, "GET", "/info")
     bad = Exchange("127.0.0.1", agent.port, "POST", "/exec", json.dumps({"call_id": 1}).encode())
@@ -60,7 +61,7 @@ def test_answers_carry_status_and_body_and_connections_are_kept_alive(agent: Lig
 
 
 def test_single_and_batched_exchanges_share_the_kept_alive_connections(agent: LightweightAgent):
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     healthz = Exchange("127.0.0.1", agent.port, "GET", "/healthz")
     assert transport.exchange(healthz, timeout=5.0).result(healthz) == {"ok": True}
     assert run(transport, [healthz])[0].status == 200
@@ -69,12 +70,13 @@ def test_single_and_batched_exchanges_share_the_kept_alive_connections(agent: Li
 
 
 def test_a_wrong_token_is_answered_401(agent: LightweightAgent):
-    answers = run(HttpTransport("wrong"), [Exchange("127.0.0.1", agent.port, "GET", "/info")])
+    answers = run(HttpTransport("wrong", job=JOB), [Exchange("127.0.0.1", agent.port, "GET", "/info")])
     assert answers[0].status == 401
 
 
 def test_a_refused_connection_is_flagged_and_nothing_is_retried():
-    answers = run(HttpTransport(TOKEN), [Exchange("127.0.0.1", free_port("127.0.0.1"), "POST", "/exec", b"{}")])
+    nowhere = Exchange("127.0.0.1", free_port("127.0.0.1"), "POST", "/exec", b"{}")
+    answers = run(HttpTransport(TOKEN, job=JOB), [nowhere])
     assert answers[0].status is None and answers[0].refused
     assert "refused" in answers[0].error.lower()
 
@@ -83,7 +85,7 @@ def test_the_deadline_answers_what_is_still_out(agent: LightweightAgent, black_h
     """A fake clock passes the deadline once the live agent has answered: the black hole, which never
     will, is then answered as timed out, without waiting for the deadline in real time."""
     now = [0.0]
-    transport = HttpTransport(TOKEN, clock=lambda: now[0])
+    transport = HttpTransport(TOKEN, job=JOB, clock=lambda: now[0])
     answers: list[Answer] = []
 
     def on_answer(answer: Answer) -> None:
@@ -100,7 +102,7 @@ def test_the_deadline_answers_what_is_still_out(agent: LightweightAgent, black_h
 
 def test_abort_stops_a_batch_at_once_and_answers_nothing_more(black_hole: int):
     answers: list[Answer] = []
-    batch = HttpTransport(TOKEN).batch([Exchange("127.0.0.1", black_hole, "GET", "/info")])
+    batch = HttpTransport(TOKEN, job=JOB).batch([Exchange("127.0.0.1", black_hole, "GET", "/info")])
     thread = threading.Thread(target=batch.run, args=(answers.append,))
     thread.start()
     batch.abort()
@@ -109,7 +111,7 @@ def test_abort_stops_a_batch_at_once_and_answers_nothing_more(black_hole: int):
 
 
 def test_an_idle_connection_its_server_closed_is_not_reused(agent: LightweightAgent):
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     healthz = Exchange("127.0.0.1", agent.port, "GET", "/healthz")
     run(transport, [healthz])
     agent.server.close_connections()

@@ -17,6 +17,7 @@ from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import HttpTransport, encode, request_json
 
 TOKEN = "transport-token"
+JOB = "transport-job"
 
 
 class CountingServer(AgentServer):
@@ -25,7 +26,8 @@ class CountingServer(AgentServer):
     def __init__(self) -> None:
         self.accepted = 0
         self.connections: list[socket.socket] = []
-        super().__init__(("127.0.0.1", 0), TOKEN, {("PUT", "/echo"): self._echo}, contract.MAX_BODY_BYTES)
+        super().__init__(("127.0.0.1", 0), TOKEN, {("PUT", "/echo"): self._echo}, contract.MAX_BODY_BYTES,
+                         job=JOB)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         self.accepted += 1
@@ -51,7 +53,7 @@ def echo(transport: HttpTransport, port: int, n: int) -> int:
 
 
 def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: CountingServer):
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     answers = [echo(transport, server.server_address[1], n) for n in range(5)]
     transport.close()
     assert answers == [0, 1, 2, 3, 4]
@@ -61,12 +63,13 @@ def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: Countin
 
 def test_one_shot_requests_open_a_connection_each(server: CountingServer):
     for n in range(3):
-        assert request_json("127.0.0.1", server.server_address[1], "PUT", "/echo", TOKEN, {"n": n}) == {"echo": n}
+        answer = request_json("127.0.0.1", server.server_address[1], "PUT", "/echo", TOKEN, {"n": n}, job=JOB)
+        assert answer == {"echo": n}
     assert server.accepted == 3
 
 
 def test_a_connection_the_peer_closed_while_idle_is_not_reused(server: CountingServer):
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     assert echo(transport, server.server_address[1], 1) == 1
     (accepted,) = server.connections
     accepted.shutdown(socket.SHUT_RDWR)
@@ -79,7 +82,7 @@ def test_an_exchange_to_a_closed_port_fails_without_a_status():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     exchange = Exchange("127.0.0.1", port, "PUT", "/echo", encode({"n": 1}))
     for _ in range(2):
         answer = transport.exchange(exchange, timeout=5.0)
@@ -93,11 +96,11 @@ def test_status_errors_and_a_wrong_token_are_transport_errors(server: CountingSe
     port = server.server_address[1]
     nowhere = Exchange("127.0.0.1", port, "PUT", "/nowhere", b"{}")
     with pytest.raises(TransportError) as info:
-        HttpTransport(TOKEN).exchange(nowhere, timeout=5.0).result(nowhere)
+        HttpTransport(TOKEN, job=JOB).exchange(nowhere, timeout=5.0).result(nowhere)
     assert info.value.status == 404
     wrong = Exchange("127.0.0.1", port, "PUT", "/echo", encode({"n": 1}))
     with pytest.raises(Unauthorized):
-        HttpTransport("wrong").exchange(wrong, timeout=5.0).result(wrong)
+        HttpTransport("wrong", job=JOB).exchange(wrong, timeout=5.0).result(wrong)
 
 
 def exchange_raw(port: int, data: bytes) -> tuple[list[bytes], bytes]:
@@ -187,7 +190,7 @@ def canned() -> Iterator[tuple[int, list[bytes]]]:
 def test_a_response_arriving_in_pieces_is_read_whole(canned: tuple[int, list[bytes]]):
     port, replies = canned
     replies.append(b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{"a": "bc"}')
-    assert request_json("127.0.0.1", port, "GET", "/x", TOKEN) == {"a": "bc"}
+    assert request_json("127.0.0.1", port, "GET", "/x", TOKEN, job=JOB) == {"a": "bc"}
 
 
 @pytest.mark.parametrize(("reply", "status", "message"), [
@@ -203,14 +206,14 @@ def test_a_bad_response_is_a_transport_error_with_the_status_if_one_arrived(
     port, replies = canned
     replies.append(reply)
     with pytest.raises(TransportError, match=message) as info:
-        request_json("127.0.0.1", port, "GET", "/x", TOKEN)
+        request_json("127.0.0.1", port, "GET", "/x", TOKEN, job=JOB)
     assert info.value.status == status
 
 
 def test_a_peer_that_closes_without_answering_a_fresh_connection_is_not_asked_twice(canned: tuple[int, list[bytes]]):
     port, replies = canned
     replies.extend([b"", b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}'])
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     exchange = Exchange("127.0.0.1", port, "GET", "/x")
     with pytest.raises(TransportError, match="closed the connection without answering") as info:
         transport.exchange(exchange, timeout=5.0).result(exchange)
@@ -242,7 +245,7 @@ def test_a_kept_alive_connection_the_peer_drops_at_the_next_request_is_asked_aga
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    transport = HttpTransport(TOKEN)
+    transport = HttpTransport(TOKEN, job=JOB)
     exchange = Exchange("127.0.0.1", listener.getsockname()[1], "GET", "/x")
     assert transport.exchange(exchange, timeout=5.0).result(exchange) == {"n": 1}
     assert transport.exchange(exchange, timeout=5.0).result(exchange) == {"n": 1}

@@ -30,7 +30,7 @@ def job() -> Iterator[LocalJob]:
 
 def test_the_world_travels_the_tree_each_node_sending_it_to_its_own_children(job: LocalJob):
     def infos() -> list[dict]:
-        return [request_json(host, port, "GET", contract.ROUTE_INFO, job.token)
+        return [request_json(host, port, "GET", contract.ROUTE_INFO, job.token, job=job.job)
                 for host, port in zip(job.plan.addresses, job.plan.ports)]
 
     assert wait_until(lambda: [i["generation"] for i in infos()] == [1] * NODES, timeout=30)

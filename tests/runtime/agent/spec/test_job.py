@@ -21,6 +21,9 @@ from testbed.settings import agent_settings
 
 FRONT_END_ONLY = {"job_name", "entrypoint", "log_dir"}
 """Settings a command line or a compute always gives (a job id, the script, a run's log directory)."""
+PICKED_LOCALLY = {"master_port": 0}
+"""Settings a job on this machine picks unless given: the launcher, as LocalCompute, reserves a free port
+block (0) so that jobs started together never share one (issue 12)."""
 
 
 def test_the_launcher_takes_every_setting_with_a_flag_and_its_one_default(monkeypatch: pytest.MonkeyPatch):
@@ -33,7 +36,7 @@ def test_the_launcher_takes_every_setting_with_a_flag_and_its_one_default(monkey
     assert {"workers", "num_proc", "quorum_timeout", "heartbeat_ttl", "grace_period", "tree_fanout"} <= set(flagged)
     for name in SETTINGS:
         if name not in FRONT_END_ONLY:
-            assert getattr(spec, name) == default(name), name
+            assert getattr(spec, name) == PICKED_LOCALLY.get(name, default(name)), name
     for name in flagged:
         assert parser._option_string_actions[SETTINGS[name].flags[0]].dest == name
 

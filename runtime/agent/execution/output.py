@@ -1,0 +1,129 @@
+"""One user process's output: copied to the agent's streams with a ``[rank N]`` prefix, to its log
+file and to the files its stream plan asks for, with the last stderr lines kept for the root-cause
+report and the time it last wrote kept for the straggler report. Standard library only."""
+
+from __future__ import annotations
+
+import collections
+import os
+import select
+import threading
+import time
+from pathlib import Path
+from typing import IO, BinaryIO, Optional
+
+from runtime.agent.spec import streams
+
+STDERR_TAIL_LINES = 20
+"""Lines of a failing process's stderr kept for the root-cause report."""
+CHUNK_BYTES = 65536
+"""Most bytes of a process's output copied at once."""
+PARTIAL_LINE_DELAY = 0.1
+"""Seconds an unfinished line waits for its end before it is shown as it is (a prompt, a progress bar)."""
+SHOWN = (streams.StreamPlan(console=True, file=False),) * 2
+"""Both streams on the console, no files of their own: the default."""
+
+
+class Output:
+    """Copies one process's output streams to the agent's streams (with a ``[rank N]`` prefix at
+    the start of every line), to its log file, and to the files its :class:`streams.Streams` plan
+    asks for. Whole lines go at once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a
+    prompt without a newline (``breakpoint()``'s ``(Pdb)``) shows."""
+
+    def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
+                 lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = SHOWN,
+                 stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+                 filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None)) -> None:
+        self.rename(prefix)
+        self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
+        self._sinks = (out, err)
+        self._plans = plans
+        self._files: list[Optional[BinaryIO]] = [
+            open(stream_dir / name, "ab") if stream_dir and plan.file else None  # noqa: SIM115 - closed in close()
+            for name, plan in zip(("stdout.log", "stderr.log"), plans)
+        ]
+        self._filters = tuple(tuple(f.encode() for f in group) for group in filters)
+        self._filtered = filtered
+        self._lock = lock
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._threads: list[threading.Thread] = []
+        self._at_start = [True, True]
+        self._partial = [b"", b""]
+        self.last_output = time.time()
+        """Wall-clock time the process last wrote (or started): how long it has been silent."""
+
+    def pump(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        for index, stream in enumerate((stdout, stderr)):
+            thread = threading.Thread(target=self._copy, args=(stream, index), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _copy(self, stream: IO[bytes], index: int) -> None:
+        """Pass on whole lines as they arrive; an unfinished line once nothing more has come for
+        :data:`PARTIAL_LINE_DELAY` (a prompt), so lines of different ranks do not interleave."""
+        fd = stream.fileno()
+        pending = b""
+        with stream:
+            while True:
+                ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_DELAY if pending else None)
+                if not ready:
+                    self._emit(index, pending)
+                    pending = b""
+                    continue
+                chunk = os.read(fd, CHUNK_BYTES)
+                if not chunk:
+                    break
+                data = pending + chunk
+                cut = data.rfind(b"\n") + 1
+                pending = data[cut:]
+                if cut:
+                    self._emit(index, data[:cut])
+        if pending:
+            self._emit(index, pending)
+        if self._partial[index]:
+            self._lines(index, b"\n")
+
+    def _emit(self, index: int, data: bytes) -> None:
+        """Copy ``data`` of stream ``index`` (0 stdout, 1 stderr) everywhere it goes."""
+        plan, own = self._plans[index], self._files[index]
+        self.last_output = time.time()
+        lines = self._lines(index, data)
+        with self._lock:
+            if plan.console:
+                sink = self._sinks[index]
+                sink.write(self._prefixed(data, self._at_start[index]))
+                sink.flush()
+            for file in (self._log, own):
+                if file is not None:
+                    file.write(data)
+                    file.flush()
+            filters, filtered = self._filters[index], self._filtered[index]
+            if filtered is not None and filters:
+                filtered.writelines(self._prefix + line + b"\n" for line in lines if any(f in line for f in filters))
+                filtered.flush()
+        self._at_start[index] = data.endswith(b"\n")
+
+    def _lines(self, index: int, data: bytes) -> list[bytes]:
+        """The lines ``data`` completes (kept in the stderr tail, matched against the filters)."""
+        lines = (self._partial[index] + data).split(b"\n")
+        self._partial[index] = lines.pop()
+        if index == 1:
+            self.tail.extend(line.decode(errors="replace") for line in lines)
+        return lines
+
+    def _prefixed(self, chunk: bytes, at_start: bool) -> bytes:
+        """``chunk`` with the prefix before every line that starts in it."""
+        body = chunk[:-1].replace(b"\n", b"\n" + self._prefix) + chunk[-1:]
+        return self._prefix + body if at_start else body
+
+    def rename(self, prefix: str) -> None:
+        """Prefix lines with ``[prefix]`` from now on."""
+        self._prefix = f"[{prefix}] ".encode()
+
+    def close(self, timeout: float) -> None:
+        for thread in self._threads:
+            thread.join(timeout)
+        with self._lock:
+            for file in (self._log, *self._files):
+                if file is not None:
+                    file.close()

@@ -1,0 +1,113 @@
+"""Hung and straggling ranks, and the job's time limit: what the coordinator says about ranks that
+neither exit nor write. Pure logic on the coordinator's monotonic clock. Standard library only.
+
+Every node reports its ranks with its heartbeats (the coordinator's own node with every tick): for
+each local rank, whether and how it exited, and for how many seconds it has written nothing.
+:meth:`Stragglers.check` then decides two things:
+
+* once some rank of the world has exited 0, every rank still running that has been silent for
+  ``hang_report_after`` seconds is reported (which rank, on which node, silent since when), again
+  each time it has been silent that long once more;
+* past the job's ``timeout`` (seconds from the coordinator's start) the job is over: the verdict's
+  message is the report of every rank still running (``contract.EXIT_TIMEOUT``).
+
+In a job that beats along a tree (``tree_threshold`` nodes or more), a node's ranks reach the
+coordinator only from the nodes that beat to it directly; the others are named by their node.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+from runtime.agent.world import Node, World
+
+
+class RankState(NamedTuple):
+    """One rank as its node last reported it.
+
+    Attributes:
+        rank: global rank.
+        exit_code: its exit code, or ``None`` while it runs.
+        silent: seconds it had written nothing when reported.
+        at: the coordinator's monotonic time of the report.
+    """
+
+    rank: int
+    exit_code: Optional[int]
+    silent: float
+    at: float
+
+
+class Stragglers:
+    """The coordinator's view of every rank's activity.
+
+    Args:
+        hang_report_after: seconds of silence after which a running rank is reported, once another
+            rank has finished.
+        timeout: the job's time limit, seconds from ``started``; ``None`` for none.
+        started: the coordinator's start, monotonic seconds.
+        wall: wall clock, seconds since the epoch (only to say "since when").
+    """
+
+    def __init__(self, hang_report_after: float, timeout: Optional[float], started: float,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.hang_report_after = hang_report_after
+        self.timeout = timeout
+        self._started = started
+        self._wall = wall
+        self._ranks: dict[int, tuple[int, RankState]] = {}
+        self._reported: dict[int, float] = {}
+        self._generation = 0
+
+    def note(self, node_id: int, entries: Sequence[Sequence[Any]], generation: int, now: float) -> None:
+        """Node ``node_id``'s report of its ranks in ``generation``: ``[rank, exit code or null, seconds
+        silent]`` each (``LocalProcesses.activity``); a malformed entry is skipped."""
+        if generation < self._generation:
+            return
+        if generation > self._generation:
+            self._generation, self._ranks, self._reported = generation, {}, {}
+        for entry in entries:
+            try:
+                rank, code, silent = int(entry[0]), entry[1], float(entry[2])
+            except (TypeError, ValueError, IndexError):
+                continue
+            self._ranks[rank] = (node_id, RankState(rank, None if code is None else int(code), silent, now))
+
+    def check(self, world: World, now: float) -> tuple[list[str], Optional[str]]:
+        """``(lines to say, the timeout verdict's message or None)`` at ``now`` for running ``world``."""
+        if self.timeout is not None and now - self._started >= self.timeout:
+            running = [self._describe(world, rank, silent) for rank, silent in self._running(world, now)]
+            what = "; ".join([*running, *self._unreported(world)]) or "no rank reported running"
+            return [], f"time limit of {self.timeout:g} s reached (--timeout); still running: {what}"
+        finished = [r for _, r in self._ranks.values() if r.exit_code == 0]
+        if not finished or world.generation != self._generation:
+            return [], None
+        lines = []
+        for rank, silent in self._running(world, now):
+            if silent >= self.hang_report_after and now - self._reported.get(rank, float("-inf")) >= \
+                    self.hang_report_after:
+                self._reported[rank] = now
+                lines.append(f"straggling after rank {min(r.rank for r in finished)} finished: "
+                             f"{self._describe(world, rank, silent)}")
+        return lines, None
+
+    def _running(self, world: World, now: float) -> list[tuple[int, float]]:
+        """``(rank, seconds silent now)`` of every rank reported running in ``world``'s generation."""
+        if world.generation != self._generation:
+            return []
+        return sorted((rank, state.silent + now - state.at) for rank, (_, state) in self._ranks.items()
+                      if state.exit_code is None)
+
+    def _describe(self, world: World, rank: int, silent: float) -> str:
+        node_id = self._ranks[rank][0]
+        node = next((n for n in world.nodes if n.node_id == node_id), None)
+        since = time.strftime("%H:%M:%S", time.localtime(self._wall() - silent))
+        return (f"rank {rank} on node {node_id}{f' ({node.addr})' if node else ''}: running, no output for "
+                f"{silent:.0f} s (since {since})")
+
+    def _unreported(self, world: World) -> list[str]:
+        """The nodes of ``world`` with processes whose ranks were never reported (beating along a tree)."""
+        known = {node_id for node_id, _ in self._ranks.values()}
+        nodes: list[Node] = [n for n in world.nodes if n.num_proc and n.node_id not in known]
+        return [f"node {n.node_id} ({n.addr}), ranks not reported" for n in nodes]

@@ -1,0 +1,29 @@
+"""What the rendered agents need for the faults of issue 12: active_deadline_seconds reaches them as
+their own time limit, a margin earlier, so the report of the ranks still running is printed before
+Kubernetes kills the pods; and every index's pod name, so a replaced pod finds the coordinator."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.job.pod import DEADLINE_REPORT_MARGIN
+from runtime.agent import contract
+from tests.components.job.test_job_builders import env_of, render, templates
+
+
+@pytest.mark.parametrize(("deadline", "timeout"), [(3600, 3600 - DEADLINE_REPORT_MARGIN), (40, 20)])
+def test_the_agents_time_limit_comes_before_the_jobs_deadline(deadline: int, timeout: float):
+    env = env_of(templates(render(active_deadline_seconds=deadline, quorum_timeout=10))[0])
+    assert float(env[contract.TIMEOUT]) == timeout
+
+
+def test_without_a_deadline_the_agents_have_no_time_limit():
+    assert contract.TIMEOUT not in env_of(templates(render())[0])
+
+
+def test_pods_named_by_index_are_given_every_indexs_name_to_find_the_coordinator_by():
+    """A replaced pod asks the other indices' agents, not only <job>-0, which may be gone or no longer
+    coordinate (runtime.agent.membership.discovery)."""
+    for overrides in ({}, {"mode": "service"}):
+        assert env_of(templates(render(**overrides))[0])[contract.PEERS] == "demo-{index}.demo"
+    assert contract.PEERS not in env_of(templates(render(backend="pytorchjob"))[0])

@@ -1,0 +1,45 @@
+"""Two network namespaces joined by a veth pair on IPv6 only: separate hosts at fd00::2 and fd00::3."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Iterator, Mapping
+
+ADDRESSES = ("fd00::2", "fd00::3")
+"""The two hosts' addresses, in namespace order."""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def ipv6_pair(hosts: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
+    """Two fresh namespaces (names prefixed h12) joined by a veth pair, ``fd00::2/64`` and
+    ``fd00::3/64``, loopback up, no IPv4 between them; in both, ``hosts`` (name to address) resolve
+    through /etc/hosts, which ``ip netns exec`` mounts from /etc/netns/NAME/hosts: an AAAA record
+    and no A record, as an IPv6-only cluster's DNS answers. Yields ``(namespace, link)`` per host;
+    run a process on host ``i`` with ``ip netns exec <namespace>``."""
+    tag = uuid.uuid4().hex[:6]
+    names = (f"h12v{tag}a", f"h12v{tag}b")
+    links = (f"h12{tag}a", f"h12{tag}b")
+    lines = "".join(f"{addr} {name}\n" for name, addr in hosts.items())
+    try:
+        for name in names:
+            (Path("/etc/netns") / name).mkdir(parents=True)
+            (Path("/etc/netns") / name / "hosts").write_text(f"127.0.0.1 localhost\n::1 localhost\n{lines}")
+            _ip("netns", "add", name)
+        _ip("link", "add", links[0], "netns", names[0], "type", "veth", "peer", "name", links[1], "netns", names[1])
+        for name, link, addr in zip(names, links, ADDRESSES):
+            _ip("-n", name, "addr", "add", f"{addr}/64", "dev", link, "nodad")
+            _ip("-n", name, "link", "set", "lo", "up")
+            _ip("-n", name, "link", "set", link, "up")
+        yield list(zip(names, links))
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+            shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)

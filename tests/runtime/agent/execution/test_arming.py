@@ -1,0 +1,62 @@
+"""A membership change that arrives before the user's code can handle it never fails an elastic job:
+delivery is armed when the user's code first imports ``runtime``; before that the change waits, and
+the process starts its work in the new world (``os.environ`` updated at arming)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, project_env, wait_until
+from tests.runtime.test_node0_lost import Lines
+
+SLOW_IMPORT = """
+import time
+time.sleep(float(__import__("os").environ.get("SLOW_IMPORT_S", "10")))  # a framework's long import
+"""
+SCRIPT = """
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import slow_framework  # the change arrives while this import runs, before any handler exists
+
+import runtime
+import torch
+import torch.distributed as dist
+
+while True:
+    try:
+        dist.init_process_group("gloo")
+        value = torch.ones(1)
+        dist.all_reduce(value)
+        print("world", os.environ["TRAINPLANE_GENERATION"], dist.get_world_size(), value.item(), flush=True)
+        dist.destroy_process_group()
+        break
+    except runtime.WorkerMembershipChanged:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+"""
+
+
+def test_a_node_killed_while_the_others_import_leaves_them_to_finish_in_the_new_world(tmp_path: Path):
+    (tmp_path / "slow_framework.py").write_text(SLOW_IMPORT)
+    (tmp_path / "job.py").write_text(SCRIPT)
+    proc = subprocess.Popen([sys.executable, "-m", "runtime", "launch", "--nnodes", "2:3", str(tmp_path / "job.py")],
+                            cwd=ROOT, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = Lines(proc)
+    try:
+        assert wait_until(lambda: lines.find(r"\[trainplane node 2\] generation 1: .* \(agent pid (\d+)\)"),
+                          timeout=60), lines.text()
+        [started] = lines.find(r"\[trainplane node 2\] generation 1: .* \(agent pid (\d+)\)")
+        os.kill(int(started[1]), signal.SIGKILL)  # right after its generation 1 line, as the README invites
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, lines.text()
+        worlds = re.findall(r"\[rank \d\] world (\d+) (\d) ([\d.]+)", out)
+        assert worlds == [("2", "2", "2.0")] * 2, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
