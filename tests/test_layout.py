@@ -11,15 +11,13 @@ from components.job.bundle import build_bundle, materialise
 from tests.conftest import ROOT
 
 MAX_LINES = 400
-TOO_LONG_UNTIL_ISSUE_15 = {"components/job/args.py"}
-"""DistributedJobArgs, which issue 15 turns into a TypedDict of Pulumi inputs: split then, not twice."""
 
 
 def test_no_module_of_the_code_or_the_runtimes_tests_is_over_400_lines():
     roots = ("runtime", "components", "testbed", "bench", "tests/runtime")
     long = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
             for root in roots for p in (ROOT / root).rglob("*.py") if "__pycache__" not in p.parts}
-    assert {path: n for path, n in long.items() if n > MAX_LINES and path not in TOO_LONG_UNTIL_ISSUE_15} == {}
+    assert {path: n for path, n in long.items() if n > MAX_LINES} == {}
 
 
 def test_the_pod_bundle_is_the_in_pod_packages_and_every_module_imports_from_it_alone(tmp_path: Path):

@@ -2,23 +2,28 @@
 
 The add-on owns Kueue's manager configuration: which integrations are on (Kueue leaves the kinds of a
 disabled one alone) and ``waitForPodsReady``, which makes admission all-or-nothing.
+
+No ``from __future__ import annotations`` here: the ``trainplane`` package's schema is inferred from the
+component's annotations at run time (``components.package``).
 """
 
-from __future__ import annotations
-
 import copy
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pulumi
 import yaml
 
-from components import validate
+from components import docs, validate
 from components.addons.helm import helm_release
+from components.addons.inputs import KueueArgsDict
 from components.addons.objects import custom_resource
 from components.addons.versions import KUEUE, KUEUE_API
+from components.arguments import args_from
 from components.errors import ArgumentError
+from components.tokens import aliased, token
 
 Quantity = Union[int, str]
 
@@ -50,18 +55,16 @@ config as one YAML string and uses it whole, so the add-on renders all of it wit
 
 @dataclass(frozen=True)
 class ResourceFlavorArgs:
-    """A kind of node capacity.
-
-    Attributes:
-        name: Flavor name (a DNS label).
-        node_labels: Labels that place admitted pods on this flavor's nodes; empty for any node.
+    """A kind of node capacity (fields documented by ``components.addons.inputs.ResourceFlavor``).
 
     Raises:
         ArgumentError: The name is not a DNS label or a label is not a string pair.
     """
 
     name: str
+    """Flavor name (a DNS label)."""
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels that place admitted pods on this flavor's nodes; empty for any node."""
 
     def __post_init__(self) -> None:
         validate.dns_label("name", self.name)
@@ -73,13 +76,7 @@ class ResourceFlavorArgs:
 
 @dataclass(frozen=True)
 class ClusterQueueArgs:
-    """A cluster-wide pool of quota.
-
-    Attributes:
-        name: Queue name (a DNS label).
-        quotas: Per flavor, the nominal quota of each resource, e.g.
-            ``{"default": {"cpu": "8", "memory": "32Gi"}}``. Every flavor must quote the same
-            resources: Kueue puts them in one resource group.
+    """A cluster-wide pool of quota (fields documented by ``components.addons.inputs.ClusterQueue``).
 
     Raises:
         ArgumentError: No quota, a quantity that is not a Kubernetes quantity, or flavors
@@ -87,7 +84,11 @@ class ClusterQueueArgs:
     """
 
     name: str
+    """Queue name (a DNS label)."""
     quotas: Mapping[str, Mapping[str, Quantity]]
+    """Per flavor, the nominal quota of each resource, a Kubernetes quantity (a string, or a number), e.g. ``{"default":
+    {"cpu": "8", "memory": "32Gi"}}``. Every flavor must quote the same resources: Kueue puts them in one resource
+    group."""
 
     def __post_init__(self) -> None:
         validate.dns_label("name", self.name)
@@ -119,20 +120,19 @@ class ClusterQueueArgs:
 
 @dataclass(frozen=True)
 class LocalQueueArgs:
-    """A namespace's door to a ClusterQueue; jobs name it in the ``kueue.x-k8s.io/queue-name`` label.
-
-    Attributes:
-        name: Queue name (a DNS label).
-        namespace: Namespace the jobs run in.
-        cluster_queue: The ClusterQueue it feeds.
+    """A namespace's door to a ClusterQueue; jobs name it in the ``kueue.x-k8s.io/queue-name`` label
+    (fields documented by ``components.addons.inputs.LocalQueue``).
 
     Raises:
         ArgumentError: A name is not a DNS label.
     """
 
     name: str
+    """Queue name (a DNS label)."""
     namespace: str
+    """Namespace the jobs run in."""
     cluster_queue: str
+    """The ClusterQueue it feeds."""
 
     def __post_init__(self) -> None:
         for name in ("name", "namespace", "cluster_queue"):
@@ -141,24 +141,7 @@ class LocalQueueArgs:
 
 @dataclass(frozen=True)
 class KueueArgs:
-    """Settings of Kueue.
-
-    Attributes:
-        flavors: ResourceFlavors.
-        cluster_queues: ClusterQueues; each may quote only the flavors above.
-        local_queues: LocalQueues; each must feed one of the ClusterQueues above.
-        namespace: Namespace of the release.
-        frameworks: The integrations Kueue manages (its ``integrations.frameworks``); the chart's,
-            :data:`CHART_FRAMEWORKS`, by default. Add ``kubeflow.org/pytorchjob`` to queue PyTorchJobs
-            (the stack does when it installs the training operator).
-        pods_ready_timeout: Seconds an admitted workload has for all its pods to become ready before
-            Kueue evicts and requeues it (``waitForPodsReady.timeout``).
-        block_admission: Admit the next workload only once the previous one's pods are all ready
-            (``waitForPodsReady.blockAdmission``), so two half-started jobs never hold each other's
-            nodes.
-        requeue_limit: Evictions for pods that were not ready in time before Kueue deactivates the
-            workload, saying so in its conditions (``requeuingStrategy.backoffLimitCount``); ``None``
-            requeues forever.
+    """Settings of Kueue (fields documented by ``KueueArgsDict``).
 
     Raises:
         ArgumentError: Duplicate names or references to flavors or queues that are not defined, or a
@@ -166,13 +149,26 @@ class KueueArgs:
     """
 
     flavors: Sequence[ResourceFlavorArgs] = ()
+    """ResourceFlavors."""
     cluster_queues: Sequence[ClusterQueueArgs] = ()
+    """ClusterQueues; each may quote only the flavors above."""
     local_queues: Sequence[LocalQueueArgs] = ()
+    """LocalQueues; each must feed one of the ClusterQueues above."""
     namespace: str = "kueue-system"
+    """Namespace of the release."""
     frameworks: Sequence[str] = CHART_FRAMEWORKS
+    """The integrations Kueue manages (its ``integrations.frameworks``); unset, the chart's (``batch/job``,
+    ``kubeflow.org/mpijob``, ``ray.io/rayjob``, ...). Add ``kubeflow.org/pytorchjob`` to queue PyTorchJobs (the stack
+    does when it installs the training operator)."""
     pods_ready_timeout: int = 600
+    """Seconds an admitted workload has for all its pods to become ready before Kueue evicts and requeues it
+    (``waitForPodsReady.timeout``)."""
     block_admission: bool = True
+    """Admit the next workload only once the previous one's pods are all ready (``waitForPodsReady.blockAdmission``), so
+    two half-started jobs never hold each other's nodes."""
     requeue_limit: Optional[int] = 3
+    """Evictions for pods that were not ready in time before Kueue deactivates the workload, saying so in its conditions
+    (``requeuingStrategy.backoffLimitCount``); ``None`` (from Python) requeues forever."""
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
@@ -209,6 +205,15 @@ class KueueArgs:
     def has_local_queue(self, namespace: str, name: str) -> bool:
         """Whether a LocalQueue ``name`` exists in ``namespace``."""
         return any(q.namespace == namespace and q.name == name for q in self.local_queues)
+
+
+for _args in (ResourceFlavorArgs, ClusterQueueArgs, LocalQueueArgs, KueueArgs):
+    docs.document_fields(_args)
+
+if TYPE_CHECKING:
+    KueueInput = Union[KueueArgs, KueueArgsDict]
+else:
+    KueueInput = KueueArgsDict  # the package schema is inferred from the TypedDict
 
 
 def _unique(field_name: str, names: Sequence[str]) -> None:
@@ -291,12 +296,22 @@ def local_queue(args: LocalQueueArgs) -> dict[str, Any]:
 class Kueue(pulumi.ComponentResource):
     """Kueue's controller and webhooks, then its flavors, cluster queues and local queues, in that order.
 
-    Attributes:
-        release: The Helm release (installs the ``kueue.x-k8s.io`` CRDs).
+    The Helm release, which installs the ``kueue.x-k8s.io`` CRDs, is the ``release`` attribute.
     """
 
-    def __init__(self, name: str, args: KueueArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
-        super().__init__("trainplane:addons:Kueue", name, None, opts)
+    namespace: pulumi.Output[str]
+    """The namespace of the release."""
+    cluster_queues: pulumi.Output[Sequence[str]]
+    """The names of the ClusterQueues, in the order given (a job's ``cluster_queue``)."""
+
+    def __init__(self, name: str, args: KueueInput, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        """Install Kueue and create its queues; ``args`` is a ``KueueArgs`` or a mapping of its fields.
+
+        Raises:
+            ArgumentError: an argument is invalid.
+        """
+        args = args_from(KueueArgs, args)
+        super().__init__(token("Kueue"), name, None, aliased(opts, "trainplane:addons:Kueue"))
         self.release = helm_release(
             f"{name}-release", KUEUE, release_name="kueue", namespace=args.namespace, parent=self,
             values=chart_values(args),
@@ -324,4 +339,10 @@ class Kueue(pulumi.ComponentResource):
                 depends_on=[self.release, queues[q.cluster_queue]],
                 replace_on=LOCAL_QUEUE_REPLACED_ON,
             )
-        self.register_outputs({})
+        self.namespace = pulumi.Output.from_input(args.namespace)
+        names = [q.name for q in args.cluster_queues]
+        self.cluster_queues = pulumi.Output.all(*(queues[name].urn for name in names)).apply(lambda _: names)
+        self.register_outputs({"namespace": self.namespace, "cluster_queues": self.cluster_queues})
+
+
+Kueue.__doc__ = inspect.cleandoc(Kueue.__doc__ or "")

@@ -1,17 +1,23 @@
-"""``TrainingOperator``: Kubeflow Training Operator v1 (PyTorchJob and friends), pinned manifests."""
+"""``TrainingOperator``: Kubeflow Training Operator v1 (PyTorchJob and friends), pinned manifests.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: the ``trainplane`` package's schema is inferred from the
+component's annotations at run time (``components.package``).
+"""
 
 import copy
+import inspect
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import validate
+from components import docs, validate
+from components.addons.inputs import TrainingOperatorArgsDict
 from components.addons.versions import SCHEDULER_PLUGINS_SCHEDULER, TRAINING_OPERATOR_MANIFESTS, VOLCANO_SCHEDULER
+from components.arguments import args_from
 from components.capabilities import NO_GANG, OPERATOR_GANG_SCHEDULERS, SCHEDULER_PLUGINS, VOLCANO
+from components.tokens import aliased, token
 
 WEBHOOK_CERT_SECRET = "training-operator-webhook-cert"  # noqa: S105 - a Secret's name, not a secret
 """The Secret the operator fills with its self-signed webhook certificate at start-up."""
@@ -36,25 +42,22 @@ DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
 
 @dataclass(frozen=True)
 class TrainingOperatorArgs:
-    """Settings of the training operator.
-
-    Attributes:
-        gang_scheduler_name: Value of ``--gang-scheduler-name``: ``volcano`` when Volcano is
-            installed, a scheduler-plugins scheduler name, or ``None`` for no gang scheduling.
-            The operator exits at start-up if the matching PodGroup CRD is missing.
+    """Settings of the training operator (fields documented by ``TrainingOperatorArgsDict``).
 
     Raises:
         ArgumentError: ``gang_scheduler_name`` is given but blank.
     """
 
     gang_scheduler_name: Optional[str] = None
+    """Value of ``--gang-scheduler-name``: ``volcano`` when Volcano is installed, a scheduler-plugins scheduler name, or
+    unset for no gang scheduling. The operator exits at start-up if the matching PodGroup CRD is missing."""
 
     def __post_init__(self) -> None:
         if self.gang_scheduler_name is not None:
             validate.text("gang_scheduler_name", self.gang_scheduler_name)
 
     @classmethod
-    def for_gang_scheduler(cls, gang_scheduler: str) -> TrainingOperatorArgs:
+    def for_gang_scheduler(cls, gang_scheduler: str) -> "TrainingOperatorArgs":
         """The operator set up to gang-schedule every PyTorchJob with ``gang_scheduler``.
 
         Args:
@@ -72,6 +75,14 @@ class TrainingOperatorArgs:
         if not self.gang_scheduler_name:
             return NO_GANG
         return VOLCANO if self.gang_scheduler_name.lower() == VOLCANO_SCHEDULER else SCHEDULER_PLUGINS
+
+
+docs.document_fields(TrainingOperatorArgs)
+
+if TYPE_CHECKING:
+    TrainingOperatorInput = Optional[Union[TrainingOperatorArgs, TrainingOperatorArgsDict]]
+else:
+    TrainingOperatorInput = TrainingOperatorArgsDict  # the package schema is inferred from the TypedDict
 
 
 def _name(props: Any) -> Optional[str]:
@@ -145,21 +156,29 @@ class TrainingOperator(pulumi.ComponentResource):
     """The Kubeflow Training Operator v1 from its pinned standalone overlay (namespace ``kubeflow``).
 
     Installs the ``kubeflow.org`` CRDs (PyTorchJob, ...). Pass the installed gang scheduler's
-    add-on in ``opts.depends_on`` when ``gang_scheduler_name`` is set: the operator checks for the
-    PodGroup CRD at start-up.
-
-    Attributes:
-        manifests: The kustomize component holding the operator's objects.
+    add-on in ``opts.depends_on`` (``dependsOn``) when ``gang_scheduler_name`` is set: the operator checks
+    for the PodGroup CRD at start-up. The kustomize component holding the operator's objects is the
+    ``manifests`` attribute.
     """
+
+    gang_scheduler: pulumi.Output[str]
+    """The gang scheduler the operator applies to every PyTorchJob: ``none``, ``volcano`` or
+    ``scheduler-plugins``; a PyTorchJob's ``gang_scheduler`` must be this one (or ``kueue`` with ``none``)."""
 
     def __init__(
         self,
         name: str,
-        args: Optional[TrainingOperatorArgs] = None,
+        args: TrainingOperatorInput = None,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        super().__init__("trainplane:addons:TrainingOperator", name, None, opts)
-        args = args or TrainingOperatorArgs()
+        """Install the operator; ``args`` is a ``TrainingOperatorArgs``, a mapping of its fields, or
+        ``None`` for the defaults.
+
+        Raises:
+            ArgumentError: an argument is invalid.
+        """
+        args = args_from(TrainingOperatorArgs, args)
+        super().__init__(token("TrainingOperator"), name, None, aliased(opts, "trainplane:addons:TrainingOperator"))
         transforms: list[pulumi.ResourceTransform] = [ignore_webhook_cert_drift]
         if args.gang_scheduler_name:
             transforms.append(gang_scheduler_transform(args.gang_scheduler_name))
@@ -168,4 +187,8 @@ class TrainingOperator(pulumi.ComponentResource):
             directory=TRAINING_OPERATOR_MANIFESTS,
             opts=pulumi.ResourceOptions(parent=self, transforms=transforms),
         )
-        self.register_outputs({})
+        self.gang_scheduler = pulumi.Output.from_input(args.gang_scheduler)
+        self.register_outputs({"gang_scheduler": self.gang_scheduler})
+
+
+TrainingOperator.__doc__ = inspect.cleandoc(TrainingOperator.__doc__ or "")

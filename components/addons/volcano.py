@@ -1,18 +1,24 @@
-"""``Volcano``: the Volcano batch scheduler (Helm, pinned) and a default Queue for trainplane jobs."""
+"""``Volcano``: the Volcano batch scheduler (Helm, pinned) and a default Queue for trainplane jobs.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: the ``trainplane`` package's schema is inferred from the
+component's annotations at run time (``components.package``).
+"""
 
+import inspect
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import validate
+from components import docs, validate
 from components.addons.helm import helm_release
+from components.addons.inputs import VolcanoArgsDict
 from components.addons.objects import custom_resource
 from components.addons.versions import VOLCANO, VOLCANO_API
+from components.arguments import args_from
 from components.awaiting import WAIT_FOR_ANNOTATION
+from components.tokens import aliased, token
 
 BUILTIN_QUEUE = "default"
 """The queue Volcano's scheduler creates at start-up; PodGroups without ``spec.queue`` land there (the
@@ -30,20 +36,18 @@ first ``pulumi up``."""
 
 @dataclass(frozen=True)
 class VolcanoArgs:
-    """Settings of Volcano.
-
-    Attributes:
-        queue: Name of the Queue created for trainplane jobs.
-        queue_weight: The queue's share of the cluster relative to other queues' weights.
-        namespace: Namespace of the release.
+    """Settings of Volcano (fields documented by ``VolcanoArgsDict``).
 
     Raises:
         ArgumentError: A name is not a DNS label or the weight is below 1.
     """
 
     queue: str = "trainplane"
+    """Name of the Queue created for trainplane jobs."""
     queue_weight: int = 1
+    """The queue's share of the cluster relative to other queues' weights."""
     namespace: str = "volcano-system"
+    """Namespace of the release."""
 
     def __post_init__(self) -> None:
         validate.dns_label("queue", self.queue)
@@ -54,6 +58,14 @@ class VolcanoArgs:
     def queues(self) -> tuple[str, ...]:
         """Queues a job may name: the created one and Volcano's built-in ``default``."""
         return (self.queue, BUILTIN_QUEUE)
+
+
+docs.document_fields(VolcanoArgs)
+
+if TYPE_CHECKING:
+    VolcanoInput = Optional[Union[VolcanoArgs, VolcanoArgsDict]]
+else:
+    VolcanoInput = VolcanoArgsDict  # the package schema is inferred from the TypedDict
 
 
 def volcano_queue(args: VolcanoArgs) -> dict[str, Any]:
@@ -77,23 +89,34 @@ def builtin_queue_ready() -> dict[str, Any]:
 
 
 class Volcano(pulumi.ComponentResource):
-    """Volcano's scheduler, controllers and admission webhook, plus a Queue.
+    """Volcano's scheduler, controllers and admission webhook, plus a Queue for trainplane jobs.
 
     The release waits for the webhook to be ready, so the Queue is admitted; the component is done
     once both the Queue and Volcano's ``default`` queue are ``Open``, so a PodGroup that depends on it is
-    admitted too.
+    admitted too. Jobs using Volcano should depend on the component (``crd_dependencies``, or
+    ``dependsOn`` from another language).
 
-    Attributes:
-        release: The Helm release (installs the ``scheduling.volcano.sh`` CRDs).
-        queue: The Queue custom resource.
-        builtin_queue: The patch that waits for Volcano's ``default`` Queue to be ``Open``.
+    Python attributes beside the outputs: ``release`` (the Helm release, which installs the
+    ``scheduling.volcano.sh`` CRDs), ``queue_resource`` (the Queue) and ``builtin_queue`` (the patch that
+    waits for Volcano's ``default`` Queue to be ``Open``).
     """
 
+    queue: pulumi.Output[str]
+    """The name of the Queue created for trainplane jobs (a job's ``queue``)."""
+    namespace: pulumi.Output[str]
+    """The namespace of the release."""
+
     def __init__(
-        self, name: str, args: Optional[VolcanoArgs] = None, opts: Optional[pulumi.ResourceOptions] = None
+        self, name: str, args: VolcanoInput = None, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        super().__init__("trainplane:addons:Volcano", name, None, opts)
-        args = args or VolcanoArgs()
+        """Install Volcano; ``args`` is a ``VolcanoArgs``, a mapping of its fields, or ``None`` for the
+        defaults.
+
+        Raises:
+            ArgumentError: an argument is invalid.
+        """
+        args = args_from(VolcanoArgs, args)
+        super().__init__(token("Volcano"), name, None, aliased(opts, "trainplane:addons:Volcano"))
         self.release = helm_release(
             f"{name}-release",
             VOLCANO,
@@ -102,7 +125,7 @@ class Volcano(pulumi.ComponentResource):
             parent=self,
             values={},
         )
-        self.queue = custom_resource(
+        self.queue_resource = custom_resource(
             f"{name}-queue", volcano_queue(args), parent=self, depends_on=[self.release]
         )
         ready = builtin_queue_ready()
@@ -113,4 +136,9 @@ class Volcano(pulumi.ComponentResource):
             metadata=ready["metadata"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
         )
-        self.register_outputs({"queue": args.queue})
+        self.queue = pulumi.Output.all(self.queue_resource.urn, args.queue).apply(lambda known: known[1])
+        self.namespace = pulumi.Output.from_input(args.namespace)
+        self.register_outputs({"queue": self.queue, "namespace": self.namespace})
+
+
+Volcano.__doc__ = inspect.cleandoc(Volcano.__doc__ or "")

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping, Sequence
 
 from components.errors import BundleError
+from components.outputs import Labels, merged
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_DIR = PurePosixPath("runtime", "agent")
@@ -105,12 +106,12 @@ def build_bundle(root: Path = REPO_ROOT, limit: int = MAX_CONFIGMAP_BYTES) -> Ru
     return RuntimeBundle(data=data, items=tuple(items), size=size, digest=digest.hexdigest())
 
 
-def configmap_manifest(name: str, namespace: str, labels: Mapping[str, str], bundle: RuntimeBundle) -> dict:
+def configmap_manifest(name: str, namespace: Any, labels: Labels, bundle: RuntimeBundle) -> dict:
     """The ConfigMap holding ``bundle``, as a Kubernetes manifest."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": namespace, "labels": merged(labels)},
         "data": dict(bundle.data),
     }
 

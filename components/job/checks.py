@@ -25,12 +25,13 @@ from components.validate import (
     QUANTITY,
 )
 
-PREVIEW_FIX = "this field is validated at preview, before outputs resolve"
+PLAIN_FIX = "it decides what the job renders, which Pulumi must know when the job is created"
 
 
 def require_plain(field: str, value: Any, expected: str) -> None:
     """Require a plain Python value: no ``pulumi.Output`` or other awaitable (a Pulumi ``Input``)
-    at any depth of the lists, tuples and mappings in ``value``.
+    at any depth of the lists, tuples and mappings in ``value``. For the arguments that decide the shape
+    of what is rendered (which objects, their names, counts and ports).
 
     Args:
         field: the argument's name; nested items are reported as ``field[0]``, ``field['key']``.
@@ -43,7 +44,7 @@ def require_plain(field: str, value: Any, expected: str) -> None:
     if isinstance(value, pulumi.Output) or inspect.isawaitable(value):
         kind = "a pulumi Output" if isinstance(value, pulumi.Output) else "an awaitable"
         raise InvalidJobArgs(field, value, f"is {kind}, whose value is not known when the job is checked",
-                             f"pass a plain {expected}; {PREVIEW_FIX}")
+                             f"pass a plain {expected}; {PLAIN_FIX}")
     if isinstance(value, Mapping):
         for key, item in value.items():
             require_plain(f"{field} key", key, "str")
@@ -189,3 +190,15 @@ def _require_pattern(
         raise InvalidJobArgs(field, value, "not a valid name", f"use {rule}")
     if max_length is not None and len(value) > max_length:
         raise InvalidJobArgs(field, value, f"is {len(value)} characters long", f"shorten it to {max_length}")
+
+
+def require_strings(name: str, value: Any, problem: str, fix: str) -> None:
+    """Raise :class:`InvalidJobArgs` for ``name`` unless ``value`` is a list (frozen to a tuple) of strings."""
+    if not isinstance(value, tuple) or not all(isinstance(x, str) for x in value):
+        raise InvalidJobArgs(name, value, problem, fix)
+
+
+def require_list(name: str, value: Any) -> None:
+    """Raise :class:`InvalidJobArgs` for ``name`` unless ``value`` is a list (frozen to a tuple)."""
+    if not isinstance(value, tuple):
+        raise InvalidJobArgs(name, value, "must be a list of dicts", "pass a list (or tuple)")

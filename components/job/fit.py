@@ -7,22 +7,25 @@ preview`` instead of as pods that stay Pending, a job Kueue never admits or a Po
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
-from typing import Optional
+from typing import Any, Mapping, Optional, cast
 
+import pulumi
 from kubernetes.utils import parse_quantity
 
-from components.capabilities import NO_GANG, ClusterCapabilities, KueueCapabilities, KueueClusterQueue, KueueFlavor
-from components.errors import InvalidJobArgs
-from components.job.args import (
-    INDEXED_JOB,
+from components.capabilities import (
     KUEUE,
-    PYTORCHJOB,
+    NO_GANG,
     SCHEDULER_PLUGINS,
-    STATEFULSET,
     VOLCANO,
-    DistributedJobArgs,
+    ClusterCapabilities,
+    KueueCapabilities,
+    KueueClusterQueue,
+    KueueFlavor,
 )
+from components.errors import InvalidJobArgs
+from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
 from components.job.pod import cpu_quantity
 from runtime.agent import contract
 
@@ -32,12 +35,24 @@ REQUEST_FIELDS = (("cpu", "cpus"), ("memory", "memory"), (contract.GPU_RESOURCE,
 """What a job's pods ask Kueue for, and the job field that sets each."""
 
 
-def check_fits(args: DistributedJobArgs, cluster: ClusterCapabilities) -> None:
+QUEUE_FIELDS = ("namespace", "queue", "cluster_queue", "node_selector")
+"""The fields taking a ``pulumi.Input`` that the queue checks read (a Kueue LocalQueue is looked up in the
+job's namespace; a flavor must allow the pods' node selector)."""
+
+
+def check_fits(args: DistributedJobArgs, cluster: ClusterCapabilities) -> Optional[pulumi.Output[None]]:
     """Check that ``cluster`` can run the job ``args`` describes.
+
+    Everything known now is checked now. When a field in :data:`QUEUE_FIELDS` is an Output, the queue
+    checks that read it run when its value is known, in the Output returned.
 
     Args:
         args: the validated job arguments.
         cluster: what the target cluster provides.
+
+    Returns:
+        ``None`` when everything was checked, else an Output that resolves once the rest passes and raises
+        :class:`InvalidJobArgs` otherwise (the job's resources wait for it).
 
     Raises:
         InvalidJobArgs: GPUs the cluster does not advertise, a PyTorchJob without the training operator
@@ -46,14 +61,27 @@ def check_fits(args: DistributedJobArgs, cluster: ClusterCapabilities) -> None:
     """
     _check_gpus(args, cluster)
     _check_operator(args, cluster)
-    if args.gang_scheduler == VOLCANO:
-        _check_volcano(args, cluster)
-    elif args.gang_scheduler == SCHEDULER_PLUGINS and not cluster.scheduler_plugins:
-        raise InvalidJobArgs("gang_scheduler", args.gang_scheduler, "the scheduler-plugins coscheduling "
+    pending = [name for name in QUEUE_FIELDS if isinstance(getattr(args, name), pulumi.Output)]
+    _check_scheduler(args, cluster, queues=not pending)
+    if not pending:
+        return None
+
+    def check_queues(values: list[Any]) -> None:
+        _check_scheduler(replace(args, **dict(zip(pending, values))), cluster, queues=True)
+
+    return pulumi.Output.all(*(getattr(args, name) for name in pending)).apply(check_queues)
+
+
+def _check_scheduler(a: DistributedJobArgs, cluster: ClusterCapabilities, queues: bool) -> None:
+    """The gang scheduler's checks; the queue's own (which read :data:`QUEUE_FIELDS`) only if ``queues``."""
+    if a.gang_scheduler == VOLCANO:
+        _check_volcano(a, cluster, queues)
+    elif a.gang_scheduler == SCHEDULER_PLUGINS and not cluster.scheduler_plugins:
+        raise InvalidJobArgs("gang_scheduler", a.gang_scheduler, "the scheduler-plugins coscheduling "
                              "scheduler does not run on the cluster (trainplane does not install it)",
                              'use gang_scheduler="volcano" or "kueue", or a cluster that runs it (an existing one)')
-    elif args.gang_scheduler == KUEUE:
-        _check_kueue(args, cluster.kueue)
+    elif a.gang_scheduler == KUEUE:
+        _check_kueue(a, cluster.kueue, queues)
 
 
 def _check_gpus(a: DistributedJobArgs, cluster: ClusterCapabilities) -> None:
@@ -94,16 +122,16 @@ def _check_operator(a: DistributedJobArgs, cluster: ClusterCapabilities) -> None
                          f"trainplane:trainingOperatorGangScheduler to {wanted}, or use backend=\"{INDEXED_JOB}\"")
 
 
-def _check_volcano(a: DistributedJobArgs, cluster: ClusterCapabilities) -> None:
+def _check_volcano(a: DistributedJobArgs, cluster: ClusterCapabilities, queues: bool) -> None:
     if cluster.volcano_queues is None:
         raise InvalidJobArgs("gang_scheduler", a.gang_scheduler, "Volcano is not installed on the cluster",
                              "add volcano to trainplane:addons")
-    if a.queue is not None and a.queue not in cluster.volcano_queues:
+    if queues and a.queue is not None and a.queue not in cluster.volcano_queues:
         raise InvalidJobArgs("queue", a.queue, "the cluster has no such Volcano queue",
                              f"use a Volcano queue the stack has: {', '.join(cluster.volcano_queues)}")
 
 
-def _check_kueue(a: DistributedJobArgs, kueue: Optional[KueueCapabilities]) -> None:
+def _check_kueue(a: DistributedJobArgs, kueue: Optional[KueueCapabilities], queues: bool) -> None:
     """Kueue's rules: a disabled integration gets a no-op webhook, so the workload runs at once and
     ignores the queue (kubernetes-sigs/kueue v0.19.2 ``pkg/controller/jobframework/setup.go``); a queue
     must exist; and a workload is admitted only by one flavor that holds all it requests (v0.19.2
@@ -117,9 +145,12 @@ def _check_kueue(a: DistributedJobArgs, kueue: Optional[KueueCapabilities]) -> N
                              f"Kueue would let the {a.workload_backend} run at once, ignoring its queue",
                              f"enable {framework} in the Kueue add-on's frameworks (with training-operator in "
                              "trainplane:addons the stack enables kubeflow.org/pytorchjob), or use another backend")
-    value: Optional[str]
-    if a.queue is not None:
-        queue_name = kueue.local_queues.get((a.namespace, a.queue))
+    if not queues:
+        return
+    queue_name: Optional[str]
+    value: Any
+    if a.queue is not None:  # the queue checks run on known values (check_fits): cast from the Input types
+        queue_name = kueue.local_queues.get((cast(str, a.namespace), cast(str, a.queue)))
         if queue_name is None:
             known = sorted(f"{ns}/{name}" for ns, name in kueue.local_queues) or ["none"]
             raise InvalidJobArgs("queue", a.queue, f"no LocalQueue {a.queue!r} in namespace {a.namespace!r} "
@@ -181,7 +212,8 @@ def _check_quota(a: DistributedJobArgs, queue: KueueClusterQueue) -> None:
 
 def _selects(a: DistributedJobArgs, flavor: KueueFlavor) -> bool:
     """Whether the pods' ``nodeSelector`` allows the flavor: it may not give a flavor label another value."""
-    return all(a.node_selector.get(key, value) == value for key, value in flavor.node_labels.items())
+    selector = cast(Mapping[str, str], a.node_selector)  # known when the queue checks run (check_fits)
+    return all(selector.get(key, value) == value for key, value in flavor.node_labels.items())
 
 
 def _holds(flavor: KueueFlavor, resource: str, amount: Decimal) -> bool:

@@ -12,9 +12,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+import pulumi
+
 from components.addons.versions import KUEUE_API, SCHEDULER_PLUGINS_SCHEDULER, VOLCANO_API, VOLCANO_SCHEDULER
-from components.job.args import KUEUE, NO_GANG, PYTORCHJOB, SCHEDULER_PLUGINS, VOLCANO, DistributedJobArgs
+from components.capabilities import KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
+from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.naming import JobNames
+from components.outputs import Labels, merged
 
 COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -35,10 +39,10 @@ class GangPlacement:
         workload_labels: labels on the workload object itself (Kueue reads them there).
     """
 
-    scheduler_name: Optional[str] = None
+    scheduler_name: Optional[pulumi.Input[str]] = None
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
-    workload_labels: Mapping[str, str] = field(default_factory=dict)
+    workload_labels: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
 
 def operator_schedules(args: DistributedJobArgs) -> bool:
@@ -46,7 +50,7 @@ def operator_schedules(args: DistributedJobArgs) -> bool:
     return args.workload_backend == PYTORCHJOB and args.gang_scheduler in (VOLCANO, SCHEDULER_PLUGINS)
 
 
-def kueue_queue(names: JobNames, args: DistributedJobArgs) -> str:
+def kueue_queue(names: JobNames, args: DistributedJobArgs) -> pulumi.Input[str]:
     """The LocalQueue the job is submitted to: ``queue``, or the job's own when ``cluster_queue`` is set."""
     return args.queue if args.queue is not None else names.job
 
@@ -65,7 +69,7 @@ def placement(names: JobNames, args: DistributedJobArgs) -> GangPlacement:
     return GangPlacement(scheduler_name=scheduler, pod_labels={COSCHEDULING_GROUP_LABEL: names.job})
 
 
-def podgroup_manifest(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> Optional[dict]:
+def podgroup_manifest(names: JobNames, args: DistributedJobArgs, labels: Labels) -> Optional[dict]:
     """The PodGroup for Volcano or scheduler-plugins, or ``None`` when no PodGroup is needed.
 
     ``minMember`` is the quorum; scheduler-plugins also gets ``scheduleTimeoutSeconds`` equal to the
@@ -84,13 +88,13 @@ def podgroup_manifest(names: JobNames, args: DistributedJobArgs, labels: Mapping
     return {
         "apiVersion": api,
         "kind": "PodGroup",
-        "metadata": {"name": names.job, "namespace": names.namespace, "labels": dict(labels)},
+        "metadata": {"name": names.job, "namespace": names.namespace, "labels": merged(labels)},
         "spec": spec,
     }
 
 
 def local_queue_manifest(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]
+    names: JobNames, args: DistributedJobArgs, labels: Labels
 ) -> Optional[dict]:
     """The job's own Kueue LocalQueue when ``cluster_queue`` is set, else ``None``."""
     if args.cluster_queue is None:
@@ -98,7 +102,7 @@ def local_queue_manifest(
     return {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
-        "metadata": {"name": kueue_queue(names, args), "namespace": names.namespace, "labels": dict(labels)},
+        "metadata": {"name": kueue_queue(names, args), "namespace": names.namespace, "labels": merged(labels)},
         "spec": {"clusterQueue": args.cluster_queue},
     }
 

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-from components.job.args import PYTORCHJOB, DistributedJobArgs
+import pulumi
+
+from components import validate
+from components.errors import InvalidJobArgs
+from components.job import checks
+from components.job.args import PYTORCHJOB, STATEFULSET, STATEFULSET_HASH_SUFFIX, DistributedJobArgs
+from components.outputs import lift
 
 PYTORCH_MASTER = "Master"
 PYTORCH_WORKER = "Worker"
@@ -28,28 +34,34 @@ class JobNames:
             operator's ``MASTER_ADDR`` names node 0 (PyTorchJob with a Master).
         coordinator_fqdn: node 0's fully qualified host name.
         coordinator_url: the coordinator agent's base URL, ``http://<coordinator_fqdn>:<agent port>``.
+
+    The namespace and the names built from it are Outputs when the namespace is one.
     """
 
     job: str
-    namespace: str
+    namespace: pulumi.Input[str]
     service: str
     token_secret: str
     runtime_configmap: str
     size_configmap: str
-    service_fqdn: str
+    service_fqdn: pulumi.Input[str]
     coordinator_env: Optional[str]
-    coordinator_fqdn: str
-    coordinator_url: str
+    coordinator_fqdn: pulumi.Input[str]
+    coordinator_url: pulumi.Input[str]
 
 
-def resource_name(name: str, namespace: str) -> str:
+def resource_name(name: str, namespace: pulumi.Input[str]) -> str:
     """The job's Pulumi resource name, which its children's names start with: ``name`` in the
     ``default`` namespace, ``<namespace>/<name>`` elsewhere (kubectl's spelling).
 
     Pulumi tells resources apart by URN (type, parent and name), so two jobs of one name in two
     namespaces must not share a resource name; job names cannot contain ``/``, so no two jobs map to one.
+    A namespace that is an Output gives ``name``: Pulumi names a resource when it is created, before
+    Outputs resolve.
     """
-    return name if namespace == DEFAULT_NAMESPACE else f"{namespace}/{name}"
+    if isinstance(namespace, pulumi.Output) or namespace == DEFAULT_NAMESPACE:
+        return name
+    return f"{namespace}/{name}"
 
 
 def pytorch_replica_host(job: str, replica_type: str, index: int) -> str:
@@ -64,16 +76,19 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
     headless Service), and the operator's per-replica Service for a PyTorchJob: ``<name>-master-0``,
     or ``<name>-worker-0`` for an elastic (Worker-only) one.
     """
-    svc_suffix = f"{args.namespace}.svc.{args.cluster_domain}"
     coordinator_env: Optional[str]
     if args.workload_backend == PYTORCHJOB:
         role = PYTORCH_WORKER if args.elastic else PYTORCH_MASTER
         host = pytorch_replica_host(name, role, 0)
         coordinator_env = host if args.elastic else None
-        coordinator_fqdn = f"{host}.{svc_suffix}"
     else:
-        coordinator_env = f"{name}-0.{name}"
-        coordinator_fqdn = f"{coordinator_env}.{svc_suffix}"
+        host = f"{name}-0.{name}"
+        coordinator_env = host
+
+    def in_namespace(prefix: str) -> Any:
+        return lift(lambda namespace: f"{prefix}.{namespace}.svc.{args.cluster_domain}", args.namespace)
+
+    coordinator_fqdn = in_namespace(host)
     return JobNames(
         job=name,
         namespace=args.namespace,
@@ -81,8 +96,62 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
         token_secret=f"{name}-token",
         runtime_configmap=f"{name}-runtime",
         size_configmap=f"{name}-size",
-        service_fqdn=f"{name}.{svc_suffix}",
+        service_fqdn=in_namespace(name),
         coordinator_env=coordinator_env,
         coordinator_fqdn=coordinator_fqdn,
-        coordinator_url=f"http://{coordinator_fqdn}:{args.agent_port}",
+        coordinator_url=lift(lambda fqdn: f"http://{fqdn}:{args.agent_port}", coordinator_fqdn),
     )
+
+
+def validate_job_name(name: str, args: DistributedJobArgs) -> None:
+    """Check the job name: a plain RFC 1035 label short enough for every name derived from it.
+
+    Derived names: Indexed Job pod host names ``<name>-<index>`` (63 characters), StatefulSet
+    revision-hash labels ``<name>-<hash>`` (the name at most 52), PyTorchJob pods and Services
+    ``<name>-worker-<index>`` and ``<name>-master-0`` (63, the operator's DNS-1035 rule).
+
+    Raises:
+        InvalidJobArgs: the name is not a plain str, breaks the rule, or is too long for ``args``;
+            the message names the derived name that would overflow.
+    """
+    checks.require_plain("name", name, "str")
+    checks.require_dns1035("name", name, max_length=None)
+    derived = longest_derived_name(name, args)
+    if derived.length > validate.MAX_LABEL:
+        raise InvalidJobArgs("name", name, f"the {derived.kind} {derived.text!r} would be {derived.length} "
+                             f"characters; Kubernetes allows {validate.MAX_LABEL}",
+                             f"shorten name to at most {max_name_length(args)} characters")
+
+
+@dataclass(frozen=True)
+class DerivedName:
+    """The longest name Kubernetes derives from a job name, which must stay a 63-character label.
+
+    Attributes:
+        kind: what it names, e.g. ``"pod host name"``.
+        text: the name, with ``<hash>`` standing for a part Kubernetes generates.
+        length: its length in characters, generated parts at their longest.
+    """
+
+    kind: str
+    text: str
+    length: int
+
+
+def longest_derived_name(name: str, args: DistributedJobArgs) -> DerivedName:
+    """The longest label-limited name derived from job ``name`` for ``args``' backend."""
+    backend = args.workload_backend
+    if backend == STATEFULSET:
+        return DerivedName("StatefulSet controller-revision-hash label", f"{name}-<hash>",
+                           len(name) + STATEFULSET_HASH_SUFFIX)
+    if backend == PYTORCHJOB:
+        top = args.max_nodes - 1 if args.elastic else max(args.workers - 2, 0)
+        text = f"{name}-worker-{top}"
+        return DerivedName("PyTorchJob pod and Service name", text, len(text))
+    text = f"{name}-{args.max_nodes - 1}"
+    return DerivedName("pod host name", text, len(text))
+
+
+def max_name_length(args: DistributedJobArgs) -> int:
+    """The longest job name whose derived names still fit, characters."""
+    return validate.MAX_LABEL - longest_derived_name("", args).length

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from components.job.args import DistributedJobArgs
 from components.job.naming import JobNames
 from components.job.pod import pod_selector
+from components.outputs import Labels, lift, merged
 from runtime.agent import contract
 from runtime.agent.execution import controller
 
 
-def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> dict[str, Any]:
+def headless_service(names: JobNames, args: DistributedJobArgs, labels: Labels) -> dict[str, Any]:
     """A headless Service over the job's pods, publishing not-ready addresses.
 
     Pods register with the coordinator before any readiness probe passes, so their DNS records
@@ -30,7 +31,7 @@ def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": names.service, "namespace": names.namespace, "labels": dict(labels)},
+        "metadata": {"name": names.service, "namespace": names.namespace, "labels": merged(labels)},
         "spec": {
             "clusterIP": "None",
             "ipFamilyPolicy": "PreferDualStack",
@@ -48,7 +49,7 @@ def headless_service(names: JobNames, args: DistributedJobArgs, labels: Mapping[
     }
 
 
-def network_policy(names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]) -> dict[str, Any]:
+def network_policy(names: JobNames, args: DistributedJobArgs, labels: Labels) -> dict[str, Any]:
     """Ingress to the job's pods from the job's own pods only, plus ``allow_from`` on the agent port.
 
     The job's pods reach each other on every port: collective backends (NCCL, Gloo) open data
@@ -56,16 +57,18 @@ def network_policy(names: JobNames, args: DistributedJobArgs, labels: Mapping[st
     and workers listen on ports of their own choosing. Ray's and Monarch's ports take no token, so
     ``allow_from`` peers reach the (token-checked) agent port only. Egress is not restricted.
     """
-    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {"matchLabels": pod_selector(names)}}]}]
-    if args.allow_from:
-        ingress.append({
-            "from": [dict(peer) for peer in args.allow_from],
-            "ports": [{"port": args.agent_port, "protocol": "TCP"}],
-        })
+    own = {"from": [{"podSelector": {"matchLabels": pod_selector(names)}}]}
+
+    def rules(peers: tuple[Any, ...]) -> list[dict[str, Any]]:
+        # No rule for no peers: a rule whose "from" is empty admits every source.
+        extra = {"from": [dict(peer) for peer in peers], "ports": [{"port": args.agent_port, "protocol": "TCP"}]}
+        return [own, extra] if peers else [own]
+
+    ingress = lift(rules, args.allow_from)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": names.job, "namespace": names.namespace, "labels": dict(labels)},
+        "metadata": {"name": names.job, "namespace": names.namespace, "labels": merged(labels)},
         "spec": {
             "podSelector": {"matchLabels": pod_selector(names)},
             "policyTypes": ["Ingress"],
@@ -75,7 +78,7 @@ def network_policy(names: JobNames, args: DistributedJobArgs, labels: Mapping[st
 
 
 def disruption_budget(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str]
+    names: JobNames, args: DistributedJobArgs, labels: Labels
 ) -> Optional[dict[str, Any]]:
     """In service mode, a PodDisruptionBudget keeping ``quorum`` pods up through voluntary disruptions."""
     if args.mode != "service":
@@ -83,6 +86,6 @@ def disruption_budget(
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": names.job, "namespace": names.namespace, "labels": dict(labels)},
+        "metadata": {"name": names.job, "namespace": names.namespace, "labels": merged(labels)},
         "spec": {"minAvailable": args.quorum, "selector": {"matchLabels": pod_selector(names)}},
     }

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
+
+import pulumi
 
 from components.gpu import gpu_toleration
 from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import JobNames
+from components.outputs import Labels, lift, merged
 from runtime.agent import contract
 from runtime.agent.execution import controller
 from runtime.agent.spec.environment import job_env
@@ -63,17 +66,17 @@ class PodRole:
     size_from: Optional[str] = None
 
 
-def common_labels(names: JobNames, args: DistributedJobArgs, component: str) -> dict[str, str]:
-    """The ``app.kubernetes.io/*`` labels, the job label and the user's labels."""
-    return {
-        **args.labels,
+def common_labels(names: JobNames, args: DistributedJobArgs, component: str) -> Labels:
+    """The ``app.kubernetes.io/*`` labels, the job label and the user's labels (an Output when the user's
+    labels are one)."""
+    return merged(args.labels, {
         contract.LABEL_NAME: contract.APP_NAME,
         contract.LABEL_INSTANCE: names.job,
         contract.LABEL_COMPONENT: component,
         contract.LABEL_PART_OF: contract.APP_NAME,
         contract.LABEL_MANAGED_BY: MANAGED_BY,
         contract.LABEL_JOB: names.job,
-    }
+    })
 
 
 def pod_selector(names: JobNames) -> dict[str, str]:
@@ -109,47 +112,49 @@ def agent_deadline(active_deadline_seconds: int) -> float:
     return active_deadline_seconds - min(DEADLINE_REPORT_MARGIN, active_deadline_seconds / 2)
 
 
-def job_spec(names: JobNames, args: DistributedJobArgs) -> JobSpec:
-    """The job spec the arguments describe, for the one writer of the agent's environment."""
-    return JobSpec(
-        job_name=names.job, workers=args.workers, num_proc=args.procs_per_node, mode=args.mode,
-        distribution=args.distribution, entrypoint=args.entrypoint, no_python=args.no_python,
-        quorum_workers=args.quorum_workers, quorum_timeout=args.quorum_timeout, max_restarts=args.max_restarts,
-        min_workers=args.min_workers, max_workers=args.max_workers, master_port=args.master_port,
-        monitor_members=args.monitor_members, grace_period=args.grace_period, log_dir=args.log_dir,
-        daemon_args=args.ray_start_args if args.distribution == "ray" else (),
-        timeout=None if args.active_deadline_seconds is None else agent_deadline(args.active_deadline_seconds),
-    )
+def job_spec(names: JobNames, args: DistributedJobArgs, entrypoint: tuple[str, ...]) -> JobSpec:
+    """The job spec the arguments describe, for the one writer of the agent's environment
+    (``runtime.agent.spec.environment``): ``args.spec`` with the job's name, ``entrypoint`` (``args.entrypoint``
+    resolved, an Output when ``args.args`` is one), for ``ray`` every pod's ``ray start`` arguments
+    (:attr:`~components.job.args.DistributedJobArgs.ray_start_args`), and the agents' time limit
+    (:func:`agent_deadline`)."""
+    deadline = args.active_deadline_seconds
+    return replace(args.spec, job_name=names.job, entrypoint=entrypoint,
+                   daemon_args=args.ray_start_args if args.distribution == "ray" else (),
+                   timeout=None if deadline is None else agent_deadline(deadline))
 
 
-def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> list[dict[str, Any]]:
+def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulumi.Input[list[dict[str, Any]]]:
     """The agent's environment: downward API, the bundle path, the token, the job's settings (written
     by ``runtime.agent.spec.environment``, as the local launcher writes them), where the coordinator
-    is, then the user's env."""
-    env: list[dict[str, Any]] = [
-        _field_env(contract.POD_IP, "status.podIP"),
-        _field_env(contract.POD_NAME, "metadata.name"),
-        _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
-        {"name": "PYTHONPATH", "value": ":".join((contract.BUNDLE_MOUNT_PATH, *args.pythonpath))},
-        {"name": contract.TOKEN,
-         "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
-    ]
-    settings = job_env(job_spec(names, args))
-    if not role.set_master_port:
-        settings.pop(contract.MASTER_PORT)  # the training operator sets it
-    for key in SIZE_SETTINGS if role.size_from is not None else ():
-        settings.pop(key, None)
-        env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
-    if names.coordinator_env is not None:  # a PyTorchJob's agents find the operator's MASTER_ADDR instead
-        settings[contract.COORDINATOR_HOST] = names.coordinator_env
-    if args.workload_backend != PYTORCHJOB:  # pods named <job>-<index> under the Service: how a replaced one
-        settings[contract.PEERS] = f"{names.job}-{{index}}.{names.service}"  # finds the current coordinator
-    settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
-    env += [{"name": key, "value": value} for key, value in settings.items()]
-    if role.node_rank_from is not None:
-        env.append({"name": contract.NODE_RANK_SETTING, "valueFrom": dict(role.node_rank_from)})
-    env += [{"name": k, "value": v} for k, v in args.env.items()]
-    return env
+    is, then the user's env. An Output when ``pythonpath``, ``args`` or ``env`` is one."""
+
+    def env_list(pythonpath: tuple[str, ...], entrypoint: tuple[str, ...], user: Mapping[str, str]) -> list:
+        env: list[dict[str, Any]] = [
+            _field_env(contract.POD_IP, "status.podIP"),
+            _field_env(contract.POD_NAME, "metadata.name"),
+            _field_env(contract.POD_NAMESPACE, "metadata.namespace"),
+            {"name": "PYTHONPATH", "value": ":".join((contract.BUNDLE_MOUNT_PATH, *pythonpath))},
+            {"name": contract.TOKEN,
+             "valueFrom": {"secretKeyRef": {"name": names.token_secret, "key": TOKEN_KEY}}},
+        ]
+        settings = job_env(job_spec(names, args, tuple(entrypoint)))
+        if not role.set_master_port:
+            settings.pop(contract.MASTER_PORT)  # the training operator sets it
+        for key in SIZE_SETTINGS if role.size_from is not None else ():
+            settings.pop(key, None)
+            env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
+        if names.coordinator_env is not None:  # a PyTorchJob's agents find the operator's MASTER_ADDR instead
+            settings[contract.COORDINATOR_HOST] = names.coordinator_env
+        if args.workload_backend != PYTORCHJOB:  # pods named <job>-<index> under the Service: how a replaced one
+            settings[contract.PEERS] = f"{names.job}-{{index}}.{names.service}"  # finds the current coordinator
+        settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
+        env += [{"name": key, "value": value} for key, value in settings.items()]
+        if role.node_rank_from is not None:
+            env.append({"name": contract.NODE_RANK_SETTING, "valueFrom": dict(role.node_rank_from)})
+        return env + [{"name": k, "value": v} for k, v in user.items()]
+
+    return lift(env_list, args.pythonpath, args.entrypoint, args.env)
 
 
 def resources(args: DistributedJobArgs) -> dict[str, dict[str, Any]]:
@@ -213,12 +218,11 @@ def volumes(names: JobNames, args: DistributedJobArgs, bundle: RuntimeBundle) ->
     ]
 
 
-def tolerations(args: DistributedJobArgs) -> list[dict[str, Any]]:
-    """The user's tolerations, plus the GPU node taint's when the pod asks for GPUs."""
-    out = [dict(t) for t in args.tolerations]
-    if args.gpus > 0:
-        out.append(gpu_toleration())
-    return out
+def tolerations(args: DistributedJobArgs) -> pulumi.Input[list[dict[str, Any]]]:
+    """The user's tolerations, plus the GPU node taint's when the pod asks for GPUs (an Output when the
+    user's are one)."""
+    gpu = [gpu_toleration()] if args.gpus > 0 else []
+    return lift(lambda given: [*(dict(t) for t in given), *gpu], args.tolerations)
 
 
 def pod_template(
@@ -229,7 +233,7 @@ def pod_template(
     Pods carry the job labels (plus the gang's), Istio injection off, and the bundle digest as an
     annotation so a changed agent rolls the workload.
     """
-    labels = {**common_labels(names, args, NODE_COMPONENT), **gang.pod_labels, ISTIO_INJECT_LABEL: "false"}
+    labels = merged(common_labels(names, args, NODE_COMPONENT), gang.pod_labels, {ISTIO_INJECT_LABEL: "false"})
     spec: dict[str, Any] = {
         "containers": [container(names, args, role)],
         "volumes": volumes(names, args, bundle),
@@ -242,8 +246,8 @@ def pod_template(
         "serviceAccountName": args.service_account,
         "schedulerName": gang.scheduler_name,
         "subdomain": role.subdomain,
-        "nodeSelector": dict(args.node_selector) or None,
-        "tolerations": tolerations(args) or None,
+        "nodeSelector": _present(args.node_selector),
+        "tolerations": _present(tolerations(args)),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     return {
@@ -253,6 +257,15 @@ def pod_template(
         },
         "spec": spec,
     }
+
+
+def _present(value: Any) -> Any:
+    """A collection for the pod spec, or ``None`` (left out) when it is plain and empty. An Output is kept:
+    its emptiness is not known when the spec is rendered, and an empty ``nodeSelector`` or
+    ``tolerations`` means the same to Kubernetes as none."""
+    if isinstance(value, pulumi.Output):
+        return value
+    return (dict(value) if isinstance(value, Mapping) else list(value)) or None
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:

@@ -6,13 +6,15 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from components.addons.kueue import LOCAL_QUEUE_REPLACED_ON
-from components.job.args import KUEUE, STATEFULSET, DistributedJobArgs, validate_job_name
+from components.capabilities import KUEUE
+from components.job.args import STATEFULSET, DistributedJobArgs
 from components.job.bundle import RuntimeBundle, configmap_manifest
 from components.job.gang import local_queue_manifest, placement, podgroup_manifest
-from components.job.naming import JobNames, job_names
+from components.job.naming import JobNames, job_names, validate_job_name
 from components.job.network import disruption_budget, headless_service, network_policy
 from components.job.pod import TOKEN_KEY, common_labels, size_settings
 from components.job.workloads import workload_manifest
+from components.outputs import Labels
 
 BUILTIN_API_VERSIONS = frozenset({"v1", "apps/v1", "batch/v1", "networking.k8s.io/v1", "policy/v1"})
 """API versions every cluster serves; anything else is a custom resource."""
@@ -57,7 +59,7 @@ class RenderedJob:
     manifests: tuple[Manifest, ...]
 
 
-def token_secret(names: JobNames, labels: dict[str, str], token: Any) -> dict[str, Any]:
+def token_secret(names: JobNames, labels: Labels, token: Any) -> dict[str, Any]:
     """The Secret holding the job token (a string, or a Pulumi Output of one)."""
     return {
         "apiVersion": "v1",
@@ -68,7 +70,7 @@ def token_secret(names: JobNames, labels: dict[str, str], token: Any) -> dict[st
     }
 
 
-def size_configmap(names: JobNames, args: DistributedJobArgs, labels: dict[str, str]) -> Optional[dict[str, Any]]:
+def size_configmap(names: JobNames, args: DistributedJobArgs, labels: Labels) -> Optional[dict[str, Any]]:
     """An elastic service job's size settings, which its StatefulSet's pods read (else ``None``)."""
     if not (args.elastic and args.workload_backend == STATEFULSET):
         return None

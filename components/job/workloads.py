@@ -12,13 +12,15 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from components.awaiting import CREATED, WAIT_FOR_ANNOTATION
+from components.capabilities import NO_GANG
 from components.errors import InvalidJobArgs, OperatorRuleError
 from components.job import checks
-from components.job.args import INDEXED_JOB, NO_GANG, PYTORCHJOB, STATEFULSET, DistributedJobArgs
+from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement, pytorch_scheduling_policy
 from components.job.naming import PYTORCH_MASTER, PYTORCH_WORKER, JobNames
 from components.job.pod import PodRole, pod_selector, pod_template
+from components.outputs import Labels, merged
 
 PYTORCHJOB_API = "kubeflow.org/v1"
 PYTORCH_CONTAINER = "pytorch"
@@ -45,7 +47,7 @@ def awaits_readiness(args: DistributedJobArgs) -> bool:
 
 
 def workload_metadata(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], gang: GangPlacement
+    names: JobNames, args: DistributedJobArgs, labels: Labels, gang: GangPlacement
 ) -> dict[str, Any]:
     """Name, namespace, labels (plus the gang's) and, unless Pulumi awaits readiness, the cheap
     ``pulumi.com/waitFor`` that replaces Pulumi's await logic but, unlike ``pulumi.com/skipAwait``, leaves
@@ -54,7 +56,7 @@ def workload_metadata(
     meta: dict[str, Any] = {
         "name": names.job,
         "namespace": names.namespace,
-        "labels": {**labels, **gang.workload_labels},
+        "labels": merged(labels, gang.workload_labels),
     }
     if not awaits_readiness(args):
         meta["annotations"] = {WAIT_FOR_ANNOTATION: CREATED}
@@ -62,7 +64,7 @@ def workload_metadata(
 
 
 def indexed_job(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """A ``batch/v1`` Indexed Job: one pod per node, node rank = ``JOB_COMPLETION_INDEX``.
@@ -92,7 +94,7 @@ def indexed_job(
 
 
 def stateful_set(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """An ``apps/v1`` StatefulSet for service mode: pods start in parallel, rank = ordinal.
@@ -117,7 +119,7 @@ def stateful_set(
 
 
 def pytorch_job(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """A Kubeflow ``PyTorchJob`` following the training operator's rules.
@@ -225,7 +227,7 @@ WORKLOAD_BUILDERS = {INDEXED_JOB: indexed_job, STATEFULSET: stateful_set, PYTORC
 
 
 def workload_manifest(
-    names: JobNames, args: DistributedJobArgs, labels: Mapping[str, str], bundle: RuntimeBundle,
+    names: JobNames, args: DistributedJobArgs, labels: Labels, bundle: RuntimeBundle,
     gang: GangPlacement,
 ) -> dict[str, Any]:
     """The workload of ``args.workload_backend``."""

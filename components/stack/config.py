@@ -32,8 +32,8 @@ from components.cluster import (
 from components.cluster.existing import load_kubeconfig
 from components.errors import ArgumentError, InvalidJobArgs, StackConfigError
 from components.job import DistributedJobArgs
-from components.job.args import validate_job_name
 from components.job.fit import check_fits
+from components.job.naming import validate_job_name
 from components.stack import keys
 from components.stack.addons import AddonsConfig
 from components.stack.capabilities import cluster_capabilities

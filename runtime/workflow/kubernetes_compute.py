@@ -215,7 +215,7 @@ class KubernetesCompute(Compute):
     @staticmethod
     def _validate_name(name: str, args: Any) -> None:
         from components.errors import InvalidJobArgs
-        from components.job.args import validate_job_name
+        from components.job.naming import validate_job_name
 
         try:
             validate_job_name(name, args)
@@ -235,7 +235,7 @@ class KubernetesCompute(Compute):
             DeployError: a stack operation failed, or the stack lacks the program's outputs.
             Unauthorized, RendezvousError: as :func:`~runtime.workflow.attach.wait_until_serving`.
         """
-        from components.job.args import max_name_length
+        from components.job.naming import max_name_length
         from runtime.workflow import program
 
         args = self.distributed_job_args()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import json
 import os
 import runpy
@@ -20,6 +21,7 @@ import yaml
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.rpc import _special_secret_sig, _special_sig_key
+from pulumi.runtime.settings import SETTINGS
 
 from components.job.args import DistributedJobArgs
 
@@ -166,6 +168,8 @@ class Registration:
     replace_on_changes: list[str]
     inputs: dict[str, Any]
     transforms: list[Any] = field(default_factory=list)
+    alias_types: list[str] = field(default_factory=list)
+    """The types of the aliases it was registered with (a former type token)."""
 
 
 LOCAL_RUN = "command:local:run"
@@ -174,11 +178,19 @@ LOCAL_RUN = "command:local:run"
 
 class Mocks(pulumi.runtime.Mocks):
     """Non-empty ids, ``metadata`` on Kubernetes objects, the outputs the programs read, and the stdout
-    of ``local.run`` commands (``command_stdout``, by command; a stand-in image ID otherwise)."""
+    of ``local.run`` commands (``command_stdout``, by command; a stand-in image ID otherwise).
 
-    def __init__(self, command_stdout: Optional[Mapping[str, str]] = None) -> None:
+    ``outputs`` adds outputs by resource name, e.g. ``{"trainer-image": {"digest": UNKNOWN}}`` for a value
+    Pulumi does not know at preview (``pulumi.runtime.rpc.UNKNOWN``)."""
+
+    def __init__(
+        self,
+        command_stdout: Optional[Mapping[str, str]] = None,
+        outputs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    ) -> None:
         self.seen: dict[tuple[str, str], pulumi.runtime.MockResourceArgs] = {}
         self.command_stdout = dict(command_stdout or {})
+        self.extra_outputs = {name: dict(values) for name, values in (outputs or {}).items()}
         self.commands_run: list[str] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
@@ -195,6 +207,7 @@ class Mocks(pulumi.runtime.Mocks):
             outputs.update(arn=f"arn:aws:iam::123456789012:role/{args.name}", name=args.name)
         if args.typ == "random:index/randomPassword:RandomPassword":
             outputs["result"] = PASSWORD
+        outputs.update(self.extra_outputs.get(args.name, {}))
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
@@ -250,6 +263,7 @@ class RecordingMonitor(MockMonitor):
                 replace_on_changes=list(request.replaceOnChanges),
                 inputs=seen.inputs,
                 transforms=list(seen.transforms),
+                alias_types=[alias.spec.type for alias in request.aliases if alias.spec.type],
             )
         return response
 
@@ -294,6 +308,7 @@ def deploy(
     program: Callable[[], Mapping[str, Any]],
     config: Optional[dict[str, str]] = None,
     monitor: Optional[RecordingMonitor] = None,
+    preview: bool = False,
 ) -> Deployment:
     """Run ``program`` under fresh mocks with ``config`` and wait for every registration.
 
@@ -302,12 +317,13 @@ def deploy(
         config: Config values by full key.
         monitor: The monitor to record into, to inspect it when ``program`` raises; a fresh one by
             default.
+        preview: Run as ``pulumi preview`` does (outputs the mocks give as ``UNKNOWN`` stay unknown).
 
     Returns:
         The registrations and the resolved values (and which are secret).
     """
     monitor = monitor or RecordingMonitor()
-    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=STACK, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=STACK, preview=preview, monitor=monitor)
     pulumi.runtime.set_all_config(config or {})
     resolved: dict[str, Any] = {}
     secret: set[str] = set()
@@ -325,8 +341,26 @@ def deploy(
             lambda values: resolved.update(zip(outputs, values[: len(outputs)]))
         )
 
-    run()
+    try:
+        run()
+    except BaseException:
+        _drop_failed_registrations()
+        raise
     return Deployment(monitor.registrations, resolved, secret)
+
+
+def _drop_failed_registrations() -> None:
+    """Finalize, here, the futures a failed run leaves behind.
+
+    Each child whose registration failed leaves a future whose exception nobody retrieved; when it is
+    collected, asyncio logs it with its traceback, and Python 3.11's traceback formatting parses source
+    (``ast.parse``, for the caret anchors). Collected later, inside another ``ast.parse`` (``inspect.getsource``),
+    that nested parse breaks the outer one's recursion-depth check in CPython 3.11
+    (``SystemError: AST constructor recursion depth mismatch``; the same check as python/cpython#106905).
+    """
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+    gc.collect()
 
 
 def run_program(config: dict[str, str]) -> Deployment:

@@ -26,6 +26,7 @@ from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, VOLCANO
 from components.addons.volcano import volcano_queue
 from components.cluster import GpuNodeGroupArgs
 from components.cluster.eks import gpu_node_group_settings
+from components.errors import ArgumentError
 from tests.components.componenttest import KUBECONFIG, deploy, kube_home, run_program, stack_config, tolerates
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -50,7 +51,7 @@ def test_device_plugin_is_a_pinned_release_that_does_not_wait_for_gpu_nodes():
     deployment = deploy_addon(lambda opts: NvidiaDevicePlugin("gpu", opts=opts))
 
     release = deployment.one(RELEASE)
-    assert release.parent == deployment.one("trainplane:addons:NvidiaDevicePlugin").urn
+    assert release.parent == deployment.one("trainplane:index:NvidiaDevicePlugin").urn
     assert release.name == "gpu-release"
     assert (release.inputs["chart"], release.inputs["version"]) == ("nvidia-device-plugin", "0.19.0")
     assert release.inputs["repositoryOpts"] == {"repo": "https://nvidia.github.io/k8s-device-plugin"}
@@ -126,7 +127,7 @@ def test_training_operator_applies_the_pinned_standalone_overlay():
     deployment = deploy_addon(lambda opts: TrainingOperator("kfto", opts=opts))
 
     manifests = deployment.one("kubernetes:kustomize/v2:Directory")
-    assert manifests.remote and manifests.parent == deployment.one("trainplane:addons:TrainingOperator").urn
+    assert manifests.remote and manifests.parent == deployment.one("trainplane:index:TrainingOperator").urn
     assert manifests.inputs["directory"] == (
         "https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref=v1.9.4"
     )
@@ -317,3 +318,62 @@ def test_the_operators_gang_scheduler_is_read_as_the_operator_reads_its_flag(fla
     """kubeflow/trainer v1.9.4 ``cmd/training-operator.v1/main.go``: ``strings.EqualFold(name, "volcano")``
     selects Volcano; any other non-empty name is the scheduler-plugins scheduler's."""
     assert TrainingOperatorArgs(gang_scheduler_name=flag).gang_scheduler == gang
+
+
+ADDON_MAPPINGS = {
+    # As a program in another language passes the arguments: a mapping, every number a float.
+    "NvidiaDevicePlugin": (NvidiaDevicePlugin, {"namespace": "gpu-plugins"}),
+    "Volcano": (Volcano, {"queue": "research", "queue_weight": 2.0}),
+    "TrainingOperator": (TrainingOperator, {"gang_scheduler_name": "volcano"}),
+    "Kueue": (Kueue, {"flavors": [{"name": "a100", "node_labels": {"pool": "a100"}}],
+                      "cluster_queues": [{"name": "gpu", "quotas": {"a100": {"cpu": 64.0, "nvidia.com/gpu": "8"}}}],
+                      "local_queues": [{"name": "team", "namespace": "research", "cluster_queue": "gpu"}],
+                      "pods_ready_timeout": 300.0}),
+}
+ADDON_OUTPUTS = {
+    "NvidiaDevicePlugin": {"namespace": "gpu-plugins"},
+    "Volcano": {"queue": "research", "namespace": "volcano-system"},
+    "TrainingOperator": {"gang_scheduler": "volcano"},
+    "Kueue": {"namespace": "kueue-system", "cluster_queues": ["gpu"]},
+}
+
+
+@pytest.mark.parametrize("name", ADDON_MAPPINGS)
+def test_an_addon_takes_its_arguments_as_a_mapping_and_keeps_its_former_type_as_an_alias(name):
+    """The component provider hands a component a dict of Python names with numbers as floats
+    (``components.arguments``); the type token is the package's, aliased from ``trainplane:addons:``."""
+    component, inputs = ADDON_MAPPINGS[name]
+    outputs = {}
+
+    def program():
+        addon = component(name.lower(), inputs)
+        outputs.update({key: getattr(addon, key) for key in ADDON_OUTPUTS[name]})
+        return outputs
+
+    deployment = deploy(program)
+    registered = deployment.one(f"trainplane:index:{name}")
+    assert registered.alias_types == [f"trainplane:addons:{name}"]
+    assert deployment.outputs == ADDON_OUTPUTS[name]
+    if name == "Volcano":
+        assert deployment.one("kubernetes:scheduling.volcano.sh/v1beta1:Queue").inputs["spec"]["weight"] == 2
+    if name == "Kueue":
+        (queue,) = deployment.of_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+        quota = queue.inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        assert {r["name"]: r["nominalQuota"] for r in quota} == {"cpu": 64, "nvidia.com/gpu": "8"}
+
+
+@pytest.mark.parametrize(
+    ("component", "inputs", "field", "fix"),
+    [
+        (Volcano, {"queues": "research"}, "queues", "use one of queue, queue_weight, namespace"),
+        (Volcano, {"queue_weight": 1.5}, "queue_weight", "use a whole number >= 1"),
+        (Kueue, {"flavors": [{"node_labels": {}}]}, "flavors[0].name", "set name"),
+        (Kueue, {"local_queues": [{"name": "q", "namespace": "n", "cluster_queue": "none"}]},
+         "local_queues[0].cluster_queue", "use a defined one"),
+    ],
+)
+def test_an_addons_mapping_is_checked_naming_the_field(component, inputs, field, fix):
+    with pytest.raises(ArgumentError) as info:
+        component("addon", inputs)
+    assert info.value.field.startswith(field)
+    assert fix in info.value.fix

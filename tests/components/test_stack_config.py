@@ -305,7 +305,7 @@ BAD_CONFIGS = [
         {"jobs": job(workers=0)},
         "trainplane:jobs[0].workers",
         "0",
-        "pass an int >= 1",
+        "use 1 or more nodes",
         id="job with no workers",
     ),
     pytest.param(

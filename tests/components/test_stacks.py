@@ -25,15 +25,15 @@ CLUSTER_TYPES = {
     "existing": "trainplane:cluster:ExistingCluster",
 }
 ADDON_TYPES = {
-    "device-plugin": "trainplane:addons:NvidiaDevicePlugin",
-    "training-operator": "trainplane:addons:TrainingOperator",
-    "volcano": "trainplane:addons:Volcano",
-    "kueue": "trainplane:addons:Kueue",
+    "device-plugin": "trainplane:index:NvidiaDevicePlugin",
+    "training-operator": "trainplane:index:TrainingOperator",
+    "volcano": "trainplane:index:Volcano",
+    "kueue": "trainplane:index:Kueue",
 }
 CRD_GROUPS = {
-    "scheduling.volcano.sh": "trainplane:addons:Volcano",
-    "kueue.x-k8s.io": "trainplane:addons:Kueue",
-    "kubeflow.org": "trainplane:addons:TrainingOperator",
+    "scheduling.volcano.sh": "trainplane:index:Volcano",
+    "kueue.x-k8s.io": "trainplane:index:Kueue",
+    "kubeflow.org": "trainplane:index:TrainingOperator",
 }
 """Which add-on installs the CRDs of each API group."""
 INSTALLERS = ("kubernetes:helm.sh/v3:Release", "kubernetes:kustomize/v2:Directory")
@@ -68,7 +68,7 @@ def test_stack_creates_its_cluster_add_ons_and_jobs_at_top_level(stack, deployme
 
     cluster = deployment.one(CLUSTER_TYPES[config["trainplane:clusterKind"]])
     addons = [deployment.one(ADDON_TYPES[name]) for name in config.get("trainplane:addons", [])]
-    jobs = deployment.of_type("trainplane:job:DistributedJob")
+    jobs = deployment.of_type("trainplane:index:DistributedJob")
     assert sorted(j.name for j in jobs) == sorted(job["name"] for job in config.get("trainplane:jobs", []))
     assert all(deployment.parent_of(r) is None for r in [cluster, *addons, *jobs])
     assert len([r for r in deployment.registrations.values() if r.type in CLUSTER_TYPES.values()]) == 1
@@ -96,7 +96,7 @@ def test_add_ons_and_jobs_wait_for_everything_the_cluster_creates(deployment):
     (cluster,) = [r for r in deployment.registrations.values() if r.type in CLUSTER_TYPES.values()]
     cluster_parts = {r.urn for r in deployment.descendants(cluster)}
     dependents = [r for r in deployment.registrations.values() if r.type in ADDON_TYPES.values()]
-    dependents += deployment.of_type("trainplane:job:DistributedJob")
+    dependents += deployment.of_type("trainplane:index:DistributedJob")
 
     assert cluster_parts
     for reg in dependents:
@@ -181,9 +181,9 @@ def test_add_ons_come_in_crd_order_when_all_are_installed(home):
     deployment = run_program(
         stack_config("local", addons=["kueue", "training-operator", "volcano", "device-plugin"], kueue=kueue)
     )
-    volcano = deployment.one("trainplane:addons:Volcano")
-    operator = deployment.one("trainplane:addons:TrainingOperator")
-    queues = deployment.one("trainplane:addons:Kueue")
+    volcano = deployment.one("trainplane:index:Volcano")
+    operator = deployment.one("trainplane:index:TrainingOperator")
+    queues = deployment.one("trainplane:index:Kueue")
 
     def installs(addon):
         return {r.urn for r in deployment.descendants(addon) if r.type in INSTALLERS}

@@ -9,7 +9,7 @@ import pytest
 
 from components import DistributedJobArgs
 from components.errors import InvalidJobArgs
-from components.job.args import max_name_length, validate_job_name
+from components.job.naming import max_name_length, validate_job_name
 from tests.components.componenttest import job_args
 
 
@@ -55,21 +55,22 @@ INVALID = [
     ({"mode": "service", "command": ["/opt/serve"]}, "command", GIVEN, NO_ENTRYPOINT, f"unset command; {CLIENT_FIX}"),
     ({"mode": "service", "args": ["--port", "1"]}, "args", GIVEN, "no entrypoint to pass them to",
      "unset args; pass arguments in the calls"),
-    ({"workers": 0}, "workers", GIVEN, "must be >= 1", "pass an int >= 1"),
-    ({"workers": 2.0}, "workers", GIVEN, "whole number", "pass an int >= 1"),
-    ({"workers": True}, "workers", GIVEN, "whole number", "pass an int >= 1"),
+    # The shared settings: the job spec's checks and words (runtime/agent/spec/job.py).
+    ({"workers": 0}, "workers", GIVEN, "must be 1 or more", "use 1 or more nodes"),
+    ({"workers": 2.0}, "workers", GIVEN, "whole number", "use 1 or more nodes"),
+    ({"workers": True}, "workers", GIVEN, "whole number", "use 1 or more nodes"),
     ({"gpus": 1.5}, "gpus", GIVEN, "whole number", "pass an int >= 0"),
     ({"gpus": -1}, "gpus", GIVEN, "must be >= 0", "pass an int >= 0"),
     ({"num_proc": "auto"}, "num_proc", GIVEN, "one process per GPU but gpus=0",
      "set gpus >= 1 or give num_proc as an int"),
-    ({"num_proc": 0}, "num_proc", GIVEN, "must be >= 1", "pass an int >= 1"),
-    ({"num_proc": "four"}, "num_proc", GIVEN, "whole number", "pass an int >= 1"),
+    ({"num_proc": 0}, "num_proc", GIVEN, "must be 1 or more", "use 1 or more processes per node"),
+    ({"num_proc": "four"}, "num_proc", GIVEN, "whole number", "use 1 or more processes per node"),
     ({"cpus": 0}, "cpus", GIVEN, "number > 0", "pass a positive int or float"),
     ({"memory": "16GB"}, "memory", GIVEN, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"'),
     ({"shm_size": 1024}, "shm_size", GIVEN, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"'),
-    ({"distribution": "horovod"}, "distribution", GIVEN, "unknown value",
+    ({"distribution": "horovod"}, "distribution", GIVEN, "must be one of spmd,",
      "use one of spmd, pytorch, jax, tensorflow, ray, monarch"),
-    ({"mode": "interactive"}, "mode", GIVEN, "unknown value", "use one of batch, service"),
+    ({"mode": "interactive"}, "mode", GIVEN, "must be one of batch, service", "use one of batch, service"),
     ({"backend": "deployment"}, "backend", GIVEN, "unknown value", "use one of indexed-job, pytorchjob, statefulset"),
     ({"mode": "service", "backend": "indexed-job"}, "backend", GIVEN, "service mode needs a long-running backend",
      SERVICE_FIX),
@@ -77,20 +78,23 @@ INVALID = [
      SERVICE_FIX),
     ({"backend": "statefulset"}, "backend", GIVEN, "batch job would never finish",
      'use "indexed-job" or "pytorchjob", or mode="service"'),
-    ({"monitor_members": "yes"}, "monitor_members", GIVEN, "must be a bool", "pass True or False"),
-    ({"max_restarts": -1}, "max_restarts", GIVEN, "must be >= 0", "pass an int >= 0"),
-    ({"quorum_timeout": 0}, "quorum_timeout", GIVEN, "number > 0", "pass a positive int or float"),
-    ({"quorum_workers": 3}, "quorum_workers", GIVEN, "exceeds workers=2", "use at most 2"),
-    ({"quorum_workers": 0}, "quorum_workers", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"monitor_members": "yes"}, "monitor_members", GIVEN, "must be true or false", "use true or false"),
+    ({"max_restarts": -1}, "max_restarts", GIVEN, "must be 0 or more", "use 0 or more"),
+    ({"quorum_timeout": 0}, "quorum_timeout", GIVEN, "must be a positive number of seconds", "use seconds > 0"),
+    ({"quorum_workers": 3}, "quorum_workers", GIVEN, "must be from 1 to workers (2)",
+     "use a quorum from 1 to the number of nodes (2)"),
+    ({"quorum_workers": 0}, "quorum_workers", GIVEN, "must be 1 or more", "use 1 or more nodes"),
     ({"min_workers": 1}, "min_workers", GIVEN, "elastic bounds come in pairs",
      "set both min_workers and max_workers, or neither"),
     ({"max_workers": 4}, "max_workers", GIVEN, "elastic bounds come in pairs",
      "set both min_workers and max_workers, or neither"),
-    ({"min_workers": 3, "max_workers": 2}, "min_workers", GIVEN, "exceeds max_workers=2",
-     "make min_workers <= max_workers"),
-    ({"min_workers": 3, "max_workers": 4}, "workers", 2, "outside min_workers..max_workers = 3..4",
-     "start with a node count inside the bounds"),
-    ({"min_workers": 0, "max_workers": 4}, "min_workers", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"min_workers": 3, "max_workers": 2}, "min_workers", GIVEN, "must be from 1 to workers (2)",
+     "use min_workers <= workers <= max_workers"),
+    ({"min_workers": 3, "max_workers": 4}, "min_workers", GIVEN, "must be from 1 to workers (2)",
+     "use min_workers <= workers <= max_workers"),
+    ({"min_workers": 1, "max_workers": 1}, "max_workers", GIVEN, "must be at least workers (2)",
+     "use min_workers <= workers <= max_workers"),
+    ({"min_workers": 0, "max_workers": 4}, "min_workers", GIVEN, "must be 1 or more", "use 1 or more nodes"),
     ({"min_workers": 1, "max_workers": 4}, "max_workers", GIVEN, "an Indexed Job has exactly workers=2 pods",
      'set max_workers=2, or use backend="pytorchjob"'),
     ({"active_deadline_seconds": 0}, "active_deadline_seconds", GIVEN, "must be >= 1", "pass an int >= 1"),
@@ -109,8 +113,8 @@ INVALID = [
      "quorum_timeout=90.5 s", "use more than 90.5 seconds, or lower quorum_timeout"),
     ({"mode": "service", "active_deadline_seconds": 3600}, "active_deadline_seconds", GIVEN,
      "a service job's StatefulSet has no deadline: it runs until the stack removes it", "unset it in service mode"),
-    ({"grace_period": 0}, "grace_period", GIVEN, "number > 0", "pass a positive int or float"),
-    ({"grace_period": "30s"}, "grace_period", GIVEN, "number > 0", "pass a positive int or float"),
+    ({"grace_period": -1}, "grace_period", GIVEN, "must be 0 or more seconds", "use 0 or more seconds"),
+    ({"grace_period": "30s"}, "grace_period", GIVEN, "must be a number of seconds", "use 0 or more seconds"),
     ({"backoff_limit": 2}, "backoff_limit", GIVEN, "a fixed-size job fails on its first pod failure",
      "unset backoff_limit, or make the job elastic"),
     ({"backoff_limit": -1, "min_workers": 1, "max_workers": 2}, "backoff_limit", GIVEN, "must be >= 0",
@@ -170,6 +174,7 @@ INVALID = [
     ({"service_account": "Trainer"}, "service_account", GIVEN, "not a valid name", SUBDOMAIN_FIX),
     ({"working_dir": "src"}, "working_dir", GIVEN, "absolute path", 'start it with "/"'),
     ({"log_dir": "logs"}, "log_dir", GIVEN, "absolute path", 'start it with "/"'),
+    ({"log_dir": ""}, "log_dir", GIVEN, "must be non-empty text", "name a directory"),
     ({"pythonpath": "/app/examples"}, "pythonpath", GIVEN, "must be a list of directories",
      'pass a list such as ["/app/examples"]'),
     ({"pythonpath": ["/app", "examples"]}, "pythonpath[1]", "examples", "absolute path", 'start it with "/"'),
@@ -178,7 +183,9 @@ INVALID = [
     ({"image_pull_policy": "always"}, "image_pull_policy", GIVEN, "unknown value",
      "use one of Always, IfNotPresent, Never"),
     ({"agent_port": 70000}, "agent_port", GIVEN, "is not a TCP port", "use 1..65535"),
-    ({"master_port": 0}, "master_port", GIVEN, "must be >= 1", "pass an int >= 1"),
+    ({"master_port": 0}, "master_port", GIVEN, "0 picks a free port when a job starts on one machine",
+     "use a TCP port from 1 to 65535"),
+    ({"master_port": 70000}, "master_port", GIVEN, "must be from 0 to 65535", "use a TCP port from 1 to 65535"),
     ({"master_port": 32300}, "master_port", GIVEN, "equals agent_port", "give them different ports"),
     ({"master_port": 65500, "num_proc": 2}, "master_port", GIVEN,
      "the job uses 66 ports from it (rendezvous, JAX, TensorFlow), up to 65565, beyond the last TCP port",
@@ -190,20 +197,21 @@ INVALID = [
     ({"allow_from": [{}]}, "allow_from[0]", {}, "not a NetworkPolicyPeer", "use a dict with keys from"),
     ({"cluster_domain": "Cluster.Local"}, "cluster_domain", GIVEN, "not a valid name", SUBDOMAIN_FIX),
     ({"distribution": "ray", "num_proc": 2}, "num_proc", GIVEN,
-     "a ray job runs one driver process, on node 0, and ray's own workers", "set num_proc=1"),
+     "a ray job runs one driver process, on node 0, and ray's own workers", "use 1"),
     ({"distribution": "monarch", "num_proc": "auto", "gpus": 8}, "num_proc", GIVEN, "a monarch job runs one driver",
-     "set num_proc=1"),
+     "use 1"),
     ({"distribution": "ray", "num_proc": 1, "min_workers": 1, "max_workers": 2}, "min_workers", GIVEN,
-     "a ray job cannot be elastic: its head is node 0", "unset min_workers and max_workers"),
+     "a ray job cannot be elastic (its head is node 0)", "unset min_workers and max_workers"),
     ({"distribution": "ray", "num_proc": 1, "agent_port": 29533}, "agent_port", GIVEN,
      "ray listens there (ray-client: master_port + 33)", "give agent_port another port"),
     ({"distribution": "monarch", "num_proc": 1, "master_port": 65510}, "master_port", GIVEN,
      "the job uses 65 ports from it (rendezvous, JAX, TensorFlow), up to 65574, beyond the last TCP port",
      "use a master_port of at most 65471"),
     ({"distribution": "monarch", "num_proc": 1, "daemon_args": ["--num-cpus=1"]}, "daemon_args", GIVEN,
-     "they go to `ray start`, and distribution is 'monarch'", 'unset daemon_args, or use distribution="ray"'),
+     "applies to distribution ray (got distribution monarch)",
+     "daemon arguments go to `ray start`, and this job's distribution is 'monarch'; unset it"),
     ({"distribution": "ray", "num_proc": 1, "daemon_args": "--num-cpus=1"}, "daemon_args", GIVEN,
-     "must be a list of strings", 'pass e.g. ["--object-store-memory=2000000000"]'),
+     "must be a list of strings", "give the arguments as a list of strings"),
 ]
 
 
@@ -319,7 +327,7 @@ def test_a_command_is_the_whole_entrypoint_run_without_python() -> None:
     assert args.entrypoint == ("bash", "-c", "echo $RANK", "extra")
 
 
-PREVIEW_FIX = "this field is validated at preview, before outputs resolve"
+PLAIN_FIX = "it decides what the job renders, which Pulumi must know when the job is created"
 UNRESOLVED = {
     # What a program may pass: a resource's output (e.g. a Namespace's name), or any other awaitable.
     "output": (lambda: pulumi.Output.from_input("training"), "a pulumi Output"),
@@ -331,18 +339,17 @@ UNRESOLVED = {
 @pytest.mark.parametrize(
     ("place", "field", "plain"),
     [
-        (lambda bad: {"namespace": bad}, "namespace", "str"),
-        (lambda bad: {"image": bad}, "image", "str"),
         (lambda bad: {"workers": bad}, "workers", "int"),
         (lambda bad: {"num_proc": bad}, "num_proc", "int or str"),
-        (lambda bad: {"gang_scheduler": "volcano", "queue": bad}, "queue", "str"),
-        (lambda bad: {"args": bad}, "args", "list[str]"),
-        (lambda bad: {"args": ["--lr", bad]}, "args[1]", "value"),
-        (lambda bad: {"env": {"NCCL_DEBUG": bad}}, "env['NCCL_DEBUG']", "value"),
-        (lambda bad: {"tolerations": [{"key": bad}]}, "tolerations[0]['key']", "value"),
+        (lambda bad: {"script": bad}, "script", "str"),
+        (lambda bad: {"mode": bad}, "mode", "str"),
+        (lambda bad: {"gpus": bad}, "gpus", "int"),
+        (lambda bad: {"memory": bad}, "memory", "str"),
+        (lambda bad: {"agent_port": bad}, "agent_port", "int"),
+        (lambda bad: {"script": None, "command": ["/opt/train", bad]}, "command[1]", "value"),
     ],
 )
-def test_outputs_and_awaitables_are_rejected_before_any_other_check(
+def test_outputs_and_awaitables_are_rejected_where_they_decide_the_shape(
     kind: str, place: Callable[[Any], dict[str, Any]], field: str, plain: str
 ) -> None:
     make, described = UNRESOLVED[kind]
@@ -351,7 +358,29 @@ def test_outputs_and_awaitables_are_rejected_before_any_other_check(
         job_args(**place(bad))
     assert info.value.value is bad
     assert_names_field_value_and_fix(info.value, field, bad, f"is {described}, whose value is not known",
-                                     f"pass a plain {plain}; {PREVIEW_FIX}")
+                                     f"pass a plain {plain}; {PLAIN_FIX}")
+
+
+@pytest.mark.parametrize("kind", UNRESOLVED)
+@pytest.mark.parametrize(
+    ("place", "field"),
+    [
+        (lambda value: {"namespace": value}, "namespace"),
+        (lambda value: {"image": value}, "image"),
+        (lambda value: {"gang_scheduler": "volcano", "queue": value}, "queue"),
+        (lambda value: {"args": value}, "args"),
+        (lambda value: {"args": ["--lr", value]}, "args"),
+        (lambda value: {"env": {"NCCL_DEBUG": value}}, "env"),
+        (lambda value: {"tolerations": [{"key": value}]}, "tolerations"),
+        (lambda value: {"service_account": value}, "service_account"),
+    ],
+)
+def test_an_unresolved_input_is_kept_as_one_output_to_check_when_known(
+    kind: str, place: Callable[[Any], dict[str, Any]], field: str
+) -> None:
+    """Checking it, when Pulumi knows its value, is ``test_job_inputs.py``'s."""
+    args = job_args(**place(UNRESOLVED[kind][0]()))
+    assert isinstance(getattr(args, field), pulumi.Output)
 
 
 def test_an_output_job_name_is_rejected_as_such() -> None:
@@ -359,7 +388,7 @@ def test_an_output_job_name_is_rejected_as_such() -> None:
     with pytest.raises(InvalidJobArgs) as info:
         validate_job_name(name, job_args())  # type: ignore[arg-type]
     assert_names_field_value_and_fix(info.value, "name", name, "is a pulumi Output",
-                                     f"pass a plain str; {PREVIEW_FIX}")
+                                     f"pass a plain str; {PLAIN_FIX}")
 
 
 def test_collections_are_frozen_copies() -> None:

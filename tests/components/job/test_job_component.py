@@ -56,7 +56,7 @@ COMMON_TYPES = {
     "kubernetes:core/v1:Service",
     "kubernetes:networking.k8s.io/v1:NetworkPolicy",
 }
-COMPONENT_TYPE = "trainplane:job:DistributedJob"
+COMPONENT_TYPE = "trainplane:index:DistributedJob"
 OUTPUTS = ("job_name", "namespace", "service_fqdn", "coordinator_url", "token")
 
 
@@ -197,20 +197,6 @@ def test_the_token_has_no_keepers_so_no_job_change_replaces_it() -> None:
         assert password.urn == first.urn
         assert password.inputs == first.inputs, "an input that follows the job would replace the token"
         assert not password.replace_on_changes and not password.delete_before_replace
-
-
-def test_an_output_namespace_fails_at_preview_naming_the_field_and_the_fix() -> None:
-    monitor = RecordingMonitor()
-
-    def program() -> dict[str, pulumi.Output[Any]]:
-        namespace = k8s.core.v1.Namespace("training")
-        return {"name": DistributedJob("demo", job_args(namespace=namespace.metadata.name)).job_name}
-
-    with pytest.raises(InvalidJobArgs, match=r"^namespace=<pulumi\.output\.Output object at 0x[0-9a-f]+>: is a "
-                       r"pulumi Output, .*; pass a plain str; this field is validated at preview, before outputs "
-                       r"resolve$"):
-        deploy(program, monitor=monitor)
-    assert [r.name for r in monitor.registrations.values()] == ["training"], "nothing of the job is registered"
 
 
 def test_a_ray_service_job_reaches_the_engine_with_its_framework_ports() -> None:

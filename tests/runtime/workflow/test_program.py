@@ -15,7 +15,7 @@ from runtime.workflow import program
 from tests.components.componenttest import PASSWORD, unsecret, validate_manifest
 from tests.runtime.kubecluster import run_inline
 
-COMPONENT = "trainplane:job:DistributedJob"
+COMPONENT = "trainplane:index:DistributedJob"
 PROVIDER = "pulumi:providers:kubernetes"
 
 
