@@ -1,21 +1,16 @@
-"""Test helpers for every component test: stack config loading, job arguments, a recording Pulumi
-mock (it also runs ``__main__.py``), and schema validation of rendered objects."""
+"""Test helpers for every component test: stack config loading, job arguments, and a recording Pulumi
+mock (it also runs ``__main__.py``)."""
 
 from __future__ import annotations
 
-import copy
-import functools
 import gc
 import json
-import os
 import runpy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import jsonschema
-import kubernetes_validate
 import pulumi
 import yaml
 from pulumi.runtime.mocks import MockMonitor
@@ -26,10 +21,8 @@ from pulumi.runtime.settings import SETTINGS
 from components.job.args import DistributedJobArgs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS_SETTING = "TRAINPLANE_CRD_SCHEMAS"
-SCHEMAS = Path(os.environ.get(SCHEMAS_SETTING) or REPO_ROOT / ".." / "shared" / "schemas")
-"""The published CRDs (PyTorchJob, PodGroups, Kueue queues) rendered objects are validated against:
-``shared/schemas`` beside the repository, as CI checks it out, unless the setting points elsewhere."""
+
+
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml"))
 PROJECT = "trainplane"
 STACK = "test"
@@ -52,18 +45,6 @@ TOKEN = "test-token-value"
 """A job token for the pure builders."""
 PASSWORD = "mock-password-result"
 """What the mocks return as a ``RandomPassword``'s ``result`` (the job token under Pulumi)."""
-KUBERNETES_VERSION = "1.33"
-"""Kubernetes version the built-in objects are validated against (kubernetes-validate, strict)."""
-CRD_FILES = {
-    ("kubeflow.org", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
-    ("kueue.x-k8s.io", "ResourceFlavor"): "kueue.x-k8s.io_resourceflavors.yaml",
-    ("kueue.x-k8s.io", "ClusterQueue"): "kueue.x-k8s.io_clusterqueues.yaml",
-    ("kueue.x-k8s.io", "LocalQueue"): "kueue.x-k8s.io_localqueues.yaml",
-    ("scheduling.volcano.sh", "Queue"): "scheduling.volcano.sh_queues.yaml",
-    ("scheduling.volcano.sh", "PodGroup"): "scheduling.volcano.sh_podgroups.yaml",
-    ("scheduling.x-k8s.io", "PodGroup"): "scheduling.x-k8s.io_podgroups.yaml",
-}
-"""The published CRD (under ``SCHEMAS``) of each custom resource the components render."""
 
 
 # --- stack config -------------------------------------------------------------------------------
@@ -373,120 +354,3 @@ def run_program(config: dict[str, str]) -> Deployment:
         return dict(root.outputs)
 
     return deploy(program, config)
-
-
-# --- schemas ------------------------------------------------------------------------------------
-
-
-def _strict(node: Any) -> Any:
-    """Forbid unknown fields wherever a schema lists properties (the API server prunes them)."""
-    if isinstance(node, dict):
-        out = {k: _strict(v) for k, v in node.items()}
-        open_ended = "additionalProperties" in out or "x-kubernetes-preserve-unknown-fields" in out
-        if "properties" in out and not open_ended:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(node, list):
-        return [_strict(v) for v in node]
-    return node
-
-
-@functools.cache
-def crd_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
-    """A strict validator for ``kind`` at ``api_version`` from the published CRD's matching version."""
-    group, version = api_version.split("/")
-    crd = yaml.safe_load((SCHEMAS / CRD_FILES[(group, kind)]).read_text())
-    entry = next(v for v in crd["spec"]["versions"] if v["name"] == version)
-    return jsonschema.Draft7Validator(_strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"])))
-
-
-def validate_manifest(obj: dict[str, Any]) -> None:
-    """Validate one object: custom resources against their CRD, built-ins with kubernetes-validate (strict).
-
-    Raises:
-        jsonschema.ValidationError: The object does not match its schema.
-    """
-    if (obj["apiVersion"].split("/")[0], obj["kind"]) in CRD_FILES:
-        crd_validator(obj["apiVersion"], obj["kind"]).validate(obj)
-    else:
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-
-
-def _closed(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "additionalProperties": False, **extra}
-
-
-_STRINGS = {"type": "array", "items": {"type": "string"}}
-_PATCHES_6902 = {
-    "type": "array",
-    "items": _closed(
-        {k: {"type": "string"} for k in ("group", "version", "kind", "patch")},
-        required=["group", "version", "kind", "patch"],
-    ),
-}
-KIND_CLUSTER_SCHEMA = _closed(
-    {
-        "kind": {"const": "Cluster"},
-        "apiVersion": {"const": "kind.x-k8s.io/v1alpha4"},
-        "name": {"type": "string"},
-        "nodes": {
-            "type": "array",
-            "items": _closed(
-                {
-                    "role": {"enum": ["control-plane", "worker"]},
-                    "image": {"type": "string"},
-                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "extraMounts": {
-                        "type": "array",
-                        "items": _closed(
-                            {
-                                "containerPath": {"type": "string"},
-                                "hostPath": {"type": "string"},
-                                "readOnly": {"type": "boolean"},
-                                "selinuxRelabel": {"type": "boolean"},
-                                "propagation": {"enum": ["None", "HostToContainer", "Bidirectional"]},
-                            }
-                        ),
-                    },
-                    "extraPortMappings": {
-                        "type": "array",
-                        "items": _closed(
-                            {
-                                "containerPort": {"type": "integer"},
-                                "hostPort": {"type": "integer"},
-                                "listenAddress": {"type": "string"},
-                                "protocol": {"enum": ["TCP", "UDP", "SCTP"]},
-                            }
-                        ),
-                    },
-                    "gpus": {"type": "string"},
-                    "kubeadmConfigPatches": _STRINGS,
-                    "kubeadmConfigPatchesJSON6902": _PATCHES_6902,
-                }
-            ),
-        },
-        "networking": _closed(
-            {
-                "ipFamily": {"enum": ["ipv4", "ipv6", "dual"]},
-                "apiServerPort": {"type": "integer"},
-                "apiServerAddress": {"type": "string"},
-                "podSubnet": {"type": "string"},
-                "serviceSubnet": {"type": "string"},
-                "disableDefaultCNI": {"type": "boolean"},
-                "kubeProxyMode": {"enum": ["iptables", "ipvs", "nftables", "none"]},
-                "dnsSearch": _STRINGS,
-            }
-        ),
-        "featureGates": {"type": "object", "additionalProperties": {"type": "boolean"}},
-        "runtimeConfig": {"type": "object", "additionalProperties": {"type": "string"}},
-        "kubeadmConfigPatches": _STRINGS,
-        "kubeadmConfigPatchesJSON6902": _PATCHES_6902,
-        "containerdConfigPatches": _STRINGS,
-        "containerdConfigPatchesJSON6902": _STRINGS,
-    },
-    required=["kind", "apiVersion"],
-)
-"""kind's ``Cluster`` config, transcribed from sigs.k8s.io/kind ``pkg/apis/config/v1alpha4/types.go``.
-
-Closed objects everywhere: kind decodes its config strictly and rejects unknown fields.
-"""

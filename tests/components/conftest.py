@@ -1,10 +1,16 @@
-"""Component tests validate what they render against the published CRDs: without them, say so once."""
+"""Component tests validate what they render against the published CRDs: without them, say so once. And the
+fixtures the modules of one concern share: a HOME with a kubeconfig, and the package schema."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from tests.components.componenttest import SCHEMAS, SCHEMAS_SETTING
+from components import package
+from tests.components.componenttest import kube_home
+from tests.components.schemacheck import SCHEMAS, SCHEMAS_SETTING
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -15,3 +21,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"against the published CRDs in shared/schemas beside this repository; put that directory there "
             f"or set {SCHEMAS_SETTING}=DIR"
         )
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME with a ~/.kube/config: the existing stack reads kubectl's default kubeconfig."""
+    monkeypatch.setenv("HOME", str(kube_home(tmp_path)))
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    """The ``trainplane`` package schema, as the component analyzer infers it."""
+    return package.schema()

@@ -11,7 +11,7 @@ from components.addons.kueue import cluster_queue, local_queue, resource_flavor
 from components.addons.volcano import volcano_queue
 from components.errors import ArgumentError
 from runtime.agent import contract
-from tests.components.componenttest import validate_manifest
+from tests.components.schemacheck import validate_manifest
 
 GPU_FLAVOR = ResourceFlavorArgs(name="gpu", node_labels={contract.GPU_NODE_LABEL: "true"})
 QUEUE = ClusterQueueArgs(

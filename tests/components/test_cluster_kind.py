@@ -9,7 +9,8 @@ import yaml
 from components.cluster import KindCluster, KindClusterArgs
 from components.cluster.kind import kind_config
 from components.errors import ArgumentError
-from tests.components.componenttest import KIND_CLUSTER_SCHEMA, KUBECONFIG, Mocks, RecordingMonitor, deploy
+from tests.components.componenttest import KUBECONFIG, Mocks, RecordingMonitor, deploy
+from tests.components.schemacheck import KIND_CLUSTER_SCHEMA
 
 
 @pytest.mark.parametrize(

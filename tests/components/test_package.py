@@ -19,16 +19,11 @@ import inspect
 import json
 import re
 import typing
-from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import jsonschema
 import pulumi
 import pytest
-import yaml
-from google.protobuf import json_format
-from pulumi.runtime.rpc import UNKNOWN
 
 from components import package, typeddicts
 from components.addons import (
@@ -47,27 +42,20 @@ from components.addons import (
 from components.addons.inputs import ClusterQueue, LocalQueue, ResourceFlavor
 from components.docs import attribute_docs
 from components.job.args import FIELD_DOCS, INPUT_FIELDS, DistributedJobArgs
-from components.job.bundle import build_bundle
 from components.job.component import RESOURCE_TYPE, DistributedJob
-from components.job.render import render_job
-from tests.components import fake_engine
-from tests.components.componenttest import REPO_ROOT, SCHEMAS, is_secret, unsecret
-from tests.components.fake_engine import FakeEngine
+from tests.components.componenttest import REPO_ROOT
+from tests.components.packagetest import SCALARS
+from tests.components.schemacheck import SCHEMAS
 
 METASCHEMA = SCHEMAS / "pulumi-package-metaschema.json"
-YAML_PROGRAM = REPO_ROOT / "examples" / "yaml" / "Pulumi.yaml"
-SCALARS = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
+
 OUTPUTS = {"job_name", "namespace", "service_fqdn", "coordinator_url", "token"}
 
 
 def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.capitalize() for part in rest)
-
-
-@pytest.fixture(scope="module")
-def schema() -> dict[str, Any]:
-    return package.schema()
 
 
 @pytest.fixture(scope="module")
@@ -263,158 +251,3 @@ def test_each_components_outputs_are_in_the_schema_with_their_descriptions(
 
 def test_the_jobs_outputs_are_strings(job: dict[str, Any]) -> None:
     assert {name: prop["type"] for name, prop in job["properties"].items()} == {camel(o): "string" for o in OUTPUTS}
-
-
-# --- the YAML program in examples/ --------------------------------------------------------------------
-
-
-REFERENCE = re.compile(r"\$\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_.\[\]\"']+)\}")
-
-
-def yaml_program() -> dict[str, Any]:
-    return yaml.safe_load(YAML_PROGRAM.read_text())
-
-
-def references(value: Any) -> list[tuple[str, str]]:
-    """Every ``${resource.property}`` in ``value``, at any depth."""
-    if isinstance(value, str):
-        return [(m.group(1), re.split(r"[.\[]", m.group(2))[0]) for m in REFERENCE.finditer(value)]
-    if isinstance(value, dict):
-        return [r for v in value.values() for r in references(v)]
-    if isinstance(value, list):
-        return [r for v in value for r in references(v)]
-    return []
-
-
-def test_the_yaml_program_uses_the_package_by_path_and_its_tokens(schema: dict[str, Any]) -> None:
-    """Pulumi YAML resolves a resource's ``type`` token against the schema of the package named in it; the
-    project's ``packages`` names where the package comes from (Pulumi.yaml ``packages``, since 3.157.0)."""
-    program = yaml_program()
-    assert program["runtime"] == "yaml"
-    source = YAML_PROGRAM.parent / program["packages"]["trainplane"]
-    assert (source / "PulumiPlugin.yaml").is_file() and (source / "__main__.py").is_file()
-    jobs = {name: r for name, r in program["resources"].items() if r["type"].startswith("trainplane:")}
-    assert len(jobs) >= 2
-    for name, resource in jobs.items():
-        spec = schema["resources"].get(resource["type"])
-        assert spec is not None, f"{name}: {resource['type']} is no resource of the package"
-        properties = resource.get("properties", {})
-        assert set(properties) <= set(spec["inputProperties"]), f"{name}: unknown inputs"
-        assert set(spec["requiredInputs"]) <= set(properties), f"{name}: required inputs missing"
-        for key, value in properties.items():
-            if not references(value) and spec["inputProperties"][key].get("type") in SCALARS.values():
-                kind = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
-                assert isinstance(value, kind[spec["inputProperties"][key]["type"]]), f"{name}.{key}"
-
-
-def test_the_yaml_programs_references_name_outputs_the_schema_has(schema: dict[str, Any]) -> None:
-    program = yaml_program()
-    types = {name: r["type"] for name, r in program["resources"].items()}
-    used = references(program.get("resources", {})) + references(program.get("outputs", {}))
-    assert any(types[name].startswith("trainplane:") for name, _ in used), "no job output is referenced"
-    assert any(not types[name].startswith("trainplane:") for name, _ in used), "no other resource feeds a job"
-    for name, prop in used:
-        assert name in types, f"${{{name}}} is no resource of the program"
-        if types[name].startswith("trainplane:"):
-            assert prop in schema["resources"][types[name]]["properties"], f"{name}.{prop} is no output"
-
-
-def test_the_plugin_manifest_names_the_python_runtime_only() -> None:
-    """The Python language host runs plugins with the pip toolchain in a ``venv`` only
-    (pulumi/pulumi ``sdk/python/lib/pulumi/provider/experimental/ComponentProvider.md``)."""
-    manifest = yaml.safe_load((REPO_ROOT / "provider" / "PulumiPlugin.yaml").read_text())
-    assert manifest == {"runtime": "python"}
-    requirements = (REPO_ROOT / "provider" / "requirements.txt").read_text().split()
-    assert "-r" in requirements and "../requirements.txt" in requirements
-
-
-# --- the plugin itself, driven as the engine drives it ---------------------------------------------------
-
-
-PLUGIN_DIR = REPO_ROOT / "provider"
-NAMESPACE_URN = f"urn:pulumi:{fake_engine.STACK}::{fake_engine.PROJECT}::kubernetes:core/v1:Namespace::research"
-IMAGE = "registry.example/trainer:1"
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[FakeEngine]:
-    with FakeEngine(PLUGIN_DIR) as running:
-        yield running
-
-
-def test_the_plugin_serves_the_schema_the_analyzer_infers(engine: FakeEngine, schema: dict[str, Any]) -> None:
-    assert engine.schema() == schema
-
-
-def children(engine: FakeEngine, component_urn: str) -> dict[str, fake_engine.Registered]:
-    return {r.name: r for r in engine.monitor.registered if r.parent == component_urn}
-
-
-def test_a_program_in_another_language_gets_the_job_python_renders(engine: FakeEngine) -> None:
-    """The inputs as a TypeScript or YAML program sends them: camelCase, numbers as floats, the namespace
-    from a Namespace resource (so it arrives as an Output)."""
-    inputs = {"image": IMAGE, "script": "train.py", "workers": 2, "numProc": 2, "gpus": 1, "cpus": 4,
-              "namespace": "research", "env": {"DB_URL": "postgres://db:5432/runs"}, "gangScheduler": "volcano",
-              "queue": "research", "nodeSelector": {"pool": "a100"}}
-    response = engine.construct(RESOURCE_TYPE, "train", inputs, dependencies={"namespace": [NAMESPACE_URN]})
-    state = json_format.MessageToDict(response.state)
-    assert {k: state[k] for k in ("jobName", "namespace", "serviceFqdn", "coordinatorUrl")} == {
-        "jobName": "train", "namespace": "research", "serviceFqdn": "train.research.svc.cluster.local",
-        "coordinatorUrl": "http://train-0.train.research.svc.cluster.local:32300"}
-    assert unsecret(state["token"]) == fake_engine.PASSWORD and is_secret(state["token"])
-    assert response.urn.endswith("$trainplane:index:DistributedJob::train"), "named after the job (Output namespace)"
-    expected = render_job("train", DistributedJobArgs(
-        image=IMAGE, script="train.py", workers=2, num_proc=2, gpus=1, cpus=4.0, namespace="research",
-        env={"DB_URL": "postgres://db:5432/runs"}, gang_scheduler="volcano", queue="research",
-        node_selector={"pool": "a100"}), fake_engine.PASSWORD, build_bundle())
-    made = children(engine, response.urn)
-    for manifest in expected.manifests:
-        child = made[f"train-{manifest.role}"]
-        assert unsecret(child.inputs) == manifest.body, f"{manifest.role} differs from the Python render"
-        assert NAMESPACE_URN in child.dependencies, f"{manifest.role} does not wait for the namespace"
-
-
-def test_a_value_unknown_at_preview_previews_the_job_with_it_unknown(engine: FakeEngine) -> None:
-    inputs = {"image": UNKNOWN, "mode": "service", "workers": 2, "namespace": "research"}
-    response = engine.construct(RESOURCE_TYPE, "serve", inputs, dependencies={"image": [NAMESPACE_URN]},
-                                dry_run=True)
-    workload = children(engine, response.urn)["research/serve-statefulset"]
-    assert workload.inputs["spec"]["template"]["spec"]["containers"][0]["image"] == UNKNOWN
-
-
-@pytest.mark.parametrize(
-    ("inputs", "message"),
-    [
-        ({"image": IMAGE, "script": "train.py", "namespace": "Team-A"},
-         "namespace='Team-A': not a valid name; use lower-case letters"),
-        ({"image": IMAGE, "script": "train.py", "workers": 2.5}, "workers=2.5: must be a whole number"),
-        ({"image": IMAGE, "mode": "service", "args": ["--x"]}, "args=('--x',): service mode runs no entrypoint"),
-    ],
-)
-def test_an_invalid_input_fails_the_construct_naming_the_field(
-    engine: FakeEngine, inputs: dict[str, Any], message: str
-) -> None:
-    before = len(engine.monitor.registered)
-    with pytest.raises(grpc.RpcError) as info:
-        engine.construct(RESOURCE_TYPE, "bad", inputs, dependencies={"namespace": [NAMESPACE_URN]})
-    assert message in info.value.details()
-    made = [r.type for r in engine.monitor.registered[before:]]
-    assert set(made) <= {RESOURCE_TYPE}, f"children were registered: {made}"
-
-
-def test_an_addon_with_nested_objects_constructs_from_another_languages_inputs(engine: FakeEngine) -> None:
-    """Nested objects arrive camelCased; the component provider maps them to Python names by the schema
-    types (pulumi 3.272.0 ``component.py``, ``map_input_properties``)."""
-    inputs = {"flavors": [{"name": "a100", "nodeLabels": {"pool": "a100"}}],
-              "clusterQueues": [{"name": "gpu", "quotas": {"a100": {"cpu": 64, "nvidia.com/gpu": "8"}}}],
-              "localQueues": [{"name": "team", "namespace": "research", "clusterQueue": "gpu"}],
-              "podsReadyTimeout": 300}
-    response = engine.construct("trainplane:index:Kueue", "kueue", inputs)
-    state = json_format.MessageToDict(response.state)
-    assert (state["namespace"], state["clusterQueues"]) == ("kueue-system", ["gpu"])
-    made = {r.name: r for r in engine.monitor.registered if r.parent == response.urn}
-    assert made["kueue-localqueue-research-team"].inputs["spec"] == {"clusterQueue": "gpu"}
-    flavors = made["kueue-clusterqueue-gpu"].inputs["spec"]["resourceGroups"][0]["flavors"]
-    assert flavors == [{"name": "a100", "resources": [{"name": "cpu", "nominalQuota": 64},
-                                                      {"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]
-    assert made["kueue-flavor-a100"].inputs["spec"] == {"nodeLabels": {"pool": "a100"}}

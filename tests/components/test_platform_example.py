@@ -16,16 +16,8 @@ import pytest
 from components import DistributedJobArgs
 from components.job.bundle import build_bundle
 from components.job.render import render_job
-from tests.components.componenttest import (
-    PASSWORD,
-    REPO_ROOT,
-    Deployment,
-    Mocks,
-    RecordingMonitor,
-    deploy,
-    unsecret,
-    validate_manifest,
-)
+from tests.components.componenttest import PASSWORD, REPO_ROOT, Deployment, Mocks, RecordingMonitor, deploy, unsecret
+from tests.components.schemacheck import validate_manifest
 
 PROGRAM = REPO_ROOT / "examples" / "platform" / "__main__.py"
 REPOSITORY_URL = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/trainer-images-5f3a2c1"

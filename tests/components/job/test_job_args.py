@@ -1,25 +1,16 @@
-"""DistributedJobArgs: every validation error names the field, the value and the fix; derived values."""
+"""DistributedJobArgs validation: every invalid value, and a job name that is no DNS-1035 label or too long
+for the names derived from it, fails naming the field, the value and the fix."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, Mapping
+from typing import Any
 
-import pulumi
 import pytest
 
-from components import DistributedJobArgs
 from components.errors import InvalidJobArgs
 from components.job.naming import max_name_length, validate_job_name
 from tests.components.componenttest import job_args
-
-
-class Pending:
-    """An awaitable that is not a pulumi Output (a Pulumi ``Input`` may be any awaitable)."""
-
-    def __await__(self) -> Generator[None, None, str]:
-        yield
-        return "x"
-
+from tests.components.job.jobargerrors import assert_names_field_value_and_fix
 
 GIVEN = object()
 """Stands for the value passed for the error's field: the error must carry exactly that input."""
@@ -215,27 +206,6 @@ INVALID = [
 ]
 
 
-def as_given(value: Any) -> Any:
-    """A value as the caller wrote it: the args freeze lists into tuples and dicts into read-only views."""
-    if isinstance(value, (list, tuple)):
-        return [as_given(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: as_given(v) for k, v in value.items()}
-    return value
-
-
-def assert_names_field_value_and_fix(
-    error: InvalidJobArgs, field: str, value: Any, problem: str, fix: str
-) -> None:
-    """The error names ``field``, carries exactly ``value`` (quoted in the message) and says what is wrong and
-    how to fix it."""
-    assert error.field == field
-    assert as_given(error.value) == as_given(value)
-    assert problem in error.problem
-    assert fix in error.fix
-    assert str(error) == f"{field}={error.value!r}: {error.problem}; {error.fix}"
-
-
 @pytest.mark.parametrize(("overrides", "field", "value", "problem", "fix"), INVALID)
 def test_invalid_args_name_field_value_and_fix(
     overrides: dict[str, Any], field: str, value: Any, problem: str, fix: str
@@ -284,162 +254,3 @@ def test_longest_allowed_name_passes() -> None:
     args = job_args(workers=11)
     validate_job_name("a" * max_name_length(args), args)
     assert max_name_length(args) == 60
-
-
-@pytest.mark.parametrize(
-    ("overrides", "backend"),
-    [({}, "indexed-job"), ({"mode": "service"}, "statefulset"), ({"backend": "pytorchjob"}, "pytorchjob")],
-)
-def test_backend_defaults_follow_mode(overrides: dict[str, Any], backend: str) -> None:
-    assert job_args(**overrides).workload_backend == backend
-
-
-def test_derived_values() -> None:
-    args = job_args(workers=4, gpus=8, num_proc="auto", args=["--epochs", "3"])
-    assert (args.procs_per_node, args.quorum, args.elastic, args.max_nodes) == (8, 4, False, 4)
-    assert args.entrypoint == ("train.py", "--epochs", "3")
-    elastic = job_args(
-        script=None, module="pkg.train", workers=3, quorum_workers=2, min_workers=2, max_workers=6,
-        backend="pytorchjob",
-    )
-    assert (elastic.quorum, elastic.elastic, elastic.max_nodes) == (2, True, 6)
-    assert elastic.entrypoint == ("-m", "pkg.train")
-    assert not elastic.no_python
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {"backend": "pytorchjob", "min_workers": 1, "max_workers": 4},  # the operator scales Workers
-        {"mode": "service", "min_workers": 1, "max_workers": 4},  # a StatefulSet scales
-        {"min_workers": 1, "max_workers": 2},  # an Indexed Job only shrinks
-    ],
-)
-def test_elastic_bounds_that_the_backend_can_reach_are_accepted(overrides: dict[str, Any]) -> None:
-    args = job_args(**overrides)
-    assert (args.elastic, args.min_workers, args.max_nodes) == (True, 1, overrides["max_workers"])
-
-
-def test_a_command_is_the_whole_entrypoint_run_without_python() -> None:
-    args = job_args(script=None, command=["bash", "-c", "echo $RANK"], args=["extra"])
-    assert args.command == ("bash", "-c", "echo $RANK")
-    assert args.no_python
-    assert args.entrypoint == ("bash", "-c", "echo $RANK", "extra")
-
-
-PLAIN_FIX = "it decides what the job renders, which Pulumi must know when the job is created"
-UNRESOLVED = {
-    # What a program may pass: a resource's output (e.g. a Namespace's name), or any other awaitable.
-    "output": (lambda: pulumi.Output.from_input("training"), "a pulumi Output"),
-    "awaitable": (Pending, "an awaitable"),
-}
-
-
-@pytest.mark.parametrize("kind", UNRESOLVED)
-@pytest.mark.parametrize(
-    ("place", "field", "plain"),
-    [
-        (lambda bad: {"workers": bad}, "workers", "int"),
-        (lambda bad: {"num_proc": bad}, "num_proc", "int or str"),
-        (lambda bad: {"script": bad}, "script", "str"),
-        (lambda bad: {"mode": bad}, "mode", "str"),
-        (lambda bad: {"gpus": bad}, "gpus", "int"),
-        (lambda bad: {"memory": bad}, "memory", "str"),
-        (lambda bad: {"agent_port": bad}, "agent_port", "int"),
-        (lambda bad: {"script": None, "command": ["/opt/train", bad]}, "command[1]", "value"),
-    ],
-)
-def test_outputs_and_awaitables_are_rejected_where_they_decide_the_shape(
-    kind: str, place: Callable[[Any], dict[str, Any]], field: str, plain: str
-) -> None:
-    make, described = UNRESOLVED[kind]
-    bad = make()
-    with pytest.raises(InvalidJobArgs) as info:
-        job_args(**place(bad))
-    assert info.value.value is bad
-    assert_names_field_value_and_fix(info.value, field, bad, f"is {described}, whose value is not known",
-                                     f"pass a plain {plain}; {PLAIN_FIX}")
-
-
-@pytest.mark.parametrize("kind", UNRESOLVED)
-@pytest.mark.parametrize(
-    ("place", "field"),
-    [
-        (lambda value: {"namespace": value}, "namespace"),
-        (lambda value: {"image": value}, "image"),
-        (lambda value: {"gang_scheduler": "volcano", "queue": value}, "queue"),
-        (lambda value: {"args": value}, "args"),
-        (lambda value: {"args": ["--lr", value]}, "args"),
-        (lambda value: {"env": {"NCCL_DEBUG": value}}, "env"),
-        (lambda value: {"tolerations": [{"key": value}]}, "tolerations"),
-        (lambda value: {"service_account": value}, "service_account"),
-    ],
-)
-def test_an_unresolved_input_is_kept_as_one_output_to_check_when_known(
-    kind: str, place: Callable[[Any], dict[str, Any]], field: str
-) -> None:
-    """Checking it, when Pulumi knows its value, is ``test_job_inputs.py``'s."""
-    args = job_args(**place(UNRESOLVED[kind][0]()))
-    assert isinstance(getattr(args, field), pulumi.Output)
-
-
-def test_an_output_job_name_is_rejected_as_such() -> None:
-    name = pulumi.Output.from_input("demo")
-    with pytest.raises(InvalidJobArgs) as info:
-        validate_job_name(name, job_args())  # type: ignore[arg-type]
-    assert_names_field_value_and_fix(info.value, "name", name, "is a pulumi Output",
-                                     f"pass a plain str; {PLAIN_FIX}")
-
-
-def test_collections_are_frozen_copies() -> None:
-    env = {"NCCL_DEBUG": "INFO"}
-    args = job_args(env=env, args=["--x"])
-    env["NCCL_DEBUG"] = "WARN"
-    assert args.env["NCCL_DEBUG"] == "INFO"
-    assert args.args == ("--x",)
-    with pytest.raises(TypeError):
-        args.env["NEW"] = "1"  # type: ignore[index]
-
-
-@pytest.mark.parametrize("quantity", ["16Gi", "1.5G", ".5Gi", "512M", "1e9", "64000Ki"])
-def test_memory_takes_any_non_negative_kubernetes_quantity(quantity: str) -> None:
-    assert job_args(memory=quantity, shm_size=quantity).memory == quantity
-
-
-@pytest.mark.parametrize("quantity", ["-1Gi", "+1Gi", "16 Gi", "16GiB"])
-def test_memory_rejects_signed_or_malformed_quantities(quantity: str) -> None:
-    with pytest.raises(InvalidJobArgs, match="not a Kubernetes quantity"):
-        job_args(memory=quantity)
-
-
-def test_args_are_importable_from_package_root() -> None:
-    assert DistributedJobArgs(image="img", module="m").workload_backend == "indexed-job"
-
-
-def test_a_service_job_runs_no_script() -> None:
-    args = job_args(mode="service", script=None)
-    assert args.entrypoint == ()
-    assert job_args(script=None, module="pkg.train", args=["--lr", "0.1"]).entrypoint == ("-m", "pkg.train", "--lr",
-                                                                                          "0.1")
-
-
-def test_ray_start_gets_the_pods_cpus_and_gpus_then_daemon_args() -> None:
-    args = job_args(distribution="ray", num_proc=1, cpus=3.5, gpus=2, daemon_args=["--num-cpus=2"])
-    assert args.ray_start_args == ("--num-cpus=3", "--num-gpus=2", "--num-cpus=2")
-    assert job_args(distribution="ray", num_proc=1, cpus=0.5).ray_start_args == ("--num-cpus=1",)
-    assert job_args(distribution="ray", num_proc=1, mode="service", script=None).ray_start_args == ()
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {"workers": 3, "quorum_workers": 2, "min_workers": 2, "max_workers": 3},  # elastic: late nodes are admitted
-        {"mode": "service", "gang_scheduler": "kueue", "queue": "q", "workers": 3, "min_workers": 1, "max_workers": 3},
-        {"active_deadline_seconds": 301},
-        {"grace_period": 0.5},
-        {"backoff_limit": 0, "min_workers": 1, "max_workers": 2},
-    ],
-)
-def test_combinations_the_cluster_and_the_runtime_can_honour_are_accepted(overrides: dict[str, Any]) -> None:
-    args = job_args(**overrides)
-    assert all(getattr(args, name) == value for name, value in overrides.items())

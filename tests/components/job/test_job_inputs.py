@@ -23,16 +23,8 @@ from components.errors import InvalidJobArgs
 from components.job.bundle import build_bundle
 from components.job.render import render_job
 from runtime.agent import contract
-from tests.components.componenttest import (
-    PASSWORD,
-    Mocks,
-    RecordingMonitor,
-    deploy,
-    is_secret,
-    job_args,
-    unsecret,
-    validate_manifest,
-)
+from tests.components.componenttest import PASSWORD, Mocks, RecordingMonitor, deploy, is_secret, job_args, unsecret
+from tests.components.schemacheck import validate_manifest
 
 COMPONENT = "trainplane:index:DistributedJob"
 IMAGE = "registry.example/trainer:1"

@@ -12,7 +12,8 @@ from components.job.naming import resource_name
 from components.job.render import render_job
 from runtime.agent import contract
 from runtime.workflow import program
-from tests.components.componenttest import PASSWORD, unsecret, validate_manifest
+from tests.components.componenttest import PASSWORD, unsecret
+from tests.components.schemacheck import validate_manifest
 from tests.runtime.kubecluster import run_inline
 
 COMPONENT = "trainplane:index:DistributedJob"
