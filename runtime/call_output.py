@@ -1,6 +1,6 @@
 """What the ranks write during a call, as the client receives it: :class:`OutputChunk` pieces that an
-:class:`OutputReader` fetches from the coordinator (``GET`` of the call's output, a long poll) while
-the call runs.
+:class:`OutputReader` fetches from the coordinator (``POST /output`` naming the call's output key, a
+long poll) while the call runs.
 """
 
 from __future__ import annotations

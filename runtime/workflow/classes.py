@@ -22,8 +22,9 @@ import uuid
 from typing import Any, Optional
 
 from runtime.agent.service.instances import CALL
+from runtime.workflow.codesync import Snapshot, Source
 from runtime.workflow.compute import Compute, DeployRequest
-from runtime.workflow.functions import CallOptions, Deployed, _Connection, check_arguments
+from runtime.workflow.functions import CallOptions, Deployed, _Connection, check_arguments, imported_digest
 from runtime.workflow.locate import locate
 
 
@@ -45,6 +46,7 @@ class cls:  # lower case like Kubetorch's ``kt.cls``
             raise ValueError(f"cls({klass!r}) needs a class; for a function use fn()")
         self.klass = klass
         self.name, self.root = locate(klass)
+        self.imported = imported_digest(self.root)
         check_arguments(klass.__init__, self.name, args, kwargs, bound=True)
         self.args = args
         self.kwargs = kwargs
@@ -90,7 +92,7 @@ class RemoteInstance(Deployed):
         if name.startswith("_"):
             raise AttributeError(name)
         attribute = getattr(self.target.klass, name, None)
-        if not callable(attribute):
+        if not callable(attribute) and not self._edited(self._code()[1]):
             raise AttributeError(f"{self.target.name} has no method {name!r}")
         return RemoteMethod(self, name)
 
@@ -100,10 +102,11 @@ class RemoteInstance(Deployed):
     def _arrived(self) -> None:
         self._call(None, (), {})
 
-    def _call(self, method: Optional[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    def _call(self, method: Optional[str], args: tuple[Any, ...], kwargs: dict[str, Any],
+              code: Optional[tuple[Optional[Source], Optional[Snapshot]]] = None) -> list[Any]:
         target = self.target
         return self._invoke(CALL, [target.name, self.instance_id, list(target.args), dict(target.kwargs), method,
-                                   list(args), kwargs], {})
+                                   list(args), kwargs], {}, code)
 
 
 class RemoteMethod:
@@ -117,14 +120,18 @@ class RemoteMethod:
         """Call the method on every rank (or the nodes of ``node_ranks``); one result per rank, in rank order.
 
         Raises:
-            TypeError: the arguments do not fit the method's signature (checked before anything runs).
+            TypeError: the arguments do not fit the method's signature (checked before anything runs,
+                while the source tree is as the class was imported from; after an edit the job,
+                which runs the edited code, checks them: a RemoteError).
             RemoteError, CallTimeout, WorkerMembershipChanged, ...: as a remote function's call.
         """
         target = self.instance.target
-        check_arguments(getattr(target.klass, self.name), f"{target.name}.{self.name}", args, kwargs,
-                        bound=not isinstance(inspect.getattr_static(target.klass, self.name), (staticmethod,
-                                                                                              classmethod)))
-        return self.instance._call(self.name, args, kwargs)
+        code = self.instance._code()
+        if not self.instance._edited(code[1]):
+            check_arguments(getattr(target.klass, self.name), f"{target.name}.{self.name}", args, kwargs,
+                            bound=not isinstance(inspect.getattr_static(target.klass, self.name),
+                                                 (staticmethod, classmethod)))
+        return self.instance._call(self.name, args, kwargs, code)
 
     def options(self, **options: Any) -> RemoteMethod:
         """This method with other call options (:meth:`RemoteInstance.options`)."""

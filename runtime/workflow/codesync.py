@@ -72,32 +72,33 @@ class Source:
         """The tree as it is now.
 
         Raises:
-            ConfigError: it is over :data:`MAX_TREE_BYTES`; names the largest files and how to exclude them.
+            ConfigError: it is over :data:`MAX_TREE_BYTES` (told from the files' sizes, before any is
+                read); names the largest files and how to exclude them.
         """
         with self._lock:
-            excluded = self._excludes()
+            files = self._files(self._excludes())
+            sizes = [(info.st_size, relative) for relative, info in files]
+            total = sum(size for size, _ in sizes)
+            if total > MAX_TREE_BYTES:
+                largest = ", ".join(f"{path} ({size / 2**20:.1f} MiB)"
+                                    for size, path in sorted(sizes, reverse=True)[:5])
+                raise ConfigError(f"the code under {self.root} is {total / 2**20:.1f} MiB, over the "
+                                  f"{MAX_TREE_BYTES // 2**20} MiB a job takes from its caller (largest: {largest}): "
+                                  f"exclude data and build output in {os.path.join(self.root, '.trainplaneignore')} "
+                                  "(gitignore syntax), or move them out of the package")
             entries: list[Entry] = []
-            sizes: list[tuple[int, str]] = []
             known: dict[str, tuple[tuple[int, int, int], Entry]] = {}
-            for relative, info in self._files(excluded):
+            for relative, info in files:
                 key = (info.st_size, info.st_mtime_ns, info.st_ino)
                 seen = self._known.get(relative)
                 if seen is not None and seen[0] == key:
                     entry = seen[1]
                 else:
-                    with open(os.path.join(self.root, relative), "rb") as f:
-                        entry = Entry(relative, bool(info.st_mode & stat.S_IXUSR), hashlib.sha256(f.read()).hexdigest())
+                    entry = Entry(relative, bool(info.st_mode & stat.S_IXUSR),
+                                  _file_digest(os.path.join(self.root, relative)))
                 known[relative] = (key, entry)
                 entries.append(entry)
-                sizes.append((info.st_size, relative))
             self._known = known
-        total = sum(size for size, _ in sizes)
-        if total > MAX_TREE_BYTES:
-            largest = ", ".join(f"{path} ({size / 2**20:.1f} MiB)" for size, path in sorted(sizes, reverse=True)[:5])
-            raise ConfigError(f"the code under {self.root} is {total / 2**20:.1f} MiB, over the "
-                              f"{MAX_TREE_BYTES // 2**20} MiB a job takes from its caller (largest: {largest}): "
-                              f"exclude data and build output in {os.path.join(self.root, '.trainplaneignore')} "
-                              "(gitignore syntax), or move them out of the package")
         return Snapshot(self.root, tree_digest(entries), tuple(entries), total)
 
     def archive(self, snapshot: Snapshot) -> bytes:
@@ -182,3 +183,12 @@ def source_for(root: str) -> Optional[Source]:
         if found is None:
             found = _SOURCES[root] = Source(root)
         return found
+
+
+def _file_digest(path: str) -> str:
+    """The SHA-256 (hex) of the file at ``path``, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(2**20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

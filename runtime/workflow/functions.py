@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 from runtime.agent.errors import ConfigError
 from runtime.client import CodeMissing, JobClient
-from runtime.workflow.codesync import source_for
+from runtime.workflow.codesync import Snapshot, Source, source_for
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.locate import locate
 from runtime.workflow.output import RankPrinter
@@ -101,6 +101,7 @@ class fn:  # lower case like Kubetorch's ``kt.fn``, which users know
     def __init__(self, func: Callable[..., Any]) -> None:
         self.func = func
         self.name, self.root = locate(func)
+        self.imported = imported_digest(self.root)
 
     def to(self, compute: Compute) -> RemoteFunction:
         """Deploy to ``compute`` (start its job, or reuse it) and return the remote function.
@@ -205,14 +206,31 @@ class Deployed:
     def __exit__(self, *_exc: object) -> None:
         self.teardown()
 
-    def _invoke(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    def _code(self) -> tuple[Optional[Source], Optional[Snapshot]]:
+        """The caller's source tree of what was deployed and its snapshot now (``None, None`` for an
+        installed package's code, which the job imports from its own environment).
+
+        Raises:
+            ConfigError: the tree is over the cap (``runtime.workflow.codesync``).
+        """
+        source = source_for(self.target.root)
+        return source, source.snapshot() if source is not None else None
+
+    def _edited(self, snapshot: Optional[Snapshot]) -> bool:
+        """Whether the tree in ``snapshot`` is not the one what was deployed was imported from here
+        (``target.imported``), so this process's copy of its code (signatures, methods) is out of
+        date and only the job can check a call against the code it runs."""
+        imported = self.target.imported
+        return snapshot is not None and imported is not None and snapshot.digest != imported
+
+    def _invoke(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+                code: Optional[tuple[Optional[Source], Optional[Snapshot]]] = None) -> list[Any]:
         """Run ``name`` on the job with these options, importing from the caller's source tree as it is
-        now (sent first if the job lacks it; none for an installed package's function, which the job
-        imports from its own environment); one result per rank, in rank order."""
+        now, or as in ``code`` (:meth:`_code`) when given (sent first if the job lacks it; none for an
+        installed package's function); one result per rank, in rank order."""
         client = self._connection.client_for(self.compute.endpoint, self.compute.serialization)
         options = self.call_options
-        source = source_for(self.target.root)
-        snapshot = source.snapshot() if source is not None else None
+        source, snapshot = code if code is not None else self._code()
 
         def invoke() -> list[Any]:
             return client.invoke(name, args, kwargs, timeout=options.timeout, node_ranks=options.node_ranks,
@@ -253,7 +271,9 @@ class RemoteFunction(Deployed):
         """Run ``function(*args, **kwargs)`` on every rank (or the nodes of ``node_ranks``); one result per rank.
 
         Every argument goes to the function; the deadline and the node subset are set with
-        :meth:`options`.
+        :meth:`options`. The arguments are checked here against this process's copy of the function
+        while the source tree is as it was imported from; after an edit (a parameter added) the job,
+        which runs the edited code, checks them.
 
         Returns:
             One result per rank, in global rank order.
@@ -261,12 +281,27 @@ class RemoteFunction(Deployed):
         Raises:
             TypeError: the arguments do not fit the function's signature (checked here, before any
                 rank runs; a ``timeout=`` or ``workers=`` the function does not take says where that
-                option went).
+                option went). After an edit of the tree: a RemoteError from the ranks instead.
             RemoteError, CallTimeout, WorkerMembershipChanged, ...: as ``runtime.client.JobClient.call``.
             RuntimeError: the compute has been torn down.
         """
-        check_arguments(self.function.func, self.function.name, args, kwargs)
-        return self._invoke(self.function.name, args, kwargs)
+        code = self._code()
+        if not self._edited(code[1]):
+            check_arguments(self.function.func, self.function.name, args, kwargs)
+        return self._invoke(self.function.name, args, kwargs, code)
+
+
+def imported_digest(root: str) -> Optional[str]:
+    """The digest of the source tree at ``root`` now, when its code is taken in by :class:`fn` or
+    ``cls`` (what :meth:`Deployed._edited` compares with); ``None`` for an installed package's root or
+    a tree that cannot be snapshotted (over the cap: the first call says so)."""
+    source = source_for(root)
+    if source is None:
+        return None
+    try:
+        return source.snapshot().digest
+    except (ConfigError, OSError):
+        return None
 
 
 def check_arguments(func: Callable[..., Any], name: str, args: Sequence[Any], kwargs: Mapping[str, Any],

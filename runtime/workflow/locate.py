@@ -25,7 +25,10 @@ class Location(NamedTuple):
 
     Attributes:
         name: ``module:qualname``, as ``runtime.client.JobClient.call`` takes it.
-        root: the directory to put on the processes' PYTHONPATH so that ``module`` imports.
+        root: the function's import root, the directory ``module``'s top-level package or module is
+            in: the root of the source tree code sync sends to the job (``runtime.workflow.codesync``),
+            where the processes import ``module`` from (a root in this interpreter's own standard
+            library or site-packages is not synced: the processes import from their environment).
     """
 
     name: str

@@ -6,7 +6,9 @@ owners or archive layout). The packer computes it from the files; :func:`unpack`
 from what it extracts and refuses an archive that does not match. Unpacking is safe by construction:
 only regular files and directories, relative paths without ``..`` or empty parts, no links, devices
 or special bits, written with ``O_NOFOLLOW | O_EXCL`` under a fresh directory, within caps on the
-number of files and their total size. Nothing is ever unpickled. Standard library only.
+number of files and their total size. The archive is decompressed into memory no further than those
+caps allow (:func:`tar_limit`) before the tar is read, so no header (a PAX header's payload is read
+whole) can make it cost more. Nothing is ever unpickled. Standard library only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ MAX_TREE_BYTES = 256 * 1024 * 1024
 """Most bytes one tree may hold, uncompressed."""
 MAX_PATH = 1024
 """Longest relative path, characters."""
+MEMBER_OVERHEAD = 4096
+"""Most tar bytes one file takes besides its content: its header block, a PAX header (a block and a
+record naming a path of up to :data:`MAX_PATH` characters, UTF-8) and padding to the next block."""
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -101,6 +106,39 @@ def pack(files: Sequence[tuple[Entry, bytes]]) -> bytes:
     return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
 
 
+def tar_limit() -> int:
+    """Most bytes the decompressed tar of a tree within :data:`MAX_FILES` and :data:`MAX_TREE_BYTES`
+    may have: their content, :data:`MEMBER_OVERHEAD` per file and the end-of-archive blocks."""
+    return MAX_TREE_BYTES + MAX_FILES * MEMBER_OVERHEAD + tarfile.RECORDSIZE
+
+
+def gunzip(archive: bytes, limit: int) -> bytes:
+    """The content of the gzip member ``archive``, decompressed a bounded piece at a time.
+
+    Raises:
+        ArchiveError: it decompresses to more than ``limit`` bytes (found after at most ``limit + 1``
+            bytes are produced), is cut short, is not gzip, or has bytes after its member.
+    """
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = bytearray()
+    pending = archive
+    try:
+        while not inflater.eof:
+            chunk = inflater.decompress(pending, limit + 1 - len(out))
+            out += chunk
+            if len(out) > limit:
+                raise ArchiveError(f"the archive is over {limit // (1024 * 1024)} MiB decompressed, more than a "
+                                   f"tree of {MAX_FILES} files and {MAX_TREE_BYTES // (1024 * 1024)} MiB takes")
+            pending = inflater.unconsumed_tail
+            if not chunk and not pending:
+                raise ArchiveError("not a whole gzipped tar: the archive is cut short")
+    except zlib.error as exc:
+        raise ArchiveError(f"not a whole gzipped tar: {exc}") from None
+    if inflater.unused_data:
+        raise ArchiveError("not a whole gzipped tar: bytes follow its end")
+    return bytes(out)
+
+
 def unpack(archive: bytes, destination: str) -> list[Entry]:
     """Extract ``archive`` into ``destination`` (a directory that must not exist yet) and return the
     entries extracted (:func:`tree_digest` names them).
@@ -108,14 +146,15 @@ def unpack(archive: bytes, destination: str) -> list[Entry]:
     Raises:
         ArchiveError: the archive is not a gzipped tar, holds anything but regular files and
             directories, an unsafe path, a file twice, or more than :data:`MAX_FILES` files or
-            :data:`MAX_TREE_BYTES` bytes.
+            :data:`MAX_TREE_BYTES` bytes, or decompresses to more than :func:`tar_limit` bytes.
         OSError: ``destination`` exists or cannot be written.
     """
+    plain = gunzip(archive, tar_limit())
     os.mkdir(destination, 0o755)
     entries: list[Entry] = []
     total = 0
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        with tarfile.open(fileobj=io.BytesIO(plain), mode="r:") as tar:
             for member in tar:
                 path = check_path(member.name.rstrip("/") if member.isdir() else member.name)
                 if member.isdir():
@@ -133,7 +172,7 @@ def unpack(archive: bytes, destination: str) -> list[Entry]:
                 executable = bool(member.mode & stat.S_IXUSR)
                 _write(destination, path, data, executable)
                 entries.append(Entry(path, executable, hashlib.sha256(data).hexdigest()))
-    except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+    except (tarfile.TarError, EOFError) as exc:
         raise ArchiveError(f"not a whole gzipped tar: {exc}") from None
     return entries
 

@@ -63,6 +63,8 @@ class Output:
         """Wall-clock time the process last wrote (or started): how long it has been silent."""
 
     def pump(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        """Start copying the process's ``stdout`` and ``stderr`` (pipes, read until their end and
+        closed then), one daemon thread each; returns at once (:meth:`close` waits for them)."""
         for index, stream in enumerate((stdout, stderr)):
             thread = threading.Thread(target=self._copy, args=(stream, index), daemon=True)
             thread.start()
@@ -158,6 +160,9 @@ class Output:
         self._prefix = f"[{prefix}] ".encode()
 
     def close(self, timeout: float) -> None:
+        """Wait for the copying threads to reach their streams' end, up to ``timeout`` seconds each
+        (a stream a child of the process still holds open may not end), then close the log file and
+        the stream files. The agent's streams and the filtered sinks are the caller's and stay open."""
         for thread in self._threads:
             thread.join(timeout)
         with self._lock:

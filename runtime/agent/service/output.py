@@ -92,10 +92,12 @@ class CallOutputs:
 
     Args:
         limit: most bytes of text kept per call.
+        clock: seconds, monotonic: what a read's ``wait`` is measured on.
     """
 
-    def __init__(self, limit: int = MAX_CALL_OUTPUT_BYTES) -> None:
+    def __init__(self, limit: int = MAX_CALL_OUTPUT_BYTES, clock: Callable[[], float] = time.monotonic) -> None:
         self._limit = limit
+        self._clock = clock
         self._cond = threading.Condition()
         self._logs: collections.OrderedDict[str, _Log] = collections.OrderedDict()
 
@@ -145,13 +147,13 @@ class CallOutputs:
             ``{"chunks", "next", "done", "known"}``: ``done`` once the call ended and these were the last;
             ``known`` is false for a key no call has opened (yet, or ever).
         """
-        deadline = time.monotonic() + wait
+        deadline = self._clock() + wait
         with self._cond:
             while True:
                 log = self._logs.get(key)
                 if log is not None and (len(log.chunks) > after or log.done):
                     break
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._clock()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)

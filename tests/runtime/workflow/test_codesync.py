@@ -78,3 +78,22 @@ def test_directories_tagged_as_caches_are_left_out(tmp_path: Path):
     tag_cache_dir(str(root / "logs"))
 
     assert paths(Source(str(root))) == ["fake/CACHEDIR.TAG", "m.py"]
+
+
+def test_a_tree_over_the_cap_is_refused_from_its_sizes_before_any_file_is_read(tmp_path: Path, monkeypatch):
+    """A file larger than the cap (sparse, so it costs no disk) is refused by its ``stat`` alone: no
+    file of the tree is opened, so the check costs no memory for what it refuses."""
+    root = tree(tmp_path, {"m.py": "M = 1\n"})
+    with open(root / "huge.bin", "wb") as f:
+        f.truncate(codesync.MAX_TREE_BYTES + 1)
+    opened: list[str] = []
+
+    def counting_open(path: str, *args, **kwargs):
+        opened.append(path)
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(codesync, "open", counting_open, raising=False)
+
+    with pytest.raises(ConfigError, match=r"is 32.0 MiB, over the 32 MiB .*largest: huge.bin \(32.0 MiB\)"):
+        Source(str(root)).snapshot()
+    assert opened == []

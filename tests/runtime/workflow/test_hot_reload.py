@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import TransportError, Unauthorized
+from runtime import RemoteError, TransportError, Unauthorized
 from runtime.client import JobClient
 from runtime.local import LocalJobSpec
 from runtime.workflow import ExistingCompute, LocalCompute, cls, fn
@@ -148,3 +148,42 @@ def test_a_tree_travels_down_the_job_tree_and_bad_or_unauthenticated_trees_are_r
                 client.send_code(digest, b"garbage")
         with JobClient(url, "wrong-token") as stranger, pytest.raises(Unauthorized):
             stranger.send_code(snapshot.digest, b"")
+
+
+GROWN = '''
+VALUE = 2
+
+
+def value(extra=0):
+    return {"value": VALUE, "extra": extra}
+
+
+class Keeper:
+    def __init__(self, start):
+        self.count = start
+
+    def add(self):
+        return [self.count, VALUE]
+
+    def more(self, n):
+        return n
+'''
+
+
+def test_a_parameter_or_method_added_by_an_edit_can_be_called_at_once(package: Path):
+    """This process still has the code as imported; after an edit the arguments are checked by the
+    job, which runs the edited code, not against the old copy here."""
+    edited = importlib.import_module("hotpkg.edited")
+    with LocalCompute(workers=1, num_proc=1, grace_period=1.0) as compute:
+        value, keeper = fn(edited.value).to(compute), cls(edited.Keeper, 10).to(compute)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'extra'"):
+            value(extra=5)
+        with pytest.raises(AttributeError, match="has no method 'more'"):
+            getattr(keeper, "more")  # noqa: B009 - the lookup itself is what is refused
+
+        (package / "hotpkg" / "edited.py").write_text(textwrap.dedent(GROWN))
+
+        assert value(extra=5) == [{"value": 2, "extra": 5}]
+        assert keeper.more(3) == [3]
+        with pytest.raises(RemoteError, match="unexpected keyword argument 'nope'"):
+            value(nope=1)

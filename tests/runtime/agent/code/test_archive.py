@@ -7,10 +7,12 @@ import hashlib
 import io
 import os
 import tarfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from runtime.agent.code import archive as archive_module
 from runtime.agent.code.archive import ArchiveError, Entry, pack, tree_digest, unpack
 from runtime.agent.code.store import KEEP, CodeStore, manifest
 
@@ -77,6 +79,52 @@ def test_a_link_planted_as_a_directory_is_not_followed(tmp_path: Path):
 def test_garbage_is_not_an_archive(tmp_path: Path):
     with pytest.raises(ArchiveError, match="not a whole gzipped tar"):
         unpack(b"not an archive", str(tmp_path / "out"))
+
+
+def test_an_archive_cut_short_is_not_an_archive(tmp_path: Path):
+    whole = pack([entry("a.py", b"A = 1\n" * 1000)])
+    with pytest.raises(ArchiveError, match="not a whole gzipped tar"):
+        unpack(whole[:len(whole) // 2], str(tmp_path / "out"))
+
+
+def test_a_tree_over_max_files_is_refused(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(archive_module, "MAX_FILES", 3)
+    files = [entry(f"m{i}.py", b"") for i in range(4)]
+
+    unpack(pack(files[:3]), str(tmp_path / "three"))
+    with pytest.raises(ArchiveError, match="more than 3 files"):
+        unpack(pack(files), str(tmp_path / "four"))
+
+
+def test_a_tree_over_max_tree_bytes_is_refused(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(archive_module, "MAX_TREE_BYTES", 2 * 1024 * 1024)
+
+    unpack(pack([entry("a.bin", b"a" * 2 * 1024 * 1024)]), str(tmp_path / "at"))
+    with pytest.raises(ArchiveError, match="over 2 MiB"):
+        unpack(pack([entry("a.bin", b"a" * 2 * 1024 * 1024), entry("b.bin", b"b")]), str(tmp_path / "over"))
+
+
+def test_a_pax_header_bomb_is_refused_before_the_tar_is_read(tmp_path: Path, monkeypatch):
+    """A PAX header's payload is read whole by ``tarfile`` before any member is seen (CPython
+    Lib/tarfile.py, ``TarInfo._proc_pax``: ``tarfile.fileobj.read(self._block(self.size))``), so a
+    small archive whose one header claims 32 MiB would cost that much memory before our caps; the
+    decompression stops at :func:`tar_limit` instead, and the peak stays near it."""
+    monkeypatch.setattr(archive_module, "MAX_TREE_BYTES", 1024 * 1024)
+    monkeypatch.setattr(archive_module, "MAX_FILES", 10)
+    info = tarfile.TarInfo("a.py")
+    info.pax_headers = {"comment": "x" * (32 * 1024 * 1024)}
+    bomb = tar_of((info, b"A = 1\n"))
+    assert len(bomb) < 64 * 1024
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveError, match="over 1 MiB decompressed"):
+            unpack(bomb, str(tmp_path / "out"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * archive_module.tar_limit(), peak
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_store_checks_the_digest_keeps_a_manifest_and_the_newest_trees(tmp_path: Path):

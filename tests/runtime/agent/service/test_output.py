@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -27,15 +26,31 @@ def test_reads_page_through_the_log_and_see_its_end():
 
 
 def test_a_long_poll_returns_as_soon_as_output_arrives():
-    outputs = CallOutputs()
+    """The reader's clock never moves, so its wait can end only by the append waking it; the append
+    runs once the reader is waiting (it takes the lock the reader releases only in its wait), and the
+    reader read its clock twice (its deadline, then once before its one wait): the first wait ended
+    by the wake-up, not by a timeout."""
+    waiting = threading.Event()
+    ticks: list[float] = []
+
+    def clock() -> float:
+        ticks.append(0.0)
+        if len(ticks) == 2:
+            waiting.set()
+        return 0.0
+
+    outputs = CallOutputs(clock=clock)
     outputs.open("k")
-    threading.Timer(0.1, outputs.append, args=("k", [(2, "stdout", "x\n")])).start()
+    pages: list[dict] = []
+    reader = threading.Thread(target=lambda: pages.append(outputs.read("k", 0, 5.0)), daemon=True)
+    reader.start()
+    waiting.wait()
 
-    started = time.monotonic()
-    page = outputs.read("k", 0, 5.0)
+    outputs.append("k", [(2, "stdout", "x\n")])
+    reader.join()
 
-    assert page["chunks"] == [[2, "stdout", "x\n"]]
-    assert time.monotonic() - started < 4.0
+    assert pages[0]["chunks"] == [[2, "stdout", "x\n"]]
+    assert len(ticks) == 2
 
 
 def test_a_calls_log_is_capped_and_says_so():
