@@ -109,7 +109,7 @@ class DistributedJobArgs:
             StatefulSet (service mode). An Indexed Job has exactly ``workers`` indexes, so it only
             shrinks (a pod replaced after a disruption rejoins under its index): there
             ``max_workers`` must equal ``workers``.
-        max_restarts: world restarts after a failure before the job fails.
+        max_restarts: world restarts after a failure; elastic: each node's failure budget, as torchrun counts.
         backoff_limit: elastic batch jobs: failed pods Kubernetes replaces (each replacement rejoins
             the running world) before it fails the job; ``None`` = 3. The Indexed Job's
             ``backoffLimit`` (failed pods; evictions, preemptions and node drains are not counted)

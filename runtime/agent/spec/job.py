@@ -122,7 +122,9 @@ class JobSpec:
             "seconds (which rank, on which node, silent since when)")
     max_restarts: int = setting(
         0, env=contract.MAX_RESTARTS, codec=INT, flags=("--max-restarts", "--max_restarts"), unit="restarts",
-        check=whole(0, "use 0 or more"), doc="restarts of the whole world after a failure")
+        check=whole(0, "use 0 or more"),
+        doc="fixed-size: restarts of the whole world after a failure; elastic: each node's failure budget, "
+            "counted as torchrun counts (its per-agent restarts)")
     min_workers: Optional[int] = setting(
         None, env=contract.MIN_WORKERS, codec=INT, flags=("--min-workers",), unit="nodes", optional=True,
         check=whole(1, "use 1 or more nodes"),
