@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from components.job.args import PYTORCHJOB, DistributedJobArgs
 
@@ -52,8 +52,9 @@ def resource_name(name: str, namespace: str) -> str:
     return name if namespace == DEFAULT_NAMESPACE else f"{namespace}/{name}"
 
 
-def pytorch_replica_host(job: str, replica_type: str, index: int) -> str:
-    """The pod and Service name the training operator gives replica ``index`` of ``replica_type``."""
+def pytorch_replica_host(job: str, replica_type: str, index: Union[int, str]) -> str:
+    """The pod and Service name the training operator gives replica ``index`` (or ``"{index}"``, a
+    template) of ``replica_type``."""
     return f"{job}-{replica_type.lower()}-{index}"
 
 

@@ -27,3 +27,12 @@ def test_pods_named_by_index_are_given_every_indexs_name_to_find_the_coordinator
     for overrides in ({}, {"mode": "service"}):
         assert env_of(templates(render(**overrides))[0])[contract.PEERS] == "demo-{index}.demo"
     assert contract.PEERS not in env_of(templates(render(backend="pytorchjob"))[0])
+
+
+def test_an_elastic_pytorchjobs_workers_are_given_every_replicas_service_name():
+    """The training operator names replica ``i`` of an elastic (Worker-only) PyTorchJob, and its
+    headless Service, ``<job>-worker-<i>`` (kubeflow/training-operator v1.8,
+    ``pkg/controller.v1/common/service.go``, ``CreateNewService``: ``ClusterIP: "None"``, name
+    ``GenGeneralName(job, rt, index)``), so the name resolves to the pod and reaches its agent port."""
+    env = env_of(templates(render(backend="pytorchjob", workers=3, min_workers=2, max_workers=4))[0])
+    assert env[contract.PEERS] == "demo-worker-{index}"
