@@ -11,7 +11,8 @@ only. Failures are rebuilt from the wire format (``runtime.agent.service.wire``)
 * ``JobEnded`` - the job has ended (``status``, ``reason``: its root cause, ``exit_code``): every call
   after the end raises it, once the client has learnt the verdict (from a call answered 410, or from
   ``/info`` right after a call failed with ``NodeFailed`` or no answer), even when nobody answers any
-  more (a failed service job's coordinator keeps answering for a few seconds, then exits);
+  more (a failed service job's coordinator keeps answering for a few seconds, then exits), until
+  ``/info`` answers with a world that has not ended (the coordinator's pod restarted);
 * ``Unauthorized`` - 401, wrong or missing token;
 * ``CodeMissing`` - the call named a synced tree the job does not hold (send it: :meth:`JobClient.send_code`);
 * ``TransportError`` - anything else, with ``status``: 400 malformed call, 409 batch-mode job,
@@ -214,6 +215,8 @@ class JobClient:
                             f"serialization='pickle' with a deployment that allows it") from exc
         read = None if timeout is None else timeout + ANSWER_SLACK
         if self._ended is not None:
+            self.info()  # the coordinator may have restarted into a new world, which drops the verdict
+        if self._ended is not None:
             raise self._job_ended(self._ended)
         if reader is not None:
             reader.start()
@@ -256,7 +259,9 @@ class JobClient:
 
     def info(self) -> JobInfo:
         """The coordinator's identity and the world's status; for a job that has ended, its status and
-        ``reason`` (once learnt, also when the coordinator no longer answers).
+        ``reason`` (once learnt, also when the coordinator no longer answers). A status that is not
+        terminal (a StatefulSet restarted the coordinator's pod into a new world) drops the verdict
+        learnt, so calls go to the new world.
 
         Raises:
             TransportError: the coordinator did not answer, and the job is not known to have ended.
@@ -273,8 +278,7 @@ class JobClient:
                        num_proc=int(raw.get("num_proc", 0)), generation=int(raw.get("generation", 0)),
                        status=str(raw.get("status", "")), mode=str(raw.get("mode", "")), raw=raw,
                        reason=str(raw.get("message", "")))
-        if info.status in TERMINAL:
-            self._ended = info
+        self._ended = info if info.status in TERMINAL else None  # a new world (the pod restarted) drops it
         return info
 
     def _verdict(self) -> Optional[JobInfo]:

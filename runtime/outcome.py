@@ -15,7 +15,8 @@ class Outcome:
     """How a local job ended: its exit code and whose it is.
 
     The launcher's own codes are ``contract.EXIT_USAGE`` (2, only ever before a job starts, in the
-    one ``error:`` line), ``contract.EXIT_RENDEZVOUS`` (3: the world could not be formed) and 128 + N
+    one ``error:`` line), ``contract.EXIT_RENDEZVOUS`` (3: the world could not be formed),
+    ``contract.EXIT_TIMEOUT`` (124: the job's time limit, ``--timeout``, passed) and 128 + N
     (stopped by signal N); every other failure passes on the root cause's code: a rank's, or a
     framework daemon's. The numbers overlap (a rank may exit 2 or 3), so :meth:`line`, the
     launcher's last line, names the owner.
@@ -50,7 +51,8 @@ class Outcome:
             if cause.get("daemon"):
                 return cls(code, "daemon", f"the {cause['daemon']} daemon's own exit code ({where})")
             return cls(code, "rank", f"rank {cause['rank']}'s own exit code ({where})")
-        return cls(code, "launcher", str(verdict.get("message") or verdict.get("status", "")).split(";")[0])
+        detail = str(verdict.get("message") or verdict.get("status", "")).split(";")[0]
+        return cls(code, "launcher", detail + (" (--timeout)" if code == contract.EXIT_TIMEOUT else ""))
 
     def line(self) -> str:
         """The launcher's last line for a non-zero exit, naming whose code it is."""

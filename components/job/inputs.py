@@ -69,7 +69,8 @@ class DistributedJobArgsDict(TypedDict):
     mode). An Indexed Job has exactly ``workers`` indexes, so it only shrinks (a pod replaced after a disruption
     rejoins under its index): there ``max_workers`` must equal ``workers``."""
     max_restarts: NotRequired[int]
-    """Restarts of the whole world after a failure. Default: ``0``."""
+    """Fixed-size: restarts of the whole world after a failure; elastic: each node's failure budget, counted as
+    torchrun counts (its per-agent restarts). Default: ``0``."""
     backoff_limit: NotRequired[Optional[int]]
     """Elastic batch jobs: failed pods Kubernetes replaces (each replacement rejoins the running world) before it
     fails the job; unset = 3. The Indexed Job's ``backoffLimit`` (failed pods; evictions, preemptions and node

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import pulumi
 
@@ -64,8 +64,9 @@ def resource_name(name: str, namespace: pulumi.Input[str]) -> str:
     return f"{namespace}/{name}"
 
 
-def pytorch_replica_host(job: str, replica_type: str, index: int) -> str:
-    """The pod and Service name the training operator gives replica ``index`` of ``replica_type``."""
+def pytorch_replica_host(job: str, replica_type: str, index: Union[int, str]) -> str:
+    """The pod and Service name the training operator gives replica ``index`` (or ``"{index}"``, a
+    template) of ``replica_type``."""
     return f"{job}-{replica_type.lower()}-{index}"
 
 

@@ -12,7 +12,7 @@ from components.gpu import gpu_toleration
 from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
-from components.job.naming import JobNames
+from components.job.naming import PYTORCH_WORKER, JobNames, pytorch_replica_host
 from components.outputs import Labels, lift, merged
 from runtime.agent import contract
 from runtime.agent.execution import controller
@@ -148,6 +148,8 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulum
             settings[contract.COORDINATOR_HOST] = names.coordinator_env
         if args.workload_backend != PYTORCHJOB:  # pods named <job>-<index> under the Service: how a replaced one
             settings[contract.PEERS] = f"{names.job}-{{index}}.{names.service}"  # finds the current coordinator
+        elif args.elastic:  # Worker-only: the operator's headless Service per replica, <job>-worker-<i>
+            settings[contract.PEERS] = pytorch_replica_host(names.job, PYTORCH_WORKER, "{index}")
         settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
         env += [{"name": key, "value": value} for key, value in settings.items()]
         if role.node_rank_from is not None:

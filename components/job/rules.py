@@ -146,14 +146,8 @@ def _validate_restarts(a: DistributedJobArgs) -> None:
 
 
 def _validate_elastic(a: DistributedJobArgs) -> None:
-    """What Kubernetes adds to the spec's elastic rules: both bounds, a quorum that a fixed-size job can keep,
-    a workload that can grow to ``max_workers``."""
-    if a.quorum_workers is not None and a.min_workers is None and a.quorum_workers < a.workers:
-        raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"a fixed-size job starts with the first "
-                             f"{a.quorum_workers} nodes and refuses the other {a.workers - a.quorum_workers}: their "
-                             "agents exit 3, which fails the job on Kubernetes",
-                             f"unset quorum_workers (wait for all {a.workers}), or make the job elastic with "
-                             f"min_workers <= {a.quorum_workers} and max_workers >= {a.workers}")
+    """What Kubernetes adds to the spec's elastic rules (which include the quorum's): both bounds, a
+    workload that can grow to ``max_workers``."""
     if (a.min_workers is None) != (a.max_workers is None):
         raise InvalidJobArgs("min_workers" if a.max_workers is None else "max_workers",
                              a.min_workers if a.max_workers is None else a.max_workers,
@@ -161,10 +155,6 @@ def _validate_elastic(a: DistributedJobArgs) -> None:
                              "set both min_workers and max_workers, or neither")
     if a.min_workers is None or a.max_workers is None:
         return
-    if a.quorum_workers is not None and a.quorum_workers < a.min_workers:
-        raise InvalidJobArgs("quorum_workers", a.quorum_workers, f"the world would form with fewer nodes than "
-                             f"min_workers={a.min_workers}, the fewest it may run with",
-                             f"use a quorum_workers of at least {a.min_workers}, or lower min_workers")
     if a.workload_backend == INDEXED_JOB and a.max_workers > a.workers:
         raise InvalidJobArgs("max_workers", a.max_workers, f"an Indexed Job has exactly workers={a.workers} "
                              "pods, so it can shrink to min_workers but never grow",

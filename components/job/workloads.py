@@ -19,8 +19,9 @@ from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, Distribute
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement, pytorch_scheduling_policy
 from components.job.naming import PYTORCH_MASTER, PYTORCH_WORKER, JobNames
-from components.job.pod import PodRole, pod_selector, pod_template
+from components.job.pod import AGENT_CONTAINER, PodRole, pod_selector, pod_template
 from components.outputs import Labels, merged
+from runtime.agent import contract
 
 PYTORCHJOB_API = "kubeflow.org/v1"
 PYTORCH_CONTAINER = "pytorch"
@@ -34,6 +35,10 @@ CLEAN_POD_POLICY = "Running"
 """Delete still-running pods once the job ends (the operator's default, None, leaves workers running)."""
 DISRUPTION_IGNORED = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 """Pod failure policy rule: a pod lost to preemption, eviction or a node drain is replaced, uncounted."""
+FAILED_FOR_GOOD = {"action": "FailJob", "onExitCodes": {"containerName": AGENT_CONTAINER, "operator": "In",
+                                                        "values": [contract.EXIT_JOB_FAILED]}}
+"""Pod failure policy rule of an elastic Indexed Job: an agent exiting ``EXIT_JOB_FAILED`` (its job
+failed for good: a node's failure budget spent) fails the Job at once; replaced pods would run it again."""
 
 
 def awaits_readiness(args: DistributedJobArgs) -> bool:
@@ -74,6 +79,11 @@ def indexed_job(
     policy rule counts toward ``backoffLimit``, and while the count stays within it the controller creates
     a replacement pod for the index; past it the Job fails. ``Ignore`` rules (``DisruptionTarget``) do
     not count. So ``backoffLimit`` is 0 for a fixed-size job and ``backoff_limit`` for an elastic one.
+    Rules are tried in order and the first that matches decides (kubernetes/kubernetes
+    ``pkg/controller/job/pod_failure_policy.go``, ``matchPodFailurePolicy``); an ``onExitCodes`` rule
+    matches a terminated container's non-zero code, and ``FailJob`` fails the Job. An elastic job's
+    agents exit ``EXIT_JOB_FAILED`` once it failed for good, which :data:`FAILED_FOR_GOOD` fails it on,
+    after the ``DisruptionTarget`` rule (a pod evicted while exiting is still replaced uncounted).
     """
     role = PodRole(restart_policy="Never", subdomain=names.service)
     spec: dict[str, Any] = {
@@ -82,7 +92,7 @@ def indexed_job(
         "parallelism": args.workers,
         "backoffLimit": args.pod_backoff_limit,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {"rules": [DISRUPTION_IGNORED]},
+        "podFailurePolicy": {"rules": [DISRUPTION_IGNORED, *([FAILED_FOR_GOOD] if args.elastic else [])]},
         "template": pod_template(names, args, role, bundle, gang),
     }
     if args.active_deadline_seconds is not None:

@@ -227,5 +227,11 @@ coreutils' ``timeout`` exits)."""
 EXIT_NODE_LOST = 1
 """A fixed-size job lost a node without a failing process to blame; a daemon-only node whose driver's
 node is lost."""
+EXIT_JOB_FAILED = 121
+"""An agent's own exit code when its elastic job has failed for good (a node's failure budget spent,
+fewer than ``min_workers`` left, the time limit passed): distinct from any code a pod exits with while
+the job can go on, so the Indexed Job's pod failure policy fails the Job on it (``FailJob``) instead
+of replacing the pod, which would start the job again. The verdict, and so the local launcher's exit
+code, keeps the root cause's code."""
 EXIT_INTERRUPTED_BASE = 128
 """Stopped by a signal: 128 + signal number, the shell's convention."""

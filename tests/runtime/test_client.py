@@ -11,6 +11,7 @@ import pytest
 from runtime import (
     CallCancelled,
     CallTimeout,
+    JobEnded,
     NodeFailed,
     RemoteError,
     TransportError,
@@ -133,3 +134,32 @@ def test_info_of_an_agent_outside_the_world_has_no_node_rank():
     with JobClient("http://c:1", TOKEN, transport=transport) as client:
         info = client.info()
     assert (info.node_id, info.node_rank, info.status) == (3, None, "forming")
+
+
+def test_a_verdict_learnt_is_dropped_once_the_coordinator_answers_a_new_world():
+    """A StatefulSet restarts a failed service job's coordinator pod into a new world: once its
+    ``/info`` answers with a status that is not terminal, calls reach it again instead of raising the
+    old world's ``JobEnded`` forever."""
+    state = {"status": "failed"}
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path == "/info":
+            return httpx.Response(200, json={"job": "j", "status": state["status"], "message": "node 1 lost",
+                                             "exit_code": 1})
+        if state["status"] == "failed":
+            ended = JobEnded("failed", "node 1 lost", 1)
+            return httpx.Response(error_status(ended), json=error_body(ended))
+        return httpx.Response(200, json={"results": [pack_result(7, "json")], "serialization": "json"})
+
+    client = JobClient("http://coordinator:1", TOKEN, transport=httpx.MockTransport(handle))
+    with pytest.raises(JobEnded, match="node 1 lost"):
+        client.call("m:f")
+    with pytest.raises(JobEnded):
+        client.call("m:f")
+    assert client.info().status == "failed"
+    state["status"] = "running"  # the coordinator's pod restarted into a new world
+    assert client.call("m:f") == [7]
+    assert client.info().status == "running"
+    assert seen[-2:] == ["/call", "/info"]

@@ -23,6 +23,6 @@ def test_a_hung_rank_is_named_and_the_time_limit_ends_the_job_with_124(script, n
                     str(script(HANGS_ON_RANK_1)), timeout=120)
     assert result.returncode == contract.EXIT_TIMEOUT, result.stderr
     assert f"straggling after rank 0 finished: rank 1 on {where}: running, no output for" in result.stderr
-    assert f"job failed: time limit of 10 s reached (--timeout); still running: rank 1 on {where}" in result.stderr
+    assert f"job failed: time limit of 10 s reached; still running: rank 1 on {where}" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "[trainplane] exit code 124: the launcher's own: time limit of 10 s reached (--timeout)")

@@ -166,16 +166,19 @@ def install() -> None:
 
 def arm_on_import() -> None:
     """Arm delivery when the user's code first imports ``runtime`` (or a module in it): wraps
-    ``builtins.__import__`` until then (the bootstrap calls it just before the user's code). Imports
-    made by ``runtime``'s own modules do not count."""
+    ``builtins.__import__`` until then (the bootstrap calls it just before the user's code). Only an
+    absolute import counts (``level`` 0): a library's relative ``from .runtime import ...`` (torch's
+    own ``torch._inductor.runtime``) is not ours. Imports made by ``runtime``'s own modules do not
+    count either."""
     original = builtins.__import__
 
-    def importing(name: str, globals: Optional[Mapping[str, Any]] = None, *args: Any, **kwargs: Any) -> Any:
+    def importing(name: str, globals: Optional[Mapping[str, Any]] = None, locals: Optional[Mapping[str, Any]] = None,
+                  fromlist: Any = (), level: int = 0) -> Any:
         caller = str((globals or {}).get("__name__", ""))
-        if (name == "runtime" or name.startswith("runtime.")) and not caller.startswith("runtime."):
+        if level == 0 and (name == "runtime" or name.startswith("runtime.")) and not caller.startswith("runtime."):
             builtins.__import__ = original
             arm()
-        return original(name, globals, *args, **kwargs)
+        return original(name, globals, locals, fromlist, level)
 
     builtins.__import__ = importing
 

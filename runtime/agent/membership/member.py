@@ -203,6 +203,10 @@ class Member:
                 said = (Say(f"job failed: {world.message.split(';')[0] if world.message else 'see the coordinator'}"),)
             elif world.status == STOPPED:
                 said = (Say(f"job stopped: {world.message}"),)
+        if world.status == FAILED and self.elastic:
+            said += (Say(f"exiting {contract.EXIT_JOB_FAILED}: the elastic job failed for good (its verdict's exit "
+                         f"code is {world.exit_code}); a replaced pod would start it again"),)
+            return StopProcesses(), *said, Finish(world), Exit(contract.EXIT_JOB_FAILED)
         return StopProcesses(), *said, Finish(world), Exit(world.exit_code)
 
     def _rejoin(self, reason: str, now: float) -> tuple[MemberAction, ...]:

@@ -18,6 +18,9 @@ FIRST_RETRY = 0.05
 """Seconds before the first retry of a registration no coordinator answered; doubled each time."""
 LAST_RETRY = 1.0
 """Most seconds between two registration attempts."""
+RESOLVE_STEP = 2.0
+"""Seconds the coordinator's name gets to resolve before the peers are asked (``discovery``), again
+and again until the quorum timeout."""
 
 
 class Registration:
@@ -35,8 +38,8 @@ class Registration:
         stopping: set when the agent stops.
         clock: monotonic clock, seconds.
         discover: the running world's coordinator as the other nodes know it (``discovery``), or
-            ``None``: asked when ``host`` does not answer or does not coordinate (404), as when node 0
-            was lost and another node took over.
+            ``None``: asked when ``host`` does not resolve, does not answer or does not coordinate
+            (404), as when node 0 was lost and another node took over.
     """
 
     def __init__(self, host: str, body: dict[str, object], quorum_timeout: float, transport: PeerTransport,
@@ -75,12 +78,11 @@ class Registration:
         deadline = self._clock() + self._timeout
         host, port = self._address()
         if not host:
-            try:
-                host = self._resolver.resolve(self._host, self._timeout)
-            except RendezvousError as exc:
-                self._on_fatal(Fatal(str(exc), contract.EXIT_RENDEZVOUS))
+            found = self._locate(port, deadline)
+            if found is None:
                 return
-            self._resolved((host, port))
+            host, port = found
+            self._resolved(found)
         retry = FIRST_RETRY
         exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(self._body))
         while not self._stopping.is_set():
@@ -107,3 +109,21 @@ class Registration:
                     return
             self._stopping.wait(retry)
             retry = min(retry * 2, LAST_RETRY)
+
+    def _locate(self, port: int, deadline: float) -> Optional[tuple[str, int]]:
+        """The coordinator's ``(address, port)``: its name resolved, or, while the name does not
+        resolve (node 0's pod is gone, and with it its DNS record), the running world's coordinator
+        as the peers know it. ``None`` after a ``Fatal`` when neither answers by ``deadline``."""
+        while True:
+            try:
+                return self._resolver.resolve(self._host, max(0.0, min(RESOLVE_STEP, deadline - self._clock()))), port
+            except RendezvousError as exc:
+                found = self._discover()
+                if found is not None:
+                    return found
+                if self._clock() >= deadline or self._stopping.is_set():
+                    self._on_fatal(Fatal(
+                        f"could not resolve {self._host!r} within {self._timeout:g} s ({exc.__cause__}) and no peer "
+                        f"runs a world; check that the headless Service exists and the pod's subdomain matches it",
+                        contract.EXIT_RENDEZVOUS))
+                    return None

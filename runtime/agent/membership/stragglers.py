@@ -79,7 +79,8 @@ class Stragglers:
         if self.timeout is not None and now - self._started >= self.timeout:
             running = [self._describe(world, rank, silent) for rank, silent in self._running(world, now)]
             what = "; ".join([*running, *self._unreported(world)]) or "no rank reported running"
-            return [], f"time limit of {self.timeout:g} s reached (--timeout); still running: {what}"
+            # The same verdict on a pod, where the limit is active_deadline_seconds less a margin, not --timeout
+            return [], f"time limit of {self.timeout:g} s reached; still running: {what}"
         finished = [r for _, r in self._ranks.values() if r.exit_code == 0]
         if not finished or world.generation != self._generation:
             return [], None

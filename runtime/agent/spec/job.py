@@ -122,7 +122,9 @@ class JobSpec:
             "seconds (which rank, on which node, silent since when)")
     max_restarts: int = setting(
         0, env=contract.MAX_RESTARTS, codec=INT, flags=("--max-restarts", "--max_restarts"), unit="restarts",
-        check=whole(0, "use 0 or more"), doc="restarts of the whole world after a failure")
+        check=whole(0, "use 0 or more"),
+        doc="fixed-size: restarts of the whole world after a failure; elastic: each node's failure budget, "
+            "counted as torchrun counts (its per-agent restarts)")
     min_workers: Optional[int] = setting(
         None, env=contract.MIN_WORKERS, codec=INT, flags=("--min-workers",), unit="nodes", optional=True,
         check=whole(1, "use 1 or more nodes"),
@@ -219,6 +221,16 @@ class JobSpec:
             _Rule("quorum_workers", self.quorum_workers is None or self.quorum_workers <= workers,
                   f"must be from 1 to {{workers}} ({workers})",
                   f"use a quorum from 1 to the number of nodes ({workers})"),
+            _Rule("quorum_workers", self.quorum_workers is None or self.elastic or self.quorum_workers >= workers,
+                  f"a fixed-size job forms its world with the first {self.quorum_workers} nodes and refuses the "
+                  f"other {workers - (self.quorum_workers or workers)} (their agents exit 3)",
+                  f"unset {{quorum_workers}} (wait for all {workers}), or make the job elastic with "
+                  f"{{min_workers}} <= {self.quorum_workers} and {{max_workers}} >= {workers}"),
+            _Rule("quorum_workers", self.quorum_workers is None or self.min_workers is None
+                  or self.quorum_workers >= self.min_workers,
+                  f"the world would form with fewer nodes than {{min_workers}} ({self.min_workers}), the fewest "
+                  "it may run with",
+                  f"use a quorum of at least {self.min_workers}, or lower {{min_workers}}"),
             _Rule("min_workers", self.min_workers is None or self.min_workers <= workers,
                   f"must be from 1 to {{workers}} ({workers})", "use {min_workers} <= {workers} <= {max_workers}"),
             _Rule("max_workers", self.max_workers is None or self.max_workers >= workers,

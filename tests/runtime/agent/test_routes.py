@@ -23,8 +23,8 @@ def node_body(node_id: int, state: str = "joining", **extra: object) -> dict:
 
 
 def routes(coordinating: bool, world: World | None = None, node_id: int = 0, elastic: bool = True):
-    bounds = {"min_workers": 1, "max_workers": 2} if elastic else {}
-    settings = agent_settings(job_name="j", node_id=node_id, workers=2, quorum_workers=1, **bounds)
+    bounds = {"min_workers": 1, "max_workers": 2, "quorum_workers": 1} if elastic else {}
+    settings = agent_settings(job_name="j", node_id=node_id, workers=2, **bounds)
     coordination = Coordination(Coordinator(settings, 0.0) if coordinating else None)
     network = FakeNetwork()
     pusher = WorldPusher(node_id, FakeTransport(network, "token"), 50, 100, 3.0, lambda: 0.0, lambda _l: None,
@@ -49,11 +49,11 @@ def test_a_node_outside_the_job_is_answered_400_and_a_late_one_409():
     grown = put(agent, node_body(1))
     assert grown["generation"] == 2, "an elastic job admits the late node in a new generation"
     assert any(type(a).__name__ == "Push" for a in decided)
-    fixed, fixed_coordination, _, _, _ = routes(coordinating=True, elastic=False)
+    fixed, _, _, _, _ = routes(coordinating=True, elastic=False)  # its quorum is every node
     put(fixed, node_body(0))
-    fixed_coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    put(fixed, node_body(1))
     with pytest.raises(HttpError) as late:
-        put(fixed, node_body(1))
+        put(fixed, {**node_body(1), "addr": "10.0.0.99"})  # node 1 replaced after the world formed
     assert late.value.status == 409 and "formed at generation 1 without node 1" in str(late.value)
 
 

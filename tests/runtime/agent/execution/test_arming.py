@@ -60,3 +60,24 @@ def test_a_node_killed_while_the_others_import_leaves_them_to_finish_in_the_new_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+LIBRARY_RELATIVE_IMPORT = """
+import sys
+import torch._inductor.codecache  # torch's own `from .runtime import autotune_cache` (level 1) runs here
+delivery = sys.modules["runtime.agent.execution.delivery"]  # read without importing: that would arm it
+print("after inductor", delivery._Gate.armed, flush=True)
+import runtime
+print("after runtime", delivery._Gate.armed, flush=True)
+"""
+
+
+def test_a_librarys_relative_import_of_its_own_runtime_package_does_not_arm_delivery(tmp_path: Path):
+    """torch 2.13.0 ``torch/_inductor/codecache.py`` does ``from .runtime import autotune_cache``: an
+    import of ``torch._inductor.runtime`` (``__import__`` with ``level=1``), not of ours. Only an
+    absolute import of ``runtime`` by the user's code arms delivery."""
+    (tmp_path / "job.py").write_text(LIBRARY_RELATIVE_IMPORT)
+    done = subprocess.run([sys.executable, "-m", "runtime.agent.execution.bootstrap", str(tmp_path / "job.py")],
+                          cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["after inductor False", "after runtime True"], done.stdout + done.stderr

@@ -46,7 +46,7 @@ def test_quorum_progress_is_said_at_most_once_per_gap_however_fast_nodes_registe
 
 
 def test_partial_quorum_waits_for_the_last_call():
-    c = Coordinator(settings(quorum_workers=2), now=0.0)
+    c = Coordinator(settings(quorum_workers=2, min_workers=2, max_workers=3), now=0.0)
     c.register(node(0), 1.0)
     assert not pushes(c.register(node(1), 1.0))
     assert not pushes(c.tick(1.0 + LAST_CALL / 2))
@@ -72,13 +72,15 @@ def test_registration_outside_the_job_is_rejected(node_id: int):
         c.register(Node(node_id, "x", 1, 1), 0.0)
 
 
-def test_late_node_after_the_world_formed_is_rejected_but_reregistration_is_idempotent():
-    c = Coordinator(settings(workers=2, quorum_workers=1), now=0.0)
+def test_a_fixed_size_jobs_replaced_node_is_rejected_but_reregistration_is_idempotent():
+    """A fixed-size job's quorum is every node (``quorum_workers`` below ``workers`` is refused by the
+    spec), so the node refused is one that comes back at a new address after the world formed."""
+    c = Coordinator(settings(workers=2), now=0.0)
     c.register(node(0), 0.0)
-    c.tick(LAST_CALL)
+    c.register(node(1), 0.0)
     assert c.register(node(0), 2.0) == []
     with pytest.raises(MembershipRefused, match="formed at generation 1 without node 1") as info:
-        c.register(node(1), 2.0)
+        c.register(Node(1, "10.0.0.99", 32300, 2), 2.0)
     assert not isinstance(info.value, NotAMember)
 
 

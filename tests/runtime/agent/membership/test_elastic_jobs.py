@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.agent import contract
 from runtime.agent.net.transport import request_json
 from tests.conftest import ROOT, AgentCluster, processes_with, project_env, wait_until
 
@@ -86,6 +87,18 @@ def test_crashing_process_is_told_to_every_other_node_by_the_fast_path(tmp_path:
         stop.touch()
         codes = job.wait(timeout=30)
         assert codes[0] == 0 and codes[1] == 0
+
+
+def test_an_elastic_job_past_a_nodes_budget_fails_for_good_with_every_agent_exiting_121(tmp_path: Path, recorder):
+    """Every agent (the pods' containers) exits ``EXIT_JOB_FAILED``, which the Indexed Job's pod
+    failure policy fails the Job on, instead of the rank's 5, which would count toward
+    ``backoffLimit`` and have the pods replaced: a new world, the job run again from the start."""
+    _, out, _ = recorder
+    with recording(tmp_path, recorder, 3, TRAINPLANE_MIN_WORKERS="2", CRASH_RANK="2") as job:
+        assert wait_until((out / "crash-time").exists, timeout=30)
+        assert job.wait(timeout=60) == {i: contract.EXIT_JOB_FAILED for i in range(3)}, job.log(0)
+        assert "past its budget (max_restarts 0); the last: rank 2" in job.log(0)
+        assert "exiting 121: the elastic job failed for good (its verdict's exit code is 5)" in job.log(1)
 
 
 def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder):

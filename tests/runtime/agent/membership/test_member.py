@@ -230,3 +230,15 @@ def test_a_fatal_event_ends_the_node_with_its_code():
     m = member()
     m.start(0.0)
     assert m.handle(Fatal("registration refused: 409", 3), 1.0) == (Say("registration refused: 409"), Exit(3))
+
+
+def test_an_elastic_jobs_failed_verdict_exits_with_the_failed_for_good_code():
+    """The pod's exit code the Indexed Job's podFailurePolicy fails the Job on (FailJob), so a failed
+    elastic job is not started again in replaced pods; the verdict keeps the root cause's code."""
+    m = running(member(elastic=True))
+    verdict = world().finished(FAILED, "node 1's processes failed 1 time(s), past its budget", 5)
+    actions = m.handle(WorldArrived(verdict), 2.0)
+    assert actions[-2:] == (Finish(verdict), Exit(contract.EXIT_JOB_FAILED))
+    assert any(isinstance(a, Say) and "exiting 121: the elastic job failed for good" in a.message for a in actions)
+    stopped = world().finished(STOPPED, "bye", 143)
+    assert running(member(elastic=True)).handle(WorldArrived(stopped), 2.0)[-1] == Exit(143)

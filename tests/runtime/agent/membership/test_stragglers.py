@@ -40,7 +40,7 @@ def test_the_time_limit_ends_the_job_naming_every_rank_still_running():
     assert s.check(w, 59.9) == ([], None)
     said, expired = s.check(w, 60.0)
     assert said == [] and expired == (
-        f"time limit of 60 s reached (--timeout); still running: rank 1 on node 0 (10.0.0.1): running, no output "
+        f"time limit of 60 s reached; still running: rank 1 on node 0 (10.0.0.1): running, no output "
         f"for 12 s (since {_hms(WALL - 12.0)}); node 1 (10.0.0.2), ranks not reported")
 
 
