@@ -59,14 +59,19 @@ def hold(job_dir: str) -> int:
 
 def prune(base: str, keep: int = KEEP_JOBS) -> list[str]:
     """Remove the oldest job directories in ``base`` beyond the newest ``keep``, except running
-    jobs' (:func:`hold`); return the paths removed."""
+    jobs' (:func:`hold`); return the paths removed. Jobs started at the same moment may prune at
+    once: a directory another one removed first is skipped."""
     entries = []
     for entry in os.scandir(base):
-        if entry.is_dir(follow_symlinks=False):
-            entries.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
+        with contextlib.suppress(FileNotFoundError):  # another job's pruning removed it meanwhile
+            if entry.is_dir(follow_symlinks=False):
+                entries.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     removed = []
     for _, path in sorted(entries, reverse=True)[keep:]:
-        fd = try_lock(os.path.join(path, LOCK_FILE))
+        try:
+            fd = try_lock(os.path.join(path, LOCK_FILE))
+        except FileNotFoundError:
+            continue  # a job started at the same moment pruned it first
         if fd is None:
             continue  # still running
         shutil.rmtree(path, ignore_errors=True)

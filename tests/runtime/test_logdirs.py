@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -64,3 +66,21 @@ def test_a_default_base_others_can_read_is_refused(tmp_path: Path, monkeypatch: 
     os.chmod(tmp_path / f"trainplane-{os.getuid()}", 0o755)  # noqa: S103 - the permissive mode refused
     with pytest.raises(RuntimeError, match="is not a private directory of this user"):
         logdirs.default_base()
+
+
+def test_a_directory_another_launcher_prunes_first_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Two launches at the same instant prune the same base: the one that comes second finds a directory
+    it listed already removed (it failed with FileNotFoundError creating the lock file) and goes on."""
+    for age, name in enumerate(("new", "old", "older")):
+        (tmp_path / name).mkdir()
+        os.utime(tmp_path / name, (1000 - age, 1000 - age))
+    real_lock = logdirs.try_lock
+
+    def lock_after_the_other_pruner(path: str) -> Optional[int]:
+        if "older" in path:
+            shutil.rmtree(tmp_path / "older")  # the other launcher got there between the scan and the lock
+        return real_lock(path)
+
+    monkeypatch.setattr(logdirs, "try_lock", lock_after_the_other_pruner)
+    assert logdirs.prune(str(tmp_path), keep=1) == [str(tmp_path / "old")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new"]
