@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -52,6 +54,29 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
             return True
         time.sleep(interval)
     return condition()
+
+
+class Lines:
+    """A process's stderr (``stderr=subprocess.PIPE, text=True``), read line by line as it comes, by a
+    daemon thread, so a test can wait on a line while the process runs."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        for line in proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def find(self, pattern: str) -> list[re.Match[str]]:
+        """The matches of ``pattern`` (a regular expression) in the lines read so far."""
+        return [m for m in map(re.compile(pattern).search, list(self.lines)) if m]
+
+    def text(self) -> str:
+        """Everything read, once the stream has ended (waiting up to 10 s for it)."""
+        self._thread.join(timeout=10)
+        return "\n".join(self.lines)
 
 
 @pytest.fixture

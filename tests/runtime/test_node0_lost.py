@@ -5,11 +5,9 @@ coordinator, both under the launcher and as separate agents (as in pods)."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -17,30 +15,10 @@ import pytest
 
 from runtime import local
 from runtime.agent.net.transport import request_json
-from tests.conftest import ROOT, project_env, wait_until
+from tests.conftest import ROOT, Lines, project_env, wait_until
 from tests.runtime.agent.membership.test_elastic_jobs import all_told, recording, told_of, whole_world
 
 RECORDER = ROOT / "bench" / "recorder.py"
-
-
-class Lines:
-    """A process's stderr, read as it comes."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        for line in proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def find(self, pattern: str) -> list[re.Match[str]]:
-        return [m for m in map(re.compile(pattern).search, list(self.lines)) if m]
-
-    def text(self) -> str:
-        self._thread.join(timeout=10)
-        return "\n".join(self.lines)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from torch.distributed.run import get_args_parser
 from runtime import ports
 from runtime.agent import contract
 from runtime.launch import IGNORED, build_parser, validate
-from tests.conftest import ROOT, launch, project_env, wait_until
+from tests.conftest import ROOT, Lines, launch, project_env, wait_until
 
 DUMP = """
 import json, os, sys
@@ -255,11 +254,14 @@ def test_sigusr1_not_named_is_reported_and_ignored_not_fatal(tmp_path: Path, scr
                             cwd=ROOT, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_until(lambda: _ready(out, 1), timeout=60)
+        lines = Lines(proc)
         for sig in (signal.SIGUSR1, signal.SIGUSR2):
             proc.send_signal(sig)
-        time.sleep(0.5)
+        assert wait_until(lambda: len(lines.find(r"received SIGUSR[12], which --signals-to-handle does not name")) == 2,
+                          timeout=30), lines.text()
         (out / "go").touch()
-        stdout, stderr = proc.communicate(timeout=60)
+        proc.wait(timeout=60)  # its stderr is Lines' to read; its stdout is small
+        stdout, stderr = proc.stdout.read(), lines.text()  # type: ignore[union-attr]
     finally:
         proc.kill()
     assert proc.returncode == 0, stderr
