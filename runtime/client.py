@@ -36,6 +36,7 @@ import httpx
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, JobEnded, NodeFailed, TransportError, Unauthorized
 from runtime.agent.service.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
+from runtime.agent.world import TERMINAL
 from runtime.call_output import OutputChunk, OutputReader
 
 ANSWER_SLACK = 10.0
@@ -48,8 +49,6 @@ READ_TIMEOUT = 30.0
 VERDICT_WAIT = 3.0
 """Seconds a client whose call failed with ``NodeFailed`` (or got no answer) asks ``/info`` whether the
 job ended, before it raises the call's own error."""
-TERMINAL = ("succeeded", "failed", "stopped")
-"""The statuses of a job that has ended (``runtime.agent.world.TERMINAL``)."""
 CODE_TIMEOUT = 120.0
 """Seconds sending a tree may take (every node unpacks it before the coordinator answers)."""
 
