@@ -90,3 +90,37 @@ def script(tmp_path: Path) -> Callable[[str], Path]:
 
     return write
 
+
+
+TIERS = ("unit", "process", "cluster")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a test that does not declare exactly one tier (``pytestmark = pytest.mark.unit``, or
+    ``process``, ``cluster``), so ``-m unit`` and ``-m "not cluster"`` select what they say."""
+    undeclared = sorted({
+        item.nodeid.split("::")[0]
+        for item in items
+        if len({mark.name for mark in item.iter_markers() if mark.name in TIERS}) != 1
+    })
+    if undeclared:
+        raise pytest.UsageError(
+            "each test needs exactly one tier marker (" + ", ".join(TIERS) + "); add e.g. "
+            "`pytestmark = pytest.mark.unit` to: " + ", ".join(undeclared)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``unit`` test that starts a child process fails, naming the tier it belongs to instead."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(
+            f"{request.node.nodeid} is marked unit but starts a process: mark its module "
+            "`pytestmark = pytest.mark.process`, or replace the process with a fake"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(os, "fork", refuse)

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from components.job.bundle import build_bundle, materialise
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.process
 
 MAX_LINES = 400
 

@@ -29,6 +29,8 @@ from components.cluster.eks import gpu_node_group_settings
 from components.errors import ArgumentError
 from tests.components.componenttest import KUBECONFIG, deploy, kube_home, run_program, stack_config, tolerates
 
+pytestmark = pytest.mark.unit
+
 RELEASE = "kubernetes:helm.sh/v3:Release"
 KUEUE_CHART_FRAMEWORKS = [
     "batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/rayservice", "ray.io/raycluster",

@@ -13,6 +13,8 @@ from components.errors import ArgumentError
 from runtime.agent import contract
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 GPU_FLAVOR = ResourceFlavorArgs(name="gpu", node_labels={contract.GPU_NODE_LABEL: "true"})
 QUEUE = ClusterQueueArgs(
     name="training",

@@ -14,6 +14,8 @@ from components.errors import ArgumentError
 from runtime.agent import contract
 from tests.components.componenttest import KUBECONFIG, deploy
 
+pytestmark = pytest.mark.unit
+
 ZONES = ("us-west-2a", "us-west-2b")
 A10G = GpuNodeGroupArgs(name="a10g", instance_types=["g5.2xlarge"], min_size=0, max_size=4, desired_size=2)
 

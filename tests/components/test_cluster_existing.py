@@ -9,6 +9,8 @@ from components.cluster.existing import CONTENT_PLACEHOLDER, load_kubeconfig
 from components.errors import ArgumentError
 from tests.components.componenttest import KUBECONFIG, deploy
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def kubeconfig_file(tmp_path):

@@ -12,6 +12,8 @@ from components.errors import ArgumentError
 from tests.components.componenttest import KUBECONFIG, Mocks, RecordingMonitor, deploy
 from tests.components.schemacheck import KIND_CLUSTER_SCHEMA
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("args", "roles", "image"),

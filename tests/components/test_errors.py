@@ -13,6 +13,8 @@ from components.errors import (
     StackConfigError,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "error",

@@ -47,6 +47,8 @@ from tests.components.componenttest import REPO_ROOT
 from tests.components.packagetest import SCALARS
 from tests.components.schemacheck import SCHEMAS
 
+pytestmark = pytest.mark.unit
+
 METASCHEMA = SCHEMAS / "pulumi-package-metaschema.json"
 
 

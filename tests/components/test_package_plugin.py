@@ -20,6 +20,8 @@ from tests.components import fake_engine
 from tests.components.componenttest import REPO_ROOT, is_secret, unsecret
 from tests.components.fake_engine import FakeEngine
 
+pytestmark = pytest.mark.process
+
 
 def test_the_plugin_manifest_names_the_python_runtime_only() -> None:
     """The Python language host runs plugins with the pip toolchain in a ``venv`` only

@@ -6,10 +6,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.components.componenttest import REPO_ROOT
 from tests.components.packagetest import SCALARS
+
+pytestmark = pytest.mark.unit
 
 YAML_PROGRAM = REPO_ROOT / "examples" / "yaml" / "Pulumi.yaml"
 

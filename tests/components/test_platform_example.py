@@ -19,6 +19,8 @@ from components.job.render import render_job
 from tests.components.componenttest import PASSWORD, REPO_ROOT, Deployment, Mocks, RecordingMonitor, deploy, unsecret
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 PROGRAM = REPO_ROOT / "examples" / "platform" / "__main__.py"
 REPOSITORY_URL = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/trainer-images-5f3a2c1"
 IMAGE = f"{REPOSITORY_URL}:v7"

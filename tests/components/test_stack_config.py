@@ -8,7 +8,7 @@ from components.addons.versions import VOLCANO_SCHEDULER
 from components.cluster import EksGpuClusterArgs, ExistingClusterArgs, KindClusterArgs
 from tests.components.stackconfigtest import parse
 
-pytestmark = pytest.mark.usefixtures("home")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("home")]
 
 
 def test_local_stack_is_kind_with_volcano_and_the_digits_batch_and_service_jobs():

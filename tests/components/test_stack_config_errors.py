@@ -11,7 +11,7 @@ from components.errors import StackConfigError
 from tests.components.componenttest import KUBECONFIG, run_program, stack_config
 from tests.components.stackconfigtest import GPU_GROUP, KUEUE, LOCAL_JOB, job, parse
 
-pytestmark = pytest.mark.usefixtures("home")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("home")]
 
 
 BAD_CONFIGS = [

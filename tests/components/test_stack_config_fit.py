@@ -7,7 +7,7 @@ import pytest
 
 from tests.components.stackconfigtest import EXISTING_JOB, assert_refused, job, parse
 
-pytestmark = pytest.mark.usefixtures("home")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("home")]
 
 
 OPERATOR_GANG = [

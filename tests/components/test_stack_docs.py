@@ -11,6 +11,8 @@ import pytest
 
 from tests.components.componenttest import REPO_ROOT, run_program, stack_config, stack_file
 
+pytestmark = pytest.mark.unit
+
 DOCS = (REPO_ROOT / "docs" / "stacks.md").read_text()
 README = (REPO_ROOT / "README.md").read_text()
 

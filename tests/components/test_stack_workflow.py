@@ -20,6 +20,8 @@ from runtime.agent import contract
 from runtime.workflow import locate
 from tests.components.componenttest import REPO_ROOT, STACKS, run_program, stack_config, stack_file
 
+pytestmark = pytest.mark.process
+
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "local-stack.yml"
 PROGRAM_PACKAGES = ("pulumi", "pulumi-kubernetes", "pulumi-random", "pulumi-eks", "pulumi-aws", "pulumi-command")
 CLIENT_PACKAGES = ("httpx",)

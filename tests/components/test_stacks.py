@@ -19,6 +19,8 @@ from tests.components.componenttest import (
     stack_file,
 )
 
+pytestmark = pytest.mark.unit
+
 CLUSTER_TYPES = {
     "kind": "trainplane:cluster:KindCluster",
     "eks": "trainplane:cluster:EksGpuCluster",

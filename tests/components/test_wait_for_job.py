@@ -11,6 +11,8 @@ import pytest
 
 from tests.components.componenttest import REPO_ROOT
 
+pytestmark = pytest.mark.process
+
 SCRIPT = REPO_ROOT / "stacks" / "wait-for-job.sh"
 TRUE_TYPES = "{.status.conditions[?(@.status==\"True\")].type}"
 FAILED_MESSAGE = "{.status.conditions[?(@.type==\"Failed\")].message}"

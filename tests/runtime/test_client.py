@@ -21,6 +21,8 @@ from runtime import (
 from runtime.agent.service.wire import error_body, error_status, pack_result
 from runtime.client import JobClient
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "client-test-token"
 
 

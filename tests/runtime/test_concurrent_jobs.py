@@ -12,6 +12,8 @@ import pytest
 from runtime import ports, reservation
 from tests.conftest import ROOT, project_env
 
+pytestmark = pytest.mark.process
+
 ALL_REDUCE = """
 import sys
 import torch

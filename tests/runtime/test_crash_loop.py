@@ -4,7 +4,11 @@ the root cause. It used to loop fail, re-admit, fail: generation 408 after ten m
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import launch
+
+pytestmark = pytest.mark.process
 
 FAILS_ON_RANK_1 = """
 import os, sys, time

@@ -12,6 +12,8 @@ from runtime.agent import contract
 from tests.conftest import ROOT, launch, project_env
 from tests.runtime.test_launch import QUORUM_DRIVER
 
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.parametrize("code", [contract.EXIT_USAGE, contract.EXIT_RENDEZVOUS, 5])
 def test_a_ranks_exit_code_is_passed_through_and_the_last_line_says_it_is_the_ranks(script, code: int):

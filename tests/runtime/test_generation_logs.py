@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from runtime.agent.execution.generation import KEEP_GENERATIONS
 from tests.conftest import launch
+
+pytestmark = pytest.mark.process
 
 
 def test_a_restarting_job_keeps_only_the_newest_generation_directories(tmp_path: Path, script):

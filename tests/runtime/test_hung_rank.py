@@ -8,6 +8,8 @@ import pytest
 from runtime.agent import contract
 from tests.conftest import launch
 
+pytestmark = pytest.mark.process
+
 HANGS_ON_RANK_1 = """
 import os, time
 if os.environ["RANK"] == "1":

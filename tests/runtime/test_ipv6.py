@@ -15,9 +15,13 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import pytest
+
 from runtime.agent import contract
 from tests.conftest import ROOT, project_env
 from tests.netns import ADDRESSES, ipv6_pair
+
+pytestmark = pytest.mark.process
 
 COORDINATOR_NAME = "h12-coordinator-v6"
 AGENT_PORT = 32300

@@ -18,6 +18,8 @@ from runtime.client import JobClient
 from runtime.ports import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
+pytestmark = pytest.mark.process
+
 ENV_DUMP = """
 import json, os, sys
 out = sys.argv[1]

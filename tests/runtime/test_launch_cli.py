@@ -12,6 +12,8 @@ import pytest
 from runtime.launch import build_parser, spec_from_args, validate
 from tests.conftest import ROOT, launch, project_env
 
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.parametrize(
     ("args", "flag"),

@@ -9,7 +9,11 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
+
+pytestmark = pytest.mark.process
 
 
 def test_no_python_runs_a_command_as_is_on_every_rank_with_the_contract():

@@ -16,6 +16,8 @@ import pytest
 from runtime import logdirs
 from tests.conftest import ROOT, launch, project_env
 
+pytestmark = pytest.mark.process
+
 HOLD_DIR = """
 import sys, time
 from runtime import logdirs

@@ -18,6 +18,8 @@ from runtime.agent.net.transport import request_json
 from tests.conftest import ROOT, Lines, project_env, wait_until
 from tests.runtime.agent.membership.test_elastic_jobs import all_told, recording, told_of, whole_world
 
+pytestmark = pytest.mark.process
+
 RECORDER = ROOT / "bench" / "recorder.py"
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from runtime import ports
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_picked_base_port_keeps_agent_ports_out_of_the_jobs_reserved_range(monkeypatch: pytest.MonkeyPatch,
                                                                              tmp_path: Path):

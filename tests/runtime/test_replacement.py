@@ -9,10 +9,14 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from runtime.agent.errors import TransportError
 from runtime.agent.net.transport import request_json
 from tests.conftest import ROOT, AgentCluster, wait_until
 from tests.runtime.agent.membership.test_elastic_jobs import recording
+
+pytestmark = pytest.mark.process
 
 RECORDER = ROOT / "bench" / "recorder.py"
 

@@ -15,6 +15,8 @@ from runtime.local import LocalJobSpec
 from tests.conftest import ROOT, wait_until
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 FNS = "tests.runtime.service_fns"
 
 

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from torch.distributed.run import get_args_parser
 
 from runtime import ports
 from runtime.agent import contract
 from runtime.launch import IGNORED, build_parser, validate
 from tests.conftest import ROOT, Lines, launch, project_env, wait_until
+
+pytestmark = pytest.mark.process
 
 DUMP = """
 import json, os, sys
@@ -105,6 +106,8 @@ def test_every_variable_torchrun_sets_is_set_with_the_same_meaning(tmp_path: Pat
 
 
 def _torch_options() -> list[argparse.Action]:
+    from torch.distributed.run import get_args_parser
+
     return [a for a in get_args_parser()._actions if a.option_strings and a.dest != "help"]
 
 

@@ -12,6 +12,8 @@ from components.job.naming import max_name_length, validate_job_name
 from tests.components.componenttest import job_args
 from tests.components.job.jobargerrors import assert_names_field_value_and_fix
 
+pytestmark = pytest.mark.unit
+
 GIVEN = object()
 """Stands for the value passed for the error's field: the error must carry exactly that input."""
 LABEL_FIX = "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends"

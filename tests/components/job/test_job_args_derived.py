@@ -11,6 +11,8 @@ from components import DistributedJobArgs
 from components.errors import InvalidJobArgs
 from tests.components.componenttest import job_args
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("overrides", "backend"),

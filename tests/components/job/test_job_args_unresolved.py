@@ -13,6 +13,8 @@ from components.job.naming import validate_job_name
 from tests.components.componenttest import job_args
 from tests.components.job.jobargerrors import assert_names_field_value_and_fix
 
+pytestmark = pytest.mark.unit
+
 
 class Pending:
     """An awaitable that is not a pulumi Output (a Pulumi ``Input`` may be any awaitable)."""

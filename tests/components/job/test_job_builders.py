@@ -29,6 +29,8 @@ from tests.components.job.jobrender import (
 )
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("gang", GANGS)
 @pytest.mark.parametrize("backend", BACKENDS)

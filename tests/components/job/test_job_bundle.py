@@ -16,6 +16,8 @@ from components.job.bundle import (
     materialise,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():

@@ -27,6 +27,8 @@ from tests.components.componenttest import (
     unsecret,
 )
 
+pytestmark = pytest.mark.unit
+
 BACKENDS = {
     "indexed-job": {},
     "pytorchjob": {"backend": "pytorchjob"},

@@ -28,6 +28,8 @@ from runtime.agent.execution.environment import reserved_ports
 from runtime.ports import free_port
 from tests.components.componenttest import REPO_ROOT, deploy, job_args, unsecret
 
+pytestmark = pytest.mark.process
+
 JOB = "ddp"
 NAMESPACE = "training"
 WORKERS = 2

@@ -12,6 +12,8 @@ from tests.components.job.jobrender import env_of, render, templates, workload
 from tests.components.job.test_job_component import run_job
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("deadline", "timeout"), [(3600, 3600 - DEADLINE_REPORT_MARGIN), (40, 20)])
 def test_the_agents_time_limit_comes_before_the_jobs_deadline(deadline: int, timeout: float):

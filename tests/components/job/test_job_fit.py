@@ -12,6 +12,8 @@ from components.errors import InvalidJobArgs
 from components.job.fit import check_fits
 from tests.components.componenttest import job_args
 
+pytestmark = pytest.mark.unit
+
 FLAVORS = (
     KueueFlavor("cpu", {"pool": "cpu"}, {"cpu": "8", "memory": "32Gi"}),
     KueueFlavor("big", {"pool": "big"}, {"cpu": "64", "memory": "16Gi"}),

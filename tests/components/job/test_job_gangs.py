@@ -13,6 +13,8 @@ from tests.components.job.jobrender import (
     workload,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_volcano_podgroup_and_pods() -> None:
     job = render(gang_scheduler="volcano", queue="research", workers=4, quorum_workers=3, min_workers=3,

@@ -26,6 +26,8 @@ from runtime.agent import contract
 from tests.components.componenttest import PASSWORD, Mocks, RecordingMonitor, deploy, is_secret, job_args, unsecret
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 COMPONENT = "trainplane:index:DistributedJob"
 IMAGE = "registry.example/trainer:1"
 DB_URL = "postgres://db.research:5432/runs"

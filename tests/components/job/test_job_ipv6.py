@@ -22,6 +22,8 @@ from tests.components.job.test_job_contract import JOB, NAMESPACE, RUN_TIMEOUT, 
 from tests.netns import ADDRESSES, ipv6_pair
 from tests.runtime.test_ipv6 import ALL_REDUCE, finish, run_in
 
+pytestmark = pytest.mark.process
+
 
 def render(tmp_path: Path, **overrides: Any) -> dict[str, dict[str, Any]]:
     """The job's objects by kind, as the engine received them (secrets unwrapped)."""

@@ -17,6 +17,8 @@ from tests.components.job.jobrender import (
     workload,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_pytorchjob_follows_operator_rules() -> None:
     job = render(

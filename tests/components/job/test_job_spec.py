@@ -17,6 +17,8 @@ from components.job.pod import job_spec
 from runtime.agent.spec.job import SETTINGS, JobSpec, default, problem
 from tests.components.componenttest import job_args
 
+pytestmark = pytest.mark.unit
+
 KUBERNETES_ONLY = {"job_name", "entrypoint", "no_python", "timeout"}
 """Spec settings the component derives instead of taking them as fields: the job name is the component's,
 the entrypoint and ``no_python`` come from ``script``/``module``/``command`` and ``args``, the agents' time

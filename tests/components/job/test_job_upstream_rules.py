@@ -17,6 +17,8 @@ from tests.components.job.jobrender import (
 )
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "overrides",

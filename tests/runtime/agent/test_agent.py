@@ -17,6 +17,8 @@ from runtime.agent.net.transport import request_json
 from runtime.ports import free_port
 from tests.conftest import ROOT, project_env, wait_until
 
+pytestmark = pytest.mark.process
+
 TOKEN = "s3cret-token"
 JOB = "isolated"
 

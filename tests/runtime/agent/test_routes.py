@@ -17,6 +17,8 @@ from runtime.agent.world import Node, World
 from testbed.settings import agent_settings
 from testbed.transport import FakeNetwork, FakeTransport
 
+pytestmark = pytest.mark.unit
+
 
 def node_body(node_id: int, state: str = "joining", **extra: object) -> dict:
     return {"node_id": node_id, "addr": f"10.0.0.{node_id}", "port": 32300, "num_proc": 1, "state": state, **extra}

@@ -10,6 +10,8 @@ import pytest
 from runtime.agent.execution.environment import process_env
 from runtime.agent.world import FAILED, Failure, Node, World
 
+pytestmark = pytest.mark.unit
+
 
 def world(num_procs: tuple[int, ...] = (2, 2), distribution: str = "spmd", shared_address: bool = False) -> World:
     nodes = tuple(Node(i, "127.0.0.1" if shared_address else f"10.0.0.{i + 1}", 32300 + i, n)

@@ -13,6 +13,8 @@ from runtime.workflow import LocalCompute, RemoteInstance, cls, fn
 from tests.runtime import service_fns
 from tests.runtime.service_fns import Counter
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(scope="module")
 def compute() -> Iterator[LocalCompute]:

@@ -13,6 +13,8 @@ from runtime.agent.errors import ConfigError
 from runtime.workflow import codesync
 from runtime.workflow.codesync import Source
 
+pytestmark = pytest.mark.unit
+
 
 def tree(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():

@@ -20,6 +20,8 @@ from runtime.workflow.attach import POLL_INTERVAL, wait_until_serving
 from tests.conftest import ROOT, project_env
 from tests.runtime import service_fns
 
+pytestmark = pytest.mark.process
+
 EXAMPLES = ROOT / "examples"
 
 

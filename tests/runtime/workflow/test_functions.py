@@ -18,6 +18,8 @@ from tests.conftest import ROOT, processes_with, project_env, wait_until
 from tests.runtime import service_fns
 from tests.runtime.pkg_for_locate import in_init
 
+pytestmark = pytest.mark.process
+
 
 def test_locate_names_module_functions_and_the_directory_to_import_from():
     located = locate(service_fns.whoami)

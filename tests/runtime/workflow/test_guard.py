@@ -16,6 +16,8 @@ from runtime.workflow.guard import job_process_marker, refuse_inside_job
 from tests.conftest import processes_with, project_env, wait_until
 from tests.runtime import service_fns
 
+pytestmark = pytest.mark.process
+
 DRIVER_BODY = """\
 from runtime.workflow import LocalCompute, fn
 

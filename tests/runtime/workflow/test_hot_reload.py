@@ -20,6 +20,8 @@ from runtime.workflow import ExistingCompute, LocalCompute, cls, fn
 from runtime.workflow.codesync import source_for
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 EDITED = '''
 import os
 

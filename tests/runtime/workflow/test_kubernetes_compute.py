@@ -25,6 +25,8 @@ from tests.conftest import ROOT, processes_with, project_env, wait_until
 from tests.runtime import service_fns
 from tests.runtime.kubecluster import FakeCluster
 
+pytestmark = pytest.mark.process
+
 IMAGE = "registry.example/trainer:1"
 
 

@@ -15,6 +15,8 @@ from runtime.client import JobClient, OutputChunk
 from runtime.workflow import LocalCompute, fn
 from tests.runtime import service_fns
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(scope="module")
 def compute() -> Iterator[LocalCompute]:

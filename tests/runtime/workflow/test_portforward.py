@@ -21,6 +21,8 @@ from tests.runtime import service_fns
 from tests.runtime.fake_apiserver import FakeApiServer
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 FNS = "tests.runtime.service_fns"
 
 

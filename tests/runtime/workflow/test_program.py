@@ -16,6 +16,8 @@ from tests.components.componenttest import PASSWORD, unsecret
 from tests.components.schemacheck import validate_manifest
 from tests.runtime.kubecluster import run_inline
 
+pytestmark = pytest.mark.unit
+
 COMPONENT = "trainplane:index:DistributedJob"
 PROVIDER = "pulumi:providers:kubernetes"
 

@@ -11,6 +11,8 @@ from runtime.workflow import LocalCompute, fn
 from tests.conftest import processes_with, wait_until
 from tests.runtime import service_fns
 
+pytestmark = pytest.mark.process
+
 
 def compute_of(workers: int, num_proc: int = 1) -> LocalCompute:
     return LocalCompute(workers=workers, num_proc=num_proc, grace_period=1.0)

@@ -26,6 +26,8 @@ from runtime.workflow.stacks import (
 from tests.components.componenttest import KUBECONFIG
 from tests.runtime import service_fns
 
+pytestmark = pytest.mark.process
+
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)

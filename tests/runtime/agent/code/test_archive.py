@@ -16,6 +16,8 @@ from runtime.agent.code import archive as archive_module
 from runtime.agent.code.archive import ArchiveError, Entry, pack, tree_digest, unpack
 from runtime.agent.code.store import KEEP, CodeStore, manifest
 
+pytestmark = pytest.mark.unit
+
 
 def entry(path: str, data: bytes, executable: bool = False) -> tuple[Entry, bytes]:
     return Entry(path, executable, hashlib.sha256(data).hexdigest()), data

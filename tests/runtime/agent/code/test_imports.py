@@ -15,6 +15,8 @@ from runtime.agent.code.archive import Entry, pack, tree_digest
 from runtime.agent.code.imports import TreeImports
 from runtime.agent.code.store import CodeStore
 
+pytestmark = pytest.mark.unit
+
 NAMES = ("rl_changed", "rl_user", "rl_alone", "rl_pkg")
 BASE = {
     "rl_changed.py": "V = 1\ndef f():\n    return V\n",

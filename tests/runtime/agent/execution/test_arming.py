@@ -11,8 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, project_env, wait_until
 from tests.runtime.test_node0_lost import Lines
+
+pytestmark = pytest.mark.process
 
 SLOW_IMPORT = """
 import time

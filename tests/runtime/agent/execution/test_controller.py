@@ -22,6 +22,8 @@ from runtime.agent.world import FAILED, SUCCEEDED, Failure, Node, World
 from testbed.settings import agent_settings
 from tests.conftest import ROOT, project_env
 
+pytestmark = pytest.mark.process
+
 
 def world(distribution: str, addrs: tuple[str, ...] = ("10.0.0.1", "10.0.0.2", "10.0.0.3")) -> World:
     spec = JobSpec(workers=len(addrs), distribution=distribution, entrypoint=("d.py",))

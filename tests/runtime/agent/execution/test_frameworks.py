@@ -23,6 +23,8 @@ from tests.runtime.agent.execution.test_single_controller import (
     monarch_env,
 )
 
+pytestmark = pytest.mark.process
+
 JAX_ALLGATHER = """
 import os
 import jax

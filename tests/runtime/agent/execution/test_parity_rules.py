@@ -8,7 +8,6 @@ import signal
 from pathlib import Path
 
 import pytest
-from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
 
 from runtime.agent.errors import ConfigError
 from runtime.agent.execution import errorfile, jaxcluster, raynodes, torchrun
@@ -19,6 +18,8 @@ from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_sign
 from runtime.agent.spec.signals import handled as handled_signals
 from runtime.agent.world import Node, World
 from testbed.settings import agent_settings
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(("inherited", "local_world_size", "expected"), [
@@ -93,6 +94,8 @@ def test_filters_split_on_commas_with_a_double_comma_for_one():
 
 
 def test_the_error_file_written_by_torchs_own_error_handler_is_read_back(tmp_path: Path, monkeypatch):
+    from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
+
     path = tmp_path / "error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
 

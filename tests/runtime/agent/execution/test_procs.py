@@ -8,8 +8,12 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from runtime.agent.execution.procs import LocalProcesses, ProcExit
 from tests.conftest import ROOT, wait_until
+
+pytestmark = pytest.mark.process
 
 WAITER = """
 import os, sys, time

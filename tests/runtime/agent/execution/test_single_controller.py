@@ -24,6 +24,8 @@ from runtime.local import LocalJob, LocalJobSpec
 from tests.conftest import ROOT, AgentCluster, launch, processes_with, project_env, wait_until
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 STANDIN = Path(__file__).parents[2] / "daemon_standin.py"
 RAY_ARGS = ("--daemon-arg=--num-cpus=1", "--daemon-arg=--object-store-memory=80000000", "--grace-period", "2")
 RAY_TIMEOUT = 300.0

@@ -8,12 +8,16 @@ agent's ``_remaining_restarts`` and fails once none remain; a membership change
 
 from __future__ import annotations
 
+import pytest
+
 from runtime.agent.membership.actions import Register
 from runtime.agent.membership.events import WorldArrived
 from runtime.agent.membership.member import REJOIN_BACKOFF_CAP
 from runtime.agent.world import FAILED, RUNNING
 from tests.runtime.agent.membership.test_coordinator import failure, formed, node, pushes
 from tests.runtime.agent.membership.test_member import exited, member, running, world
+
+pytestmark = pytest.mark.unit
 
 
 def rejoin(c, node_id: int, now: float):

@@ -11,6 +11,8 @@ from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
 from testbed.settings import agent_settings
 
+pytestmark = pytest.mark.unit
+
 
 def settings(**kw) -> AgentSettings:
     base = dict(job_name="j", token="t", node_id=0, workers=3, num_proc=2, entrypoint=("x.py",), coordinator="c",

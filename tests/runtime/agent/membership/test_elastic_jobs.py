@@ -17,6 +17,8 @@ from runtime.agent import contract
 from runtime.agent.net.transport import request_json
 from tests.conftest import ROOT, AgentCluster, processes_with, project_env, wait_until
 
+pytestmark = pytest.mark.process
+
 
 def events(out: Path) -> dict[str, list[dict]]:
     return {p.name: json.loads(p.read_text() or "[]") for p in out.glob("node-*.json")}

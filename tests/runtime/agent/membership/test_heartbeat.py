@@ -9,6 +9,8 @@ from runtime.agent.membership.heartbeat import Beat, HeartbeatState, HeartbeatTi
 from runtime.agent.membership.tree import layout
 from runtime.agent.world import Node, World
 
+pytestmark = pytest.mark.unit
+
 
 def test_heartbeat_intervals_double_from_the_base_up_to_the_cap():
     timing = HeartbeatTiming(interval=0.25, ttl=3.0, hops=2)

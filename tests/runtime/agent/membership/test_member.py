@@ -38,6 +38,8 @@ from runtime.agent.membership.member import WORLD_WAIT_MARGIN, Member, MemberSta
 from runtime.agent.spec.signals import DEFAULT_SIGNALS
 from runtime.agent.world import FAILED, STOPPED, SUCCEEDED, Node, World
 
+pytestmark = pytest.mark.unit
+
 COORDINATOR = (0, "10.0.0.0", 32300)
 
 

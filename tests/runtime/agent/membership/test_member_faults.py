@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from runtime.agent.membership.actions import Exit, Report, StopJob, StopProcesses
 from runtime.agent.membership.events import SignalReceived, WorldArrived
 from runtime.agent.world import STOPPED
 from tests.runtime.agent.membership.test_member import member, running, world
+
+pytestmark = pytest.mark.unit
 
 
 def test_an_elastic_coordinator_stopped_by_a_signal_leaves_and_the_job_goes_on():

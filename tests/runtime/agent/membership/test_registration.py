@@ -20,6 +20,8 @@ from runtime.agent.net.server import Request, Response
 from runtime.agent.world import Node, World
 from testbed.transport import FakeNetwork, FakeTransport
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "registration-token"
 COORDINATOR = ("10.0.0.0", 32300)
 BODY = {"node_id": 1, "addr": "10.0.0.1", "port": 32300, "num_proc": 1, "state": "joining"}

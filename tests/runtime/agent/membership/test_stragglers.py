@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from runtime.agent.membership.stragglers import Stragglers
 from runtime.agent.world import Node, World
+
+pytestmark = pytest.mark.unit
 
 WALL = 1_700_000_000.0
 

@@ -7,6 +7,8 @@ import pytest
 
 from runtime.agent.membership.tree import Layout, layout, levels, plan_node, plan_root, split
 
+pytestmark = pytest.mark.unit
+
 
 def walk(nodes: tuple[int, ...], fanout: int, depth: int = 1) -> list[tuple[int, int]]:
     """``(node, depth)`` for every node a subtree reaches, following plan_node as the agents do."""

@@ -12,6 +12,8 @@ from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import request_json
 from runtime.agent.spec.settings import identity_from_env
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("text", "parsed"), [
     ("job-0.job", ("job-0.job", None)),

@@ -13,6 +13,8 @@ from runtime.agent.errors import TransportError, WrongJob
 from runtime.agent.net.transport import request_json
 from tests.conftest import ROOT, AgentCluster, project_env, wait_until
 
+pytestmark = pytest.mark.process
+
 
 def test_an_agent_of_another_job_with_the_same_token_is_refused_not_merged(tmp_path: Path):
     """Job A waits for its second node; an agent of another job that holds the same token (a reused

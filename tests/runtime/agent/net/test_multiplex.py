@@ -16,6 +16,8 @@ from testbed.inprocess import LightweightAgent
 from testbed.settings import agent_settings
 from tests.conftest import wait_until
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "multiplex-token"
 JOB = "m"
 

@@ -7,6 +7,8 @@ import pytest
 from runtime.agent.errors import RendezvousError
 from runtime.agent.net.resolver import Resolver
 
+pytestmark = pytest.mark.unit
+
 
 class FakeTime:
     def __init__(self) -> None:

@@ -16,6 +16,8 @@ from runtime.agent.net.peer import Exchange
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import HttpTransport, encode, request_json
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "transport-token"
 JOB = "transport-job"
 

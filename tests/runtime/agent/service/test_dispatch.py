@@ -20,6 +20,8 @@ from testbed.settings import agent_settings
 from tests.conftest import wait_until
 from tests.runtime import inprocess_fns
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "dispatch-test-token"
 FNS = "tests.runtime.inprocess_fns"
 

@@ -21,6 +21,8 @@ from testbed.transport import FakeNetwork, FakeTransport
 from tests.conftest import wait_until
 from tests.runtime import inprocess_fns
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "hop-token"
 FNS = "tests.runtime.inprocess_fns"
 

@@ -9,6 +9,8 @@ import pytest
 from runtime.agent.errors import HttpError
 from runtime.agent.service.output import CallOutputs
 
+pytestmark = pytest.mark.unit
+
 
 def test_reads_page_through_the_log_and_see_its_end():
     outputs = CallOutputs()

@@ -8,11 +8,15 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from runtime.agent.errors import CallCancelled, RemoteError
 from runtime.agent.service.calls import Invocation
 from runtime.agent.service.executor import LocalCall, RankDone, RankEvent, RankFailed
 from runtime.agent.service.pool import WorkerPool
 from tests.conftest import ROOT, wait_until
+
+pytestmark = pytest.mark.process
 
 FNS = "tests.runtime.service_fns"
 

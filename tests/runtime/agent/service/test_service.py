@@ -18,6 +18,8 @@ from runtime.local import LocalJob, LocalJobSpec
 from tests.conftest import ROOT, wait_until
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 FNS = "tests.runtime.service_fns"
 GRACE = 1.0
 OPERATOR_ENV = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_RDZV_ENDPOINT": "job-master-0:29400"}

@@ -14,6 +14,8 @@ from runtime.local import LocalJob, LocalJobSpec
 from tests.conftest import ROOT, wait_until
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 FNS = "tests.runtime.service_fns"
 NODES = 13
 

@@ -28,6 +28,8 @@ from runtime.agent.service.wire import (
     unpack_result,
 )
 
+pytestmark = pytest.mark.unit
+
 ERRORS = [
     (RemoteError(5, 2, "ValueError", "bad value", "Traceback...\nValueError: bad value\n", "pkg.mod:fn"), 500),
     (CallTimeout(2.5, [7, 3], "pkg.mod:fn"), 504),

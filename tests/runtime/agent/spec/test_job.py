@@ -19,6 +19,8 @@ from runtime.workflow import KubernetesCompute, LocalCompute
 from runtime.workflow.compute import Compute
 from testbed.settings import agent_settings
 
+pytestmark = pytest.mark.unit
+
 FRONT_END_ONLY = {"job_name", "entrypoint", "log_dir"}
 """Settings a command line or a compute always gives (a job id, the script, a run's log directory)."""
 PICKED_LOCALLY = {"master_port": 0}

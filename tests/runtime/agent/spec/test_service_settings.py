@@ -8,6 +8,8 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.settings import AgentSettings
 
+pytestmark = pytest.mark.unit
+
 BASE = {contract.JOB_NAME: "j", contract.TOKEN: "t", contract.NODE_RANK_SETTING: "0",
         contract.COORDINATOR_HOST: "node-0"}
 

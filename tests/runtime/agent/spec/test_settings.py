@@ -11,6 +11,8 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.settings import AgentSettings
 
+pytestmark = pytest.mark.unit
+
 BASE = {
     contract.JOB_NAME: "j", contract.TOKEN: "t", contract.WORKERS: "4",
     contract.ENTRYPOINT: json.dumps(["train.py"]), contract.COORDINATOR_HOST: "j-0.j",
