@@ -182,7 +182,7 @@ def main() -> None:
             continue
         print(f"load: {nodes} nodes -> {loads[nodes]:.3f} requests/s per node at the coordinator "
               f"({loads[nodes] * nodes:.1f} requests/s)", flush=True)
-    hops = layout(1024, contract.DEFAULT_TREE_FANOUT, contract.DEFAULT_TREE_THRESHOLD).hops
+    hops = layout(1024, width=contract.DEFAULT_TREE_FANOUT, threshold=contract.DEFAULT_TREE_THRESHOLD).hops
     cap = HeartbeatTiming(interval=default("heartbeat_interval"), ttl=TTL, hops=hops).cap
     width = contract.DEFAULT_TREE_FANOUT
     print(f"model (not a measurement): at 1,024 nodes the coordinator hears only its <= {width} tree children, "

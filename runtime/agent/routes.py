@@ -52,7 +52,7 @@ class AgentRoutes:
         clock: monotonic clock, seconds.
     """
 
-    def __init__(self, settings: AgentSettings, world: Callable[[], Optional[World]], coordination: Coordination,
+    def __init__(self, *, settings: AgentSettings, world: Callable[[], Optional[World]], coordination: Coordination,
                  children: Liveness, pusher: WorldPusher, actions: Callable[[list[CoordinatorAction]], None],
                  arrived: Callable[[WorldArrived], None], counters: Counters, clock: Callable[[], float]) -> None:
         self._settings = settings

@@ -120,6 +120,11 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Resign:
+    """Give the coordinator role up before using it: another node coordinates the running world."""
+
+
+@dataclass(frozen=True)
 class Exit:
     """The agent exits with ``code``."""
 
@@ -127,5 +132,5 @@ class Exit:
 
 
 MemberAction = Union[Say, Register, StartGeneration, StopProcesses, DeliverChange, PassOn, Report, TakeOver, StopJob,
-               Finish, Exit]
+               Finish, Resign, Exit]
 """What :class:`~runtime.agent.membership.member.Member` decides."""

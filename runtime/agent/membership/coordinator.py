@@ -144,7 +144,7 @@ class Coordinator:
 
     def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
         """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
-        tree = layout(len(world.nodes), self._s.spec.tree_fanout, self._s.spec.tree_threshold)
+        tree = layout(len(world.nodes), width=self._s.spec.tree_fanout, threshold=self._s.spec.tree_threshold)
         up = tree.parent(position)
         while up:
             if silent[up] or world.nodes[up].node_id in self._probing:

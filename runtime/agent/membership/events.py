@@ -69,9 +69,26 @@ class Fatal:
 
 
 @dataclass(frozen=True)
+class CoordinatorFound:
+    """Registration or discovery found the coordinator at ``address`` (``(address, port)``).
+
+    ``running``: it coordinates a world that already runs without this node (``discovery``), so a
+    node that started with the coordinator role (node 0's replaced pod) gives it up.
+    """
+
+    address: tuple[str, int]
+    running: bool = False
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The coordinator took this node's registration."""
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed (the agent's loop wakes at least every ``WORKER_TICK``)."""
 
 
 Event = Union[WorldArrived, ProcessExited, DaemonExited, CoordinatorLost, CoordinatorBack, SignalReceived, Removed,
-              Fatal, Tick]
+              Fatal, CoordinatorFound, Registered, Tick]

@@ -33,6 +33,7 @@ from runtime.agent.membership.actions import (
     PassOn,
     Register,
     Report,
+    Resign,
     Say,
     StartGeneration,
     StopJob,
@@ -41,11 +42,13 @@ from runtime.agent.membership.actions import (
 )
 from runtime.agent.membership.events import (
     CoordinatorBack,
+    CoordinatorFound,
     CoordinatorLost,
     DaemonExited,
     Event,
     Fatal,
     ProcessExited,
+    Registered,
     Removed,
     SignalReceived,
     WorldArrived,
@@ -77,6 +80,25 @@ class MemberState(enum.Enum):
     """The agent exits (:class:`Exit` was returned)."""
 
 
+@dataclass(frozen=True)
+class MemberView:
+    """What the agent's helper threads (heartbeats, reports, routes) read of a node's state: one
+    immutable value, replaced whole by the main thread after each event, so a reader never sees half
+    a change.
+
+    Attributes:
+        world: the node's newest world, or ``None``.
+        coordinator: the coordinator's ``(address, port)``; the address is ``""`` while unknown.
+        registered: the coordinator took this node's latest registration.
+        coordinating: this node holds the coordinator role.
+    """
+
+    world: Optional[World]
+    coordinator: tuple[str, int]
+    registered: bool
+    coordinating: bool
+
+
 @dataclass
 class _Running:
     """The processes of one generation on this node."""
@@ -89,6 +111,9 @@ class _Running:
 class Member:
     """One node's membership decisions.
 
+    Every piece of a node's membership state has this one writer: the agent's main thread, through
+    :meth:`handle`. Helper threads read :attr:`view`.
+
     Args:
         node_id: this node's stable id.
         local_world_size: user processes this node runs (0 on a single-controller job's daemon-only node).
@@ -97,10 +122,11 @@ class Member:
         ttl: the heartbeat TTL, seconds: how long a removed node waits before it registers again.
         quorum_timeout: seconds the coordinator waits for quorum.
         coordinating: this node holds the coordinator role from the start (node 0).
+        coordinator_port: the coordinator's agent port (TCP), until a world names the coordinator.
     """
 
-    def __init__(self, node_id: int, local_world_size: int, elastic: bool, signals_to_handle: str, ttl: float,
-                 quorum_timeout: float, coordinating: bool) -> None:
+    def __init__(self, *, node_id: int, local_world_size: int, elastic: bool, signals_to_handle: str, ttl: float,
+                 quorum_timeout: float, coordinating: bool, coordinator_port: int = 0) -> None:
         self.node_id = node_id
         self.local_world_size = local_world_size
         self.elastic = elastic
@@ -119,6 +145,15 @@ class Member:
         self._running: Optional[_Running] = None
         self.failures = 0
         """Times this node's processes (or daemon) failed: the re-admission backoff's exponent."""
+        self.coordinator: tuple[str, int] = ("", coordinator_port)
+        """The coordinator's ``(address, port)``: found by registration, then named by each world."""
+        self.registered = False
+        self.view = self._publish()
+        """The read-only view of this node's state (:class:`MemberView`), for helper threads."""
+
+    def _publish(self) -> MemberView:
+        self.view = MemberView(self.world, self.coordinator, self.registered, self.coordinating)
+        return self.view
 
     @property
     def state(self) -> MemberState:
@@ -138,7 +173,9 @@ class Member:
 
     def start(self, now: float) -> tuple[MemberAction, ...]:
         """The agent starts: register (a node that coordinates registers with itself at once)."""
-        return self._register(0.0, now)
+        actions = self._register(0.0, now)
+        self._publish()
+        return actions
 
     def handle(self, event: Event, now: float) -> tuple[MemberAction, ...]:
         """What to do about ``event`` at monotonic time ``now`` (nothing once :attr:`finished`)."""
@@ -148,6 +185,7 @@ class Member:
         if any(isinstance(a, Exit) for a in actions):
             self.finished = True
             self._running = None
+        self._publish()
         return actions
 
     def newer(self, world: World) -> bool:
@@ -175,7 +213,20 @@ class Member:
             return (Say(f"the coordinator answers again after {event.failures} failed heartbeat(s)"),)
         if isinstance(event, Fatal):
             return Say(event.message), Exit(event.exit_code)
+        if isinstance(event, CoordinatorFound):
+            return self._on_found(event)
+        if isinstance(event, Registered):
+            self.registered = True
+            return ()
         return self._on_tick(now)
+
+    def _on_found(self, event: CoordinatorFound) -> tuple[MemberAction, ...]:
+        self.coordinator = event.address
+        if not (event.running and self.coordinating and self.world is None):
+            return ()
+        self.coordinating = False
+        host, port = event.address
+        return Resign(), Say(f"the job already runs, coordinated from {host}:{port}: joining its world")
 
     # --- worlds ----------------------------------------------------------------------------------
 
@@ -183,6 +234,8 @@ class Member:
         if not self.newer(world):
             return ()  # older, or a second copy (a push and a heartbeat reply can both bring one)
         previous, self.world = self.world, world
+        if world.coordinator[1]:
+            self.coordinator = (world.coordinator[1], world.coordinator[2])
         self.world_deadline = float("inf")
         self._rejoining = False
         if world.status in TERMINAL:
@@ -220,6 +273,7 @@ class Member:
         return (Say(f"{reason}: registering again in {delay:g} s"), *self._register(delay, now))
 
     def _register(self, delay: float, now: float) -> tuple[MemberAction, ...]:
+        self.registered = False
         self.world_deadline = now + delay + self.quorum_timeout + WORLD_WAIT_MARGIN
         return (Register(delay),)
 

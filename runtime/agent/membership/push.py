@@ -40,7 +40,7 @@ class WorldPusher:
         refused: called with a node whose connection was refused (so the coordinator probes it now).
     """
 
-    def __init__(self, node_id: int, transport: PeerTransport, width: int, threshold: int, ttl: float,
+    def __init__(self, *, node_id: int, transport: PeerTransport, width: int, threshold: int, ttl: float,
                  clock: Callable[[], float], say: Callable[[str], None],
                  delivered: Callable[[Node, int, float], None], refused: Callable[[Node], None]) -> None:
         self._node_id = node_id
@@ -59,7 +59,7 @@ class WorldPusher:
 
     def tree(self, world: World) -> Layout:
         """The tree over ``world``'s members."""
-        return layout(len(world.nodes), self._width, self._threshold)
+        return layout(len(world.nodes), width=self._width, threshold=self._threshold)
 
     def push(self, push: Push) -> bool:
         """Send ``push.world`` to its targets other than this node: along the tree when it goes to all

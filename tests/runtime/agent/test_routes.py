@@ -27,11 +27,12 @@ def routes(coordinating: bool, world: World | None = None, node_id: int = 0, ela
     settings = agent_settings(job_name="j", node_id=node_id, workers=2, **bounds)
     coordination = Coordination(Coordinator(settings, 0.0) if coordinating else None)
     network = FakeNetwork()
-    pusher = WorldPusher(node_id, FakeTransport(network, "token"), 50, 100, 3.0, lambda: 0.0, lambda _l: None,
-                         lambda *_a: None, lambda _n: None)
+    pusher = WorldPusher(node_id=node_id, transport=FakeTransport(network, "token"), width=50, threshold=100, ttl=3.0,
+                         clock=lambda: 0.0, say=lambda _l: None, delivered=lambda *_a: None, refused=lambda _n: None)
     decided, arrived, children = [], [], Liveness()
-    agent = AgentRoutes(settings, lambda: world, coordination, children, pusher, decided.extend, arrived.append,
-                        Counters(lambda: 7, lambda: pusher.sent, lambda: None), lambda: 1.0)
+    agent = AgentRoutes(settings=settings, world=lambda: world, coordination=coordination, children=children,
+                        pusher=pusher, actions=decided.extend, arrived=arrived.append,
+                        counters=Counters(lambda: 7, lambda: pusher.sent, lambda: None), clock=lambda: 1.0)
     return agent, coordination, decided, arrived, children
 
 

@@ -50,8 +50,8 @@ def world(generation: int = 1, nodes: tuple[int, ...] = (0, 1, 2), restart_count
 
 def member(node_id: int = 1, elastic: bool = False, local_world_size: int = 2, signals: str = DEFAULT_SIGNALS,
            coordinating: bool = False) -> Member:
-    return Member(node_id, local_world_size, elastic, signals, ttl=3.0, quorum_timeout=10.0,
-                  coordinating=coordinating)
+    return Member(node_id=node_id, local_world_size=local_world_size, elastic=elastic, signals_to_handle=signals,
+                  ttl=3.0, quorum_timeout=10.0, coordinating=coordinating, coordinator_port=32300)
 
 
 def exited(local_rank: int, code: int, generation: int = 1, requested: bool = False) -> ProcessExited:
