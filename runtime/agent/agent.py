@@ -31,6 +31,7 @@ from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
 from runtime.agent.execution.procs import LocalProcesses, Spawner
 from runtime.agent.membership import actions as act
+from runtime.agent.membership import voting
 from runtime.agent.membership.beating import Heartbeats
 from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
@@ -38,6 +39,7 @@ from runtime.agent.membership.discovery import peer_addresses, running_coordinat
 from runtime.agent.membership.events import (
     CoordinatorFound,
     DaemonExited,
+    Deposed,
     Event,
     ProcessExited,
     SignalReceived,
@@ -115,8 +117,8 @@ class Agent:
             node_id=node.node_id, transport=self._transport, width=spec.tree_fanout, threshold=spec.tree_threshold,
             ttl=timing.ttl, clock=clock, say=self.say, delivered=self._delivered,
             refused=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
-        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason: self._decide(
-            lambda c: c.probed(probe, alive, reason, self._clock())))
+        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason, epoch, addr: (
+            self._decide(lambda c: c.probed(probe, alive, reason, self._clock(), epoch, addr))))
         self._resolver = resolver or Resolver(settings.plumbing.resolve)
         self._registration = Registration(
             host=node.coordinator, body={**self._member_body(), "state": "joining"},
@@ -130,7 +132,7 @@ class Agent:
             children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
             wake=self._wake, activity=self._processes.activity)
         routes = AgentRoutes(
-            settings=settings, world=lambda: self.member.view.world, coordination=self._coordination,
+            settings=settings, view=lambda: self.member.view, coordination=self._coordination,
             children=self._children, pusher=self._pusher,
             actions=lambda decided: self._events.put(_Decided(tuple(decided))), arrived=self._events.put,
             counters=Counters(lambda: self._server.requests_served, lambda: self._pusher.sent,
@@ -164,8 +166,7 @@ class Agent:
         try:
             if self._coordination.active and self.settings.node.peers:
                 self._join_running_world()
-            if not self._coordination.active:
-                self._heartbeats.start()
+            self._heartbeats.start()  # beats nowhere while this node coordinates (it may step down)
             code = self._apply(self.member.start(self._clock()))
             code = code if code is not None else self._loop()
             self._serve_why()
@@ -242,31 +243,20 @@ class Agent:
 
     def _apply(self, actions: Iterable[act.MemberAction]) -> Optional[int]:
         """Perform this node's actions, in order; the exit code if one says to exit."""
+        perform: dict[type, Callable[[Any], None]] = {
+            act.Say: lambda a: self.say(a.message), act.StopProcesses: lambda a: self._processes.stop(a.sig),
+            act.StartGeneration: lambda a: self._processes.start(a.world),
+            act.DeliverChange: lambda a: self._processes.deliver(a.previous, a.world),
+            act.Register: lambda a: self._register(a.delay), act.Report: self._report,
+            act.PassOn: lambda a: self._pass_on(a.signum), act.TakeOver: self._take_over,
+            act.StopJob: self._stop_job, act.Finish: lambda a: self._write_verdict(a.world),
+            act.Resign: lambda _a: self._coordination.resign(), act.AnswerVote: lambda a: a.reply(a.verdict),
+            act.AskVotes: lambda a: voting.ask(a, self._transport, self._clock, self._events.put, self.node.node_id),
+        }
         for action in actions:
             if isinstance(action, act.Exit):
                 return action.code
-            if isinstance(action, act.Say):
-                self.say(action.message)
-            elif isinstance(action, act.StopProcesses):
-                self._processes.stop(action.sig)
-            elif isinstance(action, act.StartGeneration):
-                self._processes.start(action.world)
-            elif isinstance(action, act.DeliverChange):
-                self._processes.deliver(action.previous, action.world)
-            elif isinstance(action, act.Register):
-                self._register(action.delay)
-            elif isinstance(action, act.Report):
-                self._report(action)
-            elif isinstance(action, act.PassOn):
-                self._pass_on(action.signum)
-            elif isinstance(action, act.TakeOver):
-                self._take_over(action)
-            elif isinstance(action, act.StopJob):
-                self._stop_job(action)
-            elif isinstance(action, act.Finish):
-                self._write_verdict(action.world)
-            elif isinstance(action, act.Resign):
-                self._coordination.resign()
+            perform[type(action)](action)
         return None
 
     def _perform(self, actions: Iterable[act.CoordinatorAction]) -> None:
@@ -277,6 +267,10 @@ class Agent:
             elif isinstance(action, act.Push):
                 if self._pusher.push(action):
                     self._events.put(WorldArrived(action.world))
+            elif isinstance(action, act.StepDown):
+                self._coordination.resign()
+                self._events.put(Deposed(action.reason, action.address if action.address[0] else (
+                    "", self.settings.node.coordinator_port)))
             else:
                 self._prober.probe(action)
 
@@ -317,7 +311,7 @@ class Agent:
         failure = self._processes.failure(report.exit, report.daemon) if report.exit is not None else None
         if self._coordination.active:
             self._events.put(_Decided(tuple(self._coordination.decide(lambda c: c.report(
-                self.node.node_id, report.generation, report.state, failure, report.message)))))
+                self.node.node_id, report.generation, report.state, failure, report.message, self._clock())))))
             return
         body: dict[str, Any] = {**self._member_body(), "generation": report.generation, "state": report.state}
         if failure is not None:
@@ -349,7 +343,8 @@ class Agent:
 
     def _take_over(self, action: act.TakeOver) -> None:
         """Become the coordinator of the world whose coordinator is lost."""
-        coordinator = Coordinator(self.settings, self._clock(), world=action.world)
+        coordinator = Coordinator(self.settings, self._clock(), world=action.world, epoch=action.epoch,
+                                  elapsed=action.elapsed)
         self._perform(self._coordination.take_over(
             coordinator, lambda c: c.lose(action.lost, f"coordinator node {action.lost} lost")))
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from runtime.agent import contract
 from runtime.agent.membership.events import Event
 from runtime.agent.membership.heartbeat import Beat, HeartbeatState, Liveness, Outcome
-from runtime.agent.membership.member import MemberView
+from runtime.agent.membership.nodestate import MemberView
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.transport import encode
 from runtime.agent.world import World
@@ -79,7 +79,7 @@ class Heartbeats:
         ages = {}
         if beat.ages and world is not None:
             ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
-        body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages}
+        body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages, "epoch": view.epoch}
         if beat.parent is None:
             body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
         exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))

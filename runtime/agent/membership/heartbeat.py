@@ -99,12 +99,6 @@ class Liveness:
         with self._lock:
             self._seen.pop(node_id, None)
 
-    def grace(self, now: float) -> None:
-        """Treat every member as just heard from (after this host itself stalled)."""
-        with self._lock:
-            for node_id in self._seen:
-                self._seen[node_id] = now
-
 
 HEARTBEAT_LOG_EVERY = 20
 """After the first failed heartbeat in a row, log only every this many more."""

@@ -96,7 +96,7 @@ class Registration:
                     exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(self._body))
                     self._events(CoordinatorFound(found))
                     continue
-                if exc.status is not None:
+                if exc.status not in (None, 404):  # 404: that node does not coordinate (yet): ask again
                     self._events(Fatal(f"registration refused: {exc}", contract.EXIT_RENDEZVOUS))
                     return
                 if self._clock() + retry > deadline:

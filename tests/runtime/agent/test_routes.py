@@ -8,8 +8,10 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.agent.membership.coordination import Coordination
-from runtime.agent.membership.coordinator import LAST_CALL, Coordinator
+from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.forming import LAST_CALL
 from runtime.agent.membership.heartbeat import Liveness
+from runtime.agent.membership.nodestate import MemberView
 from runtime.agent.membership.push import WorldPusher
 from runtime.agent.net.server import Request
 from runtime.agent.routes import AgentRoutes, Counters
@@ -30,7 +32,8 @@ def routes(coordinating: bool, world: World | None = None, node_id: int = 0, ela
     pusher = WorldPusher(node_id=node_id, transport=FakeTransport(network, "token"), width=50, threshold=100, ttl=3.0,
                          clock=lambda: 0.0, say=lambda _l: None, delivered=lambda *_a: None, refused=lambda _n: None)
     decided, arrived, children = [], [], Liveness()
-    agent = AgentRoutes(settings=settings, world=lambda: world, coordination=coordination, children=children,
+    view = MemberView(world, ("", 32300), registered=True, coordinating=coordinating, epoch=world.epoch if world else 1)
+    agent = AgentRoutes(settings=settings, view=lambda: view, coordination=coordination, children=children,
                         pusher=pusher, actions=decided.extend, arrived=arrived.append,
                         counters=Counters(lambda: 7, lambda: pusher.sent, lambda: None), clock=lambda: 1.0)
     return agent, coordination, decided, arrived, children

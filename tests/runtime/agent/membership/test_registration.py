@@ -78,7 +78,7 @@ def test_a_refusal_ends_the_node_at_once(token: str, status: int, message: str):
     coordinator(network, answer)
     reg, sent = registration(network, token=token)
     reg.register(0.0)
-    found, ended = sent
+    _found, ended = sent
     assert isinstance(ended, Fatal) and message in ended.message and ended.exit_code == contract.EXIT_RENDEZVOUS
 
 
