@@ -50,6 +50,7 @@ from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, 
 from runtime.agent.membership.member import Member
 from runtime.agent.membership.push import Prober, WorldPusher
 from runtime.agent.membership.registration import Registration
+from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.server import AgentServer
@@ -105,7 +106,7 @@ class Agent:
                              quorum_timeout=spec.quorum_timeout, coordinating=node.is_coordinator,
                              coordinator_port=node.coordinator_port)
         self._coordination = Coordination(Coordinator(settings, clock()) if node.is_coordinator else None)
-        self._children = Liveness()
+        self._children, self._subtree = Liveness(), SubtreeRanks()
         self._service = ServiceNode(
             settings, lambda: self.member.view.world, self.say, clock=clock, transport=self._transport,
             on_unreachable=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a call"),
@@ -130,13 +131,14 @@ class Agent:
                                  now=clock()),
             member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
             children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
-            wake=self._wake, activity=self._processes.activity)
+            wake=self._wake, activity=self._processes.activity, subtree=self._subtree)
         routes = AgentRoutes(
             settings=settings, view=lambda: self.member.view, coordination=self._coordination,
             children=self._children, pusher=self._pusher,
             actions=lambda decided: self._events.put(_Decided(tuple(decided))), arrived=self._events.put,
             counters=Counters(lambda: self._server.requests_served, lambda: self._pusher.sent,
-                              lambda: self._service.stats() if self._service is not None else None), clock=clock)
+                              lambda: self._service.stats() if self._service is not None else None), clock=clock,
+            subtree=self._subtree)
         self._server = AgentServer((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
             contract.MAX_BODY_BYTES, job=settings.job)

@@ -20,6 +20,7 @@ from runtime.agent.membership.events import Event, WorldArrived
 from runtime.agent.membership.heartbeat import Liveness
 from runtime.agent.membership.nodestate import MemberView
 from runtime.agent.membership.push import RELAY, WorldPusher
+from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.server import Request, Response, Routes
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import TERMINAL, Failure, Node, World
@@ -53,11 +54,14 @@ class AgentRoutes:
         arrived: takes the events a request brings (a pushed world, a candidate's ballot) to the agent's loop.
         counters: the numbers ``/info`` reports.
         clock: monotonic clock, seconds.
+        subtree: where a tree parent keeps its descendants' ranks for its next beat upward.
     """
 
     def __init__(self, *, settings: AgentSettings, view: Callable[[], MemberView], coordination: Coordination,
                  children: Liveness, pusher: WorldPusher, actions: Callable[[list[CoordinatorAction]], None],
-                 arrived: Callable[[Event], None], counters: Counters, clock: Callable[[], float]) -> None:
+                 arrived: Callable[[Event], None], counters: Counters, clock: Callable[[], float],
+                 subtree: Optional[SubtreeRanks] = None) -> None:
+        self._subtree = subtree or SubtreeRanks()
         self._settings = settings
         self._view = view
         self._coordination = coordination
@@ -122,7 +126,10 @@ class AgentRoutes:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HttpError(400, f"bad membership body: {exc!r}") from None
         if state == "alive":
-            return self._beat(node.node_id, generation, ages, body.get("ranks"), epoch)
+            forwarded = body.get("subtree_ranks")
+            subtree: dict[Any, Any] = forwarded if isinstance(forwarded, dict) else {}
+            return self._beat(node.node_id, generation, ages, {node.node_id: body.get("ranks"), **{
+                int(k): v for k, v in subtree.items() if str(k).isdigit()}}, epoch)
         if not self._coordination.active:
             raise HttpError(404, "registration goes to the coordinator")
         message = str(body.get("message", ""))
@@ -137,15 +144,18 @@ class AgentRoutes:
         world = self._coordination.use(lambda c: c.world)
         return Response(200, {"generation": world.generation if world else 0})
 
-    def _beat(self, node_id: int, generation: int, ages: dict[int, float], ranks: Any, epoch: int) -> Response:
+    def _beat(self, node_id: int, generation: int, ages: dict[int, float], ranks: dict[int, Any],
+              epoch: int) -> Response:
         """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent);
-        the coordinator also notes the node's ``ranks`` (their activity, ``stragglers``)."""
+        ``ranks`` (node id to its ranks: the child's own and those its subtree forwarded) are noted
+        by the coordinator (their activity, ``stragglers``) or kept by the parent to forward."""
         now = self._clock()
         if self._coordination.active:
             def beat(c: Coordinator) -> Optional[World]:
                 c.heartbeat(node_id, ages, now, epoch)
-                if isinstance(ranks, list):
-                    c.activity(node_id, generation, ranks, now)
+                for nid, entries in ranks.items():
+                    if isinstance(entries, list):
+                        c.activity(nid, generation, entries, now)
                 return c.world
 
             try:
@@ -159,6 +169,8 @@ class AgentRoutes:
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
             self._children.beat(node_id, now)
             self._children.merge(ages, now)
+            for nid, entries in ranks.items():
+                self._subtree.note(nid, entries, now)
         reply: dict[str, Any] = {"generation": world.generation if world else 0}
         if world is not None and world.generation > generation:
             reply["world"] = world.to_json()

@@ -14,6 +14,7 @@ from runtime.agent import contract
 from runtime.agent.membership.events import Event
 from runtime.agent.membership.heartbeat import Beat, HeartbeatState, Liveness, Outcome
 from runtime.agent.membership.nodestate import MemberView
+from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.transport import encode
 from runtime.agent.world import World
@@ -34,14 +35,16 @@ class Heartbeats:
         clock: monotonic clock, seconds.
         stopping: set when the agent stops.
         wake: set to beat now (a new world arrived).
-        activity: this node's ranks, ``(rank, exit code or None, seconds silent)`` each, sent with a
-            beat to the coordinator (``stragglers``).
+        activity: this node's ranks, ``(rank, exit code or None, seconds silent)`` each, sent with
+            every beat (``stragglers``).
+        subtree: what this node's tree children said of their subtrees' ranks, forwarded with its beats.
     """
 
     def __init__(self, *, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
                  view: Callable[[], MemberView], children: Liveness, deliver: Callable[[Event], None],
                  say: Callable[[str], None], clock: Callable[[], float], stopping: threading.Event,
-                 wake: threading.Event, activity: Callable[[], list[Any]] = list) -> None:
+                 wake: threading.Event, activity: Callable[[], list[Any]] = list,
+                 subtree: Optional[SubtreeRanks] = None) -> None:
         self._state = state
         self._member = member
         self._transport = transport
@@ -53,6 +56,7 @@ class Heartbeats:
         self._stopping = stopping
         self._wake = wake
         self._activity = activity
+        self._subtree = subtree or SubtreeRanks()
 
     def start(self) -> threading.Thread:
         """Beat from a daemon thread; returns it."""
@@ -80,8 +84,9 @@ class Heartbeats:
         if beat.ages and world is not None:
             ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
         body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages, "epoch": view.epoch}
-        if beat.parent is None:
-            body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
+        body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
+        if beat.ages and world is not None:
+            body["subtree_ranks"] = self._subtree.forward(now, world.has)
         exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
         return beat, exchange, self._transport.exchange(exchange, self._state.timing.cap)
 
