@@ -182,9 +182,11 @@ class Agent:
             self._server.stop()
 
     def _discover(self) -> Optional[tuple[str, int]]:
-        """The coordinator of the world the other nodes run in, if they do (``discovery``)."""
+        """The coordinator of the world the other nodes run in, if they do (``discovery``): asked of the
+        job's peers, or, when it names none, of the nodes of the last world this node held."""
         node = self.settings.node
-        peers = peer_addresses(node.peers, self.settings.spec.max_nodes, node.agent_port)
+        peers = peer_addresses(node.peers, self.settings.spec.max_nodes, node.agent_port) or list(
+            self.member.view.known)
         return running_coordinator(peers, node.node_id, self._transport, self._resolver, self._clock)
 
     def _join_running_world(self) -> None:

@@ -121,12 +121,17 @@ class Member:
         self.registered = False
         self._election = Election(node_id, ttl)
         self._received = 0.0
+        self.known: tuple[tuple[int, str, int], ...] = ()
+        self._known_from: Optional[World] = None
         self.view = self._publish()
         """The read-only view of this node's state (:class:`MemberView`), for helper threads."""
 
     def _publish(self) -> MemberView:
+        if self.world is not None and self.world is not self._known_from:
+            self.known = tuple((n.node_id, n.addr, n.port) for n in self.world.nodes)
+            self._known_from = self.world
         self.view = MemberView(self.world, self.coordinator, self.registered, self.coordinating,
-                               self._election.epoch(self.world))
+                               self._election.epoch(self.world), self.known)
         return self.view
 
     @property

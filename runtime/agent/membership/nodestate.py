@@ -41,6 +41,8 @@ class MemberView:
         coordinating: this node holds the coordinator role.
         epoch: its world's epoch, or a later one it voted in for another candidate (``election``):
             sent with its heartbeats and ``/info``.
+        known: ``(node id, address, port)`` of the nodes of the last world this node held, which it
+            asks for the running world's coordinator (``discovery``) when the job names no peers.
     """
 
     world: Optional[World]
@@ -48,6 +50,7 @@ class MemberView:
     registered: bool
     coordinating: bool
     epoch: int = 1
+    known: tuple[tuple[int, str, int], ...] = ()
 
 
 @dataclass
