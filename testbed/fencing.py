@@ -28,7 +28,7 @@ from runtime.agent.membership.events import (
 )
 from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming
 from runtime.agent.membership.member import Member
-from runtime.agent.world import Node, World
+from runtime.agent.world import Failure, Node, World
 from testbed.settings import agent_settings
 
 STEP = 0.05
@@ -58,13 +58,15 @@ class SimJob:
         stopped: node ids whose agent is stopped.
     """
 
-    def __init__(self, nodes: int = 3, min_workers: int = 2, ttl: float = 3.0, elastic: bool = True) -> None:
+    def __init__(self, nodes: int = 3, min_workers: int = 2, ttl: float = 3.0, elastic: bool = True,
+                 max_restarts: int = 0) -> None:
         self.now = 0.0
         self.cut: set[int] = set()
         self.stopped: set[int] = set()
         bounds = {"min_workers": min_workers, "max_workers": nodes} if elastic else {}
         self.settings = [agent_settings(job_name="j", node_id=i, workers=nodes, heartbeat_ttl=ttl,
-                                        heartbeat_interval=ttl / 12, advertise_address=f"10.0.0.{i}", **bounds)
+                                        heartbeat_interval=ttl / 12, advertise_address=f"10.0.0.{i}",
+                                        max_restarts=max_restarts, **bounds)
                          for i in range(nodes)]
         timing = HeartbeatTiming(ttl / 12, ttl)
         self.nodes = [SimNode(Node(i, f"10.0.0.{i}", 32300, 1), Member(
@@ -214,8 +216,12 @@ class SimJob:
         target = world.coordinator[0] if world is not None else None
         holder = self.nodes[target].coordinator if target is not None else None
         if target is not None and holder is not None and self._reach(n.node.node_id, target):
-            self._coord(self.nodes[target], holder.report(n.node.node_id, report.generation, report.state,
-                                                          message=report.message, now=self.now))
+            failure = None
+            if report.exit is not None:
+                ended = report.exit
+                failure = Failure(ended.rank, n.node.node_id, ended.local_rank, ended.exit_code, addr=n.node.addr)
+            self._coord(self.nodes[target], holder.report(n.node.node_id, report.generation, report.state, failure,
+                                                          report.message, now=self.now))
 
     def _coord(self, n: SimNode, actions: list[act.CoordinatorAction]) -> None:
         for a in actions:
