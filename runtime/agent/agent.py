@@ -86,7 +86,8 @@ class Agent:
         clock: monotonic clock, seconds.
         spawner: the process-spawner seam; builds the supervisor of one generation's processes
             (default :class:`LocalProcesses`; benchmarks pass one that runs nothing).
-        transport: the peer-transport seam (default HTTP).
+        transport: the peer-transport seam, for every part of the agent: membership, and service
+            mode's calls and code sync (default: HTTP, service mode on connections of its own).
     """
 
     def __init__(self, settings: AgentSettings, resolver: Optional[Resolver] = None, log: TextIO = sys.stderr,
@@ -108,7 +109,7 @@ class Agent:
         self._coordination = Coordination(Coordinator(settings, clock()) if node.is_coordinator else None)
         self._children, self._subtree = Liveness(), SubtreeRanks()
         self._service = ServiceNode(
-            settings, lambda: self.member.view.world, self.say, clock=clock, transport=self._transport,
+            settings, lambda: self.member.view.world, self.say, clock=clock, transport=transport,
             on_unreachable=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a call"),
         ) if spec.mode == "service" else None
         self._processes = NodeProcesses(

@@ -12,8 +12,6 @@ long as ``min_workers`` remain; a node that registers after the world formed is 
 generation, up to ``max_workers``; each node's failed processes are budgeted (``budget``). Ranks
 that neither exit nor write, and the job's time limit: ``stragglers``.
 
-Fencing: worlds carry the coordinator's epoch; it acts only while it holds its lease, and a node
-that knows a newer epoch fences it out (``lease``, the rule; ``election``, the nodes' half).
 """
 
 from __future__ import annotations
@@ -36,6 +34,11 @@ from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, No
 
 class Coordinator:
     """Rendezvous, membership and job state on the coordinating node.
+
+    Fencing: its worlds carry its epoch; while the nodes it has not heard for ``ttl - probe_timeout``
+    could form a majority of the world (elastic, 3+ nodes) it holds every decision and probes them;
+    an answer with a newer epoch, or no majority for a TTL, steps it down (``lease``; the nodes'
+    half, a takeover only with a majority's votes: ``election``).
 
     Args:
         settings: the coordinator's agent settings (workers, quorum, elasticity, timeouts, job id).
@@ -182,11 +185,9 @@ class Coordinator:
 
     def probed(self, probe: Probe, alive: bool, reason: str, now: float, epoch: int = 0,
                coordinator: tuple[str, int] = ("", 0)) -> list[CoordinatorAction]:
-        """The answer to a :class:`Probe`: an agent that answered in this coordinator's epoch is alive
-        (its heartbeats are only late, e.g. held up along the tree); one that knows a newer epoch
-        fences this coordinator out; one that refused or did not answer in time is lost, unless the
-        coordinator holds (``lease``). An answer for an older world counts for nothing (the next tick
-        looks again).
+        """The answer to a :class:`Probe`: an agent that answered in this epoch is alive (its beats are
+        only late); one that knows a newer epoch fences this coordinator out; one that did not answer
+        is lost, unless the coordinator holds (``lease``). An older world's answer counts for nothing.
 
         Args:
             probe: the probe answered.
