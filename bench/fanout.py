@@ -239,7 +239,7 @@ class Model:
         and per relayed result is serial, its children work in parallel; each hop adds ``hop_ms``
         plus the network round trip.
         """
-        plan = plan_root(range(nodes), 0, 1 if tree else FLAT_THRESHOLD, WIDTH)
+        plan = plan_root(range(nodes), 0, threshold=1 if tree else FLAT_THRESHOLD, width=WIDTH)
         total = self.base_ms
         level, carried = list(plan.subtrees), nodes - 1
         while level:

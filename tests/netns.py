@@ -1,4 +1,5 @@
-"""Two network namespaces joined by a veth pair on IPv6 only: separate hosts at fd00::2 and fd00::3."""
+"""Network namespaces as separate hosts: two joined by a veth pair on IPv6 only (fd00::2 and fd00::3), or
+any number on one bridge (IPv4), whose links a test takes down and up."""
 
 from __future__ import annotations
 
@@ -43,3 +44,49 @@ def ipv6_pair(hosts: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
         for name in names:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
             shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
+
+
+def _bridge_address(index: int) -> str:
+    return f"10.77.{index // 250}.{index % 250 + 1}"
+
+
+@contextlib.contextmanager
+def bridged(hosts: int) -> Iterator[list[tuple[str, str, str]]]:
+    """``hosts`` fresh namespaces (names prefixed h20), each joined to one bridge in this namespace by
+    a veth pair, on IPv4 10.77.0.0/16 (host ``i`` at ``10.77.0.<i + 1>``, this namespace at
+    10.77.255.254, so a test reaches every host). Yields ``(namespace, address, link)`` per host:
+    ``link`` is the pair's end on this side, which :func:`cut` takes down to cut the host off and
+    :func:`heal` brings back. Run a process on host ``i`` with ``ip netns exec <namespace>``."""
+    tag = uuid.uuid4().hex[:6]
+    bridge = f"h20b{tag}"
+    names = [f"h20n{tag}{i}" for i in range(hosts)]
+    links = [f"h20l{tag}{i}" for i in range(hosts)]
+    try:
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("addr", "add", "10.77.255.254/16", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        for index, (name, link) in enumerate(zip(names, links)):
+            _ip("netns", "add", name)
+            _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
+            _ip("link", "set", link, "master", bridge)
+            _ip("link", "set", link, "up")
+            _ip("-n", name, "addr", "add", f"{_bridge_address(index)}/16", "dev", "eth0")
+            _ip("-n", name, "link", "set", "lo", "up")
+            _ip("-n", name, "link", "set", "eth0", "up")
+        yield [(name, _bridge_address(i), link) for i, (name, link) in enumerate(zip(names, links))]
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+        for link in links:
+            subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
+
+
+def cut(link: str) -> None:
+    """Take a host's link down (:func:`bridged`): it reaches nobody and nobody reaches it."""
+    _ip("link", "set", link, "down")
+
+
+def heal(link: str) -> None:
+    """Bring a host's link back up."""
+    _ip("link", "set", link, "up")

@@ -1,13 +1,15 @@
 """The agent: one per node (pod), a thin executor of what ``Member`` and ``Coordinator`` decide.
 
 All state changes happen on the main thread, which consumes one queue: events for this node's
-``membership.member.Member`` (worlds, process exits, signals, heartbeat outcomes) and the actions
+``membership.member.Member`` (worlds, process exits, signals, heartbeat outcomes, what registration
+and discovery found: ``CoordinatorFound``, ``Registered``) and the actions
 of its coordinator, if it holds the role (decided under ``membership.coordination``'s lock in HTTP
 handler, probe and push threads). The agent performs the actions: its processes
 (``execution.generation``), registration, heartbeats, world pushes and probes (``membership``), and
 reports, which go to the coordinator over the peer transport or, on the coordinator itself, to
-``Coordinator`` directly. The heartbeat thread only sends and enqueues, so a heartbeat failure can
-never touch training. Standard library only.
+``Coordinator`` directly. ``Member`` is the one writer of the node's state; helper threads
+(registration, heartbeats, reports, routes) read its immutable ``MemberView`` and only send and
+enqueue, so a heartbeat failure can never touch training. Standard library only.
 """
 
 from __future__ import annotations
@@ -29,15 +31,26 @@ from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
 from runtime.agent.execution.procs import LocalProcesses, Spawner
 from runtime.agent.membership import actions as act
+from runtime.agent.membership import voting
 from runtime.agent.membership.beating import Heartbeats
 from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
 from runtime.agent.membership.discovery import peer_addresses, running_coordinator
-from runtime.agent.membership.events import DaemonExited, Event, ProcessExited, SignalReceived, Tick, WorldArrived
+from runtime.agent.membership.events import (
+    CoordinatorFound,
+    DaemonExited,
+    Deposed,
+    Event,
+    ProcessExited,
+    SignalReceived,
+    Tick,
+    WorldArrived,
+)
 from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
 from runtime.agent.membership.member import Member
 from runtime.agent.membership.push import Prober, WorldPusher
 from runtime.agent.membership.registration import Registration
+from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.server import AgentServer
@@ -73,7 +86,8 @@ class Agent:
         clock: monotonic clock, seconds.
         spawner: the process-spawner seam; builds the supervisor of one generation's processes
             (default :class:`LocalProcesses`; benchmarks pass one that runs nothing).
-        transport: the peer-transport seam (default HTTP).
+        transport: the peer-transport seam, for every part of the agent: membership, and service
+            mode's calls and code sync (default: HTTP, service mode on connections of its own).
     """
 
     def __init__(self, settings: AgentSettings, resolver: Optional[Resolver] = None, log: TextIO = sys.stderr,
@@ -87,39 +101,45 @@ class Agent:
         self._stopping, self._wake = threading.Event(), threading.Event()
         self._transport: PeerTransport = transport or HttpTransport(settings.token, clock, job=settings.job)
         self._timing = timing = HeartbeatTiming(spec.heartbeat_interval, spec.heartbeat_ttl)
-        self._coordinator_addr: tuple[str, int] = ("", node.coordinator_port)
         self.node = Node(node.node_id, node.advertise_address, node.agent_port, settings.local_world_size)
-        self.member = Member(node.node_id, settings.local_world_size, spec.elastic, spec.signals_to_handle,
-                             timing.ttl, spec.quorum_timeout, coordinating=node.is_coordinator)
+        self.member = Member(node_id=node.node_id, local_world_size=settings.local_world_size, elastic=spec.elastic,
+                             signals_to_handle=spec.signals_to_handle, ttl=timing.ttl,
+                             quorum_timeout=spec.quorum_timeout, coordinating=node.is_coordinator,
+                             coordinator_port=node.coordinator_port)
         self._coordination = Coordination(Coordinator(settings, clock()) if node.is_coordinator else None)
-        self._children = Liveness()
+        self._children, self._subtree = Liveness(), SubtreeRanks()
         self._service = ServiceNode(
-            settings, lambda: self.member.world, self.say, clock=clock,
+            settings, lambda: self.member.view.world, self.say, clock=clock, transport=transport,
             on_unreachable=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a call"),
         ) if spec.mode == "service" else None
-        self._processes = NodeProcesses(settings, spawner, self.say, lambda e: self._events.put(ProcessExited(e)),
-                                        lambda name, e: self._events.put(DaemonExited(name, e)), self._service)
-        self._pusher = WorldPusher(node.node_id, self._transport, spec.tree_fanout, spec.tree_threshold, timing.ttl,
-                                   clock, self.say, self._delivered,
-                                   lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
-        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason: self._decide(
-            lambda c: c.probed(probe, alive, reason, self._clock())))
+        self._processes = NodeProcesses(
+            settings=settings, spawner=spawner, say=self.say, on_exit=lambda e: self._events.put(ProcessExited(e)),
+            on_daemon_exit=lambda name, e: self._events.put(DaemonExited(name, e)), service=self._service)
+        self._pusher = WorldPusher(
+            node_id=node.node_id, transport=self._transport, width=spec.tree_fanout, threshold=spec.tree_threshold,
+            ttl=timing.ttl, clock=clock, say=self.say, delivered=self._delivered,
+            refused=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
+        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason, epoch, addr: (
+            self._decide(lambda c: c.probed(probe, alive, reason, self._clock(), epoch, addr))))
         self._resolver = resolver or Resolver(settings.plumbing.resolve)
         self._registration = Registration(
-            node.coordinator, {**self._member_body(), "state": "joining"}, spec.quorum_timeout, self._transport,
-            self._resolver, lambda: self._coordinator_addr, self._resolved, self._events.put, self._stopping, clock,
-            self._discover)
+            host=node.coordinator, body={**self._member_body(), "state": "joining"},
+            quorum_timeout=spec.quorum_timeout, transport=self._transport, resolver=self._resolver,
+            address=lambda: self.member.view.coordinator, events=self._events.put, stopping=self._stopping,
+            clock=clock, discover=self._discover)
         self._heartbeats = Heartbeats(
-            HeartbeatState(timing, node.node_id, spec.tree_fanout, spec.tree_threshold, clock()), self._member_body(),
-            self._transport, lambda: (self.member.world, self._registration.registered.is_set(),
-                                      self._coordination.active),
-            lambda: self._coordinator_addr, self._children, self._events.put, self.say, clock, self._stopping,
-            self._wake, self._processes.activity)
+            state=HeartbeatState(timing, node.node_id, width=spec.tree_fanout, threshold=spec.tree_threshold,
+                                 now=clock()),
+            member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
+            children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
+            wake=self._wake, activity=self._processes.activity, subtree=self._subtree)
         routes = AgentRoutes(
-            settings, lambda: self.member.world, self._coordination, self._children, self._pusher,
-            lambda decided: self._events.put(_Decided(tuple(decided))), self._events.put,
-            Counters(lambda: self._server.requests_served, lambda: self._pusher.sent,
-                     lambda: self._service.stats() if self._service is not None else None), clock)
+            settings=settings, view=lambda: self.member.view, coordination=self._coordination,
+            children=self._children, pusher=self._pusher,
+            actions=lambda decided: self._events.put(_Decided(tuple(decided))), arrived=self._events.put,
+            counters=Counters(lambda: self._server.requests_served, lambda: self._pusher.sent,
+                              lambda: self._service.stats() if self._service is not None else None), clock=clock,
+            subtree=self._subtree)
         self._server = AgentServer((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
             contract.MAX_BODY_BYTES, job=settings.job)
@@ -127,7 +147,7 @@ class Agent:
     @property
     def world(self) -> Optional[World]:
         """This node's current world (``None`` before one)."""
-        return self.member.world
+        return self.member.view.world
 
     def say(self, message: str) -> None:
         """Write one agent message, prefixed with the node, to the agent log."""
@@ -149,8 +169,7 @@ class Agent:
         try:
             if self._coordination.active and self.settings.node.peers:
                 self._join_running_world()
-            if not self._coordination.active:
-                self._heartbeats.start()
+            self._heartbeats.start()  # beats nowhere while this node coordinates (it may step down)
             code = self._apply(self.member.start(self._clock()))
             code = code if code is not None else self._loop()
             self._serve_why()
@@ -164,9 +183,11 @@ class Agent:
             self._server.stop()
 
     def _discover(self) -> Optional[tuple[str, int]]:
-        """The coordinator of the world the other nodes run in, if they do (``discovery``)."""
+        """The coordinator of the world the other nodes run in, if they do (``discovery``): asked of the
+        job's peers, or, when it names none, of the nodes of the last world this node held."""
         node = self.settings.node
-        peers = peer_addresses(node.peers, self.settings.spec.max_nodes, node.agent_port)
+        peers = peer_addresses(node.peers, self.settings.spec.max_nodes, node.agent_port) or list(
+            self.member.view.known)
         return running_coordinator(peers, node.node_id, self._transport, self._resolver, self._clock)
 
     def _join_running_world(self) -> None:
@@ -174,10 +195,7 @@ class Agent:
         its coordinator, instead of starting a rendezvous of its own."""
         found = self._discover()
         if found is not None:
-            self._coordination.resign()
-            self.member.coordinating = False
-            self._coordinator_addr = found
-            self.say(f"the job already runs, coordinated from {found[0]}:{found[1]}: joining its world")
+            self._apply(self.member.handle(CoordinatorFound(found, running=True), self._clock()))
 
     def _serve_why(self) -> None:
         """A service job's coordinator whose job failed keeps answering for ``ENDED_LINGER`` seconds
@@ -220,39 +238,30 @@ class Agent:
         return coordinator.tick(now)
 
     def _handle(self, event: Event) -> tuple[act.MemberAction, ...]:
-        if isinstance(event, WorldArrived) and self.member.newer(event.world):
+        news = isinstance(event, WorldArrived) and self.member.newer(event.world)
+        actions = self.member.handle(event, self._clock())
+        if news:
             self._wake.set()  # the heartbeat thread may be in a long pre-world wait
-            if event.world.coordinator[1]:
-                self._coordinator_addr = (event.world.coordinator[1], event.world.coordinator[2])
-        return self.member.handle(event, self._clock())
+        return actions
 
     # --- performing actions --------------------------------------------------------------------
 
     def _apply(self, actions: Iterable[act.MemberAction]) -> Optional[int]:
         """Perform this node's actions, in order; the exit code if one says to exit."""
+        perform: dict[type, Callable[[Any], None]] = {
+            act.Say: lambda a: self.say(a.message), act.StopProcesses: lambda a: self._processes.stop(a.sig),
+            act.StartGeneration: lambda a: self._processes.start(a.world),
+            act.DeliverChange: lambda a: self._processes.deliver(a.previous, a.world),
+            act.Register: lambda a: self._register(a.delay), act.Report: self._report,
+            act.PassOn: lambda a: self._pass_on(a.signum), act.TakeOver: self._take_over,
+            act.StopJob: self._stop_job, act.Finish: lambda a: self._write_verdict(a.world),
+            act.Resign: lambda _a: self._coordination.resign(), act.AnswerVote: lambda a: a.reply(a.verdict),
+            act.AskVotes: lambda a: voting.ask(a, self._transport, self._clock, self._events.put, self.node.node_id),
+        }
         for action in actions:
             if isinstance(action, act.Exit):
                 return action.code
-            if isinstance(action, act.Say):
-                self.say(action.message)
-            elif isinstance(action, act.StopProcesses):
-                self._processes.stop(action.sig)
-            elif isinstance(action, act.StartGeneration):
-                self._processes.start(action.world)
-            elif isinstance(action, act.DeliverChange):
-                self._processes.deliver(action.previous, action.world)
-            elif isinstance(action, act.Register):
-                self._register(action.delay)
-            elif isinstance(action, act.Report):
-                self._report(action)
-            elif isinstance(action, act.PassOn):
-                self._pass_on(action.signum)
-            elif isinstance(action, act.TakeOver):
-                self._take_over(action)
-            elif isinstance(action, act.StopJob):
-                self._stop_job(action)
-            elif isinstance(action, act.Finish):
-                self._write_verdict(action.world)
+            perform[type(action)](action)
         return None
 
     def _perform(self, actions: Iterable[act.CoordinatorAction]) -> None:
@@ -263,6 +272,10 @@ class Agent:
             elif isinstance(action, act.Push):
                 if self._pusher.push(action):
                     self._events.put(WorldArrived(action.world))
+            elif isinstance(action, act.StepDown):
+                self._coordination.resign()
+                self._events.put(Deposed(action.reason, action.address if action.address[0] else (
+                    "", self.settings.node.coordinator_port)))
             else:
                 self._prober.probe(action)
 
@@ -297,16 +310,13 @@ class Agent:
         else:
             threading.Timer(delay, lambda: self._events.put(_Decided(tuple(register())))).start()
 
-    def _resolved(self, address: tuple[str, int]) -> None:
-        self._coordinator_addr = address
-
     def _report(self, report: act.Report) -> None:
         """Tell the coordinator what this node's processes did: ``Coordinator`` directly on the coordinator
         itself, else ``PUT /members`` (in the background unless the agent is about to exit)."""
         failure = self._processes.failure(report.exit, report.daemon) if report.exit is not None else None
         if self._coordination.active:
             self._events.put(_Decided(tuple(self._coordination.decide(lambda c: c.report(
-                self.node.node_id, report.generation, report.state, failure, report.message)))))
+                self.node.node_id, report.generation, report.state, failure, report.message, self._clock())))))
             return
         body: dict[str, Any] = {**self._member_body(), "generation": report.generation, "state": report.state}
         if failure is not None:
@@ -319,7 +329,7 @@ class Agent:
             threading.Thread(target=self._send_report, args=(body,), daemon=True).start()
 
     def _send_report(self, body: dict[str, Any]) -> None:
-        host, port = self._coordinator_addr
+        host, port = self.member.view.coordinator
         exchange = Exchange(host or self.settings.node.coordinator, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
         try:
             self._transport.exchange(exchange, self._timing.ttl).result(exchange)
@@ -338,7 +348,8 @@ class Agent:
 
     def _take_over(self, action: act.TakeOver) -> None:
         """Become the coordinator of the world whose coordinator is lost."""
-        coordinator = Coordinator(self.settings, self._clock(), world=action.world)
+        coordinator = Coordinator(self.settings, self._clock(), world=action.world, epoch=action.epoch,
+                                  elapsed=action.elapsed)
         self._perform(self._coordination.take_over(
             coordinator, lambda c: c.lose(action.lost, f"coordinator node {action.lost} lost")))
 

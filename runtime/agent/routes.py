@@ -1,4 +1,4 @@
-"""The agent's own HTTP routes: ``GET /info``, ``GET``/``PUT /members``, ``POST /world`` (service mode's
+"""The agent's own HTTP routes: ``GET /info``, ``GET``/``PUT /members``, ``POST /world``, ``POST /vote`` (service mode's
 ``/call`` and ``/exec`` are ``service.dispatch``'s). Handler threads only validate, decide through
 the coordinator (``membership.coordination``) and hand what follows to the agent's loop; this is where
 a membership refusal becomes an HTTP status. Standard library only.
@@ -11,12 +11,16 @@ from typing import Any, Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError, MembershipRefused, NotAMember
+from runtime.agent.membership import voting
 from runtime.agent.membership.actions import CoordinatorAction
 from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.events import WorldArrived
+from runtime.agent.membership.election import Ballot
+from runtime.agent.membership.events import Event, WorldArrived
 from runtime.agent.membership.heartbeat import Liveness
+from runtime.agent.membership.nodestate import MemberView
 from runtime.agent.membership.push import RELAY, WorldPusher
+from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.server import Request, Response, Routes
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import TERMINAL, Failure, Node, World
@@ -42,21 +46,24 @@ class AgentRoutes:
 
     Args:
         settings: the agent's settings.
-        world: returns the node's current world (``None`` before one).
+        view: returns the node's read-only view (``member.MemberView``: its world, its epoch).
         coordination: this node's coordinator role.
         children: what this node hears from its tree children (it forwards their ages upward).
         pusher: relays a world pushed for relaying to this node's tree children.
         actions: takes the coordinator's actions (to the agent's loop).
-        arrived: takes a world pushed to this node (to the agent's loop).
+        arrived: takes the events a request brings (a pushed world, a candidate's ballot) to the agent's loop.
         counters: the numbers ``/info`` reports.
         clock: monotonic clock, seconds.
+        subtree: where a tree parent keeps its descendants' ranks for its next beat upward.
     """
 
-    def __init__(self, settings: AgentSettings, world: Callable[[], Optional[World]], coordination: Coordination,
+    def __init__(self, *, settings: AgentSettings, view: Callable[[], MemberView], coordination: Coordination,
                  children: Liveness, pusher: WorldPusher, actions: Callable[[list[CoordinatorAction]], None],
-                 arrived: Callable[[WorldArrived], None], counters: Counters, clock: Callable[[], float]) -> None:
+                 arrived: Callable[[Event], None], counters: Counters, clock: Callable[[], float],
+                 subtree: Optional[SubtreeRanks] = None) -> None:
+        self._subtree = subtree or SubtreeRanks()
         self._settings = settings
-        self._world = world
+        self._view = view
         self._coordination = coordination
         self._children = children
         self._pusher = pusher
@@ -72,12 +79,17 @@ class AgentRoutes:
             ("GET", contract.ROUTE_MEMBERS): self.members,
             ("PUT", contract.ROUTE_MEMBERS): self.member,
             ("POST", contract.ROUTE_WORLD): self.world,
+            ("POST", contract.ROUTE_VOTE): self.vote,
         }
+
+    def _world(self) -> Optional[World]:
+        return self._view().world
 
     def info(self, _request: Request) -> Response:
         """``GET /info``: this node, its world and its counters."""
-        world, spec, node = self._world(), self._settings.spec, self._settings.node
-        return Response(200, {
+        view, spec, node = self._view(), self._settings.spec, self._settings.node
+        world = view.world
+        return Response(200, {"epoch": view.epoch,
             "job": spec.job_name, "node_id": node.node_id,
             "node_rank": world.node_rank_of(node.node_id) if world and world.has(node.node_id) else None,
             "addr": node.advertise_address, "num_proc": spec.num_proc,
@@ -110,17 +122,21 @@ class AgentRoutes:
             generation = int(body.get("generation", 0))
             failure = Failure.from_json(body["failure"]) if body.get("failure") else None
             ages = {int(k): float(v) for k, v in (body.get("ages") or {}).items()}
+            epoch = int(body.get("epoch", 1))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HttpError(400, f"bad membership body: {exc!r}") from None
         if state == "alive":
-            return self._beat(node.node_id, generation, ages, body.get("ranks"))
+            forwarded = body.get("subtree_ranks")
+            subtree: dict[Any, Any] = forwarded if isinstance(forwarded, dict) else {}
+            return self._beat(node.node_id, generation, ages, {node.node_id: body.get("ranks"), **{
+                int(k): v for k, v in subtree.items() if str(k).isdigit()}}, epoch)
         if not self._coordination.active:
             raise HttpError(404, "registration goes to the coordinator")
         message = str(body.get("message", ""))
         try:
             actions = self._coordination.decide(
                 lambda c: c.register(node, self._clock()) if state == "joining"
-                else c.report(node.node_id, generation, state, failure, message))
+                else c.report(node.node_id, generation, state, failure, message, self._clock()))
         except MembershipRefused as exc:
             raise HttpError(status_of(exc), str(exc)) from None
         if actions:
@@ -128,15 +144,18 @@ class AgentRoutes:
         world = self._coordination.use(lambda c: c.world)
         return Response(200, {"generation": world.generation if world else 0})
 
-    def _beat(self, node_id: int, generation: int, ages: dict[int, float], ranks: Any) -> Response:
+    def _beat(self, node_id: int, generation: int, ages: dict[int, float], ranks: dict[int, Any],
+              epoch: int) -> Response:
         """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent);
-        the coordinator also notes the node's ``ranks`` (their activity, ``stragglers``)."""
+        ``ranks`` (node id to its ranks: the child's own and those its subtree forwarded) are noted
+        by the coordinator (their activity, ``stragglers``) or kept by the parent to forward."""
         now = self._clock()
         if self._coordination.active:
             def beat(c: Coordinator) -> Optional[World]:
-                c.heartbeat(node_id, ages, now)
-                if isinstance(ranks, list):
-                    c.activity(node_id, generation, ranks, now)
+                c.heartbeat(node_id, ages, now, epoch)
+                for nid, entries in ranks.items():
+                    if isinstance(entries, list):
+                        c.activity(nid, generation, entries, now)
                 return c.world
 
             try:
@@ -150,6 +169,8 @@ class AgentRoutes:
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
             self._children.beat(node_id, now)
             self._children.merge(ages, now)
+            for nid, entries in ranks.items():
+                self._subtree.note(nid, entries, now)
         reply: dict[str, Any] = {"generation": world.generation if world else 0}
         if world is not None and world.generation > generation:
             reply["world"] = world.to_json()
@@ -163,7 +184,26 @@ class AgentRoutes:
             raise HttpError(400, f"bad world: {exc!r}") from None
         if world.job != self._settings.spec.job_name:
             raise HttpError(409, f"world of job {world.job!r} sent to job {self._settings.spec.job_name!r}")
+        mine = self._world()
+        if mine is not None and mine.epoch > world.epoch:
+            raise HttpError(409, f"fenced: this node runs epoch {mine.epoch} (generation {mine.generation}); the "
+                                 f"world pushed is of epoch {world.epoch}")
         self._arrived(WorldArrived(world))
         if request.body.get(RELAY) is True:
             self._pusher.relay(world)
         return Response(200, {"accepted": world.generation})
+
+    def vote(self, request: Request) -> Response:
+        """``POST /vote``: a candidate asks for this node's vote (``election``); ``Member`` decides.
+
+        Raises:
+            HttpError: 400 for a bad ballot, 503 when this node did not decide in time.
+        """
+        try:
+            ballot = Ballot.from_json(request.body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HttpError(400, f"bad ballot: {exc!r}") from None
+        verdict = voting.answer(ballot, self._arrived)
+        if verdict is None:
+            raise HttpError(503, "this node did not decide on the vote in time")
+        return Response(200, voting.verdict_json(verdict))

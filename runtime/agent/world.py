@@ -155,6 +155,11 @@ class World:
         exit_code: the exit code every agent should end with for a terminal status.
         coordinator: ``(node_id, addr, port)`` of the agent coordinating this world; it changes
             when the coordinator fails over.
+        epoch: the coordinator's term: 1 under the first coordinator, one more at each takeover. A
+            world is valid only with its epoch: worlds are ordered by :attr:`order`, so a coordinator
+            that was fenced out (stalled, cut off) can never overrule its successor's worlds.
+        job_elapsed: seconds the job had run (from its first coordinator's start) when this world was
+            frozen: a coordinator that takes over counts the time limit on from there.
     """
 
     job: str
@@ -169,6 +174,14 @@ class World:
     message: str = ""
     exit_code: int = 0
     coordinator: tuple[int, str, int] = (0, "", 0)
+    epoch: int = 1
+    job_elapsed: float = 0.0
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """``(epoch, generation)``: which of two worlds is newer. A later epoch wins over any
+        generation of an earlier one."""
+        return self.epoch, self.generation
 
     @property
     def world_size(self) -> int:
@@ -298,6 +311,8 @@ class World:
                 "message": self.message,
                 "exit_code": self.exit_code,
                 "coordinator": list(self.coordinator),
+                "epoch": self.epoch,
+                "job_elapsed": self.job_elapsed,
             }
         return encoded
 
@@ -324,6 +339,8 @@ class World:
             message=str(data.get("message", "")),
             exit_code=int(data.get("exit_code", 0)),
             coordinator=_coordinator(data.get("coordinator") or (0, "", 0)),
+            epoch=int(data.get("epoch", 1)),
+            job_elapsed=float(data.get("job_elapsed", 0.0)),
         )
 
 

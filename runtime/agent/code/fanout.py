@@ -93,7 +93,7 @@ class CodeFanout:
             if me != 0:
                 raise HttpError(409, "code goes to the coordinator (node rank 0)")
             s = self._settings.spec
-            plan = plan_root(range(len(world.nodes)), me, s.tree_threshold, fanout)
+            plan = plan_root(range(len(world.nodes)), me, threshold=s.tree_threshold, width=fanout)
         else:
             if (not isinstance(nodes, list) or not nodes or nodes[0] != me
                     or not all(isinstance(n, int) and 0 <= n < len(world.nodes) for n in nodes)):

@@ -157,4 +157,7 @@ if __name__ == "__main__":
     if waits:
         wait_for_driver({**os.environ, **waits}, float(waits.get(contract.WAIT_TIMEOUT) or WAIT_TIMEOUT))
     delivery.arm_on_import()  # a change is raised once the user's code has imported runtime
-    run(sys.argv[1:])
+    try:
+        run(sys.argv[1:])
+    finally:
+        delivery.finish()  # a change arriving during the normal exit is not fatal

@@ -186,3 +186,16 @@ def arm_on_import() -> None:
 def ignore() -> None:
     """Ignore delivery signals (``monitor_members=False``); :func:`poll` still works."""
     signal.signal(DELIVERY_SIGNAL, signal.SIG_IGN)
+
+
+def finish() -> None:
+    """The user's code returned (or raised): from here on no change is delivered. Blocks and ignores
+    :data:`DELIVERY_SIGNAL` (the bootstrap calls it once the script or module is done), because a
+    rank in its normal exit (atexit handlers, module teardown) cannot use a change, and because
+    CPython's finalisation puts back the default action of every signal with a Python handler, which
+    for a real-time signal is to terminate: a change arriving then would end a rank that finished its
+    work with ``128 + SIGRTMIN + 4`` (CPython ``Modules/signalmodule.c``, ``_PySignal_Fini``, which
+    leaves ``SIG_IGN`` alone)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {DELIVERY_SIGNAL})
+    signal.signal(DELIVERY_SIGNAL, signal.SIG_IGN)

@@ -67,7 +67,7 @@ class NodeProcesses:
         environ: the agent's own environment, which the processes inherit (less the agent's settings).
     """
 
-    def __init__(self, settings: AgentSettings, spawner: Spawner, say: Callable[[str], None],
+    def __init__(self, *, settings: AgentSettings, spawner: Spawner, say: Callable[[str], None],
                  on_exit: Callable[[ProcExit], None], on_daemon_exit: Callable[[str, ProcExit], None],
                  service: Optional[ServiceNode] = None, environ: Optional[dict[str, str]] = None) -> None:
         self._settings = settings

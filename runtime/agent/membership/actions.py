@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from runtime.agent.execution.procs import ProcExit
+from runtime.agent.membership.election import Ballot, Verdict
 from runtime.agent.world import Node, World
 
 
@@ -30,15 +31,24 @@ class Say:
 
 @dataclass(frozen=True)
 class Probe:
-    """Ask ``node`` directly whether its agent is up (``GET /healthz`` within :attr:`Coordinator.probe_timeout`);
-    answer with :meth:`Coordinator.probed`."""
+    """Ask ``node`` directly whether its agent is up and which epoch it knows (``GET /info`` within
+    :attr:`Coordinator.probe_timeout`); answer with :meth:`Coordinator.probed`."""
 
     node: Node
     reason: str
     generation: int
 
 
-CoordinatorAction = Union[Push, Say, Probe]
+@dataclass(frozen=True)
+class StepDown:
+    """This coordinator was fenced out: a node knows a newer epoch (``reason`` says which). Give the
+    role up; ``address`` is the new coordinator's ``(address, port)`` when known (``""`` otherwise)."""
+
+    reason: str
+    address: tuple[str, int]
+
+
+CoordinatorAction = Union[Push, Say, Probe, StepDown]
 """What :class:`~runtime.agent.membership.coordinator.Coordinator` decides."""
 
 
@@ -98,10 +108,29 @@ class Report:
 
 @dataclass(frozen=True)
 class TakeOver:
-    """Become the coordinator of ``world``, whose coordinator (node ``lost``) is gone."""
+    """Become the coordinator of ``world``, whose coordinator (node ``lost``) is lost for the job, in
+    ``epoch``; the job has run ``elapsed`` seconds (its time limit counts on from there)."""
 
     world: World
     lost: int
+    epoch: int
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class AskVotes:
+    """Send ``ballot`` to ``peers`` (``POST /vote``) and count the answers (a ``VotesCounted`` event)."""
+
+    ballot: Ballot
+    peers: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class AnswerVote:
+    """Answer a candidate: ``reply(verdict)``."""
+
+    reply: Callable[[Verdict], None]
+    verdict: Verdict
 
 
 @dataclass(frozen=True)
@@ -120,6 +149,11 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Resign:
+    """Give the coordinator role up before using it: another node coordinates the running world."""
+
+
+@dataclass(frozen=True)
 class Exit:
     """The agent exits with ``code``."""
 
@@ -127,5 +161,5 @@ class Exit:
 
 
 MemberAction = Union[Say, Register, StartGeneration, StopProcesses, DeliverChange, PassOn, Report, TakeOver, StopJob,
-               Finish, Exit]
+               Finish, Resign, AskVotes, AnswerVote, Exit]
 """What :class:`~runtime.agent.membership.member.Member` decides."""

@@ -13,6 +13,8 @@ from typing import Any, Callable, Optional
 from runtime.agent import contract
 from runtime.agent.membership.events import Event
 from runtime.agent.membership.heartbeat import Beat, HeartbeatState, Liveness, Outcome
+from runtime.agent.membership.nodestate import MemberView
+from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.transport import encode
 from runtime.agent.world import World
@@ -25,28 +27,28 @@ class Heartbeats:
         state: the decisions.
         member: this node's ``PUT /members`` identity (node id, address, port, processes).
         transport: the peer transport.
-        view: returns ``(world, registered, coordinating)`` as the node sees them now.
-        coordinator: returns the coordinator's ``(address, port)``.
+        view: returns the node's read-only view (``member.MemberView``): its world, whether it is
+            registered and coordinates, and the coordinator's ``(address, port)``.
         children: what this node heard from its tree children (forwarded as ages).
         deliver: takes the events an outcome means (to the agent's loop).
         say: writes one line to the agent's log.
         clock: monotonic clock, seconds.
         stopping: set when the agent stops.
         wake: set to beat now (a new world arrived).
-        activity: this node's ranks, ``(rank, exit code or None, seconds silent)`` each, sent with a
-            beat to the coordinator (``stragglers``).
+        activity: this node's ranks, ``(rank, exit code or None, seconds silent)`` each, sent with
+            every beat (``stragglers``).
+        subtree: what this node's tree children said of their subtrees' ranks, forwarded with its beats.
     """
 
-    def __init__(self, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
-                 view: Callable[[], tuple[Optional[World], bool, bool]], coordinator: Callable[[], tuple[str, int]],
-                 children: Liveness, deliver: Callable[[Event], None], say: Callable[[str], None],
-                 clock: Callable[[], float], stopping: threading.Event, wake: threading.Event,
-                 activity: Callable[[], list[Any]] = list) -> None:
+    def __init__(self, *, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
+                 view: Callable[[], MemberView], children: Liveness, deliver: Callable[[Event], None],
+                 say: Callable[[str], None], clock: Callable[[], float], stopping: threading.Event,
+                 wake: threading.Event, activity: Callable[[], list[Any]] = list,
+                 subtree: Optional[SubtreeRanks] = None) -> None:
         self._state = state
         self._member = member
         self._transport = transport
         self._view = view
-        self._coordinator = coordinator
         self._children = children
         self._deliver = deliver
         self._say = say
@@ -54,6 +56,7 @@ class Heartbeats:
         self._stopping = stopping
         self._wake = wake
         self._activity = activity
+        self._subtree = subtree or SubtreeRanks()
 
     def start(self) -> threading.Thread:
         """Beat from a daemon thread; returns it."""
@@ -68,20 +71,22 @@ class Heartbeats:
             self._wake.clear()
             if self._stopping.is_set():
                 return
-            world, registered, coordinating = self._view()
-            beat = self._state.next(world, registered, coordinating, self._clock())
+            view = self._view()
+            beat = self._state.next(view.world, view.registered, view.coordinating, self._clock())
             if beat is not None:
-                self._handle(self._send(beat, world), world)
+                self._handle(self._send(beat, view), view.world)
 
-    def _send(self, beat: Beat, world: Optional[World]) -> tuple[Beat, Exchange, Any]:
-        host, port = (beat.parent.addr, beat.parent.port) if beat.parent is not None else self._coordinator()
+    def _send(self, beat: Beat, view: MemberView) -> tuple[Beat, Exchange, Any]:
+        host, port = (beat.parent.addr, beat.parent.port) if beat.parent is not None else view.coordinator
+        world = view.world
         now = self._clock()
         ages = {}
         if beat.ages and world is not None:
             ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
-        body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages}
-        if beat.parent is None:
-            body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
+        body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages, "epoch": view.epoch}
+        body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
+        if beat.ages and world is not None:
+            body["subtree_ranks"] = self._subtree.forward(now, world.has)
         exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
         return beat, exchange, self._transport.exchange(exchange, self._state.timing.cap)
 

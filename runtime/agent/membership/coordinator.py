@@ -11,6 +11,7 @@ removed and the survivors continue in a new generation, ranks re-packed densely 
 long as ``min_workers`` remain; a node that registers after the world formed is admitted at the next
 generation, up to ``max_workers``; each node's failed processes are budgeted (``budget``). Ranks
 that neither exit nor write, and the job's time limit: ``stragglers``.
+
 """
 
 from __future__ import annotations
@@ -18,61 +19,62 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.errors import MembershipRefused, NotAMember, QuorumTimeout
+from runtime.agent.errors import MembershipRefused, NotAMember
 from runtime.agent.membership.actions import CoordinatorAction, Probe, Push, Say
 from runtime.agent.membership.budget import FailureBudget
+from runtime.agent.membership.forming import Forming
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.membership.lease import Lease
+from runtime.agent.membership.snapshot import members_view
 from runtime.agent.membership.stragglers import Stragglers
 from runtime.agent.membership.tree import layout
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
-LAST_CALL = 1.0
-"""Seconds to wait for more nodes once quorum is met but not every node has registered
-(torchrun's ``last_call_timeout`` idea, shorter)."""
-PROGRESS_EVERY = 5.0
-"""Seconds between repeated quorum progress lines."""
-PROGRESS_MIN_GAP = 1.0
-"""Fewest seconds between two progress lines, so a thousand registrations make a few lines, not a thousand."""
-
 
 class Coordinator:
     """Rendezvous, membership and job state on the coordinating node.
+
+    Fencing: its worlds carry its epoch; while the nodes it has not heard for ``ttl - probe_timeout``
+    could form a majority of the world (elastic, 3+ nodes) it holds every decision and probes them;
+    an answer with a newer epoch, or no majority for a TTL, steps it down (``lease``; the nodes'
+    half, a takeover only with a majority's votes: ``election``).
 
     Args:
         settings: the coordinator's agent settings (workers, quorum, elasticity, timeouts, job id).
         now: the current monotonic time, seconds.
         world: a world to take over (coordinator failover); ``None`` to start a rendezvous.
+        epoch: this coordinator's epoch (1 for the first; the takeover's, elected, ``election``).
+        elapsed: seconds the job has run already (a takeover's: its time limit counts on).
     """
 
-    def __init__(self, settings: AgentSettings, now: float, world: Optional[World] = None) -> None:
+    def __init__(self, settings: AgentSettings, now: float, world: Optional[World] = None, *, epoch: int = 1,
+                 elapsed: float = 0.0) -> None:
         self._s = settings
         self._ttl = settings.spec.heartbeat_ttl
-        self._started = now
+        self._job_start = now - elapsed
         self._last_tick = now
-        self._quorum_at: Optional[float] = None
-        self._last_progress = -PROGRESS_EVERY
-        self._progress_count = -1
+        self._graced_at = float("-inf")
+        self._forming = Forming(settings.spec, now)
         self.liveness = Liveness()
         self.members: dict[int, Node] = {}
         self._dead: dict[int, float] = {}
         self.world: Optional[World] = world
-        self._epoch = world.generation if world else 1
+        self._restart_from = world.generation if world else 1
         self._states: dict[int, str] = {}
         self._failures: list[Failure] = []
         self._budget = FailureBudget(settings.spec.max_restarts)
-        self.stragglers = Stragglers(settings.spec.hang_report_after, settings.spec.timeout, now)
+        self.stragglers = Stragglers(settings.spec.hang_report_after, settings.spec.timeout, self._job_start)
         self._probing: dict[int, int] = {}
         self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
         """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
         node is still declared dead one TTL after its last heartbeat, and a dead one sooner."""
+        self.lease = Lease(settings.node.node_id, epoch, self._ttl, self.probe_timeout, settings.spec.elastic)
         if world is not None:
             for n in world.nodes:
                 self.members[n.node_id] = n
                 self.liveness.beat(n.node_id, now)
                 self._states[n.node_id] = RUNNING
-
-    # --- registration and quorum ---------------------------------------------------------------
 
     def register(self, node: Node, now: float) -> list[CoordinatorAction]:
         """A node asks to join.
@@ -88,8 +90,7 @@ class Coordinator:
         if world is None:
             self.members[node.node_id] = node
             self._dead.pop(node.node_id, None)
-            if len(self.members) >= self._s.spec.quorum and self._quorum_at is None:
-                self._quorum_at = now
+            self._forming.registered(len(self.members), now)
             return self.tick(now)
         if world.status != RUNNING:
             raise MembershipRefused(f"the job has ended ({world.status})")
@@ -107,9 +108,7 @@ class Coordinator:
 
     def tick(self, now: float) -> list[CoordinatorAction]:
         """Time-driven decisions: quorum progress, forming the world, quorum timeout, dead nodes."""
-        if now - self._last_tick > self._ttl / 2:
-            self.liveness.grace(now)  # this host stalled (e.g. SIGSTOP): don't blame the others
-        self._last_tick = now
+        self._awake(now)
         self.liveness.beat(self._s.node.node_id, now)  # the coordinator hears itself
         world = self.world
         if world is None:
@@ -121,13 +120,19 @@ class Coordinator:
                 self.liveness.forget(node_id)
         if world.status != RUNNING:
             return []
+        holding = self.lease.holding(world, lambda i: self.liveness.age(i, now), now)
+        confirmed = self.lease.check(holding, now)
+        if self.lease.deposed is not None or self.world is not world:
+            return confirmed
+        if holding:
+            return self._confirm(world, now)
         said, expired = self.stragglers.check(world, now)
         if expired:
             self.world = world.finished(FAILED, expired, contract.EXIT_TIMEOUT)
             return [Say(f"job failed: {expired}"), Push(self.world, self._everyone(world))]
-        probes: list[CoordinatorAction] = [Say(line) for line in said]
+        probes: list[CoordinatorAction] = [*confirmed, *(Say(line) for line in said)]
         suspect_after = self._ttl - self.probe_timeout
-        silent = [self.liveness.age(n.node_id, now) > suspect_after for n in world.nodes]
+        silent = [min(self.liveness.age(n.node_id, now), now - self._graced_at) > suspect_after for n in world.nodes]
         for position, n in enumerate(world.nodes):
             if not silent[position] or n.node_id == self._s.node.node_id or n.node_id in self._probing:
                 continue
@@ -137,6 +142,21 @@ class Coordinator:
             probes.append(self._probe(world, n, reason))
         return probes
 
+    def _awake(self, now: float) -> None:
+        """Note the time; after a stall of this host (e.g. SIGSTOP) the others get a grace for their
+        silence (they are not blamed for it), though not the lease (``lease``)."""
+        if now - self._last_tick > self._ttl / 2:
+            self._graced_at = now
+        self._last_tick = now
+
+    def _confirm(self, world: World, now: float) -> list[CoordinatorAction]:
+        """Holding: probe every silent node not being probed, to learn whether it still counts this
+        coordinator (an answer in its epoch) or knows a newer one."""
+        silent = self.lease.silent(world, lambda i: self.liveness.age(i, now))
+        return [self._probe(world, world.nodes[world.node_rank_of(i)], f"confirming coordinator node "
+                            f"{self._s.node.node_id}'s lease: node {i} unheard for {self.liveness.age(i, now):.1f} s")
+                for i in silent if i not in self._probing]
+
     def _probe(self, world: World, node: Node, reason: str) -> Probe:
         """A probe of ``node`` in ``world``, noted as pending until :meth:`probed` answers it."""
         self._probing[node.node_id] = world.generation
@@ -144,7 +164,7 @@ class Coordinator:
 
     def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
         """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
-        tree = layout(len(world.nodes), self._s.spec.tree_fanout, self._s.spec.tree_threshold)
+        tree = layout(len(world.nodes), width=self._s.spec.tree_fanout, threshold=self._s.spec.tree_threshold)
         up = tree.parent(position)
         while up:
             if silent[up] or world.nodes[up].node_id in self._probing:
@@ -163,52 +183,52 @@ class Coordinator:
             return []
         return [self._probe(world, world.nodes[world.node_rank_of(node_id)], reason)]
 
-    def probed(self, probe: Probe, alive: bool, reason: str, now: float) -> list[CoordinatorAction]:
-        """The answer to a :class:`Probe`: an agent that answered is alive (its heartbeats are only
-        late, e.g. held up along the tree); one that refused or did not answer in time is lost. An
-        answer for an older world counts for nothing (the next tick looks again).
+    def probed(self, probe: Probe, alive: bool, reason: str, now: float, epoch: int = 0,
+               coordinator: tuple[str, int] = ("", 0)) -> list[CoordinatorAction]:
+        """The answer to a :class:`Probe`: an agent that answered in this epoch is alive (its beats are
+        only late); one that knows a newer epoch fences this coordinator out; one that did not answer
+        is lost, unless the coordinator holds (``lease``). An older world's answer counts for nothing.
 
         Args:
             probe: the probe answered.
-            alive: whether its agent answered ``/healthz``.
+            alive: whether its agent answered ``/info``.
             reason: why it was probed, and how the probe failed; for the log and the new world.
             now: the current monotonic time, seconds.
+            epoch: the epoch the node knows (0 when it did not answer).
+            coordinator: the ``(address, port)`` of the node's coordinator, when it answered.
         """
         node_id = probe.node.node_id
         if self._probing.get(node_id) != probe.generation:
             return []
         del self._probing[node_id]
+        if self.lease.newer(epoch, f"node {node_id} knows epoch {epoch}, past this coordinator's "
+                                   f"{self.lease.epoch}", coordinator):
+            return self.lease.check(True, now)
         world = self.world
         if world is None or world.generation != probe.generation or world.status != RUNNING:
             return []
         if alive:
             self.liveness.beat(node_id, now)
             return []
+        if self.lease.holding(world, lambda i: self.liveness.age(i, now), now):
+            return []
         self._dead[node_id] = now
         return self.lose(node_id, reason)
 
     def _tick_forming(self, now: float) -> list[CoordinatorAction]:
-        actions: list[CoordinatorAction] = []
-        count = len(self.members)
-        since = now - self._last_progress
-        complete = count >= self._s.spec.workers
-        if (count != self._progress_count and (since >= PROGRESS_MIN_GAP or complete)) or since >= PROGRESS_EVERY:
-            self._progress_count, self._last_progress = count, now
-            actions.append(Say(f"{count}/{self._s.spec.workers} nodes registered (quorum {self._s.spec.quorum})"))
-        if complete or (self._quorum_at is not None and now - self._quorum_at >= LAST_CALL):
+        step = self._forming.step(sorted(self.members), now)
+        actions: list[CoordinatorAction] = [Say(step.progress)] if step.progress else []
+        if step.form:
             self.world = self._world(nodes_from(self.members.values()), 0)
-            self._begin_epoch(self.world)
+            self._begin_restart(self.world)
             for n in self.world.nodes:
                 self.liveness.beat(n.node_id, now)
             return [*actions, Push(self.world, self.world.nodes)]
-        if now - self._started >= self._s.spec.quorum_timeout:
-            missing = [i for i in range(self._s.spec.workers) if i not in self.members]
-            error = QuorumTimeout(missing, count, self._s.spec.quorum, self._s.spec.quorum_timeout)
+        if step.timeout is not None:
             world = self._world(nodes_from(self.members.values()), 0).finished(
-                FAILED, str(error), contract.EXIT_RENDEZVOUS
-            )
+                FAILED, str(step.timeout), contract.EXIT_RENDEZVOUS)
             self.world = world
-            return [*actions, Say(str(error)), Push(world, world.nodes)]
+            return [*actions, Say(str(step.timeout)), Push(world, world.nodes)]
         return actions
 
     def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
@@ -221,24 +241,29 @@ class Coordinator:
             master_port=self._s.spec.master_port,
             distribution=self._s.spec.distribution,
             coordinator=(self._s.node.node_id, self._s.node.advertise_address, self._s.node.agent_port),
+            epoch=self.lease.epoch,
+            job_elapsed=round(max(0.0, self._last_tick - self._job_start), 3),
         )
 
-    def _begin_epoch(self, world: World) -> None:
-        self._epoch = world.generation
+    def _begin_restart(self, world: World) -> None:
+        self._restart_from = world.generation
         self._states = {n.node_id: RUNNING for n in world.nodes}
         self._failures = []
 
     # --- liveness and reports --------------------------------------------------------------------
 
-    def heartbeat(self, node_id: int, ages: Mapping[int, float], now: float) -> None:
+    def heartbeat(self, node_id: int, ages: Mapping[int, float], now: float, epoch: int = 1) -> None:
         """A member (or an aggregating parent, with its subtree's ``node_id -> age``) is alive.
 
         A registered node still waiting for its first world may beat too (its reply carries the
-        world once formed, so a lost push heals itself).
+        world once formed, so a lost push heals itself). A beat carrying a newer ``epoch`` (its node
+        voted for another candidate) is no proof of life for this coordinator's lease (``lease``).
 
         Raises:
             MembershipRefused: ``node_id`` is not in the current world (it should register again).
         """
+        if epoch > self.lease.epoch:
+            return
         world = self.world
         if world is None and node_id in self.members:
             return
@@ -265,10 +290,9 @@ class Coordinator:
         if world is not None and world.generation == generation and world.has(node_id):
             self.liveness.beat(node_id, now)
 
-    def report(
-        self, node_id: int, generation: int, state: str, failure: Optional[Failure] = None, message: str = ""
-    ) -> list[CoordinatorAction]:
-        """A node's processes changed state.
+    def report(self, node_id: int, generation: int, state: str, failure: Optional[Failure] = None, message: str = "",
+               now: Optional[float] = None) -> list[CoordinatorAction]:
+        """A node's processes changed state; held while the coordinator holds (``lease``).
 
         Args:
             node_id: the reporting node.
@@ -280,9 +304,16 @@ class Coordinator:
                 succeeded: nodes without (a single-controller job's daemon-only nodes) do not vote.
             failure: the failing process, for ``failed``.
             message: the reason, for ``stopped``.
+            now: the current monotonic time, seconds (``None``: the last tick's).
         """
         world = self.world
-        if world is None or world.status != RUNNING or generation < self._epoch or node_id not in self._states:
+        if now is not None:
+            self._awake(now)
+        if world is not None and world.status == RUNNING and \
+                self.lease.holding(world, lambda i: self.liveness.age(i, self._last_tick), self._last_tick):
+            self.lease.hold(lambda: self.report(node_id, generation, state, failure, message))
+            return []
+        if world is None or world.status != RUNNING or generation < self._restart_from or node_id not in self._states:
             return []
         if state == SUCCEEDED:
             self._states[node_id] = SUCCEEDED
@@ -320,7 +351,7 @@ class Coordinator:
         )
         if not spent and world.restart_count < self._s.spec.max_restarts:
             self.world = self._world(world.nodes, world.restart_count + 1)
-            self._begin_epoch(self.world)
+            self._begin_restart(self.world)
             return [
                 Say(f"{reason}\nrestarting ({self.world.restart_count}/{self._s.spec.max_restarts}) "
                     f"as generation {self.world.generation}"),
@@ -364,26 +395,6 @@ class Coordinator:
     # --- views -----------------------------------------------------------------------------------
 
     def snapshot(self, now: float) -> dict[str, Any]:
-        """The membership view served at ``GET /members``: node rank, address, state, last seen."""
-        world = self.world
-        in_world = {n.node_id: i for i, n in enumerate(world.nodes)} if world else {}
-        members = []
-        for n in nodes_from(self.members.values()):
-            if n.node_id in self._dead:
-                state = "dead"
-            else:
-                state = self._states.get(n.node_id, RUNNING) if n.node_id in in_world else "registered"
-            members.append({
-                "node_id": n.node_id, "node_rank": in_world.get(n.node_id), "addr": n.addr, "port": n.port,
-                "num_proc": n.num_proc, "state": state,
-                "last_seen_s": round(self.liveness.age(n.node_id, now), 3) if n.node_id in in_world else None,
-            })
-        return {
-            "job": self._s.spec.job_name,
-            "workers": self._s.spec.workers,
-            "quorum": self._s.spec.quorum,
-            "registered": sorted(self.members),
-            "generation": world.generation if world else 0,
-            "status": world.status if world else "forming",
-            "members": members,
-        }
+        """The membership view served at ``GET /members`` (``snapshot.members_view``)."""
+        return members_view(self._s.spec, self.world, self.members, self._dead, self._states,
+                            lambda i: self.liveness.age(i, now), self.lease.epoch, self.lease.deposed is not None)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Optional, Union
 
 from runtime.agent.execution.procs import ProcExit
+from runtime.agent.membership.election import Ballot, Verdict
 from runtime.agent.world import World
 
 
@@ -69,9 +70,54 @@ class Fatal:
 
 
 @dataclass(frozen=True)
+class CoordinatorFound:
+    """Registration or discovery found the coordinator at ``address`` (``(address, port)``).
+
+    ``running``: it coordinates a world that already runs without this node (``discovery``), so a
+    node that started with the coordinator role (node 0's replaced pod) gives it up.
+    """
+
+    address: tuple[str, int]
+    running: bool = False
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The coordinator took this node's registration."""
+
+
+@dataclass(frozen=True)
+class VoteRequested:
+    """A candidate asks for this node's vote (``POST /vote``); ``reply`` takes the answer."""
+
+    ballot: Ballot
+    reply: Callable[[Verdict], None]
+
+
+@dataclass(frozen=True)
+class VotesCounted:
+    """The answers to this node's ``ballot``: ``granted`` votes (its own included), the highest epoch a
+    voter knew (``seen``), and the newest world a voter had when newer than this node's."""
+
+    ballot: Ballot
+    granted: tuple[int, ...]
+    seen: int
+    newer: Optional[World] = None
+
+
+@dataclass(frozen=True)
+class Deposed:
+    """This node's coordinator found a newer epoch (``reason``): its world is no longer the job's.
+    ``address``: the new coordinator's ``(address, port)``, ``("", port)`` when unknown."""
+
+    reason: str
+    address: tuple[str, int]
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed (the agent's loop wakes at least every ``WORKER_TICK``)."""
 
 
 Event = Union[WorldArrived, ProcessExited, DaemonExited, CoordinatorLost, CoordinatorBack, SignalReceived, Removed,
-              Fatal, Tick]
+              Fatal, CoordinatorFound, Registered, VoteRequested, VotesCounted, Deposed, Tick]

@@ -99,12 +99,6 @@ class Liveness:
         with self._lock:
             self._seen.pop(node_id, None)
 
-    def grace(self, now: float) -> None:
-        """Treat every member as just heard from (after this host itself stalled)."""
-        with self._lock:
-            for node_id in self._seen:
-                self._seen[node_id] = now
-
 
 HEARTBEAT_LOG_EVERY = 20
 """After the first failed heartbeat in a row, log only every this many more."""
@@ -154,7 +148,7 @@ class HeartbeatState:
         jitter: uniform in [0, 1): spreads the first beats after a new world.
     """
 
-    def __init__(self, timing: HeartbeatTiming, node_id: int, width: int, threshold: int, now: float,
+    def __init__(self, timing: HeartbeatTiming, node_id: int, *, width: int, threshold: int, now: float,
                  jitter: Callable[[], float] = random.random) -> None:
         self.timing = timing
         self._node_id = node_id
@@ -193,7 +187,7 @@ class HeartbeatState:
                 self._interval = self.timing.ttl
                 return None
             return Beat(None, 0, ages=False)
-        tree = layout(len(world.nodes), self._width, self._threshold)
+        tree = layout(len(world.nodes), width=self._width, threshold=self._threshold)
         if world.generation != self._generation:
             self.timing = replace(self.timing, hops=tree.hops)
             self._generation, self._interval = world.generation, self.timing.first_delay(self._jitter())

@@ -11,21 +11,22 @@ States (:class:`MemberState`)::
     JOINING ──world──▶ RUNNING ──new world, same restart epoch──▶ RUNNING (change delivered)
        │                  │ ──new world, next epoch──────────────▶ RUNNING (processes restarted)
        │                  │ ──not in the new world / refused─────▶ REJOINING (elastic) ──backoff, world──▶ RUNNING
-       │                  │ ──coordinator lost, no successor─────▶ ORPHANED ──processes end──▶ FINISHED
-       │                  │ ──coordinator lost, this node next───▶ RUNNING (coordinating)
+       │                  │ ──coordinator lost───────────────────▶ ORPHANED ──processes end──▶ FINISHED (or REJOINING)
+       │                  │     ORPHANED ──a majority's votes─────▶ RUNNING (coordinating, next epoch)
+       │                  │ ──fenced out (deposed coordinator)───▶ REJOINING (elastic)
        └──no world in time, fatal, stop signal, verdict──────────────────────────────────────▶ FINISHED
 """
 
 from __future__ import annotations
 
-import enum
 import signal
-from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.execution.procs import ProcExit
 from runtime.agent.membership.actions import (
+    AnswerVote,
+    AskVotes,
     DeliverChange,
     Exit,
     Finish,
@@ -33,23 +34,31 @@ from runtime.agent.membership.actions import (
     PassOn,
     Register,
     Report,
+    Resign,
     Say,
     StartGeneration,
     StopJob,
     StopProcesses,
     TakeOver,
 )
+from runtime.agent.membership.election import MIN_FAILOVER_NODES, Election, majority
 from runtime.agent.membership.events import (
     CoordinatorBack,
+    CoordinatorFound,
     CoordinatorLost,
     DaemonExited,
+    Deposed,
     Event,
     Fatal,
     ProcessExited,
+    Registered,
     Removed,
     SignalReceived,
+    VoteRequested,
+    VotesCounted,
     WorldArrived,
 )
+from runtime.agent.membership.nodestate import MemberState, MemberView, Running
 from runtime.agent.spec.job import SINGLE_CONTROLLER
 from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, World
@@ -62,32 +71,19 @@ of an elastic world waits one TTL, doubled for each failure of its own processes
 fails at every start is re-admitted ever more slowly while its failure budget lasts), up to this."""
 
 
-class MemberState(enum.Enum):
-    """Where a node is in the job."""
-
-    JOINING = "joining"
-    """Registering, or registered and waiting for the first world."""
-    RUNNING = "running"
-    """In a running world, its processes (or its framework daemon) running."""
-    REJOINING = "rejoining"
-    """Left out of the world (elastic job): registers again after one TTL."""
-    ORPHANED = "orphaned"
-    """The coordinator is lost and nobody takes over: training goes on until the processes end."""
-    FINISHED = "finished"
-    """The agent exits (:class:`Exit` was returned)."""
-
-
-@dataclass
-class _Running:
-    """The processes of one generation on this node."""
-
-    generation: int
-    daemon: bool
-    exits: dict[int, ProcExit] = field(default_factory=dict)
-
-
 class Member:
     """One node's membership decisions.
+
+    Every piece of a node's membership state has this one writer: the agent's main thread, through
+    :meth:`handle`. Helper threads read :attr:`view`.
+
+    Fencing (one world at a time): a node takes only worlds newer by ``World.order`` (epoch, then
+    generation), so a fenced-out coordinator's worlds are ignored. A coordinator lost to this node's
+    heartbeats is not yet lost for the job: the node becomes a candidate in its turn and takes over
+    only with the votes of a majority of the last world's nodes (``election``, where the rule is
+    stated); until then it is orphaned and its training goes on. A coordinator told of a newer epoch
+    (``Deposed``) stops its ranks and registers with the new coordinator (elastic jobs), so no rank
+    runs in a world its agent no longer holds.
 
     Args:
         node_id: this node's stable id.
@@ -97,10 +93,11 @@ class Member:
         ttl: the heartbeat TTL, seconds: how long a removed node waits before it registers again.
         quorum_timeout: seconds the coordinator waits for quorum.
         coordinating: this node holds the coordinator role from the start (node 0).
+        coordinator_port: the coordinator's agent port (TCP), until a world names the coordinator.
     """
 
-    def __init__(self, node_id: int, local_world_size: int, elastic: bool, signals_to_handle: str, ttl: float,
-                 quorum_timeout: float, coordinating: bool) -> None:
+    def __init__(self, *, node_id: int, local_world_size: int, elastic: bool, signals_to_handle: str, ttl: float,
+                 quorum_timeout: float, coordinating: bool, coordinator_port: int = 0) -> None:
         self.node_id = node_id
         self.local_world_size = local_world_size
         self.elastic = elastic
@@ -116,9 +113,26 @@ class Member:
         self.orphaned = False
         self.finished = False
         self._rejoining = False
-        self._running: Optional[_Running] = None
+        self._running: Optional[Running] = None
         self.failures = 0
         """Times this node's processes (or daemon) failed: the re-admission backoff's exponent."""
+        self.coordinator: tuple[str, int] = ("", coordinator_port)
+        """The coordinator's ``(address, port)``: found by registration, then named by each world."""
+        self.registered = False
+        self._election = Election(node_id, ttl)
+        self._received = 0.0
+        self.known: tuple[tuple[int, str, int], ...] = ()
+        self._known_from: Optional[World] = None
+        self.view = self._publish()
+        """The read-only view of this node's state (:class:`MemberView`), for helper threads."""
+
+    def _publish(self) -> MemberView:
+        if self.world is not None and self.world is not self._known_from:
+            self.known = tuple((n.node_id, n.addr, n.port) for n in self.world.nodes)
+            self._known_from = self.world
+        self.view = MemberView(self.world, self.coordinator, self.registered, self.coordinating,
+                               self._election.epoch(self.world), self.known)
+        return self.view
 
     @property
     def state(self) -> MemberState:
@@ -138,7 +152,9 @@ class Member:
 
     def start(self, now: float) -> tuple[MemberAction, ...]:
         """The agent starts: register (a node that coordinates registers with itself at once)."""
-        return self._register(0.0, now)
+        actions = self._register(0.0, now)
+        self._publish()
+        return actions
 
     def handle(self, event: Event, now: float) -> tuple[MemberAction, ...]:
         """What to do about ``event`` at monotonic time ``now`` (nothing once :attr:`finished`)."""
@@ -148,34 +164,45 @@ class Member:
         if any(isinstance(a, Exit) for a in actions):
             self.finished = True
             self._running = None
+        self._publish()
         return actions
 
     def newer(self, world: World) -> bool:
         """Whether ``world`` is news to this node (newer, or the verdict of its generation): a world
         :meth:`handle` takes rather than ignores."""
         previous = self.world
-        return previous is None or (world.generation, world.status in TERMINAL) > (
-            previous.generation, previous.status in TERMINAL)
+        return previous is None or (world.order, world.status in TERMINAL) > (
+            previous.order, previous.status in TERMINAL)
 
     def _decide(self, event: Event, now: float) -> tuple[MemberAction, ...]:
-        if isinstance(event, WorldArrived):
-            return self._on_world(event.world, now)
-        if isinstance(event, ProcessExited):
-            return self._on_exit(event.exit)
-        if isinstance(event, DaemonExited):
-            return self._on_daemon_exit(event)
-        if isinstance(event, SignalReceived):
-            return self._on_signal(event.signum)
-        if isinstance(event, Removed):
-            return (StopProcesses(), *self._rejoin(event.reason, now))
-        if isinstance(event, CoordinatorLost):
-            return self._on_coordinator_lost(event)
-        if isinstance(event, CoordinatorBack):
-            self.orphaned = False
-            return (Say(f"the coordinator answers again after {event.failures} failed heartbeat(s)"),)
-        if isinstance(event, Fatal):
-            return Say(event.message), Exit(event.exit_code)
-        return self._on_tick(now)
+        decide: dict[type, Callable[[Any], tuple[MemberAction, ...]]] = {
+            WorldArrived: lambda e: self._on_world(e.world, now), ProcessExited: lambda e: self._on_exit(e.exit, now),
+            DaemonExited: self._on_daemon_exit, SignalReceived: lambda e: self._on_signal(e.signum),
+            Removed: lambda e: (StopProcesses(), *self._rejoin(e.reason, now)),
+            CoordinatorLost: lambda e: self._on_coordinator_lost(e, now), CoordinatorBack: self._on_back,
+            VoteRequested: lambda e: (AnswerVote(e.reply, self._election.vote(e.ballot, self.world)),),
+            VotesCounted: lambda e: self._on_votes(e, now), Deposed: lambda e: self._on_deposed(e, now),
+            Fatal: lambda e: (Say(e.message), Exit(e.exit_code)), CoordinatorFound: self._on_found,
+            Registered: self._on_registered,
+        }
+        return decide.get(type(event), lambda _e: self._on_tick(now))(event)
+
+    def _on_back(self, event: CoordinatorBack) -> tuple[MemberAction, ...]:
+        self.orphaned = False
+        self._election.settle()
+        return (Say(f"the coordinator answers again after {event.failures} failed heartbeat(s)"),)
+
+    def _on_registered(self, _event: Registered) -> tuple[MemberAction, ...]:
+        self.registered = True
+        return ()
+
+    def _on_found(self, event: CoordinatorFound) -> tuple[MemberAction, ...]:
+        self.coordinator = event.address
+        if not (event.running and self.coordinating and self.world is None):
+            return ()
+        self.coordinating = False
+        host, port = event.address
+        return Resign(), Say(f"the job already runs, coordinated from {host}:{port}: joining its world")
 
     # --- worlds ----------------------------------------------------------------------------------
 
@@ -183,6 +210,11 @@ class Member:
         if not self.newer(world):
             return ()  # older, or a second copy (a push and a heartbeat reply can both bring one)
         previous, self.world = self.world, world
+        if world.coordinator[1]:
+            self.coordinator = (world.coordinator[1], world.coordinator[2])
+        self._received = now
+        self.orphaned = False
+        self._election.settle()
         self.world_deadline = float("inf")
         self._rejoining = False
         if world.status in TERMINAL:
@@ -193,7 +225,7 @@ class Member:
         if (running is not None and previous is not None and previous.status == RUNNING
                 and previous.has(self.node_id) and previous.restart_count == world.restart_count):
             return (DeliverChange(previous, world),)
-        self._running = _Running(world.generation, daemon=world.distribution in SINGLE_CONTROLLER)
+        self._running = Running(world.generation, daemon=world.distribution in SINGLE_CONTROLLER)
         return StopProcesses(), StartGeneration(world)
 
     def _finish(self, world: World) -> tuple[MemberAction, ...]:
@@ -220,18 +252,23 @@ class Member:
         return (Say(f"{reason}: registering again in {delay:g} s"), *self._register(delay, now))
 
     def _register(self, delay: float, now: float) -> tuple[MemberAction, ...]:
+        self.registered = False
         self.world_deadline = now + delay + self.quorum_timeout + WORLD_WAIT_MARGIN
         return (Register(delay),)
 
     # --- processes -------------------------------------------------------------------------------
 
-    def _on_exit(self, ended: ProcExit) -> tuple[MemberAction, ...]:
+    def _on_exit(self, ended: ProcExit, now: float) -> tuple[MemberAction, ...]:
         running, world = self._running, self.world
         if world is None or running is None or ended.generation != running.generation or ended.requested:
             return ()
         running.exits[ended.local_rank] = ended
         done = len(running.exits) == self.local_world_size
         if self.orphaned:
+            if ended.exit_code != 0 and self.elastic:
+                self.failures += 1
+                return (StopProcesses(), *self._rejoin(f"rank {ended.rank} exited with code {ended.exit_code} while "
+                                                       f"the coordinator is unreachable", now))
             if ended.exit_code != 0 or done:
                 return Say(f"rank {ended.rank} exited with code {ended.exit_code} while the coordinator is "
                            f"unreachable; stopping this node"), \
@@ -295,30 +332,63 @@ class Member:
         over, as when it is SIGKILLed)."""
         return self.elastic and world is not None and world.status == RUNNING and len(world.nodes) > 1
 
-    def _on_coordinator_lost(self, event: CoordinatorLost) -> tuple[MemberAction, ...]:
+    def _on_coordinator_lost(self, event: CoordinatorLost, now: float) -> tuple[MemberAction, ...]:
         world = self.world
         lost_id, addr, _ = event.coordinator
         if world is None or world.coordinator != event.coordinator or self.coordinating:
             return ()
-        survivors = [n for n in world.nodes if n.node_id != lost_id]
         running = self._running
         if running is not None and running.daemon and not self.local_world_size:
             return Say(f"the coordinator (node {lost_id} at {addr}), which runs the driver, has been unreachable "
                        f"for {event.silent_for:.1f} s; this node's {world.distribution} daemon serves nobody: "
                        f"stopping"), Exit(contract.EXIT_NODE_LOST)
-        if not self.elastic or not survivors:
-            self.orphaned = True
-            return (Say(f"the coordinator (node {lost_id} at {addr}) has been unreachable for "
-                        f"{event.silent_for:.1f} s; training continues, and this node stops when its processes end"),)
-        if min(n.node_id for n in survivors) != self.node_id:
+        self.orphaned = True
+        said = (f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s; "
+                f"training continues")
+        if not self.elastic or len(world.nodes) < MIN_FAILOVER_NODES:
+            return (Say(f"{said}, and this node stops when its processes end"),)
+        self._election.lose(lost_id, now)
+        return (Say(f"{said}; a new coordinator takes over only with the votes of {majority(len(world.nodes))} of "
+                    f"the world's {len(world.nodes)} nodes"), *self._stand(now))
+
+    def _stand(self, now: float) -> tuple[MemberAction, ...]:
+        """This node's ballot, when it is its turn to stand (``election``)."""
+        world = self.world
+        ballot = self._election.due(world, now) if not self.coordinating else None
+        if world is None or ballot is None:
             return ()
-        self.coordinating = True
-        return Say(f"the coordinator (node {lost_id} at {addr}) is lost; node {self.node_id} takes over"), \
-            TakeOver(world, lost_id)
+        peers = tuple(n for n in world.nodes if n.node_id not in (self.node_id, ballot.lost))
+        return (AskVotes(ballot, peers),)
+
+    def _on_votes(self, event: VotesCounted, now: float) -> tuple[MemberAction, ...]:
+        if event.newer is not None:
+            return self._on_world(event.newer, now)
+        world, ballot = self.world, event.ballot
+        if self.coordinating or not self._election.counted(ballot, len(event.granted), event.seen, world) \
+                or world is None:
+            return ()
+        self.coordinating, self.orphaned = True, False
+        self._election.settle()
+        voters = ", ".join(str(i) for i in sorted(event.granted))
+        return Say(f"the coordinator (node {ballot.lost}) is lost for the job: nodes {voters} confirmed it "
+                   f"({len(event.granted)} of {len(world.nodes)}); node {self.node_id} takes over in epoch "
+                   f"{ballot.epoch}"), \
+            TakeOver(world, ballot.lost, ballot.epoch, world.job_elapsed + max(0.0, now - self._received))
+
+    def _on_deposed(self, event: Deposed, now: float) -> tuple[MemberAction, ...]:
+        """This node coordinated a world a newer epoch replaced: its ranks stop, and it registers with
+        the new coordinator (it votes, meanwhile, as a node that lost its coordinator)."""
+        self.coordinating = False
+        self.coordinator = event.address
+        world = self.world
+        if world is not None:
+            self._election.lose(world.coordinator[0], now)
+        return (Say(f"fenced out, this node no longer coordinates: {event.reason}"), StopProcesses(),
+                *self._rejoin("this node's world was replaced by a newer epoch", now))
 
     def _on_tick(self, now: float) -> tuple[MemberAction, ...]:
         if self.world is None and not self.coordinating and now > self.world_deadline:
             waited = self.quorum_timeout + WORLD_WAIT_MARGIN
             return Say(f"no world from the coordinator within {waited:g} s of registering; giving up"), \
                 Exit(contract.EXIT_RENDEZVOUS)
-        return ()
+        return self._stand(now) if self.orphaned else ()

@@ -37,10 +37,11 @@ class WorldPusher:
         clock: monotonic clock, seconds.
         say: writes one line to the agent's log.
         delivered: called with a node that accepted a world, the world's generation and the time.
-        refused: called with a node whose connection was refused (so the coordinator probes it now).
+        refused: called with a node whose connection was refused, or that refused the world as of an older
+            epoch (so the coordinator probes it now).
     """
 
-    def __init__(self, node_id: int, transport: PeerTransport, width: int, threshold: int, ttl: float,
+    def __init__(self, *, node_id: int, transport: PeerTransport, width: int, threshold: int, ttl: float,
                  clock: Callable[[], float], say: Callable[[str], None],
                  delivered: Callable[[Node, int, float], None], refused: Callable[[Node], None]) -> None:
         self._node_id = node_id
@@ -59,7 +60,7 @@ class WorldPusher:
 
     def tree(self, world: World) -> Layout:
         """The tree over ``world``'s members."""
-        return layout(len(world.nodes), self._width, self._threshold)
+        return layout(len(world.nodes), width=self._width, threshold=self._threshold)
 
     def push(self, push: Push) -> bool:
         """Send ``push.world`` to its targets other than this node: along the tree when it goes to all
@@ -118,8 +119,8 @@ class WorldPusher:
                     continue  # the job is over: a node already gone has nothing left to learn
                 self._say(f"could not send a world to node {node.node_id} (its heartbeat will fetch it): "
                           f"{answer.problem}")
-                if answer.refused:
-                    self._refused(node)
+                if answer.refused or answer.status == 409:
+                    self._refused(node)  # gone, or fenced: it holds a newer epoch (the probe learns which)
                 continue
             with self._lock:
                 self.sent += 1
@@ -127,17 +128,18 @@ class WorldPusher:
 
 
 class Prober:
-    """Asks a silent or refusing node's agent whether it is up (``GET /healthz``), from a background
-    thread, at most :data:`PROBE_CONCURRENCY` at once.
+    """Asks a silent or refusing node's agent whether it is up and which epoch it knows (``GET /info``),
+    from a background thread, at most :data:`PROBE_CONCURRENCY` at once.
 
     Args:
         transport: the peer transport.
         timeout: seconds a probe may take (``HeartbeatTiming.probe_timeout``).
-        answered: called with the probe, whether the agent answered, and the reason (with how it failed).
+        answered: called with the probe, whether the agent answered, the reason (with how it failed),
+            the epoch the node knows (0 without an answer) and its coordinator's ``(address, port)``.
     """
 
     def __init__(self, transport: PeerTransport, timeout: float,
-                 answered: Callable[[Probe, bool, str], None]) -> None:
+                 answered: Callable[[Probe, bool, str, int, tuple[str, int]], None]) -> None:
         self._transport = transport
         self._timeout = timeout
         self._answered = answered
@@ -149,12 +151,15 @@ class Prober:
 
     def _probe(self, probe: Probe) -> None:
         node = probe.node
-        exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_HEALTHZ)
+        exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_INFO)
         with self._slots:
             answer = self._transport.exchange(exchange, self._timeout)
         try:
-            answer.result(exchange)
+            info = answer.result(exchange)
         except TransportError as exc:
-            self._answered(probe, False, f"{probe.reason}, and a direct probe failed: {exc}")
+            self._answered(probe, False, f"{probe.reason}, and a direct probe failed: {exc}", 0, ("", 0))
             return
-        self._answered(probe, True, probe.reason)
+        coordinator = info.get("world_coordinator")
+        address = (str(coordinator[1]), int(coordinator[2])) if isinstance(coordinator, list) and \
+            len(coordinator) == 3 else ("", 0)
+        self._answered(probe, True, probe.reason, int(info.get("epoch") or 1), address)

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
-from runtime.agent.membership.events import Fatal
+from runtime.agent.membership.events import CoordinatorFound, Event, Fatal, Registered
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.transport import DEFAULT_TIMEOUT, encode
@@ -24,7 +24,8 @@ and again until the quorum timeout."""
 
 
 class Registration:
-    """Registers this node with the coordinator.
+    """Registers this node with the coordinator. It writes no node state: what it learns goes to the
+    agent's loop as events for ``Member`` (:class:`CoordinatorFound`, :class:`Registered`, :class:`Fatal`).
 
     Args:
         host: the coordinator's host name (resolved first, unless :attr:`address` has an address).
@@ -32,9 +33,9 @@ class Registration:
         quorum_timeout: seconds to keep trying.
         transport: the peer transport.
         resolver: name resolution.
-        address: returns the coordinator's known ``(address, port)`` (``address`` empty when unknown).
-        resolved: called with the coordinator's ``(address, port)`` once its name resolved.
-        on_fatal: called with what ends the node (refused, unreachable, unresolvable).
+        address: returns the coordinator's known ``(address, port)`` (``address`` empty when unknown),
+            from the node's read-only view.
+        events: takes what registration learns (to the agent's loop).
         stopping: set when the agent stops.
         clock: monotonic clock, seconds.
         discover: the running world's coordinator as the other nodes know it (``discovery``), or
@@ -42,9 +43,8 @@ class Registration:
             (404), as when node 0 was lost and another node took over.
     """
 
-    def __init__(self, host: str, body: dict[str, object], quorum_timeout: float, transport: PeerTransport,
-                 resolver: Resolver, address: Callable[[], tuple[str, int]],
-                 resolved: Callable[[tuple[str, int]], None], on_fatal: Callable[[Fatal], None],
+    def __init__(self, *, host: str, body: dict[str, object], quorum_timeout: float, transport: PeerTransport,
+                 resolver: Resolver, address: Callable[[], tuple[str, int]], events: Callable[[Event], None],
                  stopping: threading.Event, clock: Callable[[], float],
                  discover: Callable[[], Optional[tuple[str, int]]] = lambda: None) -> None:
         self._host = host
@@ -53,13 +53,10 @@ class Registration:
         self._transport = transport
         self._resolver = resolver
         self._address = address
-        self._resolved = resolved
-        self._on_fatal = on_fatal
+        self._events = events
         self._stopping = stopping
         self._clock = clock
         self._discover = discover
-        self.registered = threading.Event()
-        """Set once the coordinator took the registration; cleared by :meth:`start`."""
 
     def start(self, delay: float) -> None:
         """Register from a background thread after ``delay`` seconds.
@@ -68,7 +65,6 @@ class Registration:
         off a crashing container), so the survivors can re-form their process group first instead of
         being interrupted again mid-rendezvous.
         """
-        self.registered.clear()
         threading.Thread(target=self.register, args=(delay,), name="register", daemon=True).start()
 
     def register(self, delay: float) -> None:
@@ -82,29 +78,29 @@ class Registration:
             if found is None:
                 return
             host, port = found
-            self._resolved(found)
+            self._events(CoordinatorFound(found))
         retry = FIRST_RETRY
         exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(self._body))
         while not self._stopping.is_set():
             try:
                 self._transport.exchange(exchange, DEFAULT_TIMEOUT).result(exchange)
-                self.registered.set()
+                self._events(Registered())
                 return
             except Unauthorized as exc:
-                self._on_fatal(Fatal(f"the coordinator refused this node's token: {exc}", contract.EXIT_RENDEZVOUS))
+                self._events(Fatal(f"the coordinator refused this node's token: {exc}", contract.EXIT_RENDEZVOUS))
                 return
             except TransportError as exc:
                 found = self._discover() if exc.status in (None, 404) else None
                 if found is not None and found != (host, port):
                     host, port = found
                     exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(self._body))
-                    self._resolved(found)
+                    self._events(CoordinatorFound(found))
                     continue
-                if exc.status is not None:
-                    self._on_fatal(Fatal(f"registration refused: {exc}", contract.EXIT_RENDEZVOUS))
+                if exc.status not in (None, 404):  # 404: that node does not coordinate (yet): ask again
+                    self._events(Fatal(f"registration refused: {exc}", contract.EXIT_RENDEZVOUS))
                     return
                 if self._clock() + retry > deadline:
-                    self._on_fatal(Fatal(f"coordinator {host}:{port} unreachable for {self._timeout:g} s: {exc}",
+                    self._events(Fatal(f"coordinator {host}:{port} unreachable for {self._timeout:g} s: {exc}",
                                          contract.EXIT_RENDEZVOUS))
                     return
             self._stopping.wait(retry)
@@ -122,7 +118,7 @@ class Registration:
                 if found is not None:
                     return found
                 if self._clock() >= deadline or self._stopping.is_set():
-                    self._on_fatal(Fatal(
+                    self._events(Fatal(
                         f"could not resolve {self._host!r} within {self._timeout:g} s ({exc.__cause__}) and no peer "
                         f"runs a world; check that the headless Service exists and the pod's subdomain matches it",
                         contract.EXIT_RENDEZVOUS))

@@ -8,15 +8,18 @@ each local rank, whether and how it exited, and for how many seconds it has writ
 * once some rank of the world has exited 0, every rank still running that has been silent for
   ``hang_report_after`` seconds is reported (which rank, on which node, silent since when), again
   each time it has been silent that long once more;
-* past the job's ``timeout`` (seconds from the coordinator's start) the job is over: the verdict's
-  message is the report of every rank still running (``contract.EXIT_TIMEOUT``).
+* past the job's ``timeout`` (seconds from the job's start, carried in the world across a
+  coordinator's takeover: ``World.job_elapsed``) the job is over: the verdict's message is the
+  report of every rank still running (``contract.EXIT_TIMEOUT``).
 
-In a job that beats along a tree (``tree_threshold`` nodes or more), a node's ranks reach the
-coordinator only from the nodes that beat to it directly; the others are named by their node.
+In a job that beats along a tree (``tree_threshold`` nodes or more), a parent keeps what its
+children's beats said of their ranks (:class:`SubtreeRanks`) and forwards it with its own beat, their
+silences aged by the time held, so a hung rank is named at any size.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
@@ -50,7 +53,7 @@ class Stragglers:
         wall: wall clock, seconds since the epoch (only to say "since when").
     """
 
-    def __init__(self, hang_report_after: float, timeout: Optional[float], started: float,
+    def __init__(self, hang_report_after: float, timeout: Optional[float], started: float, *,
                  wall: Callable[[], float] = time.time) -> None:
         self.hang_report_after = hang_report_after
         self.timeout = timeout
@@ -112,3 +115,37 @@ class Stragglers:
         known = {node_id for node_id, _ in self._ranks.values()}
         nodes: list[Node] = [n for n in world.nodes if n.num_proc and n.node_id not in known]
         return [f"node {n.node_id} ({n.addr}), ranks not reported" for n in nodes]
+
+
+def parse_ranks(entries: Any) -> list[list[Any]]:
+    """``[rank, exit code or null, seconds silent]`` entries of a beat, the malformed ones left out."""
+    out: list[list[Any]] = []
+    for entry in entries if isinstance(entries, list) else ():
+        try:
+            out.append([int(entry[0]), None if entry[1] is None else int(entry[1]), float(entry[2])])
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+    return out
+
+
+class SubtreeRanks:
+    """What a tree parent heard of its descendants' ranks (``node_id -> ranks``), forwarded with its
+    beats. Thread-safe: HTTP handler threads note, the heartbeat thread forwards."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, tuple[list[list[Any]], float]] = {}
+        self._lock = threading.Lock()
+
+    def note(self, node_id: int, entries: Any, now: float) -> None:
+        """Node ``node_id``'s ranks as its beat (at monotonic ``now``) gave them (:func:`parse_ranks`)."""
+        ranks = parse_ranks(entries)
+        if ranks:
+            with self._lock:
+                self._ranks[node_id] = (ranks, now)
+
+    def forward(self, now: float, keep: Callable[[int], bool]) -> dict[str, list[list[Any]]]:
+        """The ranks of every node ``keep`` accepts (the world's), silences aged to ``now``."""
+        with self._lock:
+            held = dict(self._ranks)
+        return {str(node_id): [[rank, code, round(silent + now - at, 3)] for rank, code, silent in ranks]
+                for node_id, (ranks, at) in held.items() if keep(node_id)}

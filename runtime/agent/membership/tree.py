@@ -64,18 +64,18 @@ def split(nodes: Sequence[int], width: int) -> list[tuple[int, ...]]:
     return out
 
 
-def plan_root(targets: Sequence[int], me: int, threshold: int, fanout: int) -> Plan:
+def plan_root(targets: Sequence[int], me: int, *, threshold: int, width: int) -> Plan:
     """The coordinator's plan for a call to ``targets`` (node ranks, ascending).
 
     Args:
         targets: node ranks the call runs on.
         me: the coordinator's node rank (it may or may not be a target).
         threshold: at least this many targets make a tree.
-        fanout: children per node in a tree.
+        width: children per node in a tree.
     """
     others = [n for n in targets if n != me]
     tree = is_tree(len(targets), threshold)
-    return Plan(me in targets, tuple(split(others, fanout if tree else max(1, len(others)))), tree)
+    return Plan(me in targets, tuple(split(others, width if tree else max(1, len(others)))), tree)
 
 
 def plan_node(nodes: Sequence[int], fanout: int) -> Plan:
@@ -83,9 +83,9 @@ def plan_node(nodes: Sequence[int], fanout: int) -> Plan:
     return Plan(True, tuple(split(nodes[1:], fanout)), len(nodes) > 1)
 
 
-def levels(count: int, threshold: int, fanout: int) -> int:
+def levels(count: int, *, width: int, threshold: int) -> int:
     """Levels (the coordinator's included) a call to ``count`` nodes travels, the coordinator a target."""
-    return 1 + layout(count, fanout, threshold).hops if count > 1 else 1
+    return 1 + layout(count, width=width, threshold=threshold).hops if count > 1 else 1
 
 
 class Layout:
@@ -103,7 +103,7 @@ class Layout:
         ValueError: ``nodes`` below 1 or ``width`` below 1.
     """
 
-    def __init__(self, nodes: int, width: int, threshold: int) -> None:
+    def __init__(self, nodes: int, *, width: int, threshold: int) -> None:
         if nodes < 1:
             raise ValueError(f"a tree needs at least one node, got {nodes}")
         if width < 1:
@@ -113,7 +113,7 @@ class Layout:
         self._parent: list[Optional[int]] = [None] * nodes
         self._children: list[tuple[int, ...]] = [()] * nodes
         self._depth = [0] * nodes
-        root = plan_root(range(nodes), 0, threshold, width)
+        root = plan_root(range(nodes), 0, threshold=threshold, width=width)
         pending = [(0, root.subtrees)]
         while pending:
             position, subtrees = pending.pop()
@@ -152,11 +152,11 @@ class Layout:
 
 
 @functools.lru_cache(maxsize=64)
-def layout(nodes: int, width: int, threshold: int) -> Layout:
+def layout(nodes: int, *, width: int, threshold: int) -> Layout:
     """The :class:`Layout` of a world of ``nodes`` members, shared by every caller in this process
     (a thousand in-process agents build it once).
 
     Raises:
         ValueError: ``nodes`` below 1 or ``width`` below 1.
     """
-    return Layout(nodes, width, threshold)
+    return Layout(nodes, width=width, threshold=threshold)

@@ -156,7 +156,7 @@ class ServiceNode:
             return Response(error_status(held), error_body(held))
         try:
             s = self._settings
-            plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)
+            plan = plan_root(targets, me, threshold=s.spec.tree_threshold, width=s.spec.tree_fanout)
             exec_request = ExecRequest(uuid.uuid4().hex, world.generation, call.invocation, call.timeout,
                                        targets, s.spec.tree_fanout, call.output, call.code)
             if call.output:

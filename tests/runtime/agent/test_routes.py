@@ -8,9 +8,12 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.agent.membership.coordination import Coordination
-from runtime.agent.membership.coordinator import LAST_CALL, Coordinator
+from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.forming import LAST_CALL
 from runtime.agent.membership.heartbeat import Liveness
+from runtime.agent.membership.nodestate import MemberView
 from runtime.agent.membership.push import WorldPusher
+from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.server import Request
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.world import Node, World
@@ -24,16 +27,20 @@ def node_body(node_id: int, state: str = "joining", **extra: object) -> dict:
     return {"node_id": node_id, "addr": f"10.0.0.{node_id}", "port": 32300, "num_proc": 1, "state": state, **extra}
 
 
-def routes(coordinating: bool, world: World | None = None, node_id: int = 0, elastic: bool = True):
+def routes(coordinating: bool, world: World | None = None, node_id: int = 0, elastic: bool = True,
+           subtree: SubtreeRanks | None = None):
     bounds = {"min_workers": 1, "max_workers": 2, "quorum_workers": 1} if elastic else {}
     settings = agent_settings(job_name="j", node_id=node_id, workers=2, **bounds)
     coordination = Coordination(Coordinator(settings, 0.0) if coordinating else None)
     network = FakeNetwork()
-    pusher = WorldPusher(node_id, FakeTransport(network, "token"), 50, 100, 3.0, lambda: 0.0, lambda _l: None,
-                         lambda *_a: None, lambda _n: None)
+    pusher = WorldPusher(node_id=node_id, transport=FakeTransport(network, "token"), width=50, threshold=100, ttl=3.0,
+                         clock=lambda: 0.0, say=lambda _l: None, delivered=lambda *_a: None, refused=lambda _n: None)
     decided, arrived, children = [], [], Liveness()
-    agent = AgentRoutes(settings, lambda: world, coordination, children, pusher, decided.extend, arrived.append,
-                        Counters(lambda: 7, lambda: pusher.sent, lambda: None), lambda: 1.0)
+    view = MemberView(world, ("", 32300), registered=True, coordinating=coordinating, epoch=world.epoch if world else 1)
+    agent = AgentRoutes(settings=settings, view=lambda: view, coordination=coordination, children=children,
+                        pusher=pusher, actions=decided.extend, arrived=arrived.append,
+                        counters=Counters(lambda: 7, lambda: pusher.sent, lambda: None), clock=lambda: 1.0,
+                        subtree=subtree)
     return agent, coordination, decided, arrived, children
 
 
@@ -101,3 +108,25 @@ def test_a_world_of_another_job_is_refused_and_one_of_this_job_taken():
     assert agent.world(Request("POST", contract.ROUTE_WORLD, ours.to_json(), "peer")).body == {"accepted": 1}
     assert [e.world for e in arrived] == [ours]
     assert agent.info(Request("GET", contract.ROUTE_INFO, {}, "peer")).body["requests_served"] == 7
+
+
+def test_a_tree_parent_forwards_its_subtrees_ranks_and_the_coordinator_names_a_hung_one():
+    """Issue 20 item 4: in tree mode only the coordinator's direct children beat to it, so their
+    beats carry their subtrees' ranks; a hung rank two hops down is named."""
+    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=tuple(Node(i, f"10.0.0.{i}", 32300, 1) for i in range(3)))
+    subtree = SubtreeRanks()
+    parent, _, _, _, _ = routes(coordinating=False, world=world, node_id=1, subtree=subtree)
+    put(parent, node_body(2, state="alive", generation=1, ranks=[[2, None, 40.0]], subtree_ranks={"9": "junk"}))
+    forwarded = subtree.forward(3.0, world.has)
+    assert forwarded == {"2": [[2, None, 42.0]]}, "aged by the 2 s held; a node outside the world dropped"
+    agent, coordination, _, _, _ = routes(coordinating=True)
+    put(agent, node_body(0))
+    coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    put(agent, node_body(1))
+    grown = coordination.use(lambda c: c.world)
+    assert grown is not None
+    put(agent, node_body(1, state="alive", generation=grown.generation, ranks=[[1, 0, 0.0]],
+                        subtree_ranks={"0": [[0, None, 50.0]]}))
+    said = coordination.use(lambda c: c.stragglers.check(grown, 1.0 + c.stragglers.hang_report_after))
+    assert said is not None and any("rank 0 on node 0" in line for line in said[0]), said

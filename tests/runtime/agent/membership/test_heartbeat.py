@@ -47,7 +47,7 @@ def world(nodes: int = 13, generation: int = 1) -> World:
 
 
 def state(node_id: int = 2, width: int = 3, threshold: int = 4) -> HeartbeatState:
-    return HeartbeatState(HeartbeatTiming(interval=0.25, ttl=3.0), node_id, width, threshold, now=0.0,
+    return HeartbeatState(HeartbeatTiming(interval=0.25, ttl=3.0), node_id, width=width, threshold=threshold, now=0.0,
                           jitter=lambda: 0.5)
 
 

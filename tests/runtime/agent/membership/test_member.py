@@ -11,6 +11,7 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.execution.procs import ProcExit
 from runtime.agent.membership.actions import (
+    AskVotes,
     DeliverChange,
     Exit,
     Finish,
@@ -32,6 +33,7 @@ from runtime.agent.membership.events import (
     Removed,
     SignalReceived,
     Tick,
+    VotesCounted,
     WorldArrived,
 )
 from runtime.agent.membership.member import WORLD_WAIT_MARGIN, Member, MemberState
@@ -52,8 +54,8 @@ def world(generation: int = 1, nodes: tuple[int, ...] = (0, 1, 2), restart_count
 
 def member(node_id: int = 1, elastic: bool = False, local_world_size: int = 2, signals: str = DEFAULT_SIGNALS,
            coordinating: bool = False) -> Member:
-    return Member(node_id, local_world_size, elastic, signals, ttl=3.0, quorum_timeout=10.0,
-                  coordinating=coordinating)
+    return Member(node_id=node_id, local_world_size=local_world_size, elastic=elastic, signals_to_handle=signals,
+                  ttl=3.0, quorum_timeout=10.0, coordinating=coordinating, coordinator_port=32300)
 
 
 def exited(local_rank: int, code: int, generation: int = 1, requested: bool = False) -> ProcessExited:
@@ -193,13 +195,17 @@ def test_a_named_notice_signal_is_passed_on_and_an_unnamed_one_ignored():
     assert m.state is MemberState.RUNNING
 
 
-def test_the_lowest_survivor_takes_over_a_lost_coordinator_of_an_elastic_job():
+def test_the_lowest_survivor_asks_for_votes_and_takes_over_only_with_a_majority():
     successor = running(member(node_id=1, elastic=True))
-    [said, take_over] = successor.handle(CoordinatorLost(COORDINATOR, 3.5), 5.0)
-    assert take_over == TakeOver(world(), 0) and "node 1 takes over" in said.message
+    [said, ask] = successor.handle(CoordinatorLost(COORDINATOR, 3.5), 5.0)
+    assert "votes of 2 of the world's 3 nodes" in said.message and isinstance(ask, AskVotes)
+    assert [n.node_id for n in ask.peers] == [2] and ask.ballot.epoch == 2
+    assert successor.handle(VotesCounted(ask.ballot, (1,), 0), 5.1) == (), "its own vote is no majority"
+    [said, take_over] = successor.handle(VotesCounted(ask.ballot, (1, 2), 0), 5.2)
+    assert take_over == TakeOver(world(), 0, 2, pytest.approx(4.2)) and "node 1 takes over in epoch 2" in said.message
     assert successor.coordinating and successor.handle(CoordinatorLost(COORDINATOR, 4.0), 6.0) == ()
     other = running(member(node_id=2, elastic=True))
-    assert other.handle(CoordinatorLost(COORDINATOR, 3.5), 5.0) == ()
+    assert kinds(other.handle(CoordinatorLost(COORDINATOR, 3.5), 5.0)) == [Say], "node 2 stands one TTL later"
     assert other.handle(CoordinatorLost((9, "x", 1), 3.5), 5.0) == (), "news of another coordinator"
 
 

@@ -12,8 +12,9 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.agent.membership.beating import Heartbeats
-from runtime.agent.membership.events import Event, Fatal, Removed, WorldArrived
+from runtime.agent.membership.events import CoordinatorFound, Event, Fatal, Registered, Removed, WorldArrived
 from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
+from runtime.agent.membership.member import MemberView
 from runtime.agent.membership.registration import Registration
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.server import Request, Response
@@ -39,30 +40,31 @@ def coordinator(network: FakeNetwork, answer) -> list[dict]:
     return received
 
 
-def registration(network: FakeNetwork, token: str = TOKEN, clock=lambda: 0.0) -> tuple[Registration, list[Fatal]]:
-    fatal: list[Fatal] = []
+def registration(network: FakeNetwork, token: str = TOKEN, clock=lambda: 0.0) -> tuple[Registration, list[Event]]:
+    """A registration and the events it sends the agent's loop."""
+    sent: list[Event] = []
     resolver = Resolver({"coordinator": COORDINATOR[0]})
-    return Registration("coordinator", BODY, 10.0, FakeTransport(network, token), resolver,
-                        lambda: ("", COORDINATOR[1]), lambda _address: None, fatal.append, threading.Event(),
-                        clock), fatal
+    return Registration(host="coordinator", body=BODY, quorum_timeout=10.0, transport=FakeTransport(network, token),
+                        resolver=resolver, address=lambda: ("", COORDINATOR[1]), events=sent.append,
+                        stopping=threading.Event(), clock=clock), sent
 
 
 def test_a_registration_the_coordinator_takes_sets_registered():
     network = FakeNetwork()
     received = coordinator(network, lambda _body: Response(200, {"generation": 0}))
-    reg, fatal = registration(network)
+    reg, sent = registration(network)
     reg.register(0.0)
-    assert reg.registered.is_set() and not fatal and received == [BODY]
+    assert sent == [CoordinatorFound(COORDINATOR), Registered()] and received == [BODY]
 
 
 def test_a_coordinator_not_up_yet_is_asked_again_until_it_answers():
     network = FakeNetwork()
-    reg, fatal = registration(network)
+    reg, sent = registration(network)
     thread = threading.Thread(target=reg.register, args=(0.0,))
     thread.start()
     coordinator(network, lambda _body: Response(200, {"generation": 0}))
     thread.join(timeout=10)
-    assert reg.registered.is_set() and not fatal
+    assert sent == [CoordinatorFound(COORDINATOR), Registered()]
 
 
 @pytest.mark.parametrize(("token", "status", "message"), [
@@ -76,29 +78,30 @@ def test_a_refusal_ends_the_node_at_once(token: str, status: int, message: str):
         raise HttpError(status, "the world formed without node 1")
 
     coordinator(network, answer)
-    reg, fatal = registration(network, token=token)
+    reg, sent = registration(network, token=token)
     reg.register(0.0)
-    [ended] = fatal
-    assert message in ended.message and ended.exit_code == contract.EXIT_RENDEZVOUS
-    assert not reg.registered.is_set()
+    _found, ended = sent
+    assert isinstance(ended, Fatal) and message in ended.message and ended.exit_code == contract.EXIT_RENDEZVOUS
 
 
 def test_a_coordinator_unreachable_for_the_quorum_timeout_ends_the_node():
     """The fake clock moves 4 s at each look; nobody serves the coordinator's address."""
     ticks = count(0, 4)
-    reg, fatal = registration(FakeNetwork(), clock=lambda: float(next(ticks)))
+    reg, sent = registration(FakeNetwork(), clock=lambda: float(next(ticks)))
     reg.register(0.0)
-    [ended] = fatal
-    assert ended.message.startswith("coordinator 10.0.0.0:32300 unreachable for 10 s: ")
+    _found, ended = sent
+    assert isinstance(ended, Fatal) and ended.message.startswith("coordinator 10.0.0.0:32300 unreachable for 10 s: ")
 
 
 def beating(network: FakeNetwork, world: World) -> tuple[queue.SimpleQueue[Event], Liveness, threading.Event]:
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     children, stopping, wake = Liveness(), threading.Event(), threading.Event()
-    state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, 50, 100, now=0.0, jitter=lambda: 0.0)
-    Heartbeats(state, {k: v for k, v in BODY.items() if k != "state"}, FakeTransport(network, TOKEN),
-               lambda: (world, True, False), lambda: COORDINATOR, children, events.put, lambda _line: None,
-               lambda: 0.0, stopping, wake).start()
+    state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, width=50, threshold=100, now=0.0,
+                           jitter=lambda: 0.0)
+    view = MemberView(world, COORDINATOR, registered=True, coordinating=False)
+    Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
+               transport=FakeTransport(network, TOKEN), view=lambda: view, children=children, deliver=events.put,
+               say=lambda _line: None, clock=lambda: 0.0, stopping=stopping, wake=wake).start()
     return events, children, stopping
 
 

@@ -18,7 +18,8 @@ def world(generation: int = 1) -> World:
 
 
 def watch(**kw) -> Stragglers:
-    return Stragglers(kw.pop("hang_report_after", 10.0), kw.pop("timeout", None), 0.0, wall=lambda: WALL)
+    return Stragglers(kw.pop("hang_report_after", 10.0), kw.pop("timeout", None), kw.pop("started", 0.0),
+                      wall=lambda: WALL)
 
 
 def test_a_silent_rank_is_reported_only_once_another_has_finished_then_again_each_period():
@@ -54,6 +55,23 @@ def test_a_new_generation_forgets_the_old_ranks_and_stale_reports_count_for_noth
     s.note(0, [[0, None, 0.0]], 2, now=2.0)
     s.note(1, [[1, 0, 0.0], [2, None, 99.0]], 1, now=2.0)
     assert s.check(world(2), 3.0) == ([], None)
+
+
+def test_a_coordinator_that_takes_over_counts_the_time_limit_from_the_jobs_start():
+    """Issue 20 item 4: the job ran 30 s under node 0 (``World.job_elapsed``); the successor, 40 s
+    limit, ends it 10 s after taking over, not 40 s."""
+    from runtime.agent.membership.coordinator import Coordinator
+    from testbed.settings import agent_settings
+
+    settings = agent_settings(job_name="j", node_id=1, workers=2, min_workers=1, max_workers=2, timeout=40.0)
+    taken = World.from_json({**world().to_json(), "job_elapsed": 30.0})
+    c = Coordinator(settings, 1000.0, world=taken, epoch=2, elapsed=30.0)
+    c.liveness.beat(0, 1009.0)
+    c.tick(1009.0)
+    assert c.world is not None and c.world.status == "running"
+    c.liveness.beat(0, 1010.0)
+    actions = c.tick(1010.0)
+    assert c.world is not None and c.world.status == "failed" and "time limit of 40 s" in c.world.message, actions
 
 
 def _hms(wall: float) -> str:

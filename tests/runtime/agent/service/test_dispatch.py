@@ -71,7 +71,7 @@ def flat() -> Iterator[Fleet]:
 
 
 def test_the_tree_has_three_levels():
-    assert levels(13, 4, 3) == 3
+    assert levels(13, threshold=4, width=3) == 3
 
 
 def test_tree_and_flat_return_every_rank_in_order_whatever_the_completion_order(tree: Fleet, flat: Fleet):

@@ -1,0 +1,263 @@
+"""A whole job's membership on a fake clock, without sockets: every node's real ``Member``,
+``HeartbeatState`` and (where it holds the role) ``Coordinator``, joined by a pretend network that
+tests cut (partitions) and whose agents they stop (``SIGSTOP``: a stopped node takes no step, and
+sees the clock jump when it resumes). The agent's I/O is replaced by direct calls: a beat, a push,
+a probe, a ballot or a report reaches its node at once, or not at all when either end is cut off or
+stopped. For tests of the fencing rule (``membership.election``, ``membership.lease``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from runtime.agent.errors import MembershipRefused
+from runtime.agent.execution.procs import ProcExit
+from runtime.agent.membership import actions as act
+from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.election import Verdict
+from runtime.agent.membership.events import (
+    Deposed,
+    Event,
+    ProcessExited,
+    Registered,
+    Tick,
+    VoteRequested,
+    VotesCounted,
+    WorldArrived,
+)
+from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming
+from runtime.agent.membership.member import Member
+from runtime.agent.world import Failure, Node, World
+from testbed.settings import agent_settings
+
+STEP = 0.05
+"""Seconds of fake time per step."""
+
+
+@dataclass
+class SimNode:
+    """One node: its decisions, and what its ranks run (the world's ``order``, or ``None``)."""
+
+    node: Node
+    member: Member
+    beats: HeartbeatState
+    coordinator: Optional[Coordinator] = None
+    ranks: Optional[tuple[int, int]] = None
+    exit_code: Optional[int] = None
+    said: list[str] = field(default_factory=list)
+    register_at: Optional[float] = None
+
+
+class SimJob:
+    """An elastic job of ``nodes`` nodes (``min_workers``), TTL ``ttl`` seconds, formed at once.
+
+    Attributes:
+        now: the fake monotonic time, seconds.
+        cut: node ids cut off from every other node.
+        stopped: node ids whose agent is stopped.
+    """
+
+    def __init__(self, nodes: int = 3, min_workers: int = 2, ttl: float = 3.0, elastic: bool = True,
+                 max_restarts: int = 0) -> None:
+        self.now = 0.0
+        self.cut: set[int] = set()
+        self.stopped: set[int] = set()
+        bounds = {"min_workers": min_workers, "max_workers": nodes} if elastic else {}
+        self.settings = [agent_settings(job_name="j", node_id=i, workers=nodes, heartbeat_ttl=ttl,
+                                        heartbeat_interval=ttl / 12, advertise_address=f"10.0.0.{i}",
+                                        max_restarts=max_restarts, **bounds)
+                         for i in range(nodes)]
+        timing = HeartbeatTiming(ttl / 12, ttl)
+        self.nodes = [SimNode(Node(i, f"10.0.0.{i}", 32300, 1), Member(
+            node_id=i, local_world_size=1, elastic=elastic, signals_to_handle="SIGTERM", ttl=ttl, quorum_timeout=60.0,
+            coordinating=i == 0, coordinator_port=32300), HeartbeatState(timing, i, width=50, threshold=100, now=0.0,
+                                                                         jitter=lambda: 0.0)) for i in range(nodes)]
+        self.nodes[0].coordinator = Coordinator(self.settings[0], 0.0)
+        for n in self.nodes:
+            self._member(n, n.member.start(0.0))
+        self.run(1.0)
+
+    # --- the test's controls ---------------------------------------------------------------------
+
+    def run(self, seconds: float) -> None:
+        """Let ``seconds`` of fake time pass, every node not stopped taking its steps."""
+        end = self.now + seconds
+        while self.now < end:
+            self.now = round(self.now + STEP, 6)
+            for n in self.nodes:
+                if n.node.node_id not in self.stopped and n.exit_code is None:
+                    self._step(n)
+
+    def exit_ranks(self, node_id: int, code: int) -> None:
+        """Node ``node_id``'s rank exits with ``code`` (e.g. its collective failed)."""
+        n = self.nodes[node_id]
+        world = n.member.world
+        started = n.member.running_generation
+        if world is not None and n.ranks is not None and started is not None:
+            self._event(n, ProcessExited(ProcExit(started, 0, world.first_rank(world.node_rank_of(node_id)), code, (),
+                                                  0.0, False)))
+
+    def coordinators(self) -> list[int]:
+        """Node ids of running (not stopped) agents holding a coordinator role not fenced out."""
+        return [n.node.node_id for n in self.nodes if n.coordinator is not None and n.coordinator.lease.deposed is None
+                and n.exit_code is None and n.node.node_id not in self.stopped]
+
+    def running_worlds(self) -> set[tuple[int, int]]:
+        """The worlds (``order``) the ranks of running (not stopped) agents are in."""
+        return {n.ranks for n in self.nodes
+                if n.ranks is not None and n.exit_code is None and n.node.node_id not in self.stopped}
+
+    # --- one node's step -------------------------------------------------------------------------
+
+    def _reach(self, a: int, b: int) -> bool:
+        return a == b or (a not in self.cut and b not in self.cut and b not in self.stopped)
+
+    def _step(self, n: SimNode) -> None:
+        me = n.node.node_id
+        if n.register_at is not None and self.now >= n.register_at:
+            self._register(n)
+        self._event(n, Tick())
+        if n.coordinator is not None:
+            self._coord(n, n.coordinator.tick(self.now))
+        view = n.member.view
+        beat = n.beats.next(view.world, view.registered, view.coordinating, self.now)
+        if beat is None or view.world is None:
+            return
+        target = view.world.coordinator[0]
+        holder = self.nodes[target].coordinator
+        if not self._reach(me, target) or holder is None:
+            outcome = n.beats.failed(beat, view.world, f"node {target}", "no answer", self.now)
+        else:
+            try:
+                holder.heartbeat(me, {}, self.now, view.epoch)
+                newer = holder.world if holder.world is not None and holder.world.order > view.world.order else None
+                outcome = n.beats.answered(beat, newer, self.now)
+            except MembershipRefused as exc:
+                outcome = n.beats.refused(beat, str(exc))
+        for event in outcome.events:
+            self._event(n, event)
+
+    def _event(self, n: SimNode, event: Event) -> None:
+        self._member(n, n.member.handle(event, self.now))
+
+    def _member(self, n: SimNode, actions: tuple[act.MemberAction, ...]) -> None:
+        for a in actions:
+            if isinstance(a, act.Exit):
+                n.exit_code, n.ranks = a.code, None
+            elif isinstance(a, act.Say):
+                n.said.append(a.message)
+            elif isinstance(a, act.StopProcesses):
+                n.ranks = None
+            elif isinstance(a, (act.StartGeneration, act.DeliverChange)):
+                n.ranks = a.world.order
+            elif isinstance(a, act.Register):
+                n.register_at = self.now + a.delay
+            elif isinstance(a, act.AskVotes):
+                self._ask(n, a)
+            elif isinstance(a, act.AnswerVote):
+                a.reply(a.verdict)
+            elif isinstance(a, act.TakeOver):
+                n.coordinator = Coordinator(self.settings[n.node.node_id], self.now, world=a.world, epoch=a.epoch,
+                                            elapsed=a.elapsed)
+                self._coord(n, n.coordinator.lose(a.lost, f"coordinator node {a.lost} lost"))
+            elif isinstance(a, act.Report):
+                self._report(n, a)
+            elif isinstance(a, act.Resign):
+                n.coordinator = None
+
+    def _register(self, n: SimNode) -> None:
+        me, target = n.node.node_id, self._coordinator_of(n)
+        holder = self.nodes[target].coordinator if target is not None else None
+        if target is None or holder is None or not self._reach(me, target):
+            n.register_at = self.now + 0.5
+            return
+        n.register_at = None
+        try:
+            actions = holder.register(n.node, self.now)
+        except MembershipRefused as exc:
+            n.said.append(f"registration refused: {exc}")
+            return
+        self._event(n, Registered())
+        self._coord(self.nodes[target], actions)
+
+    def _coordinator_of(self, n: SimNode) -> Optional[int]:
+        """Where ``n`` registers: itself when it coordinates, its view's coordinator, else the running
+        world's as a reachable peer knows it (discovery), else node 0 (the configured host)."""
+        if n.coordinator is not None:
+            return n.node.node_id
+        address = n.member.view.coordinator[0]
+        if address:
+            return int(address.rsplit(".", 1)[1])
+        for peer in self.nodes:
+            world = peer.member.world
+            if peer is not n and self._reach(n.node.node_id, peer.node.node_id) and world is not None:
+                return world.coordinator[0]
+        return 0
+
+    def _ask(self, n: SimNode, ask: act.AskVotes) -> None:
+        granted, seen, newer = [n.node.node_id], 0, None
+        for peer in ask.peers:
+            p = self.nodes[peer.node_id]
+            if not self._reach(n.node.node_id, peer.node_id) or p.exit_code is not None:
+                continue
+            verdicts: list[Verdict] = []
+            self._event(p, VoteRequested(ask.ballot, verdicts.append))
+            [verdict] = verdicts
+            seen = max(seen, verdict.epoch)
+            if verdict.granted:
+                granted.append(peer.node_id)
+            if verdict.world is not None and (newer is None or verdict.world.order > newer.order):
+                newer = verdict.world
+        self._event(n, VotesCounted(ask.ballot, tuple(granted), seen, newer))
+
+    def _report(self, n: SimNode, report: act.Report) -> None:
+        world = n.member.world
+        target = world.coordinator[0] if world is not None else None
+        holder = self.nodes[target].coordinator if target is not None else None
+        if target is not None and holder is not None and self._reach(n.node.node_id, target):
+            failure = None
+            if report.exit is not None:
+                ended = report.exit
+                failure = Failure(ended.rank, n.node.node_id, ended.local_rank, ended.exit_code, addr=n.node.addr)
+            self._coord(self.nodes[target], holder.report(n.node.node_id, report.generation, report.state, failure,
+                                                          report.message, now=self.now))
+
+    def _coord(self, n: SimNode, actions: list[act.CoordinatorAction]) -> None:
+        for a in actions:
+            if isinstance(a, act.Say):
+                n.said.append(a.message)
+            elif isinstance(a, act.Push):
+                self._push(n, a.world, a.targets)
+            elif isinstance(a, act.Probe):
+                self._probe(n, a)
+            elif isinstance(a, act.StepDown):
+                n.coordinator = None
+                self._event(n, Deposed(a.reason, a.address if a.address[0] else ("", 32300)))
+                return
+
+    def _push(self, n: SimNode, world: World, targets: tuple[Node, ...]) -> None:
+        for target in targets:
+            t = self.nodes[target.node_id]
+            if not self._reach(n.node.node_id, target.node_id) or t.exit_code is not None:
+                continue
+            mine = t.member.world
+            if mine is not None and mine.epoch > world.epoch:
+                if n.coordinator is not None:  # refused as fenced: the coordinator probes it
+                    self._coord(n, n.coordinator.suspect(target.node_id, "refused a world push"))
+                continue
+            self._event(t, WorldArrived(world))
+
+    def _probe(self, n: SimNode, probe: act.Probe) -> None:
+        target = probe.node.node_id
+        coordinator = n.coordinator
+        if coordinator is None:
+            return
+        if self._reach(n.node.node_id, target) and self.nodes[target].exit_code is None:
+            view = self.nodes[target].member.view
+            world = view.world
+            address = (world.coordinator[1], world.coordinator[2]) if world is not None else ("", 0)
+            self._coord(n, coordinator.probed(probe, True, probe.reason, self.now, view.epoch, address))
+        else:
+            self._coord(n, coordinator.probed(probe, False, f"{probe.reason}: no answer", self.now))
+

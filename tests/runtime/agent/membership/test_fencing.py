@@ -1,0 +1,225 @@
+"""One world at a time, on a fake clock without sockets (``testbed.fencing``: every node's real
+``Member``, ``HeartbeatState`` and ``Coordinator``): a stalled or cut-off node, node 0 included,
+never leaves two worlds running; the job goes on in the majority's world and the others rejoin it."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.election import Ballot, Election, majority
+from runtime.agent.membership.lease import Lease
+from runtime.agent.world import SUCCEEDED, Node, World
+from testbed.fencing import SimJob
+from testbed.settings import agent_settings
+
+TTL = 3.0
+
+
+def world_of(job: SimJob, node_id: int) -> World:
+    world = job.nodes[node_id].member.world
+    assert world is not None, job.nodes[node_id].said
+    return world
+
+
+def members(world: World) -> list[int]:
+    return [n.node_id for n in world.nodes]
+
+
+def one_world(job: SimJob) -> World:
+    """The job's one coordinator and the one world every running agent's ranks are in."""
+    [holder] = job.coordinators()
+    coordinator = job.nodes[holder].coordinator
+    assert coordinator is not None and coordinator.world is not None
+    assert job.running_worlds() == {coordinator.world.order}, [n.said for n in job.nodes]
+    return coordinator.world
+
+
+def settle(job: SimJob, nodes: int, seconds: float = 60.0) -> World:
+    """Run until one coordinator's world holds all ``nodes`` nodes again (at most ``seconds``)."""
+    for _ in range(int(seconds / TTL)):
+        job.run(TTL)
+        holders = job.coordinators()
+        if len(holders) == 1:
+            world = job.nodes[holders[0]].coordinator.world  # type: ignore[union-attr]
+            if world is not None and len(world.nodes) == nodes and job.running_worlds() == {world.order}:
+                return world
+    raise AssertionError([n.said for n in job.nodes])
+
+
+def test_a_job_forms_in_epoch_1():
+    job = SimJob(3)
+    world = one_world(job)
+    assert members(world) == [0, 1, 2] and world.epoch == 1
+
+
+@pytest.mark.parametrize("ttls", [0.5, 1, 2, 3, 4, 5])
+def test_a_stalled_coordinator_leaves_one_world_and_rejoins_it(ttls: float):
+    """SIGSTOP of node 0's agent for 0.5x to 5x the TTL: a short stall changes nothing; a longer one
+    may elect node 1 (the majority, nodes 1 and 2, lost node 0), and then node 0, resumed, is fenced
+    out by the newer epoch, stops its ranks and is admitted to node 1's world. Never two worlds."""
+    job = SimJob(3)
+    job.stopped.add(0)
+    job.run(ttls * TTL)
+    job.stopped.clear()
+    world = settle(job, 3)
+    assert members(world) == [0, 1, 2]
+    if ttls <= 1:
+        assert world.epoch == 1 and job.coordinators() == [0], "a stall within the TTL is no loss"
+    if world.epoch > 1:
+        assert job.coordinators() == [1]
+        assert any("fenced out" in line for line in job.nodes[0].said), job.nodes[0].said
+    assert all(n.exit_code is None for n in job.nodes)
+
+
+def test_a_coordinator_stalled_past_the_ttl_is_replaced_in_epoch_2_with_a_majoritys_votes():
+    job = SimJob(3)
+    job.stopped.add(0)
+    job.run(4 * TTL)
+    assert job.coordinators() == [1], "node 0, stopped, knows nothing yet"
+    new = job.nodes[1].coordinator
+    assert new is not None and new.world is not None
+    assert (members(new.world), new.world.epoch) == ([1, 2], 2)
+    assert any("nodes 1, 2 confirmed it (2 of 3)" in line for line in job.nodes[1].said), job.nodes[1].said
+    assert world_of(job, 2).epoch == 2
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2])
+def test_a_node_cut_off_for_10_s_never_runs_a_second_world_and_rejoins(cut: int):
+    """Any node's link down for 10 s (3.3 TTLs), node 0 included: the side with a majority goes on,
+    the cut-off node takes over nothing (a lone node is no majority); once healed it rejoins."""
+    job = SimJob(3)
+    job.cut.add(cut)
+    job.run(10.0)
+    majority_side = [i for i in range(3) if i != cut]
+    holders = [i for i in job.coordinators() if i != cut]
+    assert len(holders) == 1, [n.said for n in job.nodes]
+    assert members(job.nodes[holders[0]].coordinator.world) == majority_side  # type: ignore[union-attr]
+    assert job.nodes[cut].coordinator is None or cut == 0, "a cut-off node never takes over"
+    job.cut.clear()
+    world = settle(job, 3)
+    assert members(world) == [0, 1, 2] and all(n.exit_code is None for n in job.nodes)
+
+
+def test_a_cut_off_coordinator_holds_its_decisions_and_fails_nothing():
+    """Node 0 cut off: it does not lose nodes 1 and 2 (that would fail the job, min 2) but holds,
+    then steps down after a TTL without a majority; nodes 1 and 2 go on in epoch 2."""
+    job = SimJob(3)
+    job.cut.add(0)
+    job.run(10.0)
+    assert job.nodes[0].coordinator is None
+    assert any("no majority of the world answered" in line for line in job.nodes[0].said), job.nodes[0].said
+    assert not any("job failed" in line for line in job.nodes[0].said)
+    assert world_of(job, 2).epoch == 2 and members(world_of(job, 2)) == [1, 2]
+
+
+def test_a_double_failure_elects_the_next_in_line():
+    """Nodes 0 and 1 of five stop for good: node 2 stands one TTL after node 1 would have, and the
+    three survivors (a majority of five) go on in epoch 2 with node 2 coordinating."""
+    job = SimJob(5)
+    job.stopped.update({0, 1})
+    job.run(8 * TTL)
+    world = one_world(job)
+    assert job.coordinators() == [2] and world.epoch == 2 and members(world) == [2, 3, 4]
+
+
+def test_a_minority_never_takes_over():
+    """Nodes 0 and 1 of three stop: node 2 alone is no majority; it trains on, orphaned."""
+    job = SimJob(3)
+    job.stopped.update({0, 1})
+    job.run(6 * TTL)
+    assert job.nodes[2].coordinator is None and world_of(job, 2).epoch == 1
+    assert job.nodes[2].member.orphaned
+
+
+def test_a_two_node_world_waits_for_its_coordinator():
+    job = SimJob(2, min_workers=1)
+    job.stopped.add(0)
+    job.run(3 * TTL)
+    assert job.nodes[1].coordinator is None and job.nodes[1].member.orphaned
+    job.stopped.clear()
+    job.run(2 * TTL)
+    world = one_world(job)
+    assert world.epoch == 1 and members(world) == [0, 1] and not job.nodes[1].member.orphaned
+
+
+def test_after_a_failover_the_job_succeeds_on_every_node_that_took_part():
+    job = SimJob(3)
+    job.stopped.add(0)
+    job.run(4 * TTL)
+    job.stopped.clear()
+    world = settle(job, 3)
+    for i in range(3):
+        job.exit_ranks(i, 0)
+    job.run(TTL)
+    assert [n.exit_code for n in job.nodes] == [0, 0, 0], [n.said for n in job.nodes]
+    assert all(n.member.world is not None and n.member.world.status == SUCCEEDED for n in job.nodes)
+    assert world.epoch == 2
+
+
+# --- the rule's parts --------------------------------------------------------------------------
+
+
+def a_world(epoch: int = 1, generation: int = 3, nodes: int = 3) -> World:
+    return World(job="j", generation=generation, restart_count=0, max_restarts=0, master_port=29500,
+                 nodes=tuple(Node(i, f"10.0.0.{i}", 32300, 1) for i in range(nodes)),
+                 coordinator=(0, "10.0.0.0", 32300), epoch=epoch)
+
+
+def test_a_voter_grants_one_candidate_per_epoch_and_only_once_it_lost_the_coordinator_itself():
+    voter, world = Election(2, TTL), a_world()
+    ballot = Ballot(2, 1, 0, world.order)
+    still = voter.vote(ballot, world)
+    assert not still.granted and "still hears coordinator node 0" in still.reason
+    voter.lose(0, 10.0)
+    assert voter.vote(ballot, world).granted
+    assert voter.vote(ballot, world).granted, "the same candidate may ask again"
+    rival = voter.vote(Ballot(2, 3, 0, world.order), world)
+    assert not rival.granted and "voted for node 1 in epoch 2" in rival.reason
+    newer = voter.vote(Ballot(3, 1, 0, (1, 2)), world)
+    assert not newer.granted and newer.world == world, "an older world's candidate gets the newer world"
+
+
+def test_candidates_stand_in_node_order_one_ttl_apart():
+    world = a_world(nodes=5)
+    first, second = Election(1, TTL), Election(2, TTL)
+    first.lose(0, 10.0)
+    second.lose(0, 10.0)
+    assert first.due(world, 10.0) == Ballot(2, 1, 0, world.order)
+    assert second.due(world, 10.0 + TTL - 0.1) is None
+    assert second.due(world, 10.0 + TTL) is not None
+    assert majority(5) == 3 and majority(3) == 2 and majority(2) == 2
+
+
+def test_a_coordinator_without_its_lease_holds_reports_and_replays_them_once_heard_again():
+    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
+                              heartbeat_interval=TTL / 12)
+    c = Coordinator(settings, 0.0, world=a_world())
+    assert c.report(1, 3, SUCCEEDED, now=TTL) == [], "nodes 1 and 2 unheard: a rival may be elected"
+    c.heartbeat(1, {}, TTL + 0.1)
+    c.heartbeat(2, {}, TTL + 0.1)
+    c.report(2, 3, SUCCEEDED, now=TTL + 0.2)
+    c.report(0, 3, SUCCEEDED, now=TTL + 0.2)
+    assert c.world is not None and c.world.status != SUCCEEDED, "node 1's report is still held"
+    actions = c.tick(TTL + 0.3)
+    assert c.world is not None and c.world.status == SUCCEEDED, actions
+
+
+def test_a_probe_answered_in_a_newer_epoch_fences_the_coordinator_out_and_a_vote_elsewhere_is_no_beat():
+    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
+                              heartbeat_interval=TTL / 12)
+    c = Coordinator(settings, 0.0, world=a_world())
+    c.heartbeat(1, {}, TTL, epoch=2)
+    c.heartbeat(2, {}, TTL, epoch=2)
+    probes = c.tick(TTL)
+    assert sorted(p.node.node_id for p in probes) == [1, 2], "both voted elsewhere: the coordinator holds and asks"
+    [step_down] = c.probed(probes[0], True, "", TTL + 0.1, epoch=2, coordinator=("10.0.0.1", 32300))
+    assert type(step_down).__name__ == "StepDown" and step_down.address == ("10.0.0.1", 32300)
+    assert "knows epoch 2" in step_down.reason and c.snapshot(TTL + 0.1)["status"] == "fenced"
+    assert c.tick(TTL + 0.2) == [], "it steps down once"
+
+
+def test_a_fixed_size_or_small_job_never_holds():
+    lease = Lease(0, 1, TTL, 1.0, elastic=False)
+    assert not lease.holding(a_world(), lambda _i: 100.0, 0.0)
+    assert not Lease(0, 1, TTL, 1.0, elastic=True).holding(a_world(nodes=2), lambda _i: 100.0, 0.0)
