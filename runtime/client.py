@@ -222,8 +222,11 @@ class JobClient:
         ran = True
         try:
             answer = self._post_call(fn, content, read, timeout)
-        except CodeMissing:
-            ran = False  # refused before anything ran: there is no output to wait for
+        except BaseException as exc:
+            # Refused before anything ran: there is no output to wait for. Interrupted (Ctrl-C): return
+            # at once; the interrupted exchange's connection is closed (httpcore closes a connection
+            # whose answer was not read), and the coordinator, seeing it close, cancels the call.
+            ran = not isinstance(exc, CodeMissing) and isinstance(exc, Exception)
             raise
         finally:
             if reader is not None:

@@ -160,3 +160,18 @@ def change_seen(since: int) -> dict[str, Any]:
     return {"generation": membership.generation(), "world_size": int(os.environ["WORLD_SIZE"]),
             "added": None if change is None else list(change.added_ips),
             "removed": None if change is None else list(change.removed_ips)}
+
+
+def mark_then_wait(prefix: str, gate: str) -> int:
+    """Create ``<prefix>-<rank>`` holding this process's pid (so a test knows the call runs there), then
+    wait for the file ``gate``; a call interrupted meanwhile (cancelled) creates ``<prefix>-<rank>.cancelled``."""
+    path = f"{prefix}-{rank()}"
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        _wait_for(gate)
+    except BaseException:
+        with open(path + ".cancelled", "w") as f:
+            f.write(str(os.getpid()))
+        raise
+    return rank()
