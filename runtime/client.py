@@ -35,7 +35,15 @@ import httpx
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, JobEnded, NodeFailed, TransportError, Unauthorized
-from runtime.agent.service.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
+from runtime.agent.service.wire import (
+    JSON,
+    SERIALIZATIONS,
+    UNSENDABLE,
+    error_from_body,
+    json_problem,
+    pack_arguments,
+    unpack_result,
+)
 from runtime.agent.world import TERMINAL
 from runtime.call_output import OutputChunk, OutputReader
 
@@ -181,7 +189,8 @@ class JobClient:
         Raises:
             RemoteError, CallTimeout, WorkerMembershipChanged, NodeFailed, CallCancelled, Unauthorized,
             TransportError: see the module docstring.
-            TypeError: an argument is not JSON-serialisable (with ``json``).
+            TypeError: an argument is not plain JSON data (with ``json``): a tuple, a key that is not a
+                string (which JSON would change into a list, a string) or another type; names which.
         """
         return self.invoke(fn, args, kwargs, timeout=timeout, node_ranks=node_ranks)
 
@@ -198,6 +207,8 @@ class JobClient:
                 everything written before a rank answered has been given to it when this returns or
                 raises. ``None`` (the default): the output is not fetched (it stays in the job's logs).
         """
+        if self.serialization == JSON:
+            _check_json_arguments(fn, args, kwargs or {})
         body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
                                 "workers": list(node_ranks) if node_ranks is not None else None,
                                 **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
@@ -383,3 +394,18 @@ class JobClient:
         if response.status_code == 401:
             raise Unauthorized(message, 401)
         raise TransportError(message, response.status_code)
+
+
+def _check_json_arguments(fn: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse arguments JSON would not carry as they are (``wire.json_problem``), before anything is sent.
+
+    Raises:
+        TypeError: names the first such argument, what is wrong and the fix.
+    """
+    named = [(value, f"argument {i}") for i, value in enumerate(args)]
+    named += [(value, f"keyword argument {key}") for key, value in kwargs.items()]
+    for value, name in named:
+        problem = json_problem(value, name)
+        if problem is not None:
+            hint = "" if UNSENDABLE in problem else "; or use serialization='pickle' with a deployment that allows it"
+            raise TypeError(f"arguments of {fn} are not JSON-serialisable as they are: {problem}{hint}")

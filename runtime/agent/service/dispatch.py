@@ -158,9 +158,10 @@ class ServiceNode:
         self._count("calls")
         waited = self._take_call_slot(deadline, request.hung_up)
         if waited is not None:
-            error = CallTimeout(call.timeout, world.ranks_of(targets), call.invocation.fn,
-                                "another call held the job for the whole timeout") if waited else CALLER_GONE
-            return Response(error_status(error), error_body(error))
+            refusal: TrainplaneError = CallTimeout(call.timeout, world.ranks_of(targets), call.invocation.fn,
+                                                   "another call held the job for the whole timeout") \
+                if waited else CALLER_GONE
+            return Response(error_status(refusal), error_body(refusal))
         try:
             s = self._settings
             plan = plan_root(targets, me, s.spec.tree_threshold, s.spec.tree_fanout)
