@@ -61,8 +61,11 @@ class Stacks(Protocol):
             DeployError: the backend or the CLI failed.
         """
 
-    def up(self, stack: str, program: Program) -> Mapping[str, Any]:
+    def up(self, stack: str, program: Program, refresh: bool = False) -> Mapping[str, Any]:
         """Create the stack if it does not exist, run ``pulumi up`` with ``program``; return its outputs.
+
+        With ``refresh``, ``pulumi up --refresh``: the stack's state is first read back from the
+        cluster, so objects deleted outside Pulumi are made again.
 
         Raises:
             DeployError: the update failed; names the stack and quotes Pulumi's output.
@@ -213,7 +216,7 @@ class AutomationStacks:
                 return None
             return {key: out.value for key, out in selected.outputs().items()}
 
-    def up(self, stack: str, program: Program) -> Mapping[str, Any]:
+    def up(self, stack: str, program: Program, refresh: bool = False) -> Mapping[str, Any]:
         """See :meth:`Stacks.up`; installs the provider plugins the program needs first."""
         from pulumi import automation as auto
 
@@ -222,7 +225,7 @@ class AutomationStacks:
                                                    opts=self.workspace_options(program))
             for name, version in plugin_versions().items():
                 selected.workspace.install_plugin(name, f"v{version}")
-            result = selected.up(on_output=self.on_output, color="never")
+            result = selected.up(on_output=self.on_output, color="never", refresh=refresh or None)
             return {key: out.value for key, out in result.outputs.items()}
 
     def destroy(self, stack: str) -> None:

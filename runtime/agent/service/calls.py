@@ -309,8 +309,8 @@ def format_remote_traceback(exc: BaseException, tree: str = "") -> str:
             continue
         seen.add(id(part))
         frames = [f for f in part.stack if not f.filename.startswith(_HIDDEN_FRAMES)]
-        first = 0
-        while first < len(frames) - 1 and frames[first].filename.startswith(_RUNTIME_DIR):
+        first = 0  # all of them when the runtime raised it (a call that does not fit the method's signature)
+        while first < len(frames) and frames[first].filename.startswith(_RUNTIME_DIR):
             first += 1
         part.stack = traceback.StackSummary.from_list(frames[first:])
         pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
