@@ -38,9 +38,8 @@ from runtime.agent.errors import CallTimeout, JobEnded, NodeFailed, TransportErr
 from runtime.agent.service.wire import (
     JSON,
     SERIALIZATIONS,
-    UNSENDABLE,
+    check_json_arguments,
     error_from_body,
-    json_problem,
     pack_arguments,
     unpack_result,
 )
@@ -208,7 +207,7 @@ class JobClient:
                 raises. ``None`` (the default): the output is not fetched (it stays in the job's logs).
         """
         if self.serialization == JSON:
-            _check_json_arguments(fn, args, kwargs or {})
+            check_json_arguments(fn, args, kwargs or {})
         body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
                                 "workers": list(node_ranks) if node_ranks is not None else None,
                                 **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
@@ -395,17 +394,3 @@ class JobClient:
             raise Unauthorized(message, 401)
         raise TransportError(message, response.status_code)
 
-
-def _check_json_arguments(fn: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """Refuse arguments JSON would not carry as they are (``wire.json_problem``), before anything is sent.
-
-    Raises:
-        TypeError: names the first such argument, what is wrong and the fix.
-    """
-    named = [(value, f"argument {i}") for i, value in enumerate(args)]
-    named += [(value, f"keyword argument {key}") for key, value in kwargs.items()]
-    for value, name in named:
-        problem = json_problem(value, name)
-        if problem is not None:
-            hint = "" if UNSENDABLE in problem else "; or use serialization='pickle' with a deployment that allows it"
-            raise TypeError(f"arguments of {fn} are not JSON-serialisable as they are: {problem}{hint}")

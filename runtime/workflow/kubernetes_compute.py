@@ -95,11 +95,8 @@ class KubernetesCompute(Compute):
             Pulumi Automation API with a local file backend and a passphrase).
         connector: ``(namespace, pod, port) -> Connector`` (default: the ``kubernetes`` client's
             port-forward with this kubeconfig and context).
-        look: ``(namespace, job) -> JobObjects``, whether the job's objects exist
-            (:mod:`runtime.workflow.objects`; default: asked of the API server with this kubeconfig and
-            context). A job whose stack is unchanged but whose StatefulSet or namespace is gone is
-            redeployed (``pulumi up --refresh``) instead of waited for; pods that do not appear while
-            waiting end the wait at once, saying why.
+        look: ``(namespace, job) -> JobObjects``, whether the job's objects exist (default: asked of
+            the API server with this kubeconfig and context; :mod:`runtime.workflow.objects`).
 
     Raises:
         ConfigError: an argument is invalid (checked here, before anything is deployed); names it.

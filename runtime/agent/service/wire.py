@@ -37,7 +37,7 @@ import base64
 import inspect
 import json
 import pickle
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent.errors import (
     CallCancelled,
@@ -178,6 +178,21 @@ def json_problem(value: Any, name: str) -> Optional[str]:
         else:
             return f"{where} is a {type(item).__module__}.{type(item).__qualname__}, which JSON cannot carry"
     return None
+
+
+def check_json_arguments(fn: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse arguments JSON would not carry as they are (``wire.json_problem``), before anything is sent.
+
+    Raises:
+        TypeError: names the first such argument, what is wrong and the fix.
+    """
+    named = [(value, f"argument {i}") for i, value in enumerate(args)]
+    named += [(value, f"keyword argument {key}") for key, value in kwargs.items()]
+    for value, name in named:
+        problem = json_problem(value, name)
+        if problem is not None:
+            hint = "" if UNSENDABLE in problem else "; or use serialization='pickle' with a deployment that allows it"
+            raise TypeError(f"arguments of {fn} are not JSON-serialisable as they are: {problem}{hint}")
 
 
 def pack_result(value: Any, serialization: str) -> Any:
