@@ -9,7 +9,7 @@ inherit their parent's aliases).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import pulumi
 
@@ -22,6 +22,8 @@ def token(class_name: str) -> str:
     return f"{PACKAGE}:index:{class_name}"
 
 
-def aliased(opts: Optional[pulumi.ResourceOptions], former: str) -> pulumi.ResourceOptions:
-    """``opts`` plus an alias to the type token ``former`` the component was registered under before."""
-    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=former)]))
+def aliased(opts: Optional[pulumi.ResourceOptions], former: str,
+            others: Sequence[pulumi.Input[Union[str, pulumi.Alias]]] = ()) -> pulumi.ResourceOptions:
+    """``opts`` plus an alias to the type token ``former`` the component was registered under before, and
+    ``others`` (aliases from former names)."""
+    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=former), *others]))

@@ -35,7 +35,14 @@ import httpx
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, JobEnded, NodeFailed, TransportError, Unauthorized
-from runtime.agent.service.wire import JSON, SERIALIZATIONS, error_from_body, pack_arguments, unpack_result
+from runtime.agent.service.wire import (
+    JSON,
+    SERIALIZATIONS,
+    check_json_arguments,
+    error_from_body,
+    pack_arguments,
+    unpack_result,
+)
 from runtime.agent.world import TERMINAL
 from runtime.call_output import OutputChunk, OutputReader
 
@@ -181,7 +188,8 @@ class JobClient:
         Raises:
             RemoteError, CallTimeout, WorkerMembershipChanged, NodeFailed, CallCancelled, Unauthorized,
             TransportError: see the module docstring.
-            TypeError: an argument is not JSON-serialisable (with ``json``).
+            TypeError: an argument is not plain JSON data (with ``json``): a tuple, a key that is not a
+                string (which JSON would change into a list, a string) or another type; names which.
         """
         return self.invoke(fn, args, kwargs, timeout=timeout, node_ranks=node_ranks)
 
@@ -198,6 +206,8 @@ class JobClient:
                 everything written before a rank answered has been given to it when this returns or
                 raises. ``None`` (the default): the output is not fetched (it stays in the job's logs).
         """
+        if self.serialization == JSON:
+            check_json_arguments(fn, args, kwargs or {})
         body: dict[str, Any] = {"fn": fn, "serialization": self.serialization, "timeout": timeout,
                                 "workers": list(node_ranks) if node_ranks is not None else None,
                                 **pack_arguments(tuple(args), dict(kwargs or {}), self.serialization)}
@@ -222,8 +232,11 @@ class JobClient:
         ran = True
         try:
             answer = self._post_call(fn, content, read, timeout)
-        except CodeMissing:
-            ran = False  # refused before anything ran: there is no output to wait for
+        except BaseException as exc:
+            # Refused before anything ran: there is no output to wait for. Interrupted (Ctrl-C): return
+            # at once; the interrupted exchange's connection is closed (httpcore closes a connection
+            # whose answer was not read), and the coordinator, seeing it close, cancels the call.
+            ran = not isinstance(exc, CodeMissing) and isinstance(exc, Exception)
             raise
         finally:
             if reader is not None:
@@ -380,3 +393,4 @@ class JobClient:
         if response.status_code == 401:
             raise Unauthorized(message, 401)
         raise TransportError(message, response.status_code)
+

@@ -99,6 +99,8 @@ class LocalJob:
         self.agents = list(agents)
         self._log_hold = log_hold
         self.elastic = elastic
+        self.new_session = False
+        """Whether the agents run in a session of their own (:func:`start`'s ``new_session``)."""
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until the coordinator reports a running world.
@@ -156,7 +158,8 @@ class LocalJob:
             self.plan = LaunchPlan((*first.addresses, address), (*first.ports, port), first.master_port)
             env = agent_env(spec, self.plan, node_id, self.job, self.token, self.log_dir)
             self.agents.append(subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=env,
-                                                stdin=subprocess.DEVNULL, stdout=output, stderr=output))
+                                                stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                                                start_new_session=self.new_session))
 
     def write_connection_file(self) -> str:
         """Write ``{"url", "token", "job"}`` to ``<log_dir>/connection.json`` (mode 0600); return its path."""
@@ -281,13 +284,17 @@ def verdict_path(log_dir: str) -> str:
     return os.path.join(log_dir, "verdict.json")
 
 
-def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Optional[IO[bytes]] = None) -> LocalJob:
+def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Optional[IO[bytes]] = None,
+          new_session: bool = False) -> LocalJob:
     """Start one agent process per node and return at once (see :meth:`LocalJob.wait_ready`).
 
     Args:
         spec: what to run.
         stdout: where the agents (and their ranks) write output; default: inherited.
         stderr: likewise for errors.
+        new_session: start the agents in a session of their own, so the signals a terminal sends its
+            foreground process group (Ctrl-C) reach the caller only: a driver's ``LocalCompute`` (the
+            caller cancels its call; the job stays for the next). They still die with the caller.
 
     Raises:
         RuntimeError: ``spec.master_port`` is taken, the default log directory is not this user's, or
@@ -308,8 +315,11 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
         for i in range(spec.workers):
             agents.append(subprocess.Popen(
                 [sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
-                stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr))
+                stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                start_new_session=new_session))
     except OSError:
         LocalJob(job, token, lp, log_dir, agents, log_hold=log_hold).stop()
         raise
-    return LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle, log_hold, spec.elastic)
+    started = LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle, log_hold, spec.elastic)
+    started.new_session = new_session
+    return started

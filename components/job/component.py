@@ -20,7 +20,7 @@ from components.job.args import INPUT_FIELDS, DistributedJobArgs
 from components.job.bundle import build_bundle
 from components.job.fit import check_fits
 from components.job.inputs import DistributedJobArgsDict
-from components.job.naming import resource_name, validate_job_name
+from components.job.naming import former_names, resource_name, validate_job_name
 from components.job.render import Manifest, render_job
 from components.tokens import aliased, token
 
@@ -59,7 +59,8 @@ class DistributedJob(pulumi.ComponentResource):
 
     The component and its children are named after the job name in the ``default`` namespace,
     ``<namespace>/<name>`` elsewhere, so jobs of one name in two namespaces have distinct URNs (see the
-    ``namespace`` argument for a namespace that is an Output).
+    ``namespace`` argument for a namespace that is an Output); aliases between the two names keep a
+    job's objects when its namespace changes from a string to an Output of the same value, or back.
     """
 
     job_name: pulumi.Output[str]
@@ -117,7 +118,9 @@ class DistributedJob(pulumi.ComponentResource):
             checks.append(fit)
         bundle = build_bundle()
         prefix = resource_name(name, job_args.namespace)
-        super().__init__(RESOURCE_TYPE, prefix, None, aliased(opts, FORMER_RESOURCE_TYPE))
+        former = former_names(name, job_args.namespace, (RESOURCE_TYPE, FORMER_RESOURCE_TYPE),
+                              opts.parent if opts else None)
+        super().__init__(RESOURCE_TYPE, prefix, None, aliased(opts, FORMER_RESOURCE_TYPE, former))
         checked: list[Any] = [pulumi.Output.all(*checks).apply(lambda _: None)] if checks else []
         self._checked = checked
         self._custom_dependencies = pulumi.ResourceOptions.merge(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import pulumi
 
@@ -57,11 +57,38 @@ def resource_name(name: str, namespace: pulumi.Input[str]) -> str:
     Pulumi tells resources apart by URN (type, parent and name), so two jobs of one name in two
     namespaces must not share a resource name; job names cannot contain ``/``, so no two jobs map to one.
     A namespace that is an Output gives ``name``: Pulumi names a resource when it is created, before
-    Outputs resolve.
+    Outputs resolve. Aliases (:func:`former_names`) tie the two names together.
     """
     if isinstance(namespace, pulumi.Output) or namespace == DEFAULT_NAMESPACE:
         return name
     return f"{namespace}/{name}"
+
+
+def former_names(name: str, namespace: pulumi.Input[str], types: Sequence[str],
+                 parent: Optional[pulumi.Resource] = None) -> list[pulumi.Input[Union[str, pulumi.Alias]]]:
+    """Aliases from the name the job's component has under the other kind of namespace, so that turning a
+    plain namespace into an Output (``namespace=team.metadata.name``), or back, is no replacement.
+
+    :func:`resource_name` gives ``<namespace>/<name>`` for a plain namespace outside ``default``, ``name``
+    for an Output: the component of a job whose namespace is an Output is aliased to
+    ``<its value>/<name>`` (a URN known once the Output is), one with a plain namespace to ``name``. The
+    engine matches the first alias that names a resource in the stack's state, and gives each child the
+    alias of its parent with its own name's prefix replaced (pulumi/pulumi
+    ``pkg/resource/deploy/step_generator.go``, ``generateAliases`` and ``inheritedChildAlias``, at
+    1a16857a), so the children, named ``<component name>-<role>``, keep their state too.
+
+    Args:
+        name: the job's name.
+        namespace: its namespace, plain or an Output.
+        types: the component's type tokens, current and former (an alias per name and type).
+        parent: the component's parent (``None``: the stack).
+    """
+    if isinstance(namespace, pulumi.Output):
+        old = pulumi.Output.concat(namespace, "/", name)
+        return [pulumi.create_urn(old, type_, parent) for type_ in types]
+    if namespace == DEFAULT_NAMESPACE:
+        return []
+    return [pulumi.Alias(name=name, type_=type_) for type_ in types]
 
 
 def pytorch_replica_host(job: str, replica_type: str, index: Union[int, str]) -> str:

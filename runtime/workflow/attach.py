@@ -47,6 +47,8 @@ class Expectation:
             (pods a controller restarts).
         hint: what to check when the job is not ready in time.
         problem: extra diagnosis of an unreachable URL (e.g. the port-forward's last error), or ``None``.
+        stop: asked while the URL is unreachable: why waiting longer is pointless (the job's objects
+            are gone), which ends the wait at once, or ``None`` to keep waiting.
     """
 
     accepts: Callable[[JobShape], bool] = lambda _shape: True
@@ -55,6 +57,7 @@ class Expectation:
     hint: str = ("check the URL (for a stack's job, the port-forward to pod <job>-0 on the agent port) "
                  "and that the job's pods are running; raise ready_timeout if it is still starting")
     problem: Callable[[], Optional[str]] = lambda: None
+    stop: Callable[[], Optional[str]] = lambda: None
 
 
 def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: float,
@@ -78,7 +81,8 @@ def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: 
         Unauthorized: the token is wrong (at once, no retry).
         ConfigError: the URL reaches a batch-mode job, or an agent that is not the coordinator.
         RendezvousError: the job ended (when ``expect.ended_is_final``), or was not reachable, running
-            and of the wanted shape within ``ready_timeout``; names the URL and the last problem.
+            and of the wanted shape within ``ready_timeout``, or ``expect.stop`` said none will come;
+            names the URL and the last problem.
     """
     deadline = clock() + ready_timeout
     with JobClient(url, token, serialization) as client:
@@ -90,6 +94,10 @@ def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: 
             except TransportError as exc:
                 extra = expect.problem()
                 problem, shape = f"not reachable: {exc}" + (f"; {extra}" if extra else ""), None
+                pointless = expect.stop()
+                if pointless is not None:
+                    raise RendezvousError(f"no running service-mode job at {url} ({problem}), and none will come: "
+                                          f"{pointless}") from None
             if shape is not None:
                 return shape
             if clock() >= deadline:

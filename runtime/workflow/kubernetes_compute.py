@@ -50,6 +50,7 @@ from runtime.agent.spec.job import SINGLE_CONTROLLER, default
 from runtime.workflow.attach import Expectation, JobShape, wait_until_serving
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint, resize_limit_of
 from runtime.workflow.errors import DeployError
+from runtime.workflow.objects import Look, Vanishing, gone, look_with
 from runtime.workflow.portforward import Connector, Relay, pod_connector
 from runtime.workflow.stacks import AutomationStacks, Stacks
 
@@ -94,6 +95,8 @@ class KubernetesCompute(Compute):
             Pulumi Automation API with a local file backend and a passphrase).
         connector: ``(namespace, pod, port) -> Connector`` (default: the ``kubernetes`` client's
             port-forward with this kubeconfig and context).
+        look: ``(namespace, job) -> JobObjects``, whether the job's objects exist (default: asked of
+            the API server with this kubeconfig and context; :mod:`runtime.workflow.objects`).
 
     Raises:
         ConfigError: an argument is invalid (checked here, before anything is deployed); names it.
@@ -106,7 +109,7 @@ class KubernetesCompute(Compute):
                  name: Optional[str] = None, pythonpath: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
                  job_args: Optional[Mapping[str, Any]] = None, ready_timeout: float = KUBERNETES_READY_TIMEOUT,
                  stacks: Optional[Stacks] = None, connector: Optional[ConnectorFactory] = None,
-                 resize_limit: int = RESIZE_LIMIT) -> None:
+                 resize_limit: int = RESIZE_LIMIT, look: Optional[Look] = None) -> None:
         super().__init__(workers, num_proc, distribution, serialization)
         self.resize_limit = resize_limit_of(resize_limit)
         if kubeconfig is not None and not Path(kubeconfig).expanduser().is_file():
@@ -132,6 +135,8 @@ class KubernetesCompute(Compute):
         self.ready_timeout = ready_timeout
         self.stacks = stacks
         self.connector = connector
+        self.look = look
+        self._client: Any = None
         self.job_name: Optional[str] = None
         """The running job's name (its stack's), once deployed."""
         self.last_deploy: Optional[str] = None
@@ -245,9 +250,15 @@ class KubernetesCompute(Compute):
         connector_for = self._connect_factory()
         stacks = self._stacks()
         outputs = stacks.outputs(name)
+        vanished = None
         if outputs and outputs.get(program.SPEC) == program.spec_digest(name, args, cluster):
+            vanished = self._vanished(name, str(outputs.get(program.NAMESPACE, args.namespace)))
             self.last_deploy = "reattached"
-        else:
+        if vanished is not None:
+            _say(f"job {name}: {vanished}; refreshing its stack and deploying it again")
+            self.last_deploy = "redeployed"
+            outputs = self._redeploy(stacks, name, program.job_program(name, args, cluster), vanished)
+        elif self.last_deploy != "reattached" or not outputs:
             self.last_deploy = "updated" if outputs else "created"
             outputs = stacks.up(name, program.job_program(name, args, cluster))
         missing = [key for key in program.OUTPUTS if key not in outputs]
@@ -269,6 +280,36 @@ class KubernetesCompute(Compute):
         self.job_name = name
         return Endpoint(relay.url, token)
 
+    def _vanished(self, name: str, namespace: str) -> Optional[str]:
+        """Why the job of an unchanged stack must be deployed again (its StatefulSet is gone), or ``None``.
+
+        Raises:
+            DeployError: its namespace is gone, which the stack does not make: says what to run.
+        """
+        objects = self._look()(namespace, name)
+        why = gone(objects, namespace, name)
+        if objects.namespace is False:
+            raise DeployError(name, "up", f"job {name}: {why}. KubernetesCompute does not make namespaces: create it "
+                                          f"(kubectl create namespace {namespace}) and run the driver again, which "
+                                          f"deploys the job afresh (pulumi up --refresh); or remove the job's stack "
+                                          f"with KubernetesCompute(..., name={name!r}).destroy()")
+        return why
+
+    @staticmethod
+    def _redeploy(stacks: Stacks, name: str, job_program: Callable[[], None], vanished: str) -> Mapping[str, Any]:
+        """``pulumi up --refresh``: the refresh drops what is gone from the stack's state, the update makes it again.
+
+        Raises:
+            DeployError: that failed; says what was gone and what to run.
+        """
+        try:
+            return stacks.up(name, job_program, refresh=True)
+        except DeployError as exc:
+            raise DeployError(name, "up", f"job {name}: {vanished}, and deploying it again (pulumi up --refresh) "
+                                          f"failed: {exc}\nfix what it says, then run the driver again; or remove "
+                                          f"the job's stack with KubernetesCompute(..., name={name!r}).destroy() "
+                                          f"and start afresh") from exc
+
     def _stop(self) -> None:
         """Close the port-forward and destroy the job's stack."""
         self._close_relay()
@@ -284,17 +325,29 @@ class KubernetesCompute(Compute):
     def _connect_factory(self) -> ConnectorFactory:
         if self.connector is not None:
             return self.connector
+        api_client = self._api_client()
+        return lambda namespace, pod, port: pod_connector(api_client, namespace, pod, port)
+
+    def _look(self) -> Look:
+        if self.look is None:
+            self.look = look_with(self._api_client())
+        return self.look
+
+    def _api_client(self) -> Any:
+        """A ``kubernetes`` API client for this compute's kubeconfig and context (made once)."""
+        if self._client is not None:
+            return self._client
         from kubernetes import config
         from kubernetes.config.config_exception import ConfigException
 
         try:
-            api_client = config.new_client_from_config(config_file=self.kubeconfig, context=self.context)
+            self._client = config.new_client_from_config(config_file=self.kubeconfig, context=self.context)
         except (ConfigException, OSError) as exc:
             where = "" if self.kubeconfig else " (none given: $KUBECONFIG or ~/.kube/config)"
             raise ConfigError(f"kubeconfig={self.kubeconfig!r}{where} with context={self.context!r} is not usable: "
                               f"{exc}; pass kubeconfig= the path of a kubeconfig for the cluster, and context= one "
                               "of its contexts") from exc
-        return lambda namespace, pod, port: pod_connector(api_client, namespace, pod, port)
+        return self._client
 
     def _expectation(self, name: str, namespace: str, args: Any, relay: Relay) -> Expectation:
         """Wait for the size deployed: pods of an earlier size may still serve while an update rolls
@@ -314,6 +367,7 @@ class KubernetesCompute(Compute):
         selector = f"{contract.LABEL_JOB}={name}"
         return Expectation(
             accepts=accepts, wanted=wanted, ended_is_final=False, problem=lambda: relay.last_error,
+            stop=Vanishing(self._look(), namespace, name, lambda: relay.last_error is not None),
             hint=(f"check the job's pods (kubectl get pods -n {namespace} -l {selector}, and their events: image "
                   "pull, scheduling, a gang scheduler waiting for the whole group); raise ready_timeout if they "
                   "are merely slow"),

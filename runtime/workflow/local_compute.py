@@ -115,7 +115,7 @@ class LocalCompute(Compute):
                                   max_workers=self._most() if elastic else None)
         log_path = os.path.join(job_dir, AGENTS_LOG)
         with open(log_path, "ab") as log:
-            job = local.start(spec, stdout=log, stderr=log)
+            job = local.start(spec, stdout=log, stderr=log, new_session=True)
         try:
             job.wait_ready(self.ready_timeout)
         except RendezvousError as exc:

@@ -12,7 +12,8 @@ and secrets are encrypted with a passphrase::
         pulumi/workspace/          the workspace: Pulumi.yaml, and Pulumi.<job>.yaml with each stack's
                                    passphrase salt, kept so later runs can decrypt the stack's secrets
 
-Pulumi's errors are translated here, at this one boundary, into :class:`~runtime.workflow.errors.DeployError`.
+Pulumi's errors are translated at this one boundary (:mod:`runtime.workflow.pulumi_errors`) into
+:class:`~runtime.workflow.errors.DeployError`, with Pulumi's details and the command that fixes them.
 """
 
 from __future__ import annotations
@@ -28,24 +29,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol
 
 from runtime.agent.errors import ConfigError
-from runtime.workflow.errors import DeployError
+from runtime.workflow.pulumi_errors import PASSPHRASE, PASSPHRASE_FILE, Where, translated
 
 PROJECT = "trainplane-compute"
 """The Pulumi project of every ``KubernetesCompute`` stack (apart from the repository's own ``trainplane``)."""
 HOME_SETTING = "TRAINPLANE_HOME"
 """Environment variable naming the state directory (default ``~/.trainplane``)."""
-PASSPHRASE = "PULUMI_CONFIG_PASSPHRASE"  # noqa: S105 - the variable's name, not a secret
-PASSPHRASE_FILE = "PULUMI_CONFIG_PASSPHRASE_FILE"  # noqa: S105 - the variable's name
 PASSPHRASE_BYTES = 32
 """Random bytes in a generated passphrase (URL-safe base64 text of about 43 characters)."""
 PLUGIN_PACKAGES = ("pulumi_kubernetes", "pulumi_random")
 """The SDK packages the inline program uses; their provider plugins are installed at the same versions."""
-OUTPUT_TAIL = 2000
-"""Characters of Pulumi's output quoted in a :class:`DeployError`."""
-STDERR_MARK = "\n stderr: "
-"""Where the CLI's stderr starts in the text of an Automation API ``CommandError`` (``CommandResult.__str__``)."""
-INSTALL_CLI = ("install it (https://www.pulumi.com/docs/install/: curl -fsSL https://get.pulumi.com | sh) and put it "
-               "on PATH")
 
 Program = Callable[[], None]
 """An inline Pulumi program: registers resources and exports outputs when the engine runs it."""
@@ -61,8 +54,11 @@ class Stacks(Protocol):
             DeployError: the backend or the CLI failed.
         """
 
-    def up(self, stack: str, program: Program) -> Mapping[str, Any]:
+    def up(self, stack: str, program: Program, refresh: bool = False) -> Mapping[str, Any]:
         """Create the stack if it does not exist, run ``pulumi up`` with ``program``; return its outputs.
+
+        With ``refresh``, ``pulumi up --refresh``: the stack's state is first read back from the
+        cluster, so objects deleted outside Pulumi are made again.
 
         Raises:
             DeployError: the update failed; names the stack and quotes Pulumi's output.
@@ -156,9 +152,35 @@ def workspace_settings(backend_url: Optional[str] = None, secrets_provider: str 
     pulumi_dir = private_dir(private_dir(home) / "pulumi")
     backend = backend_url or (private_dir(pulumi_dir / "state")).as_uri()
     extra: dict[str, str] = {"PULUMI_SKIP_UPDATE_CHECK": "true"}
-    if secrets_provider == "passphrase" and env.get(PASSPHRASE) is None and not env.get(PASSPHRASE_FILE):
-        extra[PASSPHRASE_FILE] = str(passphrase_file(home))
+    if secrets_provider == "passphrase":
+        check_passphrase(env)
+        if env.get(PASSPHRASE) is None and not env.get(PASSPHRASE_FILE):
+            extra[PASSPHRASE_FILE] = str(passphrase_file(home))
     return WorkspaceSettings(backend, secrets_provider, private_dir(pulumi_dir / "workspace"), extra)
+
+
+def check_passphrase(env: Mapping[str, str]) -> None:
+    """Refuse a passphrase that is set but empty: Pulumi would encrypt the job token with nothing.
+
+    Raises:
+        ConfigError: ``PULUMI_CONFIG_PASSPHRASE`` is set to an empty string (Pulumi takes it even beside a
+            passphrase file), or ``PULUMI_CONFIG_PASSPHRASE_FILE`` (read when the former is unset) names a
+            file that cannot be read or is empty; names the fix.
+    """
+    if env.get(PASSPHRASE) == "":  # Pulumi takes it whenever it is set, even beside a file (os.LookupEnv)
+        raise ConfigError(f"{PASSPHRASE} is set but empty: an empty passphrase would encrypt the job token with "
+                          f"nothing; set it to your stacks' passphrase, or unset it to use "
+                          f"{env[PASSPHRASE_FILE] if env.get(PASSPHRASE_FILE) else state_dir(env) / 'passphrase'}")
+    if env.get(PASSPHRASE) is None and env.get(PASSPHRASE_FILE):
+        path = Path(env[PASSPHRASE_FILE]).expanduser()
+        try:
+            empty = not path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"{PASSPHRASE_FILE}={env[PASSPHRASE_FILE]!r} cannot be read ({exc}): point it at the "
+                              f"file holding your stacks' passphrase, or unset it") from exc
+        if empty:
+            raise ConfigError(f"{PASSPHRASE_FILE}={env[PASSPHRASE_FILE]!r} is an empty file: an empty passphrase "
+                              "would encrypt the job token with nothing; put the passphrase in it, or unset it")
 
 
 def _print_progress(line: str) -> None:
@@ -189,6 +211,20 @@ class AutomationStacks:
             self._settings = workspace_settings()
         return self._settings
 
+    def where(self) -> Where:
+        """Where this workspace's stacks live and how their passphrase is given (for error messages)."""
+        settings = self.settings
+        given = settings.env.get(PASSPHRASE_FILE) or os.environ.get(PASSPHRASE_FILE)
+        if settings.secrets_provider != "passphrase":
+            passphrase = f"the secrets provider {settings.secrets_provider}"
+        elif PASSPHRASE_FILE in settings.env:
+            passphrase = f"the generated one in {settings.env[PASSPHRASE_FILE]}"
+        elif os.environ.get(PASSPHRASE) is not None:
+            passphrase = f"the one in {PASSPHRASE}"
+        else:
+            passphrase = f"the one in {given} ({PASSPHRASE_FILE})"
+        return Where(settings.backend_url, settings.work_dir, passphrase, plugin_versions())
+
     def workspace_options(self, program: Program) -> Any:
         """The ``pulumi.automation.LocalWorkspaceOptions`` of every stack: project, backend, secrets, env."""
         from pulumi import automation as auto
@@ -205,7 +241,7 @@ class AutomationStacks:
         """See :meth:`Stacks.outputs`."""
         from pulumi import automation as auto
 
-        with _translated(stack, "outputs"):
+        with translated(stack, "outputs", self.where):
             try:
                 selected = auto.select_stack(stack, project_name=self.project, program=_no_program,
                                              opts=self.workspace_options(_no_program))
@@ -213,23 +249,23 @@ class AutomationStacks:
                 return None
             return {key: out.value for key, out in selected.outputs().items()}
 
-    def up(self, stack: str, program: Program) -> Mapping[str, Any]:
+    def up(self, stack: str, program: Program, refresh: bool = False) -> Mapping[str, Any]:
         """See :meth:`Stacks.up`; installs the provider plugins the program needs first."""
         from pulumi import automation as auto
 
-        with _translated(stack, "up"):
+        with translated(stack, "up", self.where):
             selected = auto.create_or_select_stack(stack, project_name=self.project, program=program,
                                                    opts=self.workspace_options(program))
             for name, version in plugin_versions().items():
                 selected.workspace.install_plugin(name, f"v{version}")
-            result = selected.up(on_output=self.on_output, color="never")
+            result = selected.up(on_output=self.on_output, color="never", refresh=refresh or None)
             return {key: out.value for key, out in result.outputs.items()}
 
     def destroy(self, stack: str) -> None:
         """See :meth:`Stacks.destroy`."""
         from pulumi import automation as auto
 
-        with _translated(stack, "destroy"):
+        with translated(stack, "destroy", self.where):
             try:
                 selected = auto.select_stack(stack, project_name=self.project, program=_no_program,
                                              opts=self.workspace_options(_no_program))
@@ -242,40 +278,3 @@ class AutomationStacks:
 
 def _no_program() -> None:
     """The program of a stack only read or destroyed (neither runs it)."""
-
-
-class _translated:
-    """Turn the Automation API's failures into :class:`DeployError` naming the stack and the operation."""
-
-    def __init__(self, stack: str, operation: str) -> None:
-        self.stack = stack
-        self.operation = operation
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], _tb: object) -> None:
-        if exc is None or isinstance(exc, (DeployError, ConfigError)):
-            return
-        from pulumi import automation as auto
-
-        where = f"stack {self.stack!r} ({self.operation})"
-        if isinstance(exc, FileNotFoundError) and "pulumi" in str(exc):
-            raise DeployError(self.stack, self.operation,
-                              f"{where}: KubernetesCompute deploys through the Pulumi Automation API, which runs the "
-                              f"Pulumi CLI, and no `pulumi` is on PATH: {INSTALL_CLI}") from exc
-        if isinstance(exc, auto.ConcurrentUpdateError):
-            raise DeployError(self.stack, self.operation,
-                              f"{where}: another update of this stack is running (a second driver of the same "
-                              "job?); wait for it to finish, or run `pulumi cancel` on the stack if it was "
-                              "interrupted") from exc
-        if isinstance(exc, auto.CommandError):
-            text = str(exc)
-            text = (text.split(STDERR_MARK, 1)[1] if STDERR_MARK in text else text).strip()
-            hint = ""
-            if "passphrase" in text.lower():
-                hint = (f" (the stack's secrets were encrypted with another passphrase: use the one it was created "
-                        f"with, in {PASSPHRASE} or {PASSPHRASE_FILE}, or unset both to use "
-                        f"{state_dir() / 'passphrase'})")
-            quoted = text if len(text) <= OUTPUT_TAIL else f"...{text[-OUTPUT_TAIL:]}"
-            raise DeployError(self.stack, self.operation, f"{where} failed{hint}: {quoted}") from exc

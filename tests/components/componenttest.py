@@ -151,6 +151,8 @@ class Registration:
     transforms: list[Any] = field(default_factory=list)
     alias_types: list[str] = field(default_factory=list)
     """The types of the aliases it was registered with (a former type token)."""
+    aliases: list[Any] = field(default_factory=list)
+    """The aliases as the engine receives them (``alias_pb2.Alias``: a spec or a URN), for ``plan.py``."""
 
 
 LOCAL_RUN = "command:local:run"
@@ -245,6 +247,7 @@ class RecordingMonitor(MockMonitor):
                 inputs=seen.inputs,
                 transforms=list(seen.transforms),
                 alias_types=[alias.spec.type for alias in request.aliases if alias.spec.type],
+                aliases=list(request.aliases),
             )
         return response
 

@@ -31,6 +31,12 @@ PORTFORWARD_PATH = ("api", "v1", "namespaces", "pods", "portforward")
 """The fixed parts of ``/api/v1/namespaces/NS/pods/POD/portforward``."""
 Target = Callable[[str, str, int], Optional[tuple[str, int]]]
 """(namespace, pod, port) -> the real (host, port) behind it, or None when the pod does not exist."""
+Exists = Callable[[str, str, str], bool]
+"""(kind, namespace, name) -> whether the object exists, for a GET of a ``Namespace``, ``Pod`` or
+``StatefulSet`` (the paths of ``read_namespace``, ``read_namespaced_pod``,
+``read_namespaced_stateful_set``: ``/api/v1/namespaces/NS``, ``/api/v1/namespaces/NS/pods/NAME``,
+``/apis/apps/v1/namespaces/NS/statefulsets/NAME``); a missing one is answered 404 with a ``Status``, as
+the API server answers."""
 
 
 def frame(payload: bytes, opcode: int = 0x2) -> bytes:
@@ -80,8 +86,10 @@ class FakeApiServer:
         requests: ``(path with query, authorization header)`` of every request, in arrival order.
     """
 
-    def __init__(self, target: Target, token: str = "fake-cluster-token") -> None:  # noqa: S107 - a test token
+    def __init__(self, target: Target, exists: Optional[Exists] = None,
+                 token: str = "fake-cluster-token") -> None:  # noqa: S107 - a test token
         self.target = target
+        self.exists = exists
         self.token = token
         self.requests: list[tuple[str, str]] = []
         server = self
@@ -128,7 +136,7 @@ class FakeApiServer:
         if headers.get("authorization") != f"Bearer {self.token}":
             return self._status(conn, 401, "Unauthorized")
         if len(parts) != 7 or (parts[0], parts[1], parts[2], parts[4], parts[6]) != PORTFORWARD_PATH:
-            return self._status(conn, 404, "the server could not find the requested resource")
+            return self._get(conn, parts)
         namespace, pod = parts[3], parts[5]
         port = int(parse_qs(urlparse(target).query)["ports"][0])
         real = self.target(namespace, pod, port)
@@ -164,6 +172,36 @@ class FakeApiServer:
         with contextlib.suppress(OSError):
             upstream.shutdown(socket.SHUT_RDWR)
         upstream.close()
+        return None
+
+    def _read_object(self, parts: list[str]) -> Optional[tuple[str, str, str, bool]]:
+        """``(kind, namespace, name, exists)`` for a GET of a namespace, a pod or a StatefulSet, else ``None``."""
+        if self.exists is None:
+            return None
+        if len(parts) == 4 and parts[:3] == ["api", "v1", "namespaces"]:
+            kind, namespace, name = "Namespace", parts[3], parts[3]
+        elif len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+            kind, namespace, name = "Pod", parts[3], parts[5]
+        elif len(parts) == 7 and parts[:4] == ["apis", "apps", "v1", "namespaces"] and parts[5] == "statefulsets":
+            kind, namespace, name = "StatefulSet", parts[4], parts[6]
+        else:
+            return None
+        return kind, namespace, name, self.exists(kind, namespace, name)
+
+    def _get(self, conn: socket.socket, parts: list[str]) -> None:
+        """The API server's answer to a GET of one object: the object (its metadata), or 404 as a Status."""
+        found = self._read_object(parts)
+        if found is None:
+            return self._status(conn, 404, "the server could not find the requested resource")
+        kind, namespace, name, exists = found
+        if not exists:
+            plural = {"Namespace": "namespaces", "Pod": "pods", "StatefulSet": "statefulsets.apps"}[kind]
+            return self._status(conn, 404, f'{plural} "{name}" not found')
+        metadata = {"name": name} if kind == "Namespace" else {"name": name, "namespace": namespace}
+        body = json.dumps({"kind": kind, "apiVersion": "apps/v1" if kind == "StatefulSet" else "v1",
+                           "metadata": metadata}).encode()
+        conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                     f"Connection: close\r\n\r\n".encode() + body)
         return None
 
     @staticmethod

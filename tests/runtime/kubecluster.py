@@ -68,8 +68,10 @@ class FakeCluster:
         self.jobs: dict[str, LocalJob] = {}
         self.specs: dict[str, LocalJobSpec] = {}
         self.namespaces: dict[str, str] = {}
+        self.deleted: dict[str, str] = {}
+        self.gone_namespaces: set[str] = set()
         self._lock = threading.Lock()
-        self.api = FakeApiServer(self.target)
+        self.api = FakeApiServer(self.target, self.exists)
 
     def kubeconfig(self) -> str:
         """A kubeconfig file for the fake API server."""
@@ -84,12 +86,42 @@ class FakeCluster:
                     return job.plan.addresses[0], job.plan.ports[0]
         return None
 
+    def exists(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether the cluster has the object: ``Namespace`` (any not deleted), a job's ``StatefulSet``
+        or its ``Pod`` ``<job>-0`` (while its local job runs)."""
+        if namespace in self.gone_namespaces:
+            return False
+        if kind == "Namespace":
+            return True
+        with self._lock:
+            for stack, job_namespace in self.namespaces.items():
+                if job_namespace != namespace or stack in self.deleted:
+                    continue
+                if (kind, name) == ("StatefulSet", stack):
+                    return True
+                if (kind, name) == ("Pod", f"{stack}-0"):
+                    return self.pods_appear and stack in self.jobs
+        return False
+
+    def delete(self, stack: str, what: str) -> None:
+        """Delete a job's objects outside Pulumi, as kubectl would: ``workload`` (its StatefulSet, and so its
+        pods) or ``namespace`` (everything in it); the stack keeps its state and outputs."""
+        self.deleted[stack] = what
+        if what == "namespace":
+            self.gone_namespaces.add(self.namespaces[stack])
+        self._stop(stack, forget=False)
+
     def outputs(self, stack: str) -> Optional[Mapping[str, Any]]:
         self.calls.append(("outputs", stack))
         return dict(self.stacks[stack]) if stack in self.stacks else None
 
-    def up(self, stack: str, program: Callable[[], None]) -> Mapping[str, Any]:
-        self.calls.append(("up", stack))
+    def up(self, stack: str, program: Callable[[], None], refresh: bool = False) -> Mapping[str, Any]:
+        self.calls.append(("up --refresh" if refresh else "up", stack))
+        if stack in self.deleted:
+            if not refresh:  # the state still holds the deleted objects: nothing differs, nothing is made
+                return dict(self.stacks[stack])
+            del self.deleted[stack]  # read back from the cluster: gone from the state, so made again
+            self.deployments.pop(stack, None)
         deployment = run_inline(program)
         statefulset = deployment.one(STATEFULSET).inputs
         env = container_env(statefulset)
@@ -132,8 +164,10 @@ class FakeCluster:
             self._stop(stack)
         self.api.close()
 
-    def _stop(self, stack: str) -> None:
+    def _stop(self, stack: str, forget: bool = True) -> None:
         with self._lock:
             job = self.jobs.pop(stack, None)
+            if forget:
+                self.namespaces.pop(stack, None)
         if job is not None:
             job.stop(timeout=15)

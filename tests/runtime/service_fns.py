@@ -6,6 +6,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -160,3 +161,71 @@ def change_seen(since: int) -> dict[str, Any]:
     return {"generation": membership.generation(), "world_size": int(os.environ["WORLD_SIZE"]),
             "added": None if change is None else list(change.added_ips),
             "removed": None if change is None else list(change.removed_ips)}
+
+
+def mark_then_wait(prefix: str, gate: str) -> int:
+    """Create ``<prefix>-<rank>`` holding this process's pid (so a test knows the call runs there), then
+    wait for the file ``gate``; a call interrupted meanwhile (cancelled) creates ``<prefix>-<rank>.cancelled``."""
+    path = f"{prefix}-{rank()}"
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        _wait_for(gate)
+    except BaseException:
+        with open(path + ".cancelled", "w") as f:
+            f.write(str(os.getpid()))
+        raise
+    return rank()
+
+
+class BadStr(Exception):
+    """An exception whose ``str()`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str() of BadStr fails")
+
+
+class Unpicklable(Exception):
+    """An exception that cannot be pickled: it holds a lock."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+Foreign = type("Foreign", (Exception,), {"__module__": "module_only_on_the_ranks"})
+"""An exception class whose module the caller (or anyone) cannot import."""
+
+
+class Stop(BaseException):
+    """An exception outside ``Exception``'s tree, as ``KeyboardInterrupt`` is."""
+
+
+def raise_kind(kind: str) -> None:
+    """Raise the exception named by ``kind`` (the error tests' cases)."""
+    if kind == "bad_str":
+        raise BadStr("x")
+    if kind == "unpicklable":
+        raise Unpicklable("holds a lock")
+    if kind == "foreign":
+        raise Foreign("from a module only the ranks have")
+    if kind == "base":
+        raise Stop("outside Exception")
+    if kind == "exit":
+        sys.exit(7)
+    if kind == "chain":
+        try:
+            raise BadStr("inner")
+        except BadStr as inner:
+            try:
+                raise KeyError("middle") from inner
+            except KeyError:
+                raise Foreign("outer")  # noqa: B904 - the implicit context is the point
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def returns(kind: str) -> Any:
+    """Return a value JSON would change or cannot carry (the result tests' cases)."""
+    values: dict[str, Any] = {"tuple": {"pair": (1, 2)}, "int_keys": {"scores": {1: "a"}},
+                              "generator": (i for i in range(3)), "object": object(), "set": [{1, 2}]}
+    return values[kind]

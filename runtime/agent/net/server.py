@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import select
 import socket
 import socketserver
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -34,12 +36,17 @@ class Request:
         path: the path without query string.
         body: the decoded JSON object (empty for GET).
         peer: the client's address.
+        hung_up: ``hung_up(wait)`` waits up to ``wait`` seconds for the client to hang up (close or
+            reset its connection, or end its writing side) and says whether it did, so a long request
+            can stop working for a client that has gone; ``None`` where the request came over no
+            connection (an in-memory transport).
     """
 
     method: str
     path: str
     body: Mapping[str, Any]
     peer: str
+    hung_up: Optional[Callable[[float], bool]] = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,8 @@ MAX_LINE = 64 * 1024
 MAX_HEADERS = 100
 """Most header lines accepted per request (as ``http.client``'s ``_MAXHEADERS``)."""
 _REASONS: dict[int, str] = {status: status.phrase for status in HTTPStatus}
+_HANGUP_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+"""What :meth:`_RequestHandler._hung_up` watches for (``POLLRDHUP``, the peer's end of writing, on Linux)."""
 
 
 class _Headers:
@@ -253,7 +262,36 @@ class _RequestHandler(socketserver.StreamRequestHandler):
             self._drain()
             raise
         body = self._read_body() if method in ("PUT", "POST") else {}
-        return handler(Request(method, path, body, self.client_address[0]))
+        return handler(Request(method, path, body, self.client_address[0], self._hung_up))
+
+    def _hung_up(self, wait: float) -> bool:
+        """Whether the client hangs up within ``wait`` seconds (:attr:`Request.hung_up`).
+
+        HTTP/1.1 clients send nothing more on a connection while they wait for its answer, so the
+        socket turning readable with nothing to read (end of stream), or an error on it, means the
+        client went: a driver interrupted or killed, or its connection cut. A client that did send more
+        (a pipelined request) is still there.
+        """
+        deadline = time.monotonic() + max(0.0, wait)
+        poller = select.poll()
+        poller.register(self.connection, _HANGUP_EVENTS)
+        try:
+            events = poller.poll(max(0.0, wait) * 1000)
+        except OSError:
+            return True
+        if not events:
+            return False
+        if events[0][1] & ~select.POLLIN:
+            return True
+        try:
+            ended = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        if not ended:  # more came: readable until it is read, so poll() would answer at once again
+            time.sleep(max(0.0, deadline - time.monotonic()))
+        return ended
 
     def _read_body(self) -> Mapping[str, Any]:
         length_text = self.headers.get("Content-Length")

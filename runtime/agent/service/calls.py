@@ -255,22 +255,76 @@ def parse_timeout(value: Any) -> Optional[float]:
     return float(value)
 
 
-def remote_error(exc: BaseException, rank: int, node_rank: int, fn: str) -> RemoteError:
-    """Describe an exception a rank's call raised, with its traceback minus the runtime's own frames.
+STR_FAILED = "<exception str() failed>"
+"""The message of an exception whose ``str()`` raises: the placeholder ``traceback`` prints for it."""
+MAX_MESSAGE = 64 * 1024
+"""Most characters of an exception's message that travel; the rest is cut, saying so."""
+MAX_TRACEBACK = 256 * 1024
+"""Most characters of a remote traceback that travel (its end, where the exception is, is kept)."""
+_HIDDEN_FRAMES = ("<frozen runpy>", "<frozen importlib._bootstrap", "<frozen zipimport>")
+"""Frames of the interpreter's own machinery that a remote traceback leaves out (as Python does for imports)."""
+
+
+def remote_error(exc: BaseException, rank: int, node_rank: int, fn: str, tree: str = "") -> RemoteError:
+    """Describe an exception a rank's call raised; never raises itself, whatever ``exc`` does.
+
+    The traceback starts at the user's code: each exception of the chain (``__cause__``,
+    ``__context__``) loses its leading frames from the runtime's own files and the interpreter's
+    import and ``runpy`` machinery, and the synced tree's directory is left out of file names (they are
+    relative to the caller's import root, as in the caller's project).
 
     Args:
         exc: the exception, with ``__traceback__`` as raised.
         rank: global rank of the process.
         node_rank: its node's rank.
         fn: the callable, ``module:qualname``.
+        tree: the synced tree directory the call imported from, or ``""``.
+
+    Returns:
+        A RemoteError with the exception's qualified type name, its message (:data:`STR_FAILED` when
+        ``str()`` fails, as ``traceback`` prints it; cut past :data:`MAX_MESSAGE`) and traceback.
     """
     cls = type(exc)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_RUNTIME_DIR):
-        tb = tb.tb_next
-    text = "".join(traceback.format_exception(cls, exc, tb))
-    return RemoteError(rank, node_rank, name, str(exc), text, fn)
+    try:
+        message = str(exc)
+    except Exception:
+        message = STR_FAILED
+    if not isinstance(message, str):
+        message = STR_FAILED
+    try:
+        text = format_remote_traceback(exc, tree)
+    except Exception as failure:  # a traceback that cannot be formatted still leaves the error itself
+        text = f"(the traceback could not be formatted: {type(failure).__name__})\n{name}: {message}\n"
+    return RemoteError(rank, node_rank, name, _cut(message, MAX_MESSAGE, head=True), _cut(text, MAX_TRACEBACK), fn)
+
+
+def format_remote_traceback(exc: BaseException, tree: str = "") -> str:
+    """``exc``'s formatted traceback and chain, each part starting at the user's code (:func:`remote_error`)."""
+    formatted = traceback.TracebackException.from_exception(exc)
+    pending, seen = [formatted], set()
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        frames = [f for f in part.stack if not f.filename.startswith(_HIDDEN_FRAMES)]
+        first = 0  # all of them when the runtime raised it (a call that does not fit the method's signature)
+        while first < len(frames) and frames[first].filename.startswith(_RUNTIME_DIR):
+            first += 1
+        part.stack = traceback.StackSummary.from_list(frames[first:])
+        pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
+        pending.extend(getattr(part, "exceptions", None) or ())  # an ExceptionGroup's members
+    text = "".join(formatted.format())
+    return text.replace(tree.rstrip(os.sep) + os.sep, "") if tree else text
+
+
+def _cut(text: str, limit: int, head: bool = False) -> str:
+    """``text`` cut to about ``limit`` characters (its start with ``head``, else its end), saying how much went."""
+    if len(text) <= limit:
+        return text
+    note = f" ... ({len(text) - limit} characters cut) ... "
+    return text[:limit] + note if head else note + text[-limit:]
 
 
 def _is_int(value: Any) -> bool:

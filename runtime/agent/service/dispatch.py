@@ -45,6 +45,12 @@ from runtime.agent.world import RUNNING, TERMINAL, Node, World
 
 REMEMBERED_CANCELS = 4096
 """Cancels for calls not (yet) seen that a node remembers, so a late exec is refused at once."""
+HANGUP_POLL = 0.5
+"""Seconds between looks, while a call runs or waits, at whether its caller is still there: a hang-up
+is seen at once; this bounds how long the watch outlives the call."""
+CALLER_GONE = CallCancelled("the caller hung up (interrupted, killed, or its connection cut): the call was "
+                            "cancelled on every rank")
+"""What ends a call whose caller (the client, or the parent node of an exec) has gone."""
 WORLD_POLL_INTERVAL = 0.01
 """Seconds between looks at the world while an exec waits for its generation to arrive."""
 
@@ -150,10 +156,12 @@ class ServiceNode:
                                  f"{world.distribution} job runs calls on node 0 only); leave workers unset or use [0]")
         deadline = None if call.timeout is None else self._clock() + call.timeout
         self._count("calls")
-        if not self._call_lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - self._clock())):
-            held = CallTimeout(call.timeout, world.ranks_of(targets), call.invocation.fn,
-                               "another call held the job for the whole timeout")
-            return Response(error_status(held), error_body(held))
+        waited = self._take_call_slot(deadline, request.hung_up)
+        if waited is not None:
+            refusal: TrainplaneError = CallTimeout(call.timeout, world.ranks_of(targets), call.invocation.fn,
+                                                   "another call held the job for the whole timeout") \
+                if waited else CALLER_GONE
+            return Response(error_status(refusal), error_body(refusal))
         try:
             s = self._settings
             plan = plan_root(targets, me, threshold=s.spec.tree_threshold, width=s.spec.tree_fanout)
@@ -161,7 +169,7 @@ class ServiceNode:
                                        targets, s.spec.tree_fanout, call.output, call.code)
             if call.output:
                 self._outputs.open(call.output)
-            outcome = self._execute(world, me, exec_request, plan, deadline)
+            outcome = self._execute(world, me, exec_request, plan, deadline, request.hung_up)
         finally:
             if call.output:
                 self._outputs.close(call.output)
@@ -189,7 +197,7 @@ class ServiceNode:
         deadline = None if exec_request.timeout is None else self._clock() + exec_request.timeout
         self._count("execs")
         plan = plan_node(exec_request.nodes, exec_request.fanout)
-        outcome = self._execute(world, me, exec_request, plan, deadline)
+        outcome = self._execute(world, me, exec_request, plan, deadline, request.hung_up)
         if isinstance(outcome, TrainplaneError):
             return Response(error_status(outcome), error_body(outcome))
         return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
@@ -221,6 +229,22 @@ class ServiceNode:
         if events is not None:
             events.put(Abort(CallCancelled(f"call {call_id} cancelled by its parent")))
         return Response(200, {"cancelled": events is not None})
+
+    def _take_call_slot(self, deadline: Optional[float], hung_up: Optional[Callable[[float], bool]]) -> Optional[bool]:
+        """Wait for the job's one call slot (the next call waits for the one running).
+
+        Returns:
+            ``None`` once it is held; ``True`` when ``deadline`` passed first, ``False`` when the caller
+            hung up first (its call is dropped before it runs).
+        """
+        while True:
+            wait = HANGUP_POLL if deadline is None else min(HANGUP_POLL, max(0.0, deadline - self._clock()))
+            if self._call_lock.acquire(timeout=wait):
+                return None
+            if deadline is not None and self._clock() >= deadline:
+                return True
+            if hung_up is not None and hung_up(0.0):
+                return False
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -259,8 +283,10 @@ class ServiceNode:
         return WorkerMembershipChanged.between([n.addr for n in world.nodes], [n.addr for n in current.nodes],
                                                current.generation)
 
-    def _execute(self, world: World, me: int, request: ExecRequest, plan: Plan,
-                 deadline: Optional[float]) -> Union[Results, TrainplaneError]:
+    def _execute(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
+                 hung_up: Optional[Callable[[float], bool]] = None) -> Union[Results, TrainplaneError]:
+        """Run ``request`` through this node (:class:`Hop`); a caller that hangs up meanwhile (``hung_up``,
+        the connection's probe) cancels it everywhere, as a missed deadline does."""
         try:
             code = self._code.tree_for(request.code, world) if request.code and plan.local else ""
         except HttpError as exc:
@@ -275,14 +301,30 @@ class ServiceNode:
         if request.output and me != 0 and plan.local:
             head = world.nodes[0]
             forwarder = OutputForwarder(request.output, (head.addr, head.port), self._transport, self._say)
+        finished = threading.Event()
+        if hung_up is not None:
+            threading.Thread(target=_watch_caller, args=(hung_up, finished, events), daemon=True,
+                             name=f"caller of {request.call_id}").start()
         try:
             return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
                        sink(self._outputs if me == 0 else None, forwarder, request.output), code).run()
         finally:
+            finished.set()
             if forwarder is not None:
                 forwarder.close()  # before this node answers: the caller reads it before the call's end
             with self._lock:
                 self._inflight.pop(request.call_id, None)
+
+
+def _watch_caller(hung_up: Callable[[float], bool], finished: threading.Event,
+                  events: queue.SimpleQueue[Event]) -> None:
+    """Until ``finished``, watch the connection a call came on; if the caller hangs up, end the call
+    with :data:`CALLER_GONE`, which cancels it on every rank as a failure does."""
+    while not finished.is_set():
+        if hung_up(HANGUP_POLL):
+            if not finished.is_set():
+                events.put(Abort(CALLER_GONE))
+            return
 
 
 def batch_mode_routes() -> Routes:

@@ -34,8 +34,10 @@ Errors
 from __future__ import annotations
 
 import base64
+import inspect
+import json
 import pickle
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent.errors import (
     CallCancelled,
@@ -50,6 +52,8 @@ from runtime.agent.errors import (
 JSON = "json"
 PICKLE = "pickle"
 SERIALIZATIONS = (JSON, PICKLE)
+UNSENDABLE = "which no serialization can send"
+"""In :func:`json_problem`'s answer for a value pickle cannot send either (a generator)."""
 
 _KINDS: dict[str, tuple[type[TrainplaneError], int, tuple[str, ...]]] = {
     "remote_error": (RemoteError, 500, ("rank", "node_rank", "exc_type", "message", "remote_traceback", "fn")),
@@ -130,6 +134,65 @@ def unpack_pickled_arguments(payload: str) -> tuple[tuple[Any, ...], dict[str, A
     if not isinstance(args, tuple) or not isinstance(kwargs, dict):
         raise ValueError("pickled arguments are not an (args, kwargs) pair")
     return args, kwargs
+
+
+def json_problem(value: Any, name: str) -> Optional[str]:
+    """What in ``value`` JSON would not carry as it is, or ``None`` when it is plain JSON data.
+
+    JSON has one sequence type and string keys only: ``json.dumps`` turns a tuple into a list and a
+    key ``1`` into ``"1"`` (and two keys ``1`` and ``"1"`` into one) without a word. Such a value is
+    refused rather than changed.
+
+    Args:
+        value: the value to travel (a result, or an argument).
+        name: what it is called in the answer, e.g. ``"the result"`` or ``"argument 0"``.
+
+    Returns:
+        e.g. ``the result['pair'] is a tuple: JSON has lists only ...; use a list``, naming the first
+        place, or ``None``.
+    """
+    stack: list[tuple[Any, str]] = [(value, name)]
+    seen: set[int] = set()  # containers checked (or being checked): shared ones once, a cycle ends
+    while stack:
+        item, where = stack.pop()
+        if item is None or isinstance(item, (str, bool, int, float)):
+            continue
+        if isinstance(item, (list, dict)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            for key, v in item.items():
+                if not isinstance(key, str):
+                    return (f"{where} has the key {key!r} ({type(key).__name__}): JSON keys are strings (json would "
+                            f"turn it into {json.dumps(str(key))}); use string keys")
+                stack.append((v, f"{where}[{key!r}]"))
+        elif isinstance(item, tuple):
+            return f"{where} is a tuple: JSON has lists only (it would arrive as a list); use a list"
+        elif inspect.isgenerator(item) or inspect.isasyncgen(item) or inspect.iscoroutine(item):
+            kind = "coroutine" if inspect.iscoroutine(item) else "generator"
+            return (f"{where} is a {kind}, {UNSENDABLE} (pickle neither): a call answers one value per rank; make "
+                    f"it a list (list(...)) or await it there")
+        else:
+            return f"{where} is a {type(item).__module__}.{type(item).__qualname__}, which JSON cannot carry"
+    return None
+
+
+def check_json_arguments(fn: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse arguments JSON would not carry as they are (``wire.json_problem``), before anything is sent.
+
+    Raises:
+        TypeError: names the first such argument, what is wrong and the fix.
+    """
+    named = [(value, f"argument {i}") for i, value in enumerate(args)]
+    named += [(value, f"keyword argument {key}") for key, value in kwargs.items()]
+    for value, name in named:
+        problem = json_problem(value, name)
+        if problem is not None:
+            hint = "" if UNSENDABLE in problem else "; or use serialization='pickle' with a deployment that allows it"
+            raise TypeError(f"arguments of {fn} are not JSON-serialisable as they are: {problem}{hint}")
 
 
 def pack_result(value: Any, serialization: str) -> Any:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import os
+import pickle
 import queue
 import signal
 import socket
@@ -46,9 +47,9 @@ from runtime.agent.errors import (
     WorkerMembershipChanged,
 )
 from runtime.agent.execution import delivery
-from runtime.agent.service.calls import Invocation, remote_error
+from runtime.agent.service.calls import STR_FAILED, Invocation, remote_error
 from runtime.agent.service.channel import Channel
-from runtime.agent.service.wire import error_body, pack_result
+from runtime.agent.service.wire import PICKLE, error_body, json_problem, pack_result
 
 CANCEL_SIGNAL = signal.SIGINT
 """Signal the reader thread sends the main thread to interrupt a cancelled call."""
@@ -146,21 +147,22 @@ class ServiceWorker:
                 return self._error(call_id, CallCancelled(f"rank {self._rank}: cancelled before it started"))
             self._current = call_id
         fn_name = str(message.get("invocation", {}).get("fn", "?"))
+        tree = str(message.get("code") or "")
         try:
             delivery.poll()  # a change since the last call: this call sees the new world's env
-            if message.get("code"):
-                self._imports.use(str(message["code"]))  # new code: its changed modules are imported again
+            if tree:
+                self._imports.use(tree)  # new code: its changed modules are imported again
             invocation = Invocation.from_json(message["invocation"], allow_pickle=True)
             fn = invocation.resolve()
             args, kwargs = invocation.arguments()
             value = self._call_user(fn, args, kwargs)
-            return {"reply": call_id, "ok": True, "value": pack_result(value, invocation.serialization)}
+            return self._result(call_id, fn_name, value, invocation.serialization)
         except CallInterrupt:
             return self._error(call_id, CallCancelled(f"rank {self._rank}: interrupted"))
         except WorkerMembershipChanged as exc:
             return self._error(call_id, exc)
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            return self._error(call_id, remote_error(exc, self._rank, self._node_rank, fn_name))
+        except BaseException as exc:  # whatever the user's code raised (SystemExit too): the process stays
+            return self._error(call_id, remote_error(exc, self._rank, self._node_rank, fn_name, tree))
         finally:
             with self._lock:
                 self._current = None
@@ -175,17 +177,54 @@ class ServiceWorker:
         finally:
             self._interruptible = False
 
+    def _result(self, call_id: str, fn_name: str, value: Any, serialization: str) -> dict[str, Any]:
+        """The reply carrying ``value``; a value that cannot travel as it is becomes a RemoteError saying why."""
+        if serialization == PICKLE:
+            try:
+                return {"reply": call_id, "ok": True, "value": pack_result(value, serialization)}
+            except Exception as exc:  # pickling runs the value's own code (__reduce__), which may raise anything
+                return self._unsendable(call_id, fn_name, f"the result cannot be pickled: {type(exc).__name__}: "
+                                                          f"{_safe_str(exc)}")
+        problem = json_problem(value, "the result")
+        if problem is None:
+            return {"reply": call_id, "ok": True, "value": value}
+        if _pickles(value):  # never for a generator, which pickle cannot send either
+            problem += "; or deploy with serialization='pickle' (the job must allow it)"
+        return self._unsendable(call_id, fn_name, problem)
+
+    def _unsendable(self, call_id: str, fn_name: str, why: str) -> dict[str, Any]:
+        return self._error(call_id, RemoteError(self._rank, self._node_rank, "TypeError",
+                                                f"{fn_name} returned a value that cannot be sent back: {why}",
+                                                fn=fn_name))
+
     def _error(self, call_id: str, exc: TrainplaneError) -> dict[str, Any]:
         return {"reply": call_id, "ok": False, "error": error_body(exc)}
 
     def _reply(self, reply: dict[str, Any]) -> None:
         try:
             self._channel.send(reply)
-        except (TypeError, ValueError) as exc:
-            error = RemoteError(self._rank, self._node_rank, type(exc).__name__,
-                                f"the result is not JSON-serialisable ({exc}): return plain data (lists, dicts, "
-                                f"numbers, strings), or opt in to pickle")
-            self._channel.send(self._error(reply["reply"], error))
+        except ChannelClosed:
+            raise
+        except Exception as exc:  # e.g. a structure too deep to encode (RecursionError), a cycle (ValueError)
+            self._channel.send(self._error(reply["reply"], RemoteError(
+                self._rank, self._node_rank, "TypeError",
+                f"the result cannot be sent back: {type(exc).__name__}: {_safe_str(exc)}")))
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return STR_FAILED
+
+
+def _pickles(value: Any) -> bool:
+    """Whether pickle could carry ``value`` (so suggesting it helps)."""
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
 
 
 def main() -> int:

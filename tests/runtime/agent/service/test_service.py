@@ -131,7 +131,7 @@ def test_a_crashing_process_is_reported_and_replaced(client: JobClient):
 
 
 @pytest.mark.parametrize(("fn", "exc_type", "fragment"), [
-    (f"{FNS}:unserialisable", "TypeError", "not JSON-serialisable"),
+    (f"{FNS}:unserialisable", "TypeError", "the result is a builtins.set, which JSON cannot carry"),
     (f"{FNS}:no_such_function", "AttributeError", "no_such_function"),
     ("no_such_module_at_all:f", "ModuleNotFoundError", "no_such_module_at_all"),
 ])
