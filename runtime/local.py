@@ -39,6 +39,8 @@ from runtime.ports import LaunchPlan, free_port, plan, port_is_free
 AGENT_EXIT_GRACE = 10.0
 """Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
 (an elastic job's go on: the lowest survivor takes over as coordinator)."""
+CONSOLE_STATE = "console"
+"""The file in the run root through which a job's agents share the launcher's console."""
 CONNECTION_FILE = "connection.json"
 """Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
 
@@ -263,7 +265,8 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
         NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
                      lp.addresses[node_id]),
         Plumbing(token, die_with_parent=True, verdict_file=verdict_path(log_dir), run_root=run_root(log_dir),
-                 forward_stdin=spec.forward_stdin and node_id == 0),
+                 forward_stdin=spec.forward_stdin and node_id == 0,
+                 console_file=os.path.join(run_root(log_dir), CONSOLE_STATE)),
     )
     env = {**os.environ, **spec.env, **environment.agent_env(settings)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)

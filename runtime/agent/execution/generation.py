@@ -138,6 +138,8 @@ class NodeProcesses:
         for supervisor in (self._procs, self._daemon):
             if supervisor is not None:
                 supervisor.stop(self._settings.spec.grace_period, sig)
+                if isinstance(supervisor, LocalProcesses) and supervisor.torn_down:
+                    self._say(f"generation {supervisor.generation} torn down: {'; '.join(supervisor.torn_down)}")
         self._procs = self._daemon = None
 
     def deliver(self, previous: World, world: World) -> None:
@@ -173,7 +175,7 @@ class NodeProcesses:
         node = self._settings.node
         return Failure(
             rank=-1 if daemon else ended.rank, node_id=node.node_id, local_rank=local_rank,
-            exit_code=ended.exit_code, stderr_tail=ended.stderr_tail, timestamp=ended.timestamp,
+            exit_code=ended.exit_code, signal=ended.signal, stderr_tail=ended.stderr_tail, timestamp=ended.timestamp,
             addr=node.advertise_address, daemon=daemon, error=recorded.describe() if recorded else "",
             error_traceback=recorded.traceback if recorded else (),
         )

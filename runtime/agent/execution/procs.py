@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
+from runtime.agent.execution import console
 from runtime.agent.execution.bootstrap import EXEC_FLAG
 from runtime.agent.execution.output import Output
 from runtime.agent.spec import streams
+from runtime.agent.world import ended_text
 
 RUNTIME_ROOT = str(Path(__file__).resolve().parents[3])
 """The directory holding the ``runtime`` package; put on the user processes' PYTHONPATH."""
@@ -41,6 +43,8 @@ class ProcExit:
         stderr_tail: its last stderr lines, oldest first.
         timestamp: wall-clock time of the exit, seconds since the epoch.
         requested: the agent had asked it to stop (teardown), so this is not a failure.
+        signal: the number of the signal that killed it; 0 when it exited (``exit_code`` is then
+            its own, even 137: ``sys.exit(137)`` is no SIGKILL).
     """
 
     generation: int
@@ -50,6 +54,12 @@ class ProcExit:
     stderr_tail: tuple[str, ...]
     timestamp: float
     requested: bool
+    signal: int = 0
+
+    @property
+    def how(self) -> str:
+        """How it ended: ``exited with code 1``, or ``was killed by SIGKILL``."""
+        return ended_text(self.exit_code, self.signal)
 
 
 def exit_status(returncode: int) -> int:
@@ -112,7 +122,8 @@ class LocalProcesses:
             or with ``no_python`` a whole argv run as is.
         on_exit: called from a watcher thread when a process ends.
         log_dir: directory for ``rank-N.log`` files, or ``None``.
-        out: binary stream for prefixed stdout lines.
+        out: binary stream for prefixed stdout lines (with ``err``, a console of their own;
+            neither: the agent's, ``console.default()``).
         err: binary stream for prefixed stderr lines.
         python: the interpreter to run.
         pass_fds: file descriptors every process inherits (service mode: its channel to the agent).
@@ -160,13 +171,16 @@ class LocalProcesses:
         self._pass_fds = tuple(pass_fds)
         self._on_exit = on_exit
         self._log_dir = Path(log_dir) if log_dir else None
-        self._out = out or sys.stdout.buffer
-        self._err = err or sys.stderr.buffer
+        self._console = (console.default() if out is None and err is None
+                         else console.Console(out or sys.stdout.buffer, err or sys.stderr.buffer))
         self._lock = threading.Lock()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._outputs: list[Output] = []
         self._stopping = threading.Event()
         self._watchers: list[threading.Thread] = []
+        self.torn_down: tuple[str, ...] = ()
+        """After :meth:`stop`: each process it found running and how it ended, ``rank 2 was killed by
+        SIGTERM`` (torchrun's agents log their workers' ``-15`` likewise)."""
 
     @property
     def pids(self) -> list[int]:
@@ -207,7 +221,7 @@ class LocalProcesses:
             stream_dir = rank_dir(self._log_dir, local_rank) if self._log_dir and any(p.file for p in plans) else None
             if stream_dir is not None:
                 stream_dir.mkdir(parents=True, exist_ok=True)
-            output = Output(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
+            output = Output(name, log_path, self._console, self._lock, plans, stream_dir,
                              (self._streams.stdout_filters, self._streams.stderr_filters),
                              self._filtered,  # type: ignore[arg-type]
                              None if self._tap is None else functools.partial(self._tap, local_rank))
@@ -230,6 +244,7 @@ class LocalProcesses:
                 stderr_tail=tuple(output.tail),
                 timestamp=stamp,
                 requested=self._stopping.is_set(),
+                signal=max(0, -code),
             )
         )
 
@@ -273,7 +288,9 @@ class LocalProcesses:
         Safe to call more than once. Whole groups are signalled, so children the user's processes
         started (data loader workers and the like) go too.
         """
+        first_stop = not self._stopping.is_set()
         self._stopping.set()
+        running = [i for i, p in enumerate(self._procs) if p.poll() is None]
         self._signal_groups(sig)
         deadline = time.monotonic() + grace
         for proc in self._procs:
@@ -284,6 +301,11 @@ class LocalProcesses:
         self._signal_groups(signal.SIGKILL)
         for proc in self._procs:
             proc.wait()
+        if first_stop:
+            self.torn_down = tuple(
+                f"{self._label} {self._first_rank + i} "
+                f"{ended_text(exit_status(self._procs[i].returncode), max(0, -self._procs[i].returncode))}"
+                for i in running)
         for watcher in self._watchers:
             watcher.join(timeout=3.0)
         with self._lock:

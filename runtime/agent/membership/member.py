@@ -233,7 +233,7 @@ class Member:
         done = len(running.exits) == self.local_world_size
         if self.orphaned:
             if ended.exit_code != 0 or done:
-                return Say(f"rank {ended.rank} exited with code {ended.exit_code} while the coordinator is "
+                return Say(f"rank {ended.rank} {ended.how} while the coordinator is "
                            f"unreachable; stopping this node"), \
                     Exit(ended.exit_code or max(e.exit_code for e in running.exits.values()))
             return ()
