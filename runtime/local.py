@@ -157,7 +157,7 @@ class LocalJob:
                 address, port = first.addresses[0], free_port(first.addresses[0], first.ports)
             self.plan = LaunchPlan((*first.addresses, address), (*first.ports, port), first.master_port)
             env = agent_env(spec, self.plan, node_id, self.job, self.token, self.log_dir)
-            self.agents.append(subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=env,
+            self.agents.append(subprocess.Popen(agent_command(), env=env,
                                                 stdin=subprocess.DEVNULL, stdout=output, stderr=output))
 
     def write_connection_file(self) -> str:
@@ -269,8 +269,16 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
                  console_file=os.path.join(run_root(log_dir), CONSOLE_STATE)),
     )
     env = {**os.environ, **spec.env, **environment.agent_env(settings)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
+    if spec.pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def agent_command() -> list[str]:
+    """How a local agent is started: ``python -m runtime.agent`` with this ``runtime`` importable
+    (its directory first on the agent's own ``sys.path``, not on the PYTHONPATH its ranks inherit)."""
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {RUNTIME_ROOT!r}); import runpy; "
+                                  f"runpy.run_module({contract.AGENT_MODULE!r}, run_name='__main__', alter_sys=True)"]
 
 
 def run_root(log_dir: str) -> str:
@@ -310,7 +318,7 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
     try:
         for i in range(spec.workers):
             agents.append(subprocess.Popen(
-                [sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
+                agent_command(), env=agent_env(spec, lp, i, job, token, log_dir),
                 stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr))
     except OSError:
         LocalJob(job, token, lp, log_dir, agents, log_hold=log_hold).stop()

@@ -199,7 +199,7 @@ class NodeProcesses:
                       log_dir: Optional[str]) -> Supervisor:
         """The supervisor of this node's framework daemon, not yet started: :data:`DAEMON_MODULE` under
         the bootstrap, which waits for the head if the daemon needs it, then becomes the daemon."""
-        env = {**base, contract.MONITOR_MEMBERS: "false"}
+        env = dict(base)  # the daemon ignores membership changes itself (execution.daemon)
         if daemon.wait_for:
             env[contract.WAIT_FOR] = daemon.wait_for
         return self._spawner(

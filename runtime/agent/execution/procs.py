@@ -22,13 +22,16 @@ from typing import BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
 from runtime.agent.execution import console
-from runtime.agent.execution.bootstrap import EXEC_FLAG
+from runtime.agent.execution.bootstrap import EXEC_FLAG, starter
 from runtime.agent.execution.output import Output
 from runtime.agent.spec import streams
+from runtime.agent.spec.job import SETTINGS
 from runtime.agent.world import ended_text
 
 RUNTIME_ROOT = str(Path(__file__).resolve().parents[3])
-"""The directory holding the ``runtime`` package; put on the user processes' PYTHONPATH."""
+"""The directory holding the ``runtime`` package: the bootstrap appends it to the user processes'
+``sys.path`` (never to their PYTHONPATH: locally it is the repository, whose ``tests`` or
+``examples`` must not shadow installed packages)."""
 
 
 @dataclass(frozen=True)
@@ -68,16 +71,25 @@ def exit_status(returncode: int) -> int:
 
 
 def inherited_env(agent_env: Mapping[str, str]) -> dict[str, str]:
-    """The part of the agent's environment its user processes inherit (the contract goes on top).
+    """The part of the agent's environment its user processes and framework daemons inherit (a
+    rank's contract goes on top).
 
     Args:
         agent_env: the agent's own environment, name to value.
 
     Returns:
         ``agent_env`` without the agent-only names (``contract.AGENT_ONLY_PREFIXES``): the job token,
-        the agent's other settings, and the training operator's ``PET_*`` torchrun arguments.
+        the agent's other settings, and the training operator's ``PET_*`` torchrun arguments; nor
+        the settings it reads under torchrun's names (``MASTER_PORT``, ``TORCHELASTIC_SIGNALS_TO_HANDLE``:
+        a rank gets its own values of them, a Ray or Monarch daemon and the tasks it runs none,
+        as under torchrun).
     """
-    return {k: v for k, v in agent_env.items() if not k.startswith(contract.AGENT_ONLY_PREFIXES)}
+    return {k: v for k, v in agent_env.items()
+            if not k.startswith(contract.AGENT_ONLY_PREFIXES) and k not in _SETTINGS_UNPREFIXED}
+
+
+_SETTINGS_UNPREFIXED = frozenset(d.env for d in SETTINGS.values() if not d.env.startswith(contract.AGENT_ONLY_PREFIXES))
+"""The job settings an agent reads from variables of torchrun's names."""
 
 
 def rank_dir(log_dir: Path, local_rank: int) -> Path:
@@ -167,7 +179,7 @@ class LocalProcesses:
         self._first_rank = first_rank
         self._envs = envs
         exec_flag = (EXEC_FLAG,) if no_python else ()
-        self._argv = [python, "-u", "-m", "runtime.agent.execution.bootstrap", *exec_flag, *entrypoint]
+        self._argv = [python, "-u", "-c", starter(RUNTIME_ROOT), *exec_flag, *entrypoint]
         self._pass_fds = tuple(pass_fds)
         self._on_exit = on_exit
         self._log_dir = Path(log_dir) if log_dir else None
@@ -203,11 +215,9 @@ class LocalProcesses:
         )
         for local_rank, env in enumerate(self._envs):
             rank = self._first_rank + local_rank
-            full_env = dict(env)
-            full_env["PYTHONPATH"] = os.pathsep.join(p for p in (RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
             proc = subprocess.Popen(
                 self._argv,
-                env=full_env,
+                env=dict(env),
                 stdin=None if local_rank == self._stdin_local_rank else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
