@@ -161,7 +161,10 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                     "help": "ray: append ARG to every node's `ray start` (repeatable; write "
                             "--daemon-arg=--num-cpus=2); unset, each node gets its share of this machine's CPUs and "
                             "object store memory"},
-    "monitor_members": {"action": _SpelledFlag, "const": False},
+    "monitor_members": {"action": _SpelledFlag, "const": False,
+                        "help": "do not raise WorkerMembershipChanged in user processes on a membership change "
+                                "(it is raised unless this is given; runtime.membership.poll and wait work either "
+                                "way)"},
     **{name: {"action": _SpelledFlag, "const": True} for name in ("no_python", "allow_pickle", "virtual_local_rank")},
     **{name: {"type": _parsed_by(SETTINGS[name].codec)}
        for name in ("redirects", "tee", "local_ranks_filter", "stdout_filters", "stderr_filters")},

@@ -106,6 +106,13 @@ def mark_then_sleep(path: str, sleep: float = 60.0) -> int:
     return rank()
 
 
+def mark_then_wait(path: str, gate: str) -> int:
+    """Create ``path``, then wait (up to 60 s) until ``gate`` exists; this rank's number."""
+    open(path, "w").close()
+    _wait_for(gate)
+    return rank()
+
+
 def environment(names: list[str]) -> dict[str, str]:
     """The values of ``names`` in this process's environment (absent ones left out)."""
     return {name: os.environ[name] for name in names if name in os.environ}
