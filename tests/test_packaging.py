@@ -6,12 +6,12 @@ only the ``client`` extra's distributions importable (the others blocked, as in 
 from __future__ import annotations
 
 import ast
-import importlib.metadata as metadata
 import subprocess
 import sys
-import tomllib
+from importlib import metadata
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

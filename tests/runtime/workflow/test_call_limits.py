@@ -28,7 +28,7 @@ def compute() -> Iterator[LocalCompute]:
 
 
 def test_arguments_that_are_not_json_are_refused_before_any_rank_runs(compute: LocalCompute):
-    with pytest.raises(TypeError, match="are not JSON-serialisable .*serialization='pickle'"):
+    with pytest.raises(TypeError, match=r"are not JSON-serialisable .*serialization='pickle'"):
         fn(service_fns.echo).to(compute)({1, 2})
     assert fn(service_fns.echo).to(compute)({"a": [1, 2.5, None, True, "x"]}) == [
         {"rank": 0, "args": [{"a": [1, 2.5, None, True, "x"]}], "kwargs": {}}]
