@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
-from runtime import local
+from runtime import hosts, local
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, SpecError
 from runtime.agent.execution.environment import reserved_ports
@@ -333,10 +333,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     validate(parser, ns)
-    notice = ignored_notice(ns)
+    endpoint = hosts.endpoint_of(parser, ns)
+    notice = ignored_notice(ns, hosts.USED if endpoint else ())
     if notice:
         print(notice, file=sys.stderr, flush=True)
     spec = spec_from_args(ns)
+    if endpoint is not None:
+        return hosts.run(parser, spec, endpoint, ns.node_rank, ns.local_addr)
     try:
         job = local.start(spec)
     except RuntimeError as exc:

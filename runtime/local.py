@@ -257,13 +257,21 @@ class LocalJob:
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
     """The environment of node ``node_id``'s agent: the variables a pod's agent reads, written by the
     same writer (``runtime.agent.spec.environment``), over this process's environment and ``spec.env``."""
+    identity = NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
+                            lp.addresses[node_id])
+    return node_env(spec, identity, job, token, log_dir, lp.master_port)
+
+
+def node_env(spec: LocalJobSpec, identity: NodeIdentity, job: str, token: str, log_dir: str,
+             master_port: int) -> dict[str, str]:
+    """The environment of the agent of node ``identity`` (:func:`agent_env`; ``runtime.hosts``: the
+    one node of a job's host that this launcher runs), its logs under ``log_dir/node-<id>``."""
+    node_id = identity.node_id
     daemon_args = (*ray_defaults(spec.workers), *spec.daemon_args) if spec.distribution == "ray" else ()
-    node_spec = replace(spec, job_name=job, master_port=lp.master_port, daemon_args=daemon_args,
+    node_spec = replace(spec, job_name=job, master_port=master_port, daemon_args=daemon_args,
                         log_dir=os.path.join(log_dir, f"node-{node_id}"))
     settings = AgentSettings(
-        node_spec,
-        NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
-                     lp.addresses[node_id]),
+        node_spec, identity,
         Plumbing(token, die_with_parent=True, verdict_file=verdict_path(log_dir), run_root=run_root(log_dir),
                  forward_stdin=spec.forward_stdin and node_id == 0,
                  console_file=os.path.join(run_root(log_dir), CONSOLE_STATE)),
