@@ -43,9 +43,10 @@ def test_node_ranks_go_in_join_order_or_as_asked_and_conflicts_are_refused():
     assert service.join("c", None, 3, "10.0.0.3", 2) == {"node_id": 1, "coordinator": ["10.0.0.2", 1],
                                                         "master_port": 29500}
     assert service.join("c", None, 3, "10.0.0.3", 2)["node_id"] == 1, "asking again gets the same rank"
-    for key, rank, nodes, message in [("d", None, 3, "all joined"), ("d", 1, 3, "another host's launcher has node rank 1"),
-                                      ("d", None, 4, "--nnodes=4 is invalid: the launcher at the rendezvous endpoint "
-                                                     "runs 3 nodes"), ("d", 3, 3, "--node-rank=3 is invalid")]:
+    refused = [("d", None, 3, "all joined"), ("d", 1, 3, "another host's launcher has node rank 1"),
+               ("d", None, 4, "--nnodes=4 is invalid: the launcher at the rendezvous endpoint runs 3 nodes"),
+               ("d", 3, 3, "--node-rank=3 is invalid")]
+    for key, rank, nodes, message in refused:
         with pytest.raises(HttpError, match=message) as info:
             service.join(key, rank, nodes, "10.0.0.9", 9)
         assert info.value.status == 409
