@@ -62,11 +62,11 @@ class Console:
     """One process's console: its stdout and stderr as one screen shared by many writers.
 
     Args:
-        out: the binary stream for stdout.
-        err: the binary stream for stderr (often the same terminal).
+        out: the binary stream for stdout; ``None``: ``sys.stdout``'s at the time of each write.
+        err: the binary stream for stderr (often the same terminal); ``None``: ``sys.stderr``'s.
     """
 
-    def __init__(self, out: BinaryIO, err: BinaryIO) -> None:
+    def __init__(self, out: Optional[BinaryIO] = None, err: Optional[BinaryIO] = None) -> None:
         self._sinks = (out, err)
         self._lock = threading.Lock()
         self._ids = itertools.count()
@@ -117,7 +117,7 @@ class Console:
                 self._write_owner(b"")
 
     def _put(self, index: int, data: bytes) -> None:
-        sink = self._sinks[index]
+        sink = self._sinks[index] or (sys.stdout if index == 0 else sys.stderr).buffer
         sink.write(data)
         sink.flush()
 
@@ -156,5 +156,5 @@ def default() -> Console:
     """This process's console over ``sys.stdout`` and ``sys.stderr`` (made on first use)."""
     with _DEFAULT_LOCK:
         if not _DEFAULT:
-            _DEFAULT.append(Console(sys.stdout.buffer, sys.stderr.buffer))
+            _DEFAULT.append(Console())
         return _DEFAULT[0]
