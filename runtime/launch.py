@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
-from runtime import local
+from runtime import hosts, local
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, SpecError
 from runtime.agent.execution.environment import reserved_ports
@@ -161,7 +161,10 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                     "help": "ray: append ARG to every node's `ray start` (repeatable; write "
                             "--daemon-arg=--num-cpus=2); unset, each node gets its share of this machine's CPUs and "
                             "object store memory"},
-    "monitor_members": {"action": _SpelledFlag, "const": False},
+    "monitor_members": {"action": _SpelledFlag, "const": False,
+                        "help": "do not raise WorkerMembershipChanged in user processes on a membership change "
+                                "(it is raised unless this is given; runtime.membership.poll and wait work either "
+                                "way)"},
     **{name: {"action": _SpelledFlag, "const": True} for name in ("no_python", "allow_pickle", "virtual_local_rank")},
     **{name: {"type": _parsed_by(SETTINGS[name].codec)}
        for name in ("redirects", "tee", "local_ranks_filter", "stdout_filters", "stderr_filters")},
@@ -330,10 +333,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     validate(parser, ns)
-    notice = ignored_notice(ns)
+    endpoint = hosts.endpoint_of(parser, ns)
+    notice = ignored_notice(ns, hosts.USED if endpoint else ())
     if notice:
         print(notice, file=sys.stderr, flush=True)
     spec = spec_from_args(ns)
+    if endpoint is not None:
+        return hosts.run(parser, spec, endpoint, ns.node_rank, ns.local_addr)
     try:
         job = local.start(spec)
     except RuntimeError as exc:

@@ -39,6 +39,8 @@ from runtime.ports import LaunchPlan, free_port, plan, port_is_free
 AGENT_EXIT_GRACE = 10.0
 """Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
 (an elastic job's go on: the lowest survivor takes over as coordinator)."""
+CONSOLE_STATE = "console"
+"""The file in the run root through which a job's agents share the launcher's console."""
 CONNECTION_FILE = "connection.json"
 """Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
 
@@ -157,7 +159,7 @@ class LocalJob:
                 address, port = first.addresses[0], free_port(first.addresses[0], first.ports)
             self.plan = LaunchPlan((*first.addresses, address), (*first.ports, port), first.master_port)
             env = agent_env(spec, self.plan, node_id, self.job, self.token, self.log_dir)
-            self.agents.append(subprocess.Popen([sys.executable, "-m", contract.AGENT_MODULE], env=env,
+            self.agents.append(subprocess.Popen(agent_command(), env=env,
                                                 stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                                                 start_new_session=self.new_session))
 
@@ -258,19 +260,36 @@ class LocalJob:
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
     """The environment of node ``node_id``'s agent: the variables a pod's agent reads, written by the
     same writer (``runtime.agent.spec.environment``), over this process's environment and ``spec.env``."""
+    identity = NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
+                            lp.addresses[node_id])
+    return node_env(spec, identity, job, token, log_dir, lp.master_port)
+
+
+def node_env(spec: LocalJobSpec, identity: NodeIdentity, job: str, token: str, log_dir: str,
+             master_port: int) -> dict[str, str]:
+    """The environment of the agent of node ``identity`` (:func:`agent_env`; ``runtime.hosts``: the
+    one node of a job's host that this launcher runs), its logs under ``log_dir/node-<id>``."""
+    node_id = identity.node_id
     daemon_args = (*ray_defaults(spec.workers), *spec.daemon_args) if spec.distribution == "ray" else ()
-    node_spec = replace(spec, job_name=job, master_port=lp.master_port, daemon_args=daemon_args,
+    node_spec = replace(spec, job_name=job, master_port=master_port, daemon_args=daemon_args,
                         log_dir=os.path.join(log_dir, f"node-{node_id}"))
     settings = AgentSettings(
-        node_spec,
-        NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
-                     lp.addresses[node_id]),
+        node_spec, identity,
         Plumbing(token, die_with_parent=True, verdict_file=verdict_path(log_dir), run_root=run_root(log_dir),
-                 forward_stdin=spec.forward_stdin and node_id == 0),
+                 forward_stdin=spec.forward_stdin and node_id == 0,
+                 console_file=os.path.join(run_root(log_dir), CONSOLE_STATE)),
     )
     env = {**os.environ, **spec.env, **environment.agent_env(settings)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
+    if spec.pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def agent_command() -> list[str]:
+    """How a local agent is started: ``python -m runtime.agent`` with this ``runtime`` importable
+    (its directory first on the agent's own ``sys.path``, not on the PYTHONPATH its ranks inherit)."""
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {RUNTIME_ROOT!r}); import runpy; "
+                                  f"runpy.run_module({contract.AGENT_MODULE!r}, run_name='__main__', alter_sys=True)"]
 
 
 def run_root(log_dir: str) -> str:
@@ -314,7 +333,7 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
     try:
         for i in range(spec.workers):
             agents.append(subprocess.Popen(
-                [sys.executable, "-m", contract.AGENT_MODULE], env=agent_env(spec, lp, i, job, token, log_dir),
+                agent_command(), env=agent_env(spec, lp, i, job, token, log_dir),
                 stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                 start_new_session=new_session))
     except OSError:

@@ -50,6 +50,10 @@ class Outcome:
             where = f"node {cause['node_id']}" + (f" at {cause['addr']}" if cause.get("addr") else "")
             if cause.get("daemon"):
                 return cls(code, "daemon", f"the {cause['daemon']} daemon's own exit code ({where})")
+            if cause.get("signal"):
+                signum = int(cause["signal"])
+                name = signal.Signals(signum).name
+                return cls(code, "rank", f"rank {cause['rank']} was killed by {name} ({where}): 128 + {signum}")
             return cls(code, "rank", f"rank {cause['rank']}'s own exit code ({where})")
         detail = str(verdict.get("message") or verdict.get("status", "")).split(";")[0]
         return cls(code, "launcher", detail + (" (--timeout)" if code == contract.EXIT_TIMEOUT else ""))

@@ -12,12 +12,12 @@ from typing import Optional, Union
 
 IGNORED = {
     "rdzv_backend": "the agents run their own rendezvous",
-    "rdzv_endpoint": "node 0's agent is the rendezvous",
+    "rdzv_endpoint": "with --standalone every node runs on this machine",
     "rdzv_conf": "the agents run their own rendezvous",
     "standalone": "every node runs on this machine already",
-    "node_rank": "the launcher starts every node itself",
+    "node_rank": "without --rdzv-endpoint the launcher starts every node itself",
     "master_addr": "node 0's address is the master",
-    "local_addr": "each node has its own loopback address",
+    "local_addr": "without --rdzv-endpoint each node has its own loopback address",
     "monitor_interval": "each agent sees its processes exit at once",
     "start_method": "a script runs as its own process either way, as under torchrun",
     "event_log_handler": "torchrun's event log is torchrun's",
@@ -98,9 +98,11 @@ def resolve_nproc(value: Union[int, str]) -> int:
     return int(device.device_count())
 
 
-def ignored_notice(ns: argparse.Namespace) -> str:
-    """The one line naming the torchrun options typed that have no meaning here (``""`` for none)."""
-    typed = [(dest, ns.spelled[dest]) for dest in IGNORED if dest in ns.spelled]
+def ignored_notice(ns: argparse.Namespace, used: tuple[str, ...] = ()) -> str:
+    """The one line naming the torchrun options typed that have no meaning here (``""`` for none);
+    ``used`` are those that do have one for this command line (a per-node command line's
+    ``--rdzv-endpoint``, ``--node-rank`` and ``--local-addr``: ``runtime.hosts``)."""
+    typed = [(dest, ns.spelled[dest]) for dest in IGNORED if dest in ns.spelled and dest not in used]
     if not typed:
         return ""
     shown = [flag_ if dest == "standalone" else f"{flag_}={getattr(ns, dest)}" for dest, flag_ in typed]

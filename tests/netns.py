@@ -1,5 +1,6 @@
-"""Network namespaces as separate hosts: two joined by a veth pair on IPv6 only (fd00::2 and fd00::3), or
-any number on one bridge (IPv4), whose links a test takes down and up."""
+"""Network namespaces as separate hosts: two joined by a veth pair on IPv6 only (fd00::2 and fd00::3)
+or IPv4 only (10.213.0.2 and 10.213.0.3), or any number on one bridge (IPv4), whose links a test takes
+down and up."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Iterator, Mapping
 
 ADDRESSES = ("fd00::2", "fd00::3")
 """The two hosts' addresses, in namespace order."""
+IPV4_ADDRESSES = ("10.213.0.2", "10.213.0.3")
+"""The two hosts' addresses in :func:`ipv4_pair`, in namespace order."""
 
 
 def _ip(*args: str) -> None:
@@ -25,6 +28,19 @@ def ipv6_pair(hosts: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
     through /etc/hosts, which ``ip netns exec`` mounts from /etc/netns/NAME/hosts: an AAAA record
     and no A record, as an IPv6-only cluster's DNS answers. Yields ``(namespace, link)`` per host;
     run a process on host ``i`` with ``ip netns exec <namespace>``."""
+    with _pair(ADDRESSES, 64, hosts) as pair:
+        yield pair
+
+
+@contextlib.contextmanager
+def ipv4_pair(hosts: Mapping[str, str] | None = None) -> Iterator[list[tuple[str, str]]]:
+    """As :func:`ipv6_pair`, on IPv4 only: ``10.213.0.2/24`` and ``10.213.0.3/24``."""
+    with _pair(IPV4_ADDRESSES, 24, hosts or {}) as pair:
+        yield pair
+
+
+@contextlib.contextmanager
+def _pair(addresses: tuple[str, str], prefix: int, hosts: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
     tag = uuid.uuid4().hex[:6]
     names = (f"h12v{tag}a", f"h12v{tag}b")
     links = (f"h12{tag}a", f"h12{tag}b")
@@ -35,8 +51,8 @@ def ipv6_pair(hosts: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
             (Path("/etc/netns") / name / "hosts").write_text(f"127.0.0.1 localhost\n::1 localhost\n{lines}")
             _ip("netns", "add", name)
         _ip("link", "add", links[0], "netns", names[0], "type", "veth", "peer", "name", links[1], "netns", names[1])
-        for name, link, addr in zip(names, links, ADDRESSES):
-            _ip("-n", name, "addr", "add", f"{addr}/64", "dev", link, "nodad")
+        for name, link, addr in zip(names, links, addresses):
+            _ip("-n", name, "addr", "add", f"{addr}/{prefix}", "dev", link, *(("nodad",) if ":" in addr else ()))
             _ip("-n", name, "link", "set", "lo", "up")
             _ip("-n", name, "link", "set", link, "up")
         yield list(zip(names, links))

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Optional, TextIO, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
+from runtime.agent.execution import console
 from runtime.agent.execution.bootstrap import die_with_parent
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
@@ -96,6 +97,7 @@ class Agent:
         spec, node = settings.spec, settings.node
         self.settings = settings
         self._log = log
+        self._console_writer = console.default().writer()
         self._clock = clock
         self._events: queue.SimpleQueue[Union[Event, _Decided]] = queue.SimpleQueue()
         self._stopping, self._wake = threading.Event(), threading.Event()
@@ -150,8 +152,12 @@ class Agent:
         return self.member.view.world
 
     def say(self, message: str) -> None:
-        """Write one agent message, prefixed with the node, to the agent log."""
+        """Write one agent message, prefixed with the node, to the agent log (through the agent's
+        console when that log is its stderr, so it never joins a rank's unfinished line)."""
         prefix = f"[trainplane node {self.settings.node.node_id}] "
+        if self._log is sys.stderr:
+            console.default().write(self._console_writer, 1, prefix.encode(), f"{message}\n".encode())
+            return
         self._log.write(prefix + message.replace("\n", "\n" + prefix) + "\n")
         self._log.flush()
 
@@ -159,6 +165,8 @@ class Agent:
         """Serve, join the world, run processes until a verdict; return the exit code."""
         if self.settings.plumbing.die_with_parent:
             die_with_parent(signal.SIGTERM)
+        if self.settings.plumbing.console_file:
+            console.default().share(self.settings.plumbing.console_file)
         if threading.current_thread() is threading.main_thread():
             for sig in handled(self.member.signals):
                 signal.signal(sig, lambda signum, _frame: self._events.put(SignalReceived(signum)))

@@ -97,6 +97,7 @@ HEARTBEAT_INTERVAL = "TRAINPLANE_HEARTBEAT_INTERVAL"  # seconds, first interval 
 HEARTBEAT_TTL = "TRAINPLANE_HEARTBEAT_TTL"  # seconds: dead after one TTL, removed after two
 VERDICT_FILE = "TRAINPLANE_VERDICT_FILE"  # local mode: where agents write the job's final verdict (JSON)
 RUN_ROOT = "TRAINPLANE_RUN_ROOT"  # directory for the agent's private run directory (default: system temp)
+CONSOLE_FILE = "TRAINPLANE_CONSOLE_FILE"  # local mode: state file of the console the agents share
 # Fan-out and liveness aggregation (DESIGN.md, "Fan-out", "Membership").
 TREE_THRESHOLD = "TRAINPLANE_TREE_THRESHOLD"  # nodes at or above which fan-out and liveness use a tree
 TREE_FANOUT = "TRAINPLANE_TREE_FANOUT"  # children per node in tree mode

@@ -8,6 +8,7 @@ library only.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -64,6 +65,18 @@ class Node(NamedTuple):
         return cls(node_id, addr, port, num_proc)
 
 
+def ended_text(exit_code: int, signum: int = 0) -> str:
+    """How a process ended, as torchrun's reports tell a signal (``-9 (SIGKILL)``) from an exit
+    code: ``was killed by SIGKILL`` for ``signum`` 9, else ``exited with code N``."""
+    if signum:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"was killed by {name}"
+    return f"exited with code {exit_code}"
+
+
 @dataclass(frozen=True)
 class Failure:
     """The root cause of a failed generation: one process that exited non-zero.
@@ -81,6 +94,7 @@ class Failure:
         error: the exception the rank recorded in its ``TORCHELASTIC_ERROR_FILE`` (torch's
             ``@record``), ``Type: message (raised at FILE, line N)``; ``""`` if it recorded none.
         error_traceback: the last lines of that exception's traceback, oldest first.
+        signal: the signal that killed it (9 for SIGKILL, the OOM killer's), 0 when it exited.
     """
 
     rank: int
@@ -93,17 +107,18 @@ class Failure:
     daemon: str = ""
     error: str = ""
     error_traceback: tuple[str, ...] = ()
+    signal: int = 0
 
     def describe(self) -> str:
         """One paragraph naming the rank (or daemon), the node, the exit code and either the
         exception it recorded (with its traceback) or, when it recorded none, its stderr tail."""
         if self.daemon:
-            head = (f"the {self.daemon} daemon (node {self.node_id} at {self.addr}) exited with code "
-                    f"{self.exit_code} while the driver was running")
+            head = (f"the {self.daemon} daemon (node {self.node_id} at {self.addr}) "
+                    f"{ended_text(self.exit_code, self.signal)} while the driver was running")
         else:
             head = (
                 f"rank {self.rank} (node {self.node_id} at {self.addr}, local rank {self.local_rank}) "
-                f"exited with code {self.exit_code}"
+                f"{ended_text(self.exit_code, self.signal)}"
             )
         if self.error:
             lines = ("; its recorded error (TORCHELASTIC_ERROR_FILE): " + self.error, *(
@@ -127,6 +142,7 @@ class Failure:
             daemon=str(data.get("daemon", "")),
             error=str(data.get("error", "")),
             error_traceback=tuple(str(s) for s in data.get("error_traceback", ())),
+            signal=int(data.get("signal", 0)),
         )
 
     def to_json(self) -> dict[str, Any]:

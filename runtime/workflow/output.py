@@ -5,14 +5,16 @@ from __future__ import annotations
 import sys
 from typing import Optional, TextIO
 
+from runtime.agent.execution.console import START, render
 from runtime.call_output import OutputChunk
 
 
 class RankPrinter:
     """Writes chunks of the ranks' output to this process's stdout and stderr, ``[rank N] `` before
-    every line, each rank's and stream's pieces in the order they were written. A rank's unfinished
-    line (a prompt, a progress bar) is ended before another rank writes to the same stream, and
-    continues on a line of its own.
+    every line and after every ``\\r`` redraw (a progress bar keeps its prefix), each rank's and
+    stream's pieces in the order they were written. A rank's unfinished line (a prompt, a progress
+    bar) is ended before another rank (or the same rank's other stream) writes, and continues on a
+    line of its own, so the lines of two ranks never merge (the launcher's console does the same).
 
     Args:
         stdout: where the ranks' stdout goes (default: ``sys.stdout`` at the time of writing).
@@ -21,24 +23,28 @@ class RankPrinter:
 
     def __init__(self, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> None:
         self._streams = {"stdout": stdout, "stderr": stderr}
-        self._at_start: dict[tuple[int, str], bool] = {}
-        self._open: dict[str, tuple[int, str]] = {}
+        self._states: dict[tuple[int, str], int] = {}
+        self._open: Optional[tuple[int, str]] = None
 
     def __call__(self, chunk: OutputChunk) -> None:
         """Write one chunk."""
         if not chunk.text:
             return
-        prefix = f"[rank {chunk.rank}] "
         key = (chunk.rank, chunk.stream)
-        opened = self._open.pop(chunk.stream, None)
-        cut = ""
-        if opened is not None and opened != key:
-            cut, self._at_start[opened] = "\n", True
-        body = chunk.text[:-1].replace("\n", "\n" + prefix) + chunk.text[-1]
-        text = prefix + body if self._at_start.get(key, True) else body
-        self._at_start[key] = chunk.text.endswith("\n")
-        if not self._at_start[key]:
-            self._open[chunk.stream] = key
-        target = self._streams.get(chunk.stream) or (sys.stderr if chunk.stream == "stderr" else sys.stdout)
-        target.write(cut + text)
+        data = chunk.text.encode("utf-8", "surrogateescape")
+        state = self._states.get(key, START)
+        if self._open is not None and self._open != key:
+            self._write(self._open[1], "\n")
+        if self._open != key and state != START:  # another writer ended this line: its end is written
+            state, data = START, data[2:] if data.startswith(b"\r\n") else data[data.startswith(b"\n"):]
+        text, state = render(data, f"[rank {chunk.rank}] ".encode(), state)
+        self._states[key] = state
+        self._open = None if state == START else key
+        self._write(chunk.stream, text.decode("utf-8", "surrogateescape"))
+
+    def _write(self, stream: str, text: str) -> None:
+        if not text:
+            return
+        target = self._streams.get(stream) or (sys.stderr if stream == "stderr" else sys.stdout)
+        target.write(text)
         target.flush()

@@ -131,6 +131,18 @@ def chatter(lines: int, fail_rank: int = -1, partial: str = "", wait_for: str = 
     return me
 
 
+def redraw(steps: int) -> int:
+    """Draw a progress bar on stderr as tqdm does, ``\\r`` by ``\\r`` with no newline until the end,
+    pausing 20 ms between draws so the ranks' bars reach the caller interleaved."""
+    me = rank()
+    for i in range(steps + 1):
+        sys.stderr.write(f"\rbar of rank {me}: {i}/{steps}")
+        sys.stderr.flush()
+        time.sleep(0.02)
+    sys.stderr.write("\n")
+    return me
+
+
 class Counter:
     """State kept in every rank's process between calls (``runtime.workflow.cls``)."""
 

@@ -38,3 +38,14 @@ def test_a_job_that_succeeds_prints_no_exit_line(script):
     result = launch("--nnodes", "2", str(script("print('ok')\n")))
     assert result.returncode == 0, result.stderr
     assert "exit code" not in result.stderr
+
+
+def test_a_fixed_size_job_that_loses_a_node_ends_with_the_launchers_own_1(script):
+    """Rank 1 kills its own agent (SIGKILL: no verdict, no failing process): the coordinator finds
+    node 1 gone and fails the job, and the launcher calls 1 its own code."""
+    path = script("import os, signal, time\nif os.environ['RANK'] == '1':\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+                  "time.sleep(60)\n")
+    result = launch("--nnodes", "2", "--master-port", "0", "--grace-period", "1", str(path))
+    assert result.returncode == contract.EXIT_NODE_LOST == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("[trainplane] exit code 1: the launcher's own: node 1 (127.0.0.3) "), last

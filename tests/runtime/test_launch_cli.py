@@ -96,3 +96,24 @@ def test_torchrun_spellings_are_accepted(spelling: str, dest: str, value: object
     ns = build_parser().parse_args([spelling, str(value), "train.py", "--lr", "1"])
     assert getattr(ns, dest) == value
     assert (ns.script, ns.args) == ("train.py", ["--lr", "1"])
+
+
+DELIVERY = """
+import signal, sys
+from runtime.agent.execution.delivery import DELIVERY_SIGNAL
+print("delivery", "ignored" if signal.getsignal(DELIVERY_SIGNAL) == signal.SIG_IGN else "raised", flush=True)
+"""
+
+
+def test_no_monitor_members_does_what_its_help_says(script):
+    """--help says the flag turns the exception off; with it a rank ignores the delivery signal,
+    without it the rank has the handler that raises WorkerMembershipChanged."""
+    shown = subprocess.run([sys.executable, "-m", "runtime", "launch", "--help"], cwd=ROOT, env=project_env(),
+                           capture_output=True, text=True, timeout=60).stdout
+    help_text = " ".join(shown.split("--no-monitor-members", 2)[2].split("\n  --")[0].split())
+    assert help_text.startswith("do not raise WorkerMembershipChanged in user processes on a membership change")
+    path = script(DELIVERY)
+    off = launch("--no-monitor-members", "--master-port", "0", str(path))
+    on = launch("--master-port", "0", str(path))
+    assert (off.returncode, on.returncode) == (0, 0), off.stderr + on.stderr
+    assert "[rank 0] delivery ignored" in off.stdout and "[rank 0] delivery raised" in on.stdout

@@ -1,7 +1,10 @@
 """Wrapper that runs inside every user process before the user's code. Standard library only.
 
-Usage (by the agent): ``python -u -m runtime.agent.execution.bootstrap SCRIPT [ARGS...]`` or
-``python -u -m runtime.agent.execution.bootstrap -m MODULE [ARGS...]``. It ties the process's life to its
+Usage (by the agent): ``python -u -c STARTER SCRIPT [ARGS...]`` or ``python -u -c STARTER -m MODULE
+[ARGS...]``, where :func:`starter` makes the ``runtime`` package importable without putting its
+directory on PYTHONPATH (appended to ``sys.path``, after the installed packages, and only when it
+is not there already), so the user's code sees the PYTHONPATH and ``sys.path`` torchrun gives it.
+It ties the process's life to its
 agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``)
 and trainplane's JAX cluster (``runtime.agent.execution.jaxcluster``, for ``jax.distributed.initialize()``),
 waits for a single-controller job's cluster if asked (``TRAINPLANE_WAIT_FOR``: the Ray head or
@@ -9,7 +12,7 @@ every Monarch worker accepts connections; ``TRAINPLANE_WAIT_RAY_NODES``: every n
 Ray head), then runs the user's code as ``__main__`` exactly as
 ``python SCRIPT`` or ``python -m MODULE`` would (``sys.argv``, ``sys.path[0]``).
 
-``python -u -m runtime.agent.execution.bootstrap --exec COMMAND [ARGS...]`` runs a command that is not
+``python -u -c STARTER --exec COMMAND [ARGS...]`` runs a command that is not
 Python (torchrun's ``--no-python``): after the parent-death signal it replaces itself with
 ``COMMAND`` (looked up on ``PATH``), which keeps the pid, the environment and that signal. Such a
 process cannot take a membership change as an exception, so the delivery signal is ignored (the
@@ -18,12 +21,15 @@ disposition survives ``exec``); the new world is still written to ``TRAINPLANE_W
 
 from __future__ import annotations
 
+import builtins
+import io
 import os
 import runpy
 import signal
 import socket
 import sys
 import time
+import types
 from typing import NoReturn, Sequence
 
 from runtime.agent import contract
@@ -114,12 +120,25 @@ def run(argv: Sequence[str]) -> None:
         raise SystemExit("usage: python -m runtime.agent.execution.bootstrap SCRIPT [ARGS...] | -m MODULE [ARGS...]")
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
+        sys.path[0] = os.getcwd()  # as ``python -m`` puts it first
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return
-    script = os.path.abspath(argv[0])
     sys.argv = [argv[0], *argv[1:]]
-    sys.path[0] = os.path.dirname(script)
-    runpy.run_path(script, run_name="__main__")
+    sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+    if not os.path.isfile(argv[0]):  # a directory or zip file with a __main__.py
+        runpy.run_path(os.path.abspath(argv[0]), run_name="__main__")
+        return
+    # As ``python SCRIPT`` runs it: ``sys.argv[0]`` as typed (runpy.run_path would make it the
+    # absolute path), ``__file__`` the typed path joined to the working directory, unnormalised,
+    # ``sys.path[0]`` its real directory, a fresh ``__main__`` module.
+    script = os.path.join(os.getcwd(), argv[0])
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    with io.open_code(script) as source:
+        code = compile(source.read(), script, "exec")
+    exec(code, main.__dict__)  # noqa: S102 - the job's own script, as python would run it
 
 
 def exec_command(argv: Sequence[str]) -> NoReturn:
@@ -142,7 +161,15 @@ def exec_command(argv: Sequence[str]) -> NoReturn:
         raise SystemExit(EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE) from None
 
 
-if __name__ == "__main__":
+def starter(root: str) -> str:
+    """The ``python -c`` program that runs :func:`main` with the ``runtime`` package of ``root``
+    (the directory holding it) importable: ``root`` appended to ``sys.path`` unless it is on it."""
+    return (f"import sys; root = {root!r}; root in sys.path or sys.path.append(root); "
+            "from runtime.agent.execution.bootstrap import main; main()")
+
+
+def main() -> None:
+    """Set the process up and run what ``sys.argv[1:]`` names (module docstring)."""
     die_with_parent()
     if sys.argv[1:2] == [EXEC_FLAG]:
         exec_command(sys.argv[2:])
@@ -161,3 +188,7 @@ if __name__ == "__main__":
         run(sys.argv[1:])
     finally:
         delivery.finish()  # a change arriving during the normal exit is not fatal
+
+
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,7 @@ import shutil
 import sys
 from typing import Optional, Sequence
 
+from runtime.agent.execution import delivery
 from runtime.agent.execution.bootstrap import EXIT_NOT_FOUND
 
 
@@ -50,6 +51,7 @@ def main(argv: Sequence[str]) -> int:
               f"PATH; install it in the image", file=sys.stderr, flush=True)
         return EXIT_NOT_FOUND
     sys.stdout.flush()
+    delivery.ignore()  # the daemon is not Python: a membership change must not kill it (survives exec)
     os.execv(executable, [command, *argv[2:]])  # noqa: S606 - the daemon command the agent planned
 
 

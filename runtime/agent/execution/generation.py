@@ -138,6 +138,8 @@ class NodeProcesses:
         for supervisor in (self._procs, self._daemon):
             if supervisor is not None:
                 supervisor.stop(self._settings.spec.grace_period, sig)
+                if isinstance(supervisor, LocalProcesses) and supervisor.torn_down:
+                    self._say(f"generation {supervisor.generation} torn down: {'; '.join(supervisor.torn_down)}")
         self._procs = self._daemon = None
 
     def deliver(self, previous: World, world: World) -> None:
@@ -173,7 +175,7 @@ class NodeProcesses:
         node = self._settings.node
         return Failure(
             rank=-1 if daemon else ended.rank, node_id=node.node_id, local_rank=local_rank,
-            exit_code=ended.exit_code, stderr_tail=ended.stderr_tail, timestamp=ended.timestamp,
+            exit_code=ended.exit_code, signal=ended.signal, stderr_tail=ended.stderr_tail, timestamp=ended.timestamp,
             addr=node.advertise_address, daemon=daemon, error=recorded.describe() if recorded else "",
             error_traceback=recorded.traceback if recorded else (),
         )
@@ -197,7 +199,7 @@ class NodeProcesses:
                       log_dir: Optional[str]) -> Supervisor:
         """The supervisor of this node's framework daemon, not yet started: :data:`DAEMON_MODULE` under
         the bootstrap, which waits for the head if the daemon needs it, then becomes the daemon."""
-        env = {**base, contract.MONITOR_MEMBERS: "false"}
+        env = dict(base)  # the daemon ignores membership changes itself (execution.daemon)
         if daemon.wait_for:
             env[contract.WAIT_FOR] = daemon.wait_for
         return self._spawner(

@@ -1,4 +1,4 @@
-"""Copying one process's output: to the agent's streams with a ``[rank N]`` prefix, its log file,
+"""Copying one process's output: to the agent's console with a ``[rank N]`` prefix, its log file,
 the files torchrun's output options ask for, and a tap (service mode: the call it runs), with the
 last stderr lines kept for the root-cause report and the time it last wrote kept for the straggler
 report. Standard library only.
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import IO, BinaryIO, Callable, Optional
 
+from runtime.agent.execution.console import Console
 from runtime.agent.spec import streams
 
 STDERR_TAIL_LINES = 20
@@ -29,13 +30,26 @@ OutputTap = Callable[[int, bytes], None]
 
 
 class Output:
-    """Copies one process's output streams to the agent's streams (with a ``[rank N]`` prefix at
-    the start of every line), to its log file, to the files its :class:`streams.Streams` plan
-    asks for, and to its tap (service mode: the output of the call it runs). Whole lines go at
-    once; an unfinished one after :data:`PARTIAL_LINE_DELAY`, so a prompt without a newline
-    (``breakpoint()``'s ``(Pdb)``) shows, or at once when :meth:`drain` is asked."""
+    """Copies one process's output streams to the agent's :class:`Console` (with a ``[rank N]``
+    prefix at the start of every line and after every ``\\r`` redraw), to its log file, to the files
+    its :class:`streams.Streams` plan asks for (as written), and to its tap (service mode: the output
+    of the call it runs). Whole lines go at once; an unfinished one after :data:`PARTIAL_LINE_DELAY`,
+    so a prompt without a newline (``breakpoint()``'s ``(Pdb)``) shows, or at once when
+    :meth:`drain` is asked; the console ends it before another writer's text.
 
-    def __init__(self, prefix: str, log_path: Optional[Path], out: BinaryIO, err: BinaryIO,
+    Args:
+        prefix: what the lines are prefixed with, in brackets (``rank 3``).
+        log_path: the process's own log file, or ``None``.
+        console: the agent's console.
+        lock: held while writing the files (the supervisor's).
+        plans: stdout's and stderr's plan (console, file).
+        stream_dir: where the ``stdout.log``/``stderr.log`` files go, when a plan asks for them.
+        filters: the ``--duplicate-std{out,err}-filters`` substrings.
+        filtered: where lines matching them are copied, per stream.
+        tap: receives a copy of everything, in order.
+    """
+
+    def __init__(self, prefix: str, log_path: Optional[Path], console: Console,
                  lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = SHOWN,
                  stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
                  filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None),
@@ -46,7 +60,8 @@ class Output:
         self._pending = [b"", b""]
         self._read_locks = (threading.Lock(), threading.Lock())
         self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed in close()
-        self._sinks = (out, err)
+        self._console = console
+        self._writer = console.writer()
         self._plans = plans
         self._files: list[Optional[BinaryIO]] = [
             open(stream_dir / name, "ab") if stream_dir and plan.file else None  # noqa: SIM115 - closed in close()
@@ -57,7 +72,6 @@ class Output:
         self._lock = lock
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._threads: list[threading.Thread] = []
-        self._at_start = [True, True]
         self._partial = [b"", b""]
         self.last_output = time.time()
         """Wall-clock time the process last wrote (or started): how long it has been silent."""
@@ -88,6 +102,7 @@ class Output:
                 self._emit_pending(index)
         if self._partial[index]:
             self._lines(index, b"\n")
+        self._console.end(self._writer, index)
 
     def _read_ready(self, index: int, fd: int) -> bool:
         """Read what ``fd`` has now, if anything (another thread may have drained it), and pass on
@@ -125,11 +140,9 @@ class Output:
         self.last_output = time.time()
         plan, own = self._plans[index], self._files[index]
         lines = self._lines(index, data)
+        if plan.console:
+            self._console.write(self._writer, index, self._prefix, data)
         with self._lock:
-            if plan.console:
-                sink = self._sinks[index]
-                sink.write(self._prefixed(data, self._at_start[index]))
-                sink.flush()
             for file in (self._log, own):
                 if file is not None:
                     file.write(data)
@@ -138,7 +151,6 @@ class Output:
             if filtered is not None and filters:
                 filtered.writelines(self._prefix + line + b"\n" for line in lines if any(f in line for f in filters))
                 filtered.flush()
-        self._at_start[index] = data.endswith(b"\n")
         if self._tap is not None:
             self._tap(index, data)
 
@@ -146,14 +158,9 @@ class Output:
         """The lines ``data`` completes (kept in the stderr tail, matched against the filters)."""
         lines = (self._partial[index] + data).split(b"\n")
         self._partial[index] = lines.pop()
-        if index == 1:
-            self.tail.extend(line.decode(errors="replace") for line in lines)
+        if index == 1:  # a line redrawn with \r is kept as the terminal last showed it
+            self.tail.extend(line.rstrip(b"\r").rsplit(b"\r", 1)[-1].decode(errors="replace") for line in lines)
         return lines
-
-    def _prefixed(self, chunk: bytes, at_start: bool) -> bytes:
-        """``chunk`` with the prefix before every line that starts in it."""
-        body = chunk[:-1].replace(b"\n", b"\n" + self._prefix) + chunk[-1:]
-        return self._prefix + body if at_start else body
 
     def rename(self, prefix: str) -> None:
         """Prefix lines with ``[prefix]`` from now on."""

@@ -21,12 +21,17 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
-from runtime.agent.execution.bootstrap import EXEC_FLAG
+from runtime.agent.execution import console
+from runtime.agent.execution.bootstrap import EXEC_FLAG, starter
 from runtime.agent.execution.output import Output
 from runtime.agent.spec import streams
+from runtime.agent.spec.job import SETTINGS
+from runtime.agent.world import ended_text
 
 RUNTIME_ROOT = str(Path(__file__).resolve().parents[3])
-"""The directory holding the ``runtime`` package; put on the user processes' PYTHONPATH."""
+"""The directory holding the ``runtime`` package: the bootstrap appends it to the user processes'
+``sys.path`` (never to their PYTHONPATH: locally it is the repository, whose ``tests`` or
+``examples`` must not shadow installed packages)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class ProcExit:
         stderr_tail: its last stderr lines, oldest first.
         timestamp: wall-clock time of the exit, seconds since the epoch.
         requested: the agent had asked it to stop (teardown), so this is not a failure.
+        signal: the number of the signal that killed it; 0 when it exited (``exit_code`` is then
+            its own, even 137: ``sys.exit(137)`` is no SIGKILL).
     """
 
     generation: int
@@ -50,6 +57,12 @@ class ProcExit:
     stderr_tail: tuple[str, ...]
     timestamp: float
     requested: bool
+    signal: int = 0
+
+    @property
+    def how(self) -> str:
+        """How it ended: ``exited with code 1``, or ``was killed by SIGKILL``."""
+        return ended_text(self.exit_code, self.signal)
 
 
 def exit_status(returncode: int) -> int:
@@ -58,16 +71,25 @@ def exit_status(returncode: int) -> int:
 
 
 def inherited_env(agent_env: Mapping[str, str]) -> dict[str, str]:
-    """The part of the agent's environment its user processes inherit (the contract goes on top).
+    """The part of the agent's environment its user processes and framework daemons inherit (a
+    rank's contract goes on top).
 
     Args:
         agent_env: the agent's own environment, name to value.
 
     Returns:
         ``agent_env`` without the agent-only names (``contract.AGENT_ONLY_PREFIXES``): the job token,
-        the agent's other settings, and the training operator's ``PET_*`` torchrun arguments.
+        the agent's other settings, and the training operator's ``PET_*`` torchrun arguments; nor
+        the settings it reads under torchrun's names (``MASTER_PORT``, ``TORCHELASTIC_SIGNALS_TO_HANDLE``:
+        a rank gets its own values of them, a Ray or Monarch daemon and the tasks it runs none,
+        as under torchrun).
     """
-    return {k: v for k, v in agent_env.items() if not k.startswith(contract.AGENT_ONLY_PREFIXES)}
+    return {k: v for k, v in agent_env.items()
+            if not k.startswith(contract.AGENT_ONLY_PREFIXES) and k not in _SETTINGS_UNPREFIXED}
+
+
+_SETTINGS_UNPREFIXED = frozenset(d.env for d in SETTINGS.values() if not d.env.startswith(contract.AGENT_ONLY_PREFIXES))
+"""The job settings an agent reads from variables of torchrun's names."""
 
 
 def rank_dir(log_dir: Path, local_rank: int) -> Path:
@@ -112,7 +134,8 @@ class LocalProcesses:
             or with ``no_python`` a whole argv run as is.
         on_exit: called from a watcher thread when a process ends.
         log_dir: directory for ``rank-N.log`` files, or ``None``.
-        out: binary stream for prefixed stdout lines.
+        out: binary stream for prefixed stdout lines (with ``err``, a console of their own;
+            neither: the agent's, ``console.default()``).
         err: binary stream for prefixed stderr lines.
         python: the interpreter to run.
         pass_fds: file descriptors every process inherits (service mode: its channel to the agent).
@@ -156,17 +179,20 @@ class LocalProcesses:
         self._first_rank = first_rank
         self._envs = envs
         exec_flag = (EXEC_FLAG,) if no_python else ()
-        self._argv = [python, "-u", "-m", "runtime.agent.execution.bootstrap", *exec_flag, *entrypoint]
+        self._argv = [python, "-u", "-c", starter(RUNTIME_ROOT), *exec_flag, *entrypoint]
         self._pass_fds = tuple(pass_fds)
         self._on_exit = on_exit
         self._log_dir = Path(log_dir) if log_dir else None
-        self._out = out or sys.stdout.buffer
-        self._err = err or sys.stderr.buffer
+        self._console = (console.default() if out is None and err is None
+                         else console.Console(out or sys.stdout.buffer, err or sys.stderr.buffer))
         self._lock = threading.Lock()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._outputs: list[Output] = []
         self._stopping = threading.Event()
         self._watchers: list[threading.Thread] = []
+        self.torn_down: tuple[str, ...] = ()
+        """After :meth:`stop`: each process it found running and how it ended, ``rank 2 was killed by
+        SIGTERM`` (torchrun's agents log their workers' ``-15`` likewise)."""
 
     @property
     def pids(self) -> list[int]:
@@ -189,11 +215,9 @@ class LocalProcesses:
         )
         for local_rank, env in enumerate(self._envs):
             rank = self._first_rank + local_rank
-            full_env = dict(env)
-            full_env["PYTHONPATH"] = os.pathsep.join(p for p in (RUNTIME_ROOT, env.get("PYTHONPATH", "")) if p)
             proc = subprocess.Popen(
                 self._argv,
-                env=full_env,
+                env=dict(env),
                 stdin=None if local_rank == self._stdin_local_rank else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -207,7 +231,7 @@ class LocalProcesses:
             stream_dir = rank_dir(self._log_dir, local_rank) if self._log_dir and any(p.file for p in plans) else None
             if stream_dir is not None:
                 stream_dir.mkdir(parents=True, exist_ok=True)
-            output = Output(name, log_path, self._out, self._err, self._lock, plans, stream_dir,
+            output = Output(name, log_path, self._console, self._lock, plans, stream_dir,
                              (self._streams.stdout_filters, self._streams.stderr_filters),
                              self._filtered,  # type: ignore[arg-type]
                              None if self._tap is None else functools.partial(self._tap, local_rank))
@@ -230,6 +254,7 @@ class LocalProcesses:
                 stderr_tail=tuple(output.tail),
                 timestamp=stamp,
                 requested=self._stopping.is_set(),
+                signal=max(0, -code),
             )
         )
 
@@ -273,7 +298,9 @@ class LocalProcesses:
         Safe to call more than once. Whole groups are signalled, so children the user's processes
         started (data loader workers and the like) go too.
         """
+        first_stop = not self._stopping.is_set()
         self._stopping.set()
+        running = [i for i, p in enumerate(self._procs) if p.poll() is None]
         self._signal_groups(sig)
         deadline = time.monotonic() + grace
         for proc in self._procs:
@@ -284,6 +311,11 @@ class LocalProcesses:
         self._signal_groups(signal.SIGKILL)
         for proc in self._procs:
             proc.wait()
+        if first_stop:
+            self.torn_down = tuple(
+                f"{self._label} {self._first_rank + i} "
+                f"{ended_text(exit_status(self._procs[i].returncode), max(0, -self._procs[i].returncode))}"
+                for i in running)
         for watcher in self._watchers:
             watcher.join(timeout=3.0)
         with self._lock:

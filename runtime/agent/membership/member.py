@@ -270,7 +270,7 @@ class Member:
                 return (StopProcesses(), *self._rejoin(f"rank {ended.rank} exited with code {ended.exit_code} while "
                                                        f"the coordinator is unreachable", now))
             if ended.exit_code != 0 or done:
-                return Say(f"rank {ended.rank} exited with code {ended.exit_code} while the coordinator is "
+                return Say(f"rank {ended.rank} {ended.how} while the coordinator is "
                            f"unreachable; stopping this node"), \
                     Exit(ended.exit_code or max(e.exit_code for e in running.exits.values()))
             return ()

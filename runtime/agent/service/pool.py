@@ -261,13 +261,13 @@ class _Slot:
         self._exited.wait(EXIT_REPORT_WAIT)
         if self._stopping:
             return
-        code = self._exit.exit_code if self._exit else "unknown"
+        how = self._exit.how if self._exit else "exited with code unknown"
         tail = "\n".join(self._exit.stderr_tail) if self._exit else ""
         call.post(RankFailed(self.rank, RemoteError(
             self.rank, self._pool.node_rank, "ProcessExited",
-            f"the worker process exited with code {code} during the call", tail, call.invocation.fn,
+            f"the worker process {how} during the call", tail, call.invocation.fn,
         )))
-        self._pool.say(f"rank {self.rank}: worker process exited with code {code} during a call; starting a new one")
+        self._pool.say(f"rank {self.rank}: worker process {how} during a call; starting a new one")
         self._spawn()
 
     def _event(self, message: Mapping[str, object]) -> RankEvent:
@@ -346,8 +346,8 @@ class _Slot:
         self._exited.wait(EXIT_REPORT_WAIT)
         exit_info = self._exit
         tail = "; ".join(exit_info.stderr_tail[-5:]) if exit_info else ""
-        code = exit_info.exit_code if exit_info else "unknown"
-        self._broken = f"it exited with code {code} before it was ready" + (f" (stderr: {tail})" if tail else "")
+        how = exit_info.how if exit_info else "exited with code unknown"
+        self._broken = f"it {how} before it was ready" + (f" (stderr: {tail})" if tail else "")
         if not self._stopping:
             self._pool.say(f"rank {self.rank}: {self._broken}")
         return None
@@ -378,5 +378,5 @@ class _Slot:
         self.ready = False
         self._exited.set()
         if not event.requested and not self._stopping and self._running is None:
-            self._pool.say(f"rank {self.rank}: worker process exited with code {event.exit_code} while idle; "
+            self._pool.say(f"rank {self.rank}: worker process {event.how} while idle; "
                            f"a new one starts with the next call")

@@ -56,6 +56,8 @@ def plumbing_env(plumbing: Plumbing) -> dict[str, str]:
         env[contract.VERDICT_FILE] = plumbing.verdict_file
     if plumbing.run_root:
         env[contract.RUN_ROOT] = plumbing.run_root
+    if plumbing.console_file:
+        env[contract.CONSOLE_FILE] = plumbing.console_file
     if plumbing.daemon_prefix:
         env[contract.DAEMON_PREFIX] = json.dumps(list(plumbing.daemon_prefix))
     return env

@@ -69,6 +69,9 @@ class Plumbing:
         daemon_prefix: command put before every framework daemon's (a wrapper, or a test's stand-in).
         forward_stdin: local mode: global rank 0 inherits this agent's stdin (the launcher's), as under
             torchrun, so ``breakpoint()`` works there; every other process reads EOF.
+        console_file: local mode: the state file of the console (the launcher's terminal) this
+            agent shares with the job's other agents, so their ranks' lines never merge
+            (``runtime.agent.execution.console``); ``None``: a console of its own (a pod's log).
     """
 
     token: str
@@ -78,6 +81,7 @@ class Plumbing:
     run_root: Optional[str] = None
     daemon_prefix: tuple[str, ...] = ()
     forward_stdin: bool = False
+    console_file: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +204,7 @@ def plumbing_from_env(env: Mapping[str, str]) -> Plumbing:
         run_root=env.get(contract.RUN_ROOT) or None,
         daemon_prefix=_strings(env, contract.DAEMON_PREFIX),
         forward_stdin=_flag(env, contract.FORWARD_STDIN),
+        console_file=env.get(contract.CONSOLE_FILE) or None,
     )
 
 

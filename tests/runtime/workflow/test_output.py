@@ -3,6 +3,7 @@ rank, while the call runs and when it fails (2 nodes x 2 processes, real agents 
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 from runtime import RemoteError
 from runtime.client import JobClient, OutputChunk
 from runtime.workflow import LocalCompute, fn
+from runtime.workflow.output import RankPrinter
 from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
@@ -87,3 +89,29 @@ def test_output_is_off_for_a_job_client_and_with_the_option(compute: LocalComput
 
     out, err = capfd.readouterr()
     assert not re.search(r"^\[rank \d\] ", out + err, re.MULTILINE)
+
+
+def test_redraws_keep_their_ranks_prefix_and_two_ranks_bars_never_share_a_line(compute: LocalCompute, capfd):
+    assert fn(service_fns.redraw).to(compute)(15) == [0, 1, 2, 3]
+
+    _, err = capfd.readouterr()
+    bars = [line for line in err.split("\n") if "bar of rank" in line]
+    for line in bars:
+        draws = line.split("\r")
+        ranks = {draw.split("]")[0] for draw in draws if draw}
+        assert len(ranks) == 1 and all(d.startswith("[rank ") for d in draws if d), repr(line)
+        (rank,) = ranks
+        assert all(f"bar of rank {rank[6:]}: " in d for d in draws if d), repr(line)
+    for rank in range(4):
+        assert f"[rank {rank}] bar of rank {rank}: 15/15" in err
+
+
+def test_the_printer_ends_an_open_line_before_another_rank_or_stream_writes():
+    out, err = io.StringIO(), io.StringIO()
+    printer = RankPrinter(out, err)
+    for rank, stream, text in [(0, "stderr", "\r 10%"), (1, "stderr", "\r 50%"), (0, "stderr", "\r 20%"),
+                               (0, "stdout", "saved"), (0, "stderr", "\n"), (1, "stderr", "\r 60%\n"),
+                               (0, "stdout", " epoch 1\n")]:
+        printer(OutputChunk(rank, stream, text))
+    assert err.getvalue() == "\r[rank 0]  10%\n\r[rank 1]  50%\n\r[rank 0]  20%\n\r[rank 1]  60%\n"
+    assert out.getvalue() == "[rank 0] saved\n[rank 0]  epoch 1\n"

@@ -69,6 +69,38 @@ def test_ray_driver_runs_once_on_node_0_and_its_tasks_reach_both_nodes(tmp_path:
     assert gone(job), processes_with(job)
 
 
+RAY_TASK_ENV = """
+import json, os, sys
+import ray
+ray.init()
+
+@ray.remote
+def env():
+    return dict(os.environ)
+
+with open(sys.argv[1], "w") as f:
+    json.dump({"task": ray.get(env.remote()), "driver": dict(os.environ)}, f)
+"""
+
+
+def test_ray_tasks_get_none_of_the_agents_settings(tmp_path: Path, script):
+    """A Ray task's environment (the raylet's, from the daemon's) has the launcher's PYTHONPATH as it
+    was and none of what the agent reads or sets for ranks: MASTER_PORT and
+    TORCHELASTIC_SIGNALS_TO_HANDLE (the agent's settings under torchrun's names) nor any
+    TRAINPLANE_* variable; the driver keeps its contract."""
+    out = tmp_path / "env.json"
+    result = launch("--workers", "1", "--distribution", "ray", "--master-port", "0", *RAY_ARGS,
+                    str(script(RAY_TASK_ENV)), str(out), timeout=RAY_TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(out.read_text())
+    task = seen["task"]
+    leaked = sorted(k for k in task if k in ("MASTER_PORT", "TORCHELASTIC_SIGNALS_TO_HANDLE", "MASTER_ADDR", "RANK")
+                    or k.startswith("TRAINPLANE_"))
+    assert leaked == []
+    assert task.get("PYTHONPATH") == project_env()["PYTHONPATH"]
+    assert seen["driver"]["MASTER_PORT"].isdigit() and seen["driver"]["RANK"] == "0"
+
+
 def test_the_ray_drivers_exit_code_is_the_jobs_and_the_cluster_is_stopped(script):
     job = f"ray-{uuid.uuid4().hex[:8]}"
     result = launch("--workers", "2", "--distribution", "ray", "--master-port", "0", "--job-name", job, *RAY_ARGS,

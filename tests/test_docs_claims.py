@@ -1,0 +1,44 @@
+"""The README and docs/stacks.md state what the code does, where a claim can be read off the code:
+the launcher's own exit codes, the body cap, what the client extra installs, the quick start's
+backend step."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import tomllib
+
+from runtime.agent import contract
+
+ROOT = Path(__file__).resolve().parents[1]
+README = " ".join((ROOT / "README.md").read_text().split())
+STACKS = " ".join((ROOT / "docs" / "stacks.md").read_text().split())
+
+
+def test_the_exit_code_list_names_every_code_of_the_launchers_own():
+    listed = README.split("Exit codes: ", 1)[1].split("A rank may exit", 1)[0]
+    for code, what in [(contract.EXIT_NODE_LOST, "when a fixed-size job lost a node"),
+                       (contract.EXIT_USAGE, "for bad command-line input"),
+                       (contract.EXIT_RENDEZVOUS, "when the world could not be formed"),
+                       (contract.EXIT_TIMEOUT, "when the job's time limit")]:
+        assert f"{code} {what}" in listed
+    assert "128+N when stopped by signal N" in listed
+
+
+def test_the_body_cap_the_readme_states_is_the_agents():
+    mib = int(re.search(r"request body \(its arguments, encoded\) is capped at (\d+) MiB", README)[1])
+    assert mib * 1024 * 1024 == contract.MAX_BODY_BYTES
+    assert f"{contract.MAX_BODY_BYTES}-byte cap" in README
+
+
+def test_what_the_docs_say_the_client_extra_installs_is_the_extra():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["client"]
+    names = [re.split(r"[<>=!~; ]", r, maxsplit=1)[0] for r in declared]
+    said = STACKS.split("`pip install '.[client]'` installs just ", 1)[1].split(", which", 1)[0]
+    assert sorted(re.split(r", | and ", said)) == sorted(names)
+
+
+def test_the_quick_start_logs_in_to_a_backend_before_it_makes_a_stack():
+    start = README.split("## Kubernetes", 1)[1]
+    assert start.index("pulumi login --local") < start.index("pulumi stack select --create local")
