@@ -45,7 +45,7 @@ from runtime.agent.errors import (
     TrainplaneError,
     WorkerMembershipChanged,
 )
-from runtime.agent.execution import delivery
+from runtime.agent.execution import delivery, torchgroup, torchhooks
 from runtime.agent.service.calls import Invocation, remote_error
 from runtime.agent.service.channel import Channel
 from runtime.agent.service.wire import error_body, pack_result
@@ -151,6 +151,7 @@ class ServiceWorker:
             if message.get("code"):
                 self._imports.use(str(message["code"]))  # new code: its changed modules are imported again
             invocation = Invocation.from_json(message["invocation"], allow_pickle=True)
+            torchgroup.before_call()  # env:// on a kept store; no call on a group of an older world
             fn = invocation.resolve()
             args, kwargs = invocation.arguments()
             value = self._call_user(fn, args, kwargs)
@@ -195,6 +196,7 @@ def main() -> int:
         print(f"{contract.SERVICE_MODULE}: {contract.SERVICE_FD} is not set; the agent starts this module",
               file=sys.stderr)
         return contract.EXIT_USAGE
+    torchhooks.install_on_import()  # every env:// rendezvous of this process on a kept store
     sock = socket.socket(fileno=int(fd_text))
     sock.set_inheritable(False)
     worker = ServiceWorker(Channel(sock), int(os.environ.get(contract.RANK, "0")),
