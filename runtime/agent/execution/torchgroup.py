@@ -68,6 +68,26 @@ class _State:
     """Generation the holder formed (or adopted) the current default group for."""
 
 
+_KEPT: dict[str, dict[str, Any]] = {}
+
+
+def kept(name: str) -> dict[str, Any]:
+    """This process's dict called ``name``, kept outside every synced tree: what a call puts there
+    (a model, an optimiser, an epoch count) is there at the next call, after an edit of the
+    caller's modules too (hot reload empties the globals of a changed module, never this). An
+    object whose class is defined in an edited module keeps its old class.
+
+    Args:
+        name: any string; the same name gives the same dict in this process.
+
+    Raises:
+        ConfigError: ``name`` is not a non-empty string.
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"name={name!r} is invalid: name the kept state with a non-empty string")
+    return _KEPT.setdefault(name, {})
+
+
 def generation() -> int:
     """The world generation this process's environment describes (``TRAINPLANE_GENERATION``; 0
     outside a trainplane job)."""
