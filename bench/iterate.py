@@ -2,7 +2,13 @@
 
 ::
 
-    PYTHONPATH=. python bench/iterate.py     # 10 edits, 3 cold starts, one resize (about a minute)
+    PYTHONPATH=. python bench/iterate.py     # both cases: 10 edits, 3 cold starts, one resize each
+    PYTHONPATH=. python bench/iterate.py --case ddp
+
+Two cases, each measured against its own cold start in the same run: ``plain`` (the module imports
+torch) and ``ddp`` (each call all-reduces over the job's process group, held by
+``runtime.distributed.process_group()``: formed by the first call, kept across every edit, formed
+again after the resize, at world size 6).
 
 A 2 x 2 local service job (``LocalCompute(workers=2, num_proc=2)``) runs ``value()`` from a module
 that imports torch, in a temporary directory of its own (so the tree synced is that module alone).
@@ -16,8 +22,9 @@ Measured in the same run, with the workflow API as a user calls it (remote outpu
 * ``resize_ms``: from ``.to()`` a 3 x 2 compute to the first result at world size 6 (the new node's
   processes import torch and the module then).
 
-The last line is ``iterate edit_to_result_ms=... cold_start_ms=...``; the line before it has the
-ratio and the resize. Target (DESIGN.md): ``edit_to_result_ms <= 1000``.
+Per case, the last line is ``iterate[<case>] edit_to_result_ms=... cold_start_ms=...``; the line
+before it has the ratio and the resize. Target (DESIGN.md): ``edit_to_result_ms <= 1000``, with the
+group kept in the ``ddp`` case.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from runtime.workflow import LocalCompute, fn
 
@@ -43,11 +50,35 @@ def value():
     """The value this version returns, through torch."""
     return int(torch.tensor(VALUE).item())
 '''
+SOURCE_DDP = '''import torch
+import torch.distributed as dist
+
+from runtime import distributed
+
+VALUE = {value}
 
 
-def write(root: Path, value: int) -> None:
+def value():
+    """The value this version returns, all-reduced over the job's process group."""
+    group = distributed.process_group()
+    total = torch.tensor([VALUE])
+    dist.all_reduce(total)
+    return int(total.item()) // group.world_size
+'''
+SOURCES = {"plain": SOURCE, "ddp": SOURCE_DDP}
+
+
+class Measured(NamedTuple):
+    """One case's times, milliseconds."""
+
+    edits: list[float]
+    cold: list[float]
+    resize: float
+
+
+def write(root: Path, value: int, source: str = SOURCE) -> None:
     """The module's source, returning ``value``."""
-    (root / f"{MODULE}.py").write_text(SOURCE.format(value=value))
+    (root / f"{MODULE}.py").write_text(source.format(value=value))
 
 
 def first_with(remote: Any, expected: int, ranks: int) -> None:
@@ -58,47 +89,61 @@ def first_with(remote: Any, expected: int, ranks: int) -> None:
             return
 
 
-def main() -> None:
-    """Run the measurements and print one line per part and the summary line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--edits", type=int, default=10, help="timed edits (default 10)")
-    parser.add_argument("--cold-starts", type=int, default=3, help="timed cold starts (default 3)")
-    args = parser.parse_args()
+def measure(case: str, edits_n: int, cold_starts: int) -> Measured:
+    """Cold starts, edits and one resize of one case, in a temporary directory of its own."""
+    source = SOURCES[case]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp, "src")
         root.mkdir()
-        write(root, 0)
+        write(root, 0, source)
         sys.path.insert(0, str(root))
+        sys.modules.pop(MODULE, None)
         module = importlib.import_module(MODULE)
         cold: list[float] = []
-        for _ in range(args.cold_starts):
-            started = time.perf_counter()
+        try:
+            for _ in range(cold_starts):
+                started = time.perf_counter()
+                compute = LocalCompute(workers=2, num_proc=2, log_dir=str(Path(tmp, "logs")))
+                remote = fn(module.value).to(compute)
+                first_with(remote, 0, 4)
+                cold.append((time.perf_counter() - started) * 1000)
+                remote.teardown()
             compute = LocalCompute(workers=2, num_proc=2, log_dir=str(Path(tmp, "logs")))
             remote = fn(module.value).to(compute)
-            first_with(remote, 0, 4)
-            cold.append((time.perf_counter() - started) * 1000)
-            remote.teardown()
-        compute = LocalCompute(workers=2, num_proc=2, log_dir=str(Path(tmp, "logs")))
-        remote = fn(module.value).to(compute)
-        try:
-            first_with(remote, 0, 4)
-            edits: list[float] = []
-            for value in range(1, args.edits + 1):
+            try:
+                first_with(remote, 0, 4)
+                edits: list[float] = []
+                for value in range(1, edits_n + 1):
+                    started = time.perf_counter()
+                    write(root, value, source)
+                    first_with(remote, value, 4)
+                    edits.append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
-                write(root, value)
-                first_with(remote, value, 4)
-                edits.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            remote = remote.to(LocalCompute(workers=3, num_proc=2, log_dir=str(Path(tmp, "logs"))))
-            first_with(remote, args.edits, 6)
-            resize = (time.perf_counter() - started) * 1000
+                remote = remote.to(LocalCompute(workers=3, num_proc=2, log_dir=str(Path(tmp, "logs"))))
+                first_with(remote, edits_n, 6)
+                resize = (time.perf_counter() - started) * 1000
+            finally:
+                remote.teardown()
         finally:
-            remote.teardown()
-    edit, start = statistics.median(edits), statistics.median(cold)
-    print(f"edits ms: {' '.join(f'{t:.0f}' for t in edits)}")
-    print(f"cold starts ms: {' '.join(f'{t:.0f}' for t in cold)}")
-    print(f"iterate ratio={edit / start:.3f} resize_2_to_3_ms={resize:.0f}")
-    print(f"iterate edit_to_result_ms={edit:.0f} cold_start_ms={start:.0f}")
+            sys.path.remove(str(root))
+    return Measured(edits, cold, resize)
+
+
+def main() -> None:
+    """Run the measurements and print, per case, one line per part and the summary line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--edits", type=int, default=10, help="timed edits (default 10)")
+    parser.add_argument("--cold-starts", type=int, default=3, help="timed cold starts (default 3)")
+    parser.add_argument("--case", choices=("plain", "ddp", "both"), default="both",
+                        help="plain: the module imports torch; ddp: each call all-reduces over a kept group")
+    args = parser.parse_args()
+    for case in ("plain", "ddp") if args.case == "both" else (args.case,):
+        measured = measure(case, args.edits, args.cold_starts)
+        edit, start = statistics.median(measured.edits), statistics.median(measured.cold)
+        print(f"[{case}] edits ms: {' '.join(f'{t:.0f}' for t in measured.edits)}")
+        print(f"[{case}] cold starts ms: {' '.join(f'{t:.0f}' for t in measured.cold)}")
+        print(f"iterate[{case}] ratio={edit / start:.3f} resize_2_to_3_ms={measured.resize:.0f}")
+        print(f"iterate[{case}] edit_to_result_ms={edit:.0f} cold_start_ms={start:.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ to node 0 through the ``kubernetes`` client, no kubectl). The image must hold ``
 reattaches to it (and its model) instead of deploying again; without it the script destroys the
 job's stack at the end.
 
+``--grow N`` (a local job only) then resizes the job to N nodes in place and trains once more:
+the same processes keep their model, the new nodes' ranks get it from rank 0
+(``digits_service_fns.py`` holds the group and the state in ``runtime.distributed``)::
+
+    PYTHONPATH=. python examples/service_digits.py --workers 2 --grow 3
+
 ``--min-accuracy`` makes the script exit with status 1 and a message when the held-out accuracy is
 below it (CI uses it to check that training works end to end).
 """
@@ -94,6 +100,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--calls", type=int, default=3, help="training calls")
     p.add_argument("--epochs-per-call", type=int, default=4)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--grow", type=int, default=None,
+                   help="local job: after the training calls, resize the job to this many nodes and train once more")
     p.add_argument("--min-accuracy", type=accuracy, default=None,
                    help="exit with status 1 if the held-out accuracy is below this (0 to 1)")
     p.add_argument("--summary", default=None, help="write a JSON summary of every call here")
@@ -111,6 +119,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             p.error("--url attaches to a running job and --image deploys one: pass one of them")
         if not args.token:
             p.error(f"--url needs the job's token: set {contract.TOKEN} (or pass --token)")
+    if args.grow is not None and (args.url is not None or args.image is not None or args.grow < 1):
+        p.error("--grow resizes a local job: use it without --url and --image, with 1 or more nodes")
     if args.image is None:
         given = [f"--{name.replace('_', '-')}" for name in ("namespace", "kubeconfig", "context", "keep")
                  if getattr(args, name)]
@@ -145,6 +155,15 @@ def run(args: argparse.Namespace, compute: Compute) -> tuple[list, list]:
             results = remote_train(epochs=args.epochs_per_call, lr=args.lr)
             calls.append(results)
             print(f"call {i + 1}/{args.calls}: epoch {results[0]['epoch']} loss {results[0]['loss']:.4f} "
+                  f"on {len(results)} ranks ({time.perf_counter() - started:.1f} s)", flush=True)
+        if args.grow is not None:
+            started = time.perf_counter()
+            compute = LocalCompute(**({} if args.ready_timeout is None else {"ready_timeout": args.ready_timeout})
+                                   ).distribute("pytorch", workers=args.grow, num_proc=compute.num_proc)
+            remote_train = remote_train.to(compute)
+            results = remote_train(epochs=args.epochs_per_call, lr=args.lr)
+            calls.append(results)
+            print(f"resized to {args.grow} nodes: epoch {results[0]['epoch']} loss {results[0]['loss']:.4f} "
                   f"on {len(results)} ranks ({time.perf_counter() - started:.1f} s)", flush=True)
         evaluation = fn(evaluate).to(compute)()
         same = len({r["params"] for r in evaluation}) == 1

@@ -24,8 +24,10 @@ Tree::
     │   ├── CallCancelled                  stopped because the call failed elsewhere (or was failed)
     │   ├── NodeFailed                     a node on the call's path did not answer properly
     │   └── JobEnded                       the job has ended: every call after its end raises it, with why
-    └── WorkerMembershipChanged            the world changed (delivered into user processes; fails
-                                           in-flight service calls)
+    ├── WorkerMembershipChanged            the world changed (delivered into user processes; fails
+    │                                      in-flight service calls)
+    └── StaleProcessGroup                  a service call found torch's default process group formed
+                                           for an older world: it fails naming the change
 
     CallInterrupt (BaseException)          raised inside a service worker process to stop the running
                                            call; a BaseException so that ``except Exception`` in user
@@ -332,6 +334,29 @@ class WorkerMembershipChanged(TrainplaneError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.added_ips, self.removed_ips, self.previous_ips, self.current_ips, self.generation)
+
+
+class StaleProcessGroup(TrainplaneError):
+    """A service call found torch's default process group formed (by the user's code) for an older
+    world generation than the process's: running on it would wait in a collective for ranks that
+    now form another world, so the call fails on this rank, naming the change and the fix.
+
+    Attributes:
+        formed: the generation the group was formed for.
+        change: the membership change since (the newest one applied).
+    """
+
+    def __init__(self, formed: int, change: WorkerMembershipChanged) -> None:
+        self.formed = formed
+        self.change = change
+        super().__init__(
+            f"torch's default process group was formed for world generation {formed}, and the world has "
+            f"changed since ({change}): form it again in this call (runtime.distributed.process_group() "
+            "re-forms it for each new generation and keeps it across edits)"
+        )
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        return (type(self), (self.formed, self.change))
 
 
 class CallInterrupt(BaseException):

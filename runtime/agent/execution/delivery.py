@@ -116,6 +116,11 @@ def _apply() -> Optional[WorkerMembershipChanged]:
     return _fresh(_Gate.last)
 
 
+def last() -> Optional[WorkerMembershipChanged]:
+    """The newest membership change applied in this process (raised, polled or caught up), or ``None``."""
+    return None if _Gate.last is None else _fresh(_Gate.last)
+
+
 def _fresh(change: WorkerMembershipChanged) -> WorkerMembershipChanged:
     """A copy without a traceback. The kept instance is never handed out: one that is raised would,
     through its traceback, keep the frames holding the old process group (and its TCPStore) alive."""

@@ -46,7 +46,7 @@ from runtime.agent.errors import (
     TrainplaneError,
     WorkerMembershipChanged,
 )
-from runtime.agent.execution import delivery
+from runtime.agent.execution import delivery, torchgroup, torchhooks
 from runtime.agent.service.calls import STR_FAILED, Invocation, remote_error
 from runtime.agent.service.channel import Channel
 from runtime.agent.service.wire import PICKLE, error_body, json_problem, pack_result
@@ -153,6 +153,7 @@ class ServiceWorker:
             if tree:
                 self._imports.use(tree)  # new code: its changed modules are imported again
             invocation = Invocation.from_json(message["invocation"], allow_pickle=True)
+            torchgroup.before_call()  # env:// on a kept store; no call on a group of an older world
             fn = invocation.resolve()
             args, kwargs = invocation.arguments()
             value = self._call_user(fn, args, kwargs)
@@ -234,6 +235,7 @@ def main() -> int:
         print(f"{contract.SERVICE_MODULE}: {contract.SERVICE_FD} is not set; the agent starts this module",
               file=sys.stderr)
         return contract.EXIT_USAGE
+    torchhooks.install_on_import()  # every env:// rendezvous of this process on a kept store
     sock = socket.socket(fileno=int(fd_text))
     sock.set_inheritable(False)
     worker = ServiceWorker(Channel(sock), int(os.environ.get(contract.RANK, "0")),

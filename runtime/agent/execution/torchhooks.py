@@ -1,0 +1,217 @@
+"""What a service worker process changes in torch.distributed so that a group can be formed and
+destroyed call after call in the same process (Kubetorch's pattern: ``init_process_group()`` at the
+start of every call, ``destroy_process_group()`` at its end), as it can under torchrun.
+
+Two faults of torch 2.13 (``torch/distributed/rendezvous.py``, ``distributed_c10d.py``) make that
+pattern hang in a long-lived process whose rank 0 hosts the store (``TORCHELASTIC_USE_AGENT_STORE``
+False, as here: no agent hosts one):
+
+1. ``env://`` makes a new ``TCPStore`` for every ``init_process_group``, rank 0 hosting it on
+   ``MASTER_PORT`` with ``multi_tenant=True``; ``destroy_process_group`` does not wait for that
+   server to stop, so the next round, on the same port, may meet the previous round's server, whose
+   keys sit under the same ``default_pg/0/`` prefix (destroy resets the group counter): ranks read
+   the previous round's gloo addresses and wait forever. Here every ``env://`` rendezvous of the
+   process goes through :func:`_env_rendezvous`: one store per world generation, kept, and a fresh
+   key prefix ``trainplane/<n>/`` per rendezvous (``n``: that rank's rendezvous count in the store).
+2. The last reference to a destroyed gloo group, dropped when the user's frame ends (the
+   ``DistributedDataParallel`` in a local variable), runs ``~ProcessGroupGloo`` holding the GIL;
+   it joins the group's work threads, one of which may still be destroying its last work item,
+   whose thread-local state needs the GIL (seen with gdb: ``Reducer::~Reducer`` ->
+   ``ProcessGroupGloo::~ProcessGroupGloo`` -> ``thread::join`` against ``AsyncWork::~AsyncWork``
+   -> ``gil_scoped_acquire``; pytorch/pytorch#56297). Here ``destroy_process_group`` keeps the
+   groups it destroys alive (:func:`_destroy`) until the next call starts (:func:`collect`), when
+   those threads have long been idle.
+
+Standard library only at import: torch is never imported here; the hooks attach when the user's
+code imports torch's modules (:func:`install_on_import`).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Iterator, Optional, Sequence
+from urllib.parse import parse_qsl, urlparse
+
+from runtime.agent import contract
+
+RENDEZVOUS_MODULE = "torch.distributed.rendezvous"
+"""torch's module of rendezvous handlers (``_rendezvous_handlers``, by URL scheme)."""
+C10D_MODULE = "torch.distributed.distributed_c10d"
+"""torch's module of ``init_process_group`` and ``destroy_process_group``."""
+PREFIX = "trainplane"
+"""Key prefix of every rendezvous made through the kept store."""
+
+
+@dataclass
+class _Store:
+    """The store kept for one generation: its endpoint, and the torch ``TCPStore``."""
+
+    generation: int
+    endpoint: tuple[str, int]
+    store: Any
+
+
+class _State:
+    """This process's hook state (module level, outside every synced tree)."""
+
+    store: Optional[_Store] = None
+    rendezvous_generation: Optional[int] = None
+    """Generation of the newest ``env://`` rendezvous made through the kept store."""
+    destroyed: list[Any] = []
+    """Groups destroyed since the current call started, kept alive until the next one."""
+
+
+def generation() -> int:
+    """The world generation this process's environment describes (``TRAINPLANE_GENERATION``)."""
+    return int(os.environ.get(contract.TRAINPLANE_GENERATION, "0"))
+
+
+def rendezvous_generation() -> Optional[int]:
+    """The generation of the newest ``env://`` rendezvous of this process, or ``None`` (none yet)."""
+    return _State.rendezvous_generation
+
+
+def collect() -> None:
+    """Let the groups destroyed during earlier calls go (the worker calls this before each call)."""
+    _State.destroyed.clear()
+
+
+def install() -> bool:
+    """Attach the hooks to torch's modules that are loaded (idempotent); ``False`` when torch's
+    rendezvous module is not (nothing to do yet). Never imports torch."""
+    module = sys.modules.get(RENDEZVOUS_MODULE)
+    if module is None:
+        return False
+    handlers = module._rendezvous_handlers
+    if handlers.get("env") is not _env_rendezvous:
+        handlers["env"] = _env_rendezvous
+    c10d = sys.modules.get(C10D_MODULE)
+    if c10d is not None and hasattr(c10d, "destroy_process_group"):  # not while it is being imported
+        _patch_destroy(c10d)
+    return True
+
+
+def install_on_import() -> None:
+    """:func:`install` now for what is loaded, and for the rest as soon as it is (the service
+    worker calls this at its start, so the process's first ``init_process_group`` is hooked too)."""
+    install()
+    for name in (RENDEZVOUS_MODULE, C10D_MODULE):
+        if name not in sys.modules and not any(isinstance(f, _Finder) and f.name == name for f in sys.meta_path):
+            sys.meta_path.insert(0, _Finder(name, _after_import))
+
+
+def _after_import(module: types.ModuleType) -> None:
+    if module.__name__ == C10D_MODULE:
+        _patch_destroy(module)
+    else:
+        install()
+
+
+def _patch_destroy(c10d: types.ModuleType) -> None:
+    original = c10d.destroy_process_group
+    if getattr(original, "_trainplane", False):
+        return
+
+    def destroy_process_group(group: Any = None) -> None:
+        world = c10d.GroupMember.WORLD
+        doomed = list(c10d._world.pg_map) if group is None or group is world else [group]
+        original(group)
+        _State.destroyed.extend(pg for pg in doomed if pg is not None)
+
+    destroy_process_group.__doc__ = original.__doc__
+    destroy_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    destroy_process_group._trainplane = True  # type: ignore[attr-defined]
+    setattr(c10d, "destroy_process_group", destroy_process_group)  # noqa: B010 - a module mypy cannot see
+    package = sys.modules.get("torch.distributed")
+    if package is not None and getattr(package, "destroy_process_group", None) is original:
+        setattr(package, "destroy_process_group", destroy_process_group)  # noqa: B010
+
+
+def _env_rendezvous(url: str, timeout: Optional[timedelta] = None, **_: Any) -> Iterator[tuple[Any, int, int]]:
+    """torch's ``env://`` handler, on the kept store with a fresh prefix (see the module).
+
+    Raises:
+        ValueError: a variable the rendezvous needs is not set (torch's own message).
+    """
+    from torch.distributed import PrefixStore
+
+    query = dict(parse_qsl(urlparse(url).query))
+    rank = int(query.get("rank", _required(contract.RANK)))
+    world_size = int(query.get("world_size", _required(contract.WORLD_SIZE)))
+    endpoint = (_required(contract.MASTER_ADDR), int(_required(contract.MASTER_PORT)))
+    use_libuv = query.get("use_libuv", os.environ.get("USE_LIBUV", "1")) == "1"
+    store = _kept_store(endpoint, rank, world_size, timeout, use_libuv)
+    round_ = store.add(f"{PREFIX}/rendezvous/{rank}", 1)
+    _State.rendezvous_generation = generation()
+    yield PrefixStore(f"{PREFIX}/{round_}/", store), rank, world_size
+    raise RuntimeError("Unable to perform re-rendezvous using env:// method")
+
+
+def _kept_store(endpoint: tuple[str, int], rank: int, world_size: int, timeout: Optional[timedelta],
+                use_libuv: bool) -> Any:
+    """This generation's store, made on first use (rank 0 hosts it, as torch's ``env://`` does)."""
+    from torch.distributed import TCPStore
+
+    kept = _State.store
+    current = generation()
+    if kept is not None and kept.generation == current and kept.endpoint == endpoint:
+        return kept.store
+    _State.store = None  # the old generation's store goes (its server, on rank 0, with it)
+    options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    store = TCPStore(host_name=endpoint[0], port=endpoint[1], world_size=world_size, is_master=rank == 0,
+                     multi_tenant=True, use_libuv=use_libuv, **options)
+    _State.store = _Store(current, endpoint, store)
+    return store
+
+
+def _required(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise ValueError(f"Error initializing torch.distributed using env:// rendezvous: environment variable "
+                         f"{name} expected, but not set")
+    return value
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs a module's real loader, then a function on the module."""
+
+    def __init__(self, real: importlib.abc.Loader, then: Callable[[types.ModuleType], None]) -> None:
+        self._real = real
+        self._then = then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[types.ModuleType]:
+        return self._real.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._real.exec_module(module)
+        self._then(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
+        return getattr(self._real, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds one module with the other finders and wraps its loader; then steps aside."""
+
+    def __init__(self, name: str, then: Callable[[types.ModuleType], None]) -> None:
+        self.name = name
+        self._then = then
+
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Optional[types.ModuleType] = None,
+                  ) -> Optional[importlib.machinery.ModuleSpec]:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, self._then)
+                return spec
+        return None
