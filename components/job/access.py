@@ -17,9 +17,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
-
-import pulumi
+from typing import Any, Iterable, Mapping, Optional
 
 from components.errors import InvalidJobArgs
 from components.job import checks
@@ -110,23 +108,23 @@ def env_secret_name(job: str) -> str:
     return f"{job}{ENV_SECRET_SUFFIX}"
 
 
-def secret_env_entries(job: str, secret_env: Mapping[str, Mapping[str, Any]], secret_values: Mapping[str, Any]
+def secret_env_entries(job: str, secret_env: Mapping[str, Mapping[str, Any]], secret_names: Iterable[str]
                        ) -> list[dict[str, Any]]:
-    """The container env entries of ``secret_env`` and ``secret_values``: references only, never a value."""
+    """The container env entries of ``secret_env`` and of the ``secret_values`` named: references only."""
     entries = [{"name": name, "valueFrom": {"secretKeyRef": dict(selector)}} for name, selector in secret_env.items()]
     entries += [{"name": name, "valueFrom": {"secretKeyRef": {"name": env_secret_name(job), "key": name}}}
-                for name in secret_values]
+                for name in secret_names]
     return entries
 
 
 def env_secret_manifest(job: str, namespace: Any, labels: Any, values: Any) -> dict[str, Any]:
-    """The Secret of ``secret_values`` (a mapping or an Output of one), its data marked secret for Pulumi."""
+    """The Secret of ``secret_values`` (a mapping or an Output of one); the component marks its data secret."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": env_secret_name(job), "namespace": namespace, "labels": labels},
         "type": "Opaque",
-        "stringData": pulumi.Output.secret(lift(dict, values)),
+        "stringData": lift(dict, values),
     }
 
 

@@ -169,6 +169,8 @@ class DistributedJob(pulumi.ComponentResource):
             opts = pulumi.ResourceOptions.merge(opts, self._custom_dependencies)
         resource_name = f"{prefix}-{manifest.role}"
         kwargs: dict[str, Any] = {arg: body[key] for key, arg in TOP_LEVEL_ARGS.items() if key in body}
+        if body["kind"] == "Secret":  # a value given plain is a secret in Pulumi's state too
+            kwargs["string_data"] = pulumi.Output.secret(kwargs["string_data"])
         if manifest.custom:
             return k8s.apiextensions.CustomResource(
                 resource_name, api_version=body["apiVersion"], kind=body["kind"], opts=opts, **kwargs

@@ -114,9 +114,12 @@ def platform_pod_spec(names: JobNames, args: DistributedJobArgs, spec: dict[str,
         lambda given: [*own_mounts, *volumes.container_mounts(given, args.checkpoint_dir)], args.volume_mounts)
     own = [{"name": volumes.CHECKPOINT_DIR_ENV, "value": args.checkpoint_dir}] if args.checkpoint_dir else []
     own += [{"name": k, "value": v} for k, v in fabric.EFA_ENV.items()] if args.efa > 0 else []
+    secret_names = lift(tuple, args.secret_values)  # the names only: they are no secret, the values stay out
+    if isinstance(secret_names, pulumi.Output):
+        secret_names = pulumi.Output.unsecret(secret_names)
     container["env"] = lift(
         lambda env, ref, values: [*env, *own, *access.secret_env_entries(names.job, ref, values)],
-        container["env"], args.secret_env, args.secret_values)
+        container["env"], args.secret_env, secret_names)
     fabric.add_efa(container, args.efa)
     pull = lift(lambda given: [{"name": n} for n in given], args.image_pull_secrets)
     if isinstance(pull, pulumi.Output) or pull:
