@@ -57,7 +57,6 @@ SCALE_DOWN_UNNEEDED = "10m"
 AUTOSCALER_ARGS: dict[str, Any] = {
     "expander": "least-waste",
     "balance-similar-node-groups": True,
-    "scale-down-enabled": True,
     "scale-down-unneeded-time": SCALE_DOWN_UNNEEDED,
     "scale-down-delay-after-add": "10m",
     "max-node-provision-time": "15m0s",

@@ -198,6 +198,11 @@ class EksGpuClusterArgs:
         return bool(self.storage) or self.autoscaler or self.efa or self.pod_identity
 
     @property
+    def pod_identity_agent(self) -> bool:
+        """Whether the EKS Pod Identity agent is installed: for storage, the autoscaler or ``pod_identity``."""
+        return bool(self.storage) or self.autoscaler or self.pod_identity
+
+    @property
     def efa(self) -> bool:
         """Whether any GPU node group has EFA (then the EFA device plugin is installed)."""
         return any(group.efa for group in self.gpu_node_groups)
@@ -251,7 +256,8 @@ class EksGpuCluster(pulumi.ComponentResource):
         kubeconfig: The cluster's kubeconfig JSON (secret); it calls ``aws eks get-token``.
         gpu_nodes: Whether any GPU node group exists.
         cluster: The underlying ``eks.Cluster``.
-        cluster_name: The EKS cluster's name (a job's ``eks_cluster_name``) when ``args.platform``, else None.
+        cluster_name: The EKS cluster's name (a job's ``eks_cluster_name``) when the pod identity agent is
+            installed (``args.pod_identity_agent``), else None.
         platform: What ``install_platform`` added (pod identity agent, storage, EFA plugin, autoscaler), or None.
     """
 
@@ -309,12 +315,13 @@ class EksGpuCluster(pulumi.ComponentResource):
         self.cluster_name: Optional[pulumi.Output[str]] = None
         self.platform: Optional[Platform] = None
         if args.platform:
-            self.cluster_name = (pulumi.Output.from_input(args.cluster_name) if args.cluster_name
-                                 else self.cluster.eks_cluster.apply(lambda c: c.name))
+            if args.pod_identity_agent:
+                self.cluster_name = (pulumi.Output.from_input(args.cluster_name) if args.cluster_name
+                                     else self.cluster.eks_cluster.apply(lambda c: c.name))
+                outputs["cluster_name"] = self.cluster_name
             self.platform = install_platform(name, args, PlatformContext(
                 self.cluster_name, network.vpc_id, list(network.private_subnet_ids or network.public_subnet_ids),
                 self.cluster.cluster_security_group_id, self, self.provider, groups))
-            outputs["cluster_name"] = self.cluster_name
         self.register_outputs(outputs)
 
     def _network(self, name: str, args: EksGpuClusterArgs) -> Network:

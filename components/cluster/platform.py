@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -25,7 +25,7 @@ class PlatformContext:
     """The cluster's parts the platform add-ons need.
 
     Attributes:
-        cluster_name: the EKS cluster's name.
+        cluster_name: the EKS cluster's name; ``None`` when nothing needs it (no pod identity agent).
         vpc_id: its VPC.
         node_subnet_ids: its nodes' subnets.
         node_security_group_id: the EKS cluster security group (its managed nodes').
@@ -34,7 +34,7 @@ class PlatformContext:
         node_groups: its node groups (controllers need nodes to run on).
     """
 
-    cluster_name: pulumi.Input[str]
+    cluster_name: Optional[pulumi.Input[str]]
     vpc_id: pulumi.Input[str]
     node_subnet_ids: Sequence[pulumi.Input[str]]
     node_security_group_id: pulumi.Input[str]
@@ -47,7 +47,7 @@ class PlatformContext:
 class Platform:
     """What :func:`install_platform` created, by part (empty where not asked for)."""
 
-    pod_identity_agent: pulumi.Resource
+    pod_identity_agent: Optional[pulumi.Resource]
     storage: tuple[pulumi.Resource, ...]
     efa_device_plugin: tuple[pulumi.Resource, ...]
     autoscaler: tuple[pulumi.Resource, ...]
@@ -72,13 +72,19 @@ def install_platform(name: str, args: EksGpuClusterArgs, ctx: PlatformContext) -
         ArgumentError: the autoscaler is asked for without a region.
     """
     region = autoscaler_region(args) if args.autoscaler else None
-    agent = aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=ctx.cluster_name, addon_name=POD_IDENTITY_AGENT,
-                          opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.node_groups)))
-    after = [*ctx.node_groups, agent]
+    agent = None
+    after = list(ctx.node_groups)
+    if args.pod_identity_agent:
+        if ctx.cluster_name is None:
+            raise ArgumentError("cluster_name", None, "the pod identity agent needs the cluster's name")
+        agent = aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=ctx.cluster_name,
+                              addon_name=POD_IDENTITY_AGENT,
+                              opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.node_groups)))
+        after.append(agent)
     storage = install_storage(name, args.storage, StorageContext(
-        ctx.cluster_name, ctx.vpc_id, ctx.node_subnet_ids, ctx.node_security_group_id, ctx.parent, ctx.provider,
-        after))
+        ctx.cluster_name or "", ctx.vpc_id, ctx.node_subnet_ids, ctx.node_security_group_id, ctx.parent,
+        ctx.provider, after)) if args.storage else []
     efa = (install_efa_plugin(name, ctx.parent, ctx.provider, ctx.node_groups),) if args.efa else ()
-    scaler = (install_autoscaler(name, ctx.cluster_name, region, ctx.parent, ctx.provider, after)
+    scaler = (install_autoscaler(name, ctx.cluster_name or "", region, ctx.parent, ctx.provider, after)
               if region is not None else [])
     return Platform(agent, tuple(storage), efa, tuple(scaler))
