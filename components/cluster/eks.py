@@ -218,7 +218,8 @@ def gpu_node_group_settings(group: GpuNodeGroupArgs) -> dict[str, Any]:
 
     Nodes run the NVIDIA AL2023 AMI, carry ``nvidia.com/gpu=true:NoSchedule`` so that only pods
     tolerating it land there, the ``nvidia.com/gpu.present=true`` label the device plugin
-    chart selects on, and ``trainplane.dev/node-group=<name>``, which a job's ``node_group`` selects. The group's desired size is left to the cluster autoscaler after creation:
+    chart selects on, and ``trainplane.dev/node-group=<name>``, which a job's ``node_group`` selects.
+    The group's desired size is left to the cluster autoscaler after creation:
     ``ignore_scaling_changes`` makes pulumi-eks ignore ``scalingConfig.desiredSize`` on later updates
     (pulumi/pulumi-eks v4.3.0 ``nodejs/eks/nodes/nodegroup.ts``), so the next ``pulumi up`` does not reset
     a size the autoscaler chose; ``min_size`` and ``max_size`` still apply.

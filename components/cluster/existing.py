@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 from typing import Optional
 
 import pulumi
@@ -57,7 +57,8 @@ class ExistingClusterArgs:
         classes = self.storage_classes
         if classes is not None and (not isinstance(classes, Mapping) or not all(
                 isinstance(m, (list, tuple)) and set(m) <= ACCESS_MODES for m in classes.values())):
-            raise ArgumentError("storage_classes", classes, f"map each class to access modes from {sorted(ACCESS_MODES)}")
+            raise ArgumentError("storage_classes", classes,
+                                f"map each class to access modes from {sorted(ACCESS_MODES)}")
         if self.default_storage_class is not None and self.default_storage_class not in (classes or {}):
             raise ArgumentError("default_storage_class", self.default_storage_class, "list it in storage_classes")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_aws as aws
@@ -87,7 +87,7 @@ def storage_class(name: str, ctx: StorageContext, offer: StorageClassOffer, prov
     if default:
         metadata["annotations"] = {DEFAULT_CLASS_ANNOTATION: "true"}
     return k8s.storage.v1.StorageClass(
-        name, metadata=metadata, provisioner=provisioner, parameters=parameters, reclaim_policy="Delete",
+        name, metadata=cast(Any, metadata), provisioner=provisioner, parameters=parameters, reclaim_policy="Delete",
         volume_binding_mode=binding, allow_volume_expansion=True,
         opts=pulumi.ResourceOptions(parent=ctx.parent, provider=ctx.provider, depends_on=list(depends_on)))
 

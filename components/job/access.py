@@ -32,7 +32,7 @@ IAM_BINDINGS = (POD_IDENTITY, IRSA)
 ROLE_ARN = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 SELECTOR_KEYS = frozenset({"name", "key", "optional"})
 """The fields of ``SecretKeySelector`` (k8s.io/api ``core/v1/types.go``)."""
-ENV_SECRET_SUFFIX = "-env"
+ENV_SECRET_SUFFIX = "-env"  # noqa: S105 - a name's suffix, not a secret
 
 
 def check_role_arn(value: Any) -> Optional[str]:

@@ -47,8 +47,8 @@ class DistributedJobArgs:
     (:data:`INPUT_FIELDS`: ``image``, ``namespace``, ``args``, ``env``, ``labels``, ``node_selector``,
     ``tolerations``, ``service_account``, ``pythonpath``, ``queue``, ``cluster_queue``, ``scheduler_name``,
     ``allow_from``, ``volumes``, ``volume_mounts``, ``secret_env``, ``secret_values``, ``image_pull_secrets``,
-    ``iam_role_arn``, ``eks_cluster_name``) may hold another resource's outputs at any depth: a plain value is checked at once,
-    an unresolved one is kept as one ``pulumi.Output`` that runs the same check when Pulumi knows its
+    ``iam_role_arn``, ``eks_cluster_name``) may hold another resource's outputs at any depth: a plain value is
+    checked at once, an unresolved one is kept as one ``pulumi.Output`` that runs the same check when Pulumi knows its
     value (at preview when it is known then), with the same message. Every other field must be a plain
     value: it decides the shape of what is rendered (objects, workload kind, pod counts, ports, derived
     names, the requests a queue's quota is checked against), which Pulumi must know when the job is

@@ -14,7 +14,8 @@ Two entry points, which every workload kind goes through:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import pulumi
 
@@ -43,7 +44,9 @@ def validate(a: DistributedJobArgs) -> None:
     volumes.check_claims(a.claims)
     plain = not any(isinstance(v, pulumi.Output) for v in (a.volumes, a.volume_mounts))
     if plain:
-        volumes.check_storage(a.volumes, a.volume_mounts, a.claims, a.checkpoint_dir, a.checkpoint_claim)
+        volumes.check_storage(cast(Sequence[Mapping[str, Any]], a.volumes),
+                              cast(Sequence[Mapping[str, Any]], a.volume_mounts),
+                              a.claims, a.checkpoint_dir, a.checkpoint_claim)
     elif a.checkpoint_dir is not None or a.checkpoint_claim is not None:
         volumes.check_storage((), (), a.claims, a.checkpoint_dir, a.checkpoint_claim)
     if a.iam_role_arn is None:
@@ -87,7 +90,8 @@ def _env_names(a: DistributedJobArgs) -> Optional[list[tuple[str, str]]]:
         return None
     own = {"checkpoint_dir": [volumes.CHECKPOINT_DIR_ENV] if a.checkpoint_dir else [],
            "efa": list(fabric.EFA_ENV) if a.efa > 0 else []}
-    return [(f, n) for f, names in {**sources, **own}.items() for n in names]
+    plain = cast(dict[str, Iterable[str]], sources)  # none is an Output here
+    return [(f, n) for f, names in {**plain, **own}.items() for n in names]
 
 
 def platform_pod_spec(names: JobNames, args: DistributedJobArgs, spec: dict[str, Any]) -> dict[str, Any]:

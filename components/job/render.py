@@ -92,8 +92,8 @@ def replaced_on(body: dict[str, Any], args: DistributedJobArgs) -> tuple[str, ..
 
 def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeBundle) -> RenderedJob:
     """Render job ``name``: token Secret, runtime ConfigMap, (elastic service jobs) size ConfigMap,
-    headless Service, the claims, ServiceAccount and env Secret the platform fields ask for, queue or PodGroup, the workload, NetworkPolicy and (service mode)
-    PodDisruptionBudget.
+    headless Service, the claims, ServiceAccount and env Secret the platform fields ask for, queue or
+    PodGroup, the workload, NetworkPolicy and (service mode) PodDisruptionBudget.
 
     Args:
         name: the job name (DNS-1035, short enough for derived names).

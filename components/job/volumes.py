@@ -106,6 +106,7 @@ def check_claims(value: Any) -> None:
             raise InvalidJobArgs(field, claim, "not a PersistentVolumeClaim template (metadata and spec)", fix)
         name = (claim["metadata"] or {}).get("name") if isinstance(claim["metadata"], Mapping) else None
         checks.require_dns1123_subdomain(f"{field}.metadata.name", name)
+        name = str(name)
         if name in names:
             raise InvalidJobArgs(f"{field}.metadata.name", name, "two claims have this name", "rename one")
         names.append(name)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from components.addons import KueueArgs
 from collections.abc import Mapping
 from typing import Optional
 
+from components.addons import KueueArgs
 from components.capabilities import (
     NO_GANG,
     ClusterCapabilities,

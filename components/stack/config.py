@@ -262,8 +262,7 @@ def parse_jobs(raw: Any, cluster: Optional[ClusterArgs] = None) -> tuple[JobConf
         name = item.get("name")
         if not isinstance(name, str) or any(job.name == name for job in jobs):
             raise StackConfigError(full_key(f"{path}.name"), name, "give every job its own name")
-        item = _with_cluster_name(item, path, cluster)
-        args = build(DistributedJobArgs, item, path, drop=("name",))
+        args = build(DistributedJobArgs, _with_cluster_name(item, path, cluster), path, drop=("name",))
         try:
             validate_job_name(name, args)
         except ArgumentError as exc:

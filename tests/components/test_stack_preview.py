@@ -42,7 +42,7 @@ def args_class(type_token: str) -> type:
     """The SDK args class of a resource type token: ``aws:eks/addon:Addon`` -> ``pulumi_aws.eks.AddonArgs``,
     ``pulumi:providers:kubernetes`` -> ``pulumi_kubernetes.ProviderArgs``."""
     if type_token.startswith("pulumi:providers:"):
-        return getattr(importlib.import_module(SDKS[type_token.rsplit(":", 1)[1]]), "ProviderArgs")
+        return importlib.import_module(SDKS[type_token.rsplit(":", 1)[1]]).ProviderArgs
     package, module, name = type_token.split(":")
     path = module.split("/")[0] if package != "kubernetes" else module.replace(".k8s.io", "").replace(".sh", "")
     path = path.replace("/", ".").replace("-", "_")

@@ -59,7 +59,8 @@ def test_claims_service_account_and_pod_identity_come_before_the_workload() -> N
     workload = result.named("demo-indexed-job")
     assert claim.type == "kubernetes:core/v1:PersistentVolumeClaim"
     assert claim.inputs["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
-    assert account.type == "kubernetes:core/v1:ServiceAccount" and account.inputs["automountServiceAccountToken"] is False
+    assert account.type == "kubernetes:core/v1:ServiceAccount"
+    assert account.inputs["automountServiceAccountToken"] is False
     assert association.type == "aws:eks/podIdentityAssociation:PodIdentityAssociation"
     assert association.inputs == {"clusterName": "gpu", "namespace": "default", "serviceAccount": "demo",
                                   "roleArn": ROLE}
