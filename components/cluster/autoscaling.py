@@ -15,7 +15,8 @@ How it scales (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, ``clus
   ``k8s.io/cluster-autoscaler/<cluster>``, which the chart's ``autoDiscovery.tags`` match by default.
 - From zero: for a managed node group at 0 nodes it reads the group's labels and taints from
   ``eks:DescribeNodegroup`` (in :data:`AUTOSCALER_POLICY`) and the GPUs from the instance type, so a pending pod
-  that tolerates the GPU taint and selects the group's labels scales it up.
+  that tolerates the GPU taint and selects the group's labels scales it up; an EFA group's ASG is tagged with
+  the EFA devices and huge pages its nodes add (:func:`scale_from_zero_tags`).
 - Whole gangs: every scan (10 s) it simulates all unschedulable pods together and adds the nodes they need in
   one scale-up, so a gang whose pods are all pending gets all its nodes at once (Kueue ungates a workload's pods
   together when it admits it; Volcano leaves every pod of an unplaceable gang Pending).
@@ -35,6 +36,7 @@ from components.addons.helm import helm_release
 from components.addons.versions import AWS_EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER
 from components.cluster.identity import pod_identity_role
 from components.gpu import gpu_toleration
+from components.job.fabric import EFA_INTERFACES, EFA_NODE_HUGEPAGES, EFA_RESOURCE, HUGEPAGES_RESOURCE
 
 AUTOSCALER_NAMESPACE = "kube-system"
 AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
@@ -93,6 +95,38 @@ def install_autoscaler(name: str, cluster_name: pulumi.Input[str], region: str, 
                            values=autoscaler_values(cluster_name, region), provider=provider,
                            depends_on=[association])
     return [role, association, release]
+
+
+TEMPLATE_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
+"""The ASG tag prefix that tells the autoscaler what a node of a group at zero provides beyond what its instance
+type says ("From version 1.14, Cluster Autoscaler can also determine the resources provided by each Auto
+Scaling Group via tags", ``cloudprovider/aws/README.md``): an EFA pod's ``vpc.amazonaws.com/efa`` and
+``hugepages-2Mi``, which an instance type does not tell."""
+
+
+def template_resources(instance_types: Sequence[str]) -> dict[str, str]:
+    """The resources an EFA group's node template adds (empty when its EFA count is not known)."""
+    counts = {EFA_INTERFACES[t] for t in instance_types if t in EFA_INTERFACES}
+    if len(counts) != 1:
+        return {}
+    return {EFA_RESOURCE: str(counts.pop()), HUGEPAGES_RESOURCE: EFA_NODE_HUGEPAGES}
+
+
+def scale_from_zero_tags(name: str, group_name: str, instance_types: Sequence[str], cluster_name: pulumi.Input[str],
+                         node_group: pulumi.Resource, parent: pulumi.Resource) -> list[pulumi.Resource]:
+    """Tag an EFA group's Auto Scaling group with :func:`template_resources`, so that the autoscaler scales it
+    from zero for pods that request EFA. EKS does not pass a managed node group's tags on to its ASG; the ASG is
+    found from the node group (named ``group_name``) once it exists."""
+    resources = template_resources(instance_types)
+    if not resources:
+        return []
+    found = aws.eks.get_node_group_output(cluster_name=cluster_name, node_group_name=group_name,
+                                          opts=pulumi.InvokeOutputOptions(depends_on=[node_group]))
+    asg = found.apply(lambda g: g.resources[0].autoscaling_groups[0].name)
+    return [aws.autoscaling.Tag(
+        f"{name}-{group_name}-template-{i}", autoscaling_group_name=asg,
+        tag=aws.autoscaling.TagTagArgs(key=TEMPLATE_RESOURCE_TAG + resource, value=amount, propagate_at_launch=False),
+        opts=pulumi.ResourceOptions(parent=parent)) for i, (resource, amount) in enumerate(resources.items())]
 
 
 def efa_plugin_values() -> dict[str, Any]:

@@ -301,7 +301,9 @@ class EksGpuCluster(pulumi.ComponentResource):
             opts=nodes,
         )
         groups: list[pulumi.Resource] = [system]
+        efa_groups: list[tuple[str, Sequence[str], pulumi.Resource]] = []
         for group in args.gpu_node_groups:
+            named: dict[str, Any] = {"node_group_name": group.name} if args.autoscaler and group.efa else {}
             groups.append(eks.ManagedNodeGroup(
                 f"{name}-gpu-{group.name}",
                 cluster=self.cluster,
@@ -309,7 +311,10 @@ class EksGpuCluster(pulumi.ComponentResource):
                 subnet_ids=node_subnets,
                 opts=nodes,
                 **gpu_node_group_settings(group),
+                **named,
             ))
+            if named:
+                efa_groups.append((group.name, tuple(group.instance_types), groups[-1]))
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.provider = k8s.Provider(f"{name}-provider", kubeconfig=self.kubeconfig, opts=child)
         outputs: dict[str, Any] = {"kubeconfig": self.kubeconfig}
@@ -322,7 +327,7 @@ class EksGpuCluster(pulumi.ComponentResource):
                 outputs["cluster_name"] = self.cluster_name
             self.platform = install_platform(name, args, PlatformContext(
                 self.cluster_name, network.vpc_id, list(network.private_subnet_ids or network.public_subnet_ids),
-                self.cluster.cluster_security_group_id, self, self.provider, groups))
+                self.cluster.cluster_security_group_id, self, self.provider, groups, efa_groups))
         self.register_outputs(outputs)
 
     def _network(self, name: str, args: EksGpuClusterArgs) -> Network:

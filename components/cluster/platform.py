@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional
 import pulumi
 import pulumi_aws as aws
 
-from components.cluster.autoscaling import install_autoscaler, install_efa_plugin
+from components.cluster.autoscaling import install_autoscaler, install_efa_plugin, scale_from_zero_tags
 from components.cluster.identity import POD_IDENTITY_AGENT
 from components.cluster.storage import StorageContext, install_storage
 from components.errors import ArgumentError
@@ -32,6 +32,7 @@ class PlatformContext:
         parent: the cluster component.
         provider: its Kubernetes provider.
         node_groups: its node groups (controllers need nodes to run on).
+        efa_groups: its EFA GPU groups: name (also the EKS node group's), instance types, resource.
     """
 
     cluster_name: Optional[pulumi.Input[str]]
@@ -41,6 +42,7 @@ class PlatformContext:
     parent: pulumi.Resource
     provider: pulumi.ProviderResource
     node_groups: Sequence[pulumi.Resource]
+    efa_groups: Sequence[tuple[str, Sequence[str], pulumi.Resource]] = ()
 
 
 @dataclass(frozen=True)
@@ -87,4 +89,7 @@ def install_platform(name: str, args: EksGpuClusterArgs, ctx: PlatformContext) -
     efa = (install_efa_plugin(name, ctx.parent, ctx.provider, ctx.node_groups),) if args.efa else ()
     scaler = (install_autoscaler(name, ctx.cluster_name or "", region, ctx.parent, ctx.provider, after)
               if region is not None else [])
+    if region is not None:
+        scaler += [tag for group, types, resource in ctx.efa_groups for tag in scale_from_zero_tags(
+            name, group, types, ctx.cluster_name or "", resource, ctx.parent)]
     return Platform(agent, tuple(storage), efa, tuple(scaler))

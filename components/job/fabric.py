@@ -29,10 +29,14 @@ driver pre-allocates."""
 EFA_ENV = {"FI_PROVIDER": "efa"}
 NODE_GROUP_LABEL = "trainplane.dev/node-group"
 """The label the EKS component puts on every node of a GPU node group (its name), which ``node_group`` selects."""
-EFA_INTERFACES = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32}
-"""EFA interfaces of instance types AWS's EKS guide names, one per network card (``node-efa.adoc``: a
-``p4d.24xlarge`` node shows ``vpc.amazonaws.com/efa: 4``, a ``p5.48xlarge`` worker requests 32). For any other
-type the job's ``efa`` is taken as given."""
+EFA_INTERFACES = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32,
+                  **{f"g5.{size}": 1 for size in ("8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge")}}
+"""EFA interfaces of instance types, one per network card (``node-efa.adoc``: "You can assign up to one EFA per
+network card"; a ``p4d.24xlarge`` node shows ``vpc.amazonaws.com/efa: 4``, a ``p5.48xlarge`` worker requests 32;
+the EFA-capable g5 sizes, as aws/eks-charts' device plugin lists them, have one network card). For any other
+type the job's ``efa`` is taken as given, and its group cannot scale from zero for EFA pods."""
+EFA_NODE_HUGEPAGES = "10256Mi"
+"""The 2 MiB huge pages an EFA node has: the 5128 pages the EFA driver pre-allocates (``node-efa.adoc``)."""
 
 
 def efa_resources(efa: int) -> dict[str, str]:

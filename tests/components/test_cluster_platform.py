@@ -11,7 +11,7 @@ import pytest
 from components.cluster import EksGpuCluster, EksGpuClusterArgs, GpuNodeGroupArgs
 from components.cluster.autoscaling import AUTOSCALER_POLICY
 from components.errors import ArgumentError
-from tests.components.componenttest import Deployment, Registration, deploy, unsecret
+from tests.components.componenttest import Deployment, Registration, deploy, node_group_asg, unsecret
 from tests.components.schemacheck import validate_manifest
 
 ZONES = ("us-west-2a", "us-west-2b")
@@ -175,6 +175,19 @@ def test_gpu_groups_at_zero_keep_their_size_for_the_autoscaler() -> None:
     group = deployment.named("gpu-gpu-a10g")
     assert group.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
     assert group.inputs["ignoreScalingChanges"] is True
+
+
+def test_an_efa_group_scales_from_zero_for_efa_pods_through_its_asg_tags() -> None:
+    deployment = run(gpu_node_groups=[A10G, P5], autoscaler=True)
+
+    assert deployment.named("gpu-gpu-p5").inputs["nodeGroupName"] == "p5"
+    assert "nodeGroupName" not in deployment.named("gpu-gpu-a10g").inputs
+    tags = {t.inputs["tag"]["key"]: t.inputs for t in deployment.of_type("aws:autoscaling/tag:Tag")}
+    prefix = "k8s.io/cluster-autoscaler/node-template/resources/"
+    assert {k: v["tag"]["value"] for k, v in tags.items()} == {
+        prefix + "vpc.amazonaws.com/efa": "32", prefix + "hugepages-2Mi": "10256Mi"}
+    assert all(t["autoscalingGroupName"] == node_group_asg("p5") and t["tag"]["propagateAtLaunch"] is False
+               for t in tags.values())
 
 
 def test_efa_groups_get_the_device_plugin_tolerating_the_gpu_taint() -> None:

@@ -112,3 +112,7 @@ def test_the_stack_wires_storage_identity_efa_and_autoscaling_into_its_jobs(aws_
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "token", "optional": True}
     groups = {g.name: g.inputs for g in aws_gpu.of_type("eks:index:ManagedNodeGroup")}
     assert groups["trainplane-cluster-gpu-a10g-efa"]["enableEfaSupport"] is True
+    prefix = "k8s.io/cluster-autoscaler/node-template/resources/"
+    templates = {t.inputs["tag"]["key"].removeprefix(prefix): t.inputs["tag"]["value"]
+                 for t in aws_gpu.of_type("aws:autoscaling/tag:Tag")}
+    assert templates == {"vpc.amazonaws.com/efa": "1", "hugepages-2Mi": "10256Mi"}
