@@ -21,7 +21,7 @@ from components.job.bundle import build_bundle
 from components.job.fit import check_fits
 from components.job.inputs import DistributedJobArgsDict
 from components.job.naming import resource_name, validate_job_name
-from components.job.platform import pod_identity_association
+from components.job.platform import pending_check, pod_identity_association
 from components.job.render import Manifest, render_job
 from components.tokens import aliased, token
 
@@ -118,6 +118,9 @@ class DistributedJob(pulumi.ComponentResource):
         fit = check_fits(job_args, cluster) if cluster is not None else None
         if fit is not None:
             checks.append(fit)
+        storage = pending_check(job_args)
+        if storage is not None:
+            checks.append(storage)
         bundle = build_bundle()
         prefix = resource_name(name, job_args.namespace)
         super().__init__(RESOURCE_TYPE, prefix, None, aliased(opts, FORMER_RESOURCE_TYPE))

@@ -136,6 +136,17 @@ def platform_pod_spec(names: JobNames, args: DistributedJobArgs, spec: dict[str,
     return out
 
 
+def pending_check(a: DistributedJobArgs) -> Optional[pulumi.Output[None]]:
+    """The cross-field storage check of Output-valued ``volumes`` or ``volume_mounts``, for the job's resources to
+    wait for (``None`` when both are plain: :func:`validate` checked them).
+
+    The Output raises :class:`InvalidJobArgs` when the known values fail the check."""
+    if not any(isinstance(v, pulumi.Output) for v in (a.volumes, a.volume_mounts)):
+        return None
+    return pulumi.Output.all(a.volumes, a.volume_mounts).apply(
+        lambda vm: volumes.check_storage(vm[0], vm[1], a.claims, a.checkpoint_dir, a.checkpoint_claim))
+
+
 def pod_annotations() -> dict[str, str]:
     """The platform's pod annotations (:data:`SAFE_TO_EVICT`)."""
     return {SAFE_TO_EVICT: "false"}

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
+import pytest
 
 from components.job import DistributedJob
-from tests.components.componenttest import deploy, is_secret, job_args
+from tests.components.componenttest import RecordingMonitor, deploy, is_secret, job_args
 
 ROLE = "arn:aws:iam::123456789012:role/trainer"
 CLAIM = {"metadata": {"name": "ckpt"}, "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "efs",
@@ -75,3 +77,31 @@ def test_irsa_registers_no_pod_identity_association() -> None:
     assert not result.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     assert result.named("demo-service-account").inputs["metadata"]["annotations"] == {
         "eks.amazonaws.com/role-arn": ROLE}
+
+
+def test_volumes_from_another_resources_outputs_reach_the_pods() -> None:
+    def program() -> dict[str, Any]:
+        claim = k8s.core.v1.PersistentVolumeClaim("data", metadata={"name": "imagenet"}, spec=CLAIM["spec"])
+        volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": claim.metadata.name, "readOnly": True}}]
+        job = DistributedJob("demo", job_args(volumes=volumes, volume_mounts=[{"name": "data", "mountPath": "/data"}],
+                                              backend="pytorchjob"))
+        return {"name": job.job_name}
+
+    result = deploy(program)
+
+    for replica in result.named("demo-pytorchjob").inputs["spec"]["pytorchReplicaSpecs"].values():
+        spec = replica["template"]["spec"]
+        assert {"name": "data", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}} in spec["volumes"]
+        assert {"name": "data", "mountPath": "/data"} in spec["containers"][0]["volumeMounts"]
+
+
+def test_a_mount_of_a_volume_an_output_lacks_fails_naming_the_field() -> None:
+    def program() -> dict[str, Any]:
+        volumes = pulumi.Output.from_input([{"name": "data", "emptyDir": {}}])
+        job = DistributedJob("demo", job_args(volumes=volumes, volume_mounts=[{"name": "other", "mountPath": "/x"}]))
+        return {"name": job.job_name}
+
+    monitor = RecordingMonitor()
+    with pytest.raises(Exception, match=r"volume_mounts\[0\]\.name='other': no volume has this name"):
+        deploy(program, monitor=monitor)
+    assert [r.type for r in monitor.registrations.values()] == ["trainplane:index:DistributedJob"]
