@@ -84,6 +84,21 @@ class KueueCapabilities:
 
 
 @dataclass(frozen=True)
+class NodeGroupCapabilities:
+    """One GPU node group a job may name as its ``node_group``.
+
+    Attributes:
+        name: the group's name (its nodes' ``trainplane.dev/node-group`` label).
+        instance_types: its EC2 instance types.
+        efa: its nodes have EFA interfaces (and the EFA device plugin runs).
+    """
+
+    name: str
+    instance_types: tuple[str, ...] = ()
+    efa: bool = False
+
+
+@dataclass(frozen=True)
 class ClusterCapabilities:
     """What the cluster a job targets provides.
 
@@ -97,6 +112,10 @@ class ClusterCapabilities:
         volcano_queues: the Volcano queues jobs may submit to; ``None`` when Volcano is not installed.
         scheduler_plugins: the scheduler-plugins coscheduling scheduler runs.
         kueue: Kueue as installed, or ``None``.
+        node_groups: the GPU node groups by name; ``None`` when not known (a cluster trainplane did not make).
+        storage_classes: the StorageClasses jobs' claims may name, each with the access modes its volumes
+            support; ``None`` when not known.
+        default_storage_class: the class a claim without ``storageClassName`` gets, if any.
     """
 
     gpu_nodes: bool = False
@@ -106,3 +125,6 @@ class ClusterCapabilities:
     volcano_queues: Optional[tuple[str, ...]] = None
     scheduler_plugins: bool = False
     kueue: Optional[KueueCapabilities] = None
+    node_groups: Optional[Mapping[str, NodeGroupCapabilities]] = None
+    storage_classes: Optional[Mapping[str, tuple[str, ...]]] = None
+    default_storage_class: Optional[str] = None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,6 +20,8 @@ def helm_release(
     parent: pulumi.Resource,
     values: Mapping[str, Any],
     skip_await: bool = False,
+    provider: Optional[pulumi.ProviderResource] = None,
+    depends_on: Sequence[pulumi.Resource] = (),
 ) -> k8s.helm.v3.Release:
     """Install ``chart`` as a Helm release (hooks run, CRDs from ``crds/`` installed first).
 
@@ -32,6 +34,9 @@ def helm_release(
         values: Chart values.
         skip_await: Do not wait for the release's workloads to become ready. Set it for charts
             whose pods run only on nodes that may not exist yet.
+        provider: The Kubernetes provider, when the parent does not pass one on (a cluster component
+            installing into the cluster it creates).
+        depends_on: Resources the release waits for.
 
     Returns:
         The release resource.
@@ -49,5 +54,5 @@ def helm_release(
             values=dict(values),
             skip_await=skip_await,
         ),
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on) or None),
     )

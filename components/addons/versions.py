@@ -53,3 +53,16 @@ TRAINING_OPERATOR_MANIFESTS = (
     f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
 )
 """The standalone kustomize overlay of that tag (namespace ``kubeflow``), as a kustomize remote target."""
+
+CLUSTER_AUTOSCALER = HelmChart("cluster-autoscaler", "9.59.0", "https://kubernetes.github.io/autoscaler")
+"""Kubernetes Cluster Autoscaler chart 9.59.0, app v1.35.0 (github.com/kubernetes/autoscaler tag
+cluster-autoscaler-chart-9.59.0, ``cluster-autoscaler/charts/cluster-autoscaler/Chart.yaml``)."""
+
+AWS_EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts")
+"""AWS EFA Kubernetes device plugin chart v0.5.30, image v0.5.20 (github.com/aws/eks-charts
+``stable/aws-efa-k8s-device-plugin/Chart.yaml``; the repository the EKS User Guide installs it from,
+``latest/ug/ml/device-management-efa.adoc``)."""
+
+AWS_FSX_CSI_DRIVER = HelmChart("aws-fsx-csi-driver", "1.17.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver")
+"""FSx for Lustre CSI driver chart 1.17.0, driver v1.9.0 (github.com/kubernetes-sigs/aws-fsx-csi-driver tag
+helm-chart-aws-fsx-csi-driver-1.17.0)."""

@@ -13,8 +13,11 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from components import validate
+from components.cluster.platform import Platform, PlatformContext, install_platform
+from components.cluster.storage import STORAGE_KINDS
 from components.cluster.vpc import Network, create_public_network, subnet_cidrs
 from components.errors import ArgumentError
+from components.job.fabric import NODE_GROUP_LABEL
 from runtime.agent import contract
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -107,6 +110,15 @@ class EksGpuClusterArgs:
         vpc_cidr: IPv4 block of the created VPC.
         system_instance_type: EC2 type of the CPU system node group (add-on controllers).
         system_nodes: Nodes in the system group (at least 1).
+        storage: CSI drivers to install, from ``ebs`` (default ``gp3`` StorageClass), ``efs`` (a file system,
+            mount targets and the ``efs`` class) and ``fsx`` (the ``fsx-lustre`` class), each with its IAM
+            role (``components.cluster.storage``).
+        autoscaler: Install the Cluster Autoscaler, which then owns the GPU groups' desired sizes
+            (``components.cluster.autoscaling``).
+        cluster_name: The EKS cluster's name; ``None`` lets Pulumi name it.
+        region: The AWS region, for the autoscaler; ``None`` reads ``aws:region``.
+        pod_identity: Install the EKS Pod Identity agent, for jobs' ``iam_role_arn`` (storage and the
+            autoscaler install it too).
 
     Raises:
         ArgumentError: A field is invalid or the network settings are inconsistent.
@@ -121,9 +133,22 @@ class EksGpuClusterArgs:
     vpc_cidr: str = "10.0.0.0/16"
     system_instance_type: str = "m6i.large"
     system_nodes: int = 2
+    storage: Sequence[str] = ()
+    autoscaler: bool = False
+    cluster_name: Optional[str] = None
+    region: Optional[str] = None
+    pod_identity: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_node_groups", tuple(self.gpu_node_groups))
+        object.__setattr__(self, "storage", validate.strings("storage", self.storage))
+        for kind in self.storage:
+            validate.one_of("storage", kind, STORAGE_KINDS)
+        for flag in ("autoscaler", "pod_identity"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ArgumentError(flag, getattr(self, flag), "use true or false")
+        if self.cluster_name is not None:
+            validate.text("cluster_name", self.cluster_name)
         for field in ("public_subnet_ids", "private_subnet_ids", "availability_zones"):
             object.__setattr__(self, field, validate.strings(field, getattr(self, field)))
         validate.integer("system_nodes", self.system_nodes, minimum=1)
@@ -167,6 +192,22 @@ class EksGpuClusterArgs:
                 )
 
     @property
+    def platform(self) -> bool:
+        """Whether the cluster installs platform add-ons (``components.cluster.platform``): storage, the
+        autoscaler, EFA's device plugin or the pod identity agent for jobs' IAM roles."""
+        return bool(self.storage) or self.autoscaler or self.efa or self.pod_identity
+
+    @property
+    def pod_identity_agent(self) -> bool:
+        """Whether the EKS Pod Identity agent is installed: for storage, the autoscaler or ``pod_identity``."""
+        return bool(self.storage) or self.autoscaler or self.pod_identity
+
+    @property
+    def efa(self) -> bool:
+        """Whether any GPU node group has EFA (then the EFA device plugin is installed)."""
+        return any(group.efa for group in self.gpu_node_groups)
+
+    @property
     def gpu_nodes(self) -> bool:
         """Whether the cluster has at least one GPU node group that can hold nodes."""
         return bool(self.gpu_node_groups)
@@ -176,8 +217,9 @@ def gpu_node_group_settings(group: GpuNodeGroupArgs) -> dict[str, Any]:
     """The ``eks.ManagedNodeGroup`` arguments that make ``group`` a GPU pool.
 
     Nodes run the NVIDIA AL2023 AMI, carry ``nvidia.com/gpu=true:NoSchedule`` so that only pods
-    tolerating it land there, and the ``nvidia.com/gpu.present=true`` label the device plugin
-    chart selects on. The group's desired size is left to the cluster autoscaler after creation:
+    tolerating it land there, the ``nvidia.com/gpu.present=true`` label the device plugin
+    chart selects on, and ``trainplane.dev/node-group=<name>``, which a job's ``node_group`` selects.
+    The group's desired size is left to the cluster autoscaler after creation:
     ``ignore_scaling_changes`` makes pulumi-eks ignore ``scalingConfig.desiredSize`` on later updates
     (pulumi/pulumi-eks v4.3.0 ``nodejs/eks/nodes/nodegroup.ts``), so the next ``pulumi up`` does not reset
     a size the autoscaler chose; ``min_size`` and ``max_size`` still apply.
@@ -192,7 +234,7 @@ def gpu_node_group_settings(group: GpuNodeGroupArgs) -> dict[str, Any]:
         "instance_types": list(group.instance_types),
         "capacity_type": group.capacity_type,
         "disk_size": group.disk_size_gib,
-        "labels": {contract.GPU_NODE_LABEL: "true"},
+        "labels": {contract.GPU_NODE_LABEL: "true", NODE_GROUP_LABEL: group.name},
         "taints": [
             aws.eks.NodeGroupTaintArgs(
                 key=contract.GPU_TAINT_KEY, value=contract.GPU_TAINT_VALUE, effect="NO_SCHEDULE"
@@ -215,6 +257,9 @@ class EksGpuCluster(pulumi.ComponentResource):
         kubeconfig: The cluster's kubeconfig JSON (secret); it calls ``aws eks get-token``.
         gpu_nodes: Whether any GPU node group exists.
         cluster: The underlying ``eks.Cluster``.
+        cluster_name: The EKS cluster's name (a job's ``eks_cluster_name``) when the pod identity agent is
+            installed (``args.pod_identity_agent``), else None.
+        platform: What ``install_platform`` added (pod identity agent, storage, EFA plugin, autoscaler), or None.
     """
 
     def __init__(
@@ -231,6 +276,7 @@ class EksGpuCluster(pulumi.ComponentResource):
             public_subnet_ids=list(network.public_subnet_ids) or None,
             private_subnet_ids=list(network.private_subnet_ids) or None,
             version=args.version,
+            name=args.cluster_name,
             authentication_mode=eks.AuthenticationMode.API,
             create_oidc_provider=True,
             skip_default_node_group=True,
@@ -242,7 +288,7 @@ class EksGpuCluster(pulumi.ComponentResource):
         )
         node_subnets = list(network.private_subnet_ids) or None
         nodes = pulumi.ResourceOptions(parent=self, depends_on=policies)
-        eks.ManagedNodeGroup(
+        system = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.cluster,
             node_role=role,
@@ -254,18 +300,35 @@ class EksGpuCluster(pulumi.ComponentResource):
             ),
             opts=nodes,
         )
+        groups: list[pulumi.Resource] = [system]
+        efa_groups: list[tuple[str, Sequence[str], pulumi.Resource]] = []
         for group in args.gpu_node_groups:
-            eks.ManagedNodeGroup(
+            named: dict[str, Any] = {"node_group_name": group.name} if args.autoscaler and group.efa else {}
+            groups.append(eks.ManagedNodeGroup(
                 f"{name}-gpu-{group.name}",
                 cluster=self.cluster,
                 node_role=role,
                 subnet_ids=node_subnets,
                 opts=nodes,
                 **gpu_node_group_settings(group),
-            )
+                **named,
+            ))
+            if named:
+                efa_groups.append((group.name, tuple(group.instance_types), groups[-1]))
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.provider = k8s.Provider(f"{name}-provider", kubeconfig=self.kubeconfig, opts=child)
-        self.register_outputs({"kubeconfig": self.kubeconfig})
+        outputs: dict[str, Any] = {"kubeconfig": self.kubeconfig}
+        self.cluster_name: Optional[pulumi.Output[str]] = None
+        self.platform: Optional[Platform] = None
+        if args.platform:
+            if args.pod_identity_agent:
+                self.cluster_name = (pulumi.Output.from_input(args.cluster_name) if args.cluster_name
+                                     else self.cluster.eks_cluster.apply(lambda c: c.name))
+                outputs["cluster_name"] = self.cluster_name
+            self.platform = install_platform(name, args, PlatformContext(
+                self.cluster_name, network.vpc_id, list(network.private_subnet_ids or network.public_subnet_ids),
+                self.cluster.cluster_security_group_id, self, self.provider, groups, efa_groups))
+        self.register_outputs(outputs)
 
     def _network(self, name: str, args: EksGpuClusterArgs) -> Network:
         if args.vpc_id:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,9 @@ CONTENT_PLACEHOLDER = "<kubeconfig content>"
 """Shown in errors instead of kubeconfig content, which holds credentials."""
 
 
+ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"})
+
+
 @dataclass(frozen=True)
 class ExistingClusterArgs:
     """How to reach an existing cluster.
@@ -29,14 +33,20 @@ class ExistingClusterArgs:
         context: Context to use; ``None`` uses the kubeconfig's ``current-context``.
         gpu_nodes: Whether the cluster has NVIDIA GPU nodes (labelled and tainted as in
             ``runtime.agent.contract``); jobs asking for GPUs are refused otherwise.
+        storage_classes: The StorageClasses jobs' claims may name, each with the access modes it supports
+            (``{"efs": ["ReadWriteMany"]}``); ``None`` leaves claims unchecked.
+        default_storage_class: The cluster's default StorageClass, one of ``storage_classes``.
 
     Raises:
-        ArgumentError: ``kubeconfig`` or ``context`` is given but blank, or ``gpu_nodes`` is not a bool.
+        ArgumentError: ``kubeconfig`` or ``context`` is given but blank, ``gpu_nodes`` is not a bool, or the
+            storage classes are not a mapping of names to access modes including the default.
     """
 
     kubeconfig: Optional[str] = None
     context: Optional[str] = None
     gpu_nodes: bool = False
+    storage_classes: Optional[Mapping[str, Sequence[str]]] = None
+    default_storage_class: Optional[str] = None
 
     def __post_init__(self) -> None:
         for field in ("kubeconfig", "context"):
@@ -44,6 +54,13 @@ class ExistingClusterArgs:
                 validate.text(field, getattr(self, field))
         if not isinstance(self.gpu_nodes, bool):
             raise ArgumentError("gpu_nodes", self.gpu_nodes, "use true or false")
+        classes = self.storage_classes
+        if classes is not None and (not isinstance(classes, Mapping) or not all(
+                isinstance(m, (list, tuple)) and set(m) <= ACCESS_MODES for m in classes.values())):
+            raise ArgumentError("storage_classes", classes,
+                                f"map each class to access modes from {sorted(ACCESS_MODES)}")
+        if self.default_storage_class is not None and self.default_storage_class not in (classes or {}):
+            raise ArgumentError("default_storage_class", self.default_storage_class, "list it in storage_classes")
 
 
 def is_content(kubeconfig: str) -> bool:

@@ -20,7 +20,7 @@ import pulumi
 from components import arguments, docs, outputs
 from components.capabilities import NO_GANG
 from components.errors import InvalidJobArgs
-from components.job import checks, inputchecks
+from components.job import access, checks, inputchecks, volumes
 from runtime.agent import contract
 from runtime.agent.spec.job import SETTINGS, JobSpec, default
 
@@ -46,8 +46,9 @@ class DistributedJobArgs:
     (``runtime.agent.spec.job``); the others are this component's own. Fields that take a ``pulumi.Input``
     (:data:`INPUT_FIELDS`: ``image``, ``namespace``, ``args``, ``env``, ``labels``, ``node_selector``,
     ``tolerations``, ``service_account``, ``pythonpath``, ``queue``, ``cluster_queue``, ``scheduler_name``,
-    ``allow_from``) may hold another resource's outputs at any depth: a plain value is checked at once,
-    an unresolved one is kept as one ``pulumi.Output`` that runs the same check when Pulumi knows its
+    ``allow_from``, ``volumes``, ``volume_mounts``, ``secret_env``, ``secret_values``, ``image_pull_secrets``,
+    ``iam_role_arn``, ``eks_cluster_name``) may hold another resource's outputs at any depth: a plain value is
+    checked at once, an unresolved one is kept as one ``pulumi.Output`` that runs the same check when Pulumi knows its
     value (at preview when it is known then), with the same message. Every other field must be a plain
     value: it decides the shape of what is rendered (objects, workload kind, pod counts, ports, derived
     names, the requests a queue's quota is checked against), which Pulumi must know when the job is
@@ -173,6 +174,45 @@ class DistributedJobArgs:
     """They follow the ones derived from ``cpus`` (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g.
     ``["--object-store-memory=2000000000"]``."""
 
+    volumes: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = ()
+    """Pod volumes in Kubernetes' own shape (``core/v1`` Volume: a ``name`` and one source), e.g.
+    ``{"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}}``, ``{"name": "scratch", "emptyDir":
+    {"sizeLimit": "200Gi"}}``, a ``configMap``, a ``secret`` or a ``csi`` volume; mounted by ``volume_mounts``."""
+    volume_mounts: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = ()
+    """Where the agent's container (and so every rank) mounts them: ``core/v1`` VolumeMount objects (``name``,
+    ``mountPath``, ``readOnly``, ``subPath``...)."""
+    claims: Sequence[Mapping[str, Any]] = ()
+    """PersistentVolumeClaims the job creates, as templates (``metadata.name``, ``spec``: ``accessModes``,
+    ``storageClassName``, ``resources.requests.storage``), under their own names in the job's namespace; a volume
+    mounts one by ``persistentVolumeClaim.claimName``. Every pod, replaced or added, mounts the same claim."""
+    checkpoint_dir: Optional[str] = None
+    """An absolute path where every pod mounts ``checkpoint_claim``; every rank finds it in ``CHECKPOINT_DIR``."""
+    checkpoint_claim: Optional[str] = None
+    """The ReadWriteMany claim mounted at ``checkpoint_dir``: one of ``claims`` or an existing claim."""
+    secret_env: pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, Any]]]] = field(default_factory=dict)
+    """Variables read from existing Secrets: name to a SecretKeySelector (``{"name": <Secret>, "key": <key>}``),
+    rendered as ``valueFrom.secretKeyRef``, so the value is never in the pod template."""
+    secret_values: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    """Variables whose values (e.g. secret Outputs) the job keeps in its own Secret, ``<job>-env``, and passes by
+    ``secretKeyRef``: the pod template holds only the reference and the value stays a Pulumi secret."""
+    image_pull_secrets: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
+    """Names of ``kubernetes.io/dockerconfigjson`` Secrets in the job's namespace, for a private registry."""
+    iam_role_arn: Optional[pulumi.Input[str]] = None
+    """An IAM role for the pods: the job creates a ServiceAccount named after itself, bound to the role by
+    ``iam_binding``; the pods get the role's credentials from the EKS webhook."""
+    iam_binding: str = "pod-identity"
+    """``pod-identity`` (an EKS Pod Identity association; the role trusts ``pods.eks.amazonaws.com``) or ``irsa``
+    (the ServiceAccount's ``eks.amazonaws.com/role-arn``; the role trusts the cluster's OIDC provider)."""
+    eks_cluster_name: Optional[pulumi.Input[str]] = None
+    """The EKS cluster of the pod identity association (the EKS stack sets it)."""
+    efa: int = 0
+    """EFA interfaces per pod (``vpc.amazonaws.com/efa``), with ``hugepages-2Mi`` and ``FI_PROVIDER=efa``; a pod
+    that owns its node asks for all of them (32 on ``p5.48xlarge``). Needs ``memory`` and, on a stack, an EFA
+    ``node_group``."""
+    node_group: Optional[str] = None
+    """The GPU node group the pods run on (its ``trainplane.dev/node-group`` label); a stack checks that it exists
+    and has EFA when ``efa`` is set."""
+
     def __post_init__(self) -> None:
         """Freeze the collections and validate every field; keep each unresolved Input as one checked Output.
 
@@ -290,7 +330,9 @@ SHARED = tuple(f.name for f in fields(DistributedJobArgs) if f.name in SETTINGS)
 defaults, checks and descriptions are the spec's."""
 SETTING_FIELDS = {**{SETTINGS[name].env: name for name in SHARED}, contract.AGENT_PORT_SETTING: "agent_port"}
 """The agent setting each such field sets, by environment variable, for the fix of a user ``env`` that sets one."""
-INPUT_CHECKS: dict[str, Callable[[Any], Any]] = {**inputchecks.CHECKS, "env": inputchecks.env_check(SETTING_FIELDS)}
+INPUT_CHECKS: dict[str, Callable[[Any], Any]] = {
+    **inputchecks.CHECKS, **access.CHECKS, "volumes": volumes.check_volumes, "volume_mounts": volumes.check_mounts,
+    "env": inputchecks.env_check(SETTING_FIELDS)}
 """The check of each field that takes a ``pulumi.Input`` (``components.job.inputchecks``)."""
 INPUT_FIELDS = frozenset(INPUT_CHECKS)
 """The fields that take a ``pulumi.Input``; every other field must be plain (see :class:`DistributedJobArgs`)."""

@@ -21,6 +21,7 @@ from components.job.bundle import build_bundle
 from components.job.fit import check_fits
 from components.job.inputs import DistributedJobArgsDict
 from components.job.naming import former_names, resource_name, validate_job_name
+from components.job.platform import pending_check, pod_identity_association
 from components.job.render import Manifest, render_job
 from components.tokens import aliased, token
 
@@ -36,13 +37,15 @@ RESOURCE_CLASSES: dict[tuple[str, str], Callable[..., pulumi.CustomResource]] = 
     ("v1", "Secret"): k8s.core.v1.Secret,
     ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
     ("v1", "Service"): k8s.core.v1.Service,
+    ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("batch/v1", "Job"): k8s.batch.v1.Job,
     ("apps/v1", "StatefulSet"): k8s.apps.v1.StatefulSet,
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
 }
 TOP_LEVEL_ARGS = {"metadata": "metadata", "spec": "spec", "data": "data", "stringData": "string_data",
-                  "type": "type"}
+                  "type": "type", "automountServiceAccountToken": "automount_service_account_token"}
 
 if TYPE_CHECKING:
     JobArgs = Union[DistributedJobArgs, DistributedJobArgsDict]
@@ -116,6 +119,9 @@ class DistributedJob(pulumi.ComponentResource):
         fit = check_fits(job_args, cluster) if cluster is not None else None
         if fit is not None:
             checks.append(fit)
+        storage = pending_check(job_args)
+        if storage is not None:
+            checks.append(storage)
         bundle = build_bundle()
         prefix = resource_name(name, job_args.namespace)
         former = former_names(name, job_args.namespace, (RESOURCE_TYPE, FORMER_RESOURCE_TYPE),
@@ -135,6 +141,12 @@ class DistributedJob(pulumi.ComponentResource):
         for manifest in rendered.manifests:
             self.resources[manifest.role] = self._create(prefix, manifest)
         names = rendered.names
+        identity = pod_identity_association(
+            f"{prefix}-pod-identity", names, job_args,
+            pulumi.ResourceOptions(parent=self, depends_on=[self.resources["service-account"]]
+                                   if "service-account" in self.resources else None))
+        if identity is not None:
+            self.resources["pod-identity"] = identity
         self.job_name = pulumi.Output.from_input(names.job)
         self.namespace = pulumi.Output.from_input(names.namespace)
         self.service_fqdn = pulumi.Output.from_input(names.service_fqdn)
@@ -163,6 +175,8 @@ class DistributedJob(pulumi.ComponentResource):
             opts = pulumi.ResourceOptions.merge(opts, self._custom_dependencies)
         resource_name = f"{prefix}-{manifest.role}"
         kwargs: dict[str, Any] = {arg: body[key] for key, arg in TOP_LEVEL_ARGS.items() if key in body}
+        if body["kind"] == "Secret":  # a value given plain is a secret in Pulumi's state too
+            kwargs["string_data"] = pulumi.Output.secret(kwargs["string_data"])
         if manifest.custom:
             return k8s.apiextensions.CustomResource(
                 resource_name, api_version=body["apiVersion"], kind=body["kind"], opts=opts, **kwargs

@@ -26,6 +26,7 @@ from components.capabilities import (
 )
 from components.errors import InvalidJobArgs
 from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
+from components.job.platformfit import check_platform_fits
 from components.job.pod import cpu_quantity
 from runtime.agent import contract
 
@@ -61,6 +62,7 @@ def check_fits(args: DistributedJobArgs, cluster: ClusterCapabilities) -> Option
     """
     _check_gpus(args, cluster)
     _check_operator(args, cluster)
+    check_platform_fits(args, cluster)
     pending = [name for name in QUEUE_FIELDS if isinstance(getattr(args, name), pulumi.Output)]
     _check_scheduler(args, cluster, queues=not pending)
     if not pending:

@@ -146,3 +146,45 @@ class DistributedJobArgsDict(TypedDict):
     """Ray: arguments appended to every node's `ray start`. They follow the ones derived from ``cpus``
     (``--num-cpus``) and ``gpus`` (``--num-gpus``), e.g. ``["--object-store-memory=2000000000"]``. Default:
     ``[]``."""
+    volumes: NotRequired[pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]]]
+    """Pod volumes in Kubernetes' own shape (``core/v1`` Volume: a ``name`` and one source), e.g. ``{"name": "data",
+    "persistentVolumeClaim": {"claimName": "imagenet"}}``, ``{"name": "scratch", "emptyDir": {"sizeLimit":
+    "200Gi"}}``, a ``configMap``, a ``secret`` or a ``csi`` volume; mounted by ``volume_mounts``. Default: ``[]``."""
+    volume_mounts: NotRequired[pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]]]
+    """Where the agent's container (and so every rank) mounts them: ``core/v1`` VolumeMount objects (``name``,
+    ``mountPath``, ``readOnly``, ``subPath``...). Default: ``[]``."""
+    claims: NotRequired[Sequence[Mapping[str, Any]]]
+    """PersistentVolumeClaims the job creates, as templates (``metadata.name``, ``spec``: ``accessModes``,
+    ``storageClassName``, ``resources.requests.storage``), under their own names in the job's namespace; a volume
+    mounts one by ``persistentVolumeClaim.claimName``. Every pod, replaced or added, mounts the same claim.
+    Default: ``[]``."""
+    checkpoint_dir: NotRequired[Optional[str]]
+    """An absolute path where every pod mounts ``checkpoint_claim``; every rank finds it in ``CHECKPOINT_DIR``."""
+    checkpoint_claim: NotRequired[Optional[str]]
+    """The ReadWriteMany claim mounted at ``checkpoint_dir``: one of ``claims`` or an existing claim."""
+    secret_env: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, Any]]]]]
+    """Variables read from existing Secrets: name to a SecretKeySelector (``{"name": <Secret>, "key": <key>}``),
+    rendered as ``valueFrom.secretKeyRef``, so the value is never in the pod template. Default: ``{}``."""
+    secret_values: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
+    """Variables whose values (e.g. secret Outputs) the job keeps in its own Secret, ``<job>-env``, and passes by
+    ``secretKeyRef``: the pod template holds only the reference and the value stays a Pulumi secret. Default:
+    ``{}``."""
+    image_pull_secrets: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """Names of ``kubernetes.io/dockerconfigjson`` Secrets in the job's namespace, for a private registry. Default:
+    ``[]``."""
+    iam_role_arn: NotRequired[Optional[pulumi.Input[str]]]
+    """An IAM role for the pods: the job creates a ServiceAccount named after itself, bound to the role by
+    ``iam_binding``; the pods get the role's credentials from the EKS webhook."""
+    iam_binding: NotRequired[str]
+    """``pod-identity`` (an EKS Pod Identity association; the role trusts ``pods.eks.amazonaws.com``) or ``irsa``
+    (the ServiceAccount's ``eks.amazonaws.com/role-arn``; the role trusts the cluster's OIDC provider). Default:
+    ``"pod-identity"``."""
+    eks_cluster_name: NotRequired[Optional[pulumi.Input[str]]]
+    """The EKS cluster of the pod identity association (the EKS stack sets it)."""
+    efa: NotRequired[int]
+    """EFA interfaces per pod (``vpc.amazonaws.com/efa``), with ``hugepages-2Mi`` and ``FI_PROVIDER=efa``; a pod that
+    owns its node asks for all of them (32 on ``p5.48xlarge``). Needs ``memory`` and, on a stack, an EFA
+    ``node_group``. Default: ``0``."""
+    node_group: NotRequired[Optional[str]]
+    """The GPU node group the pods run on (its ``trainplane.dev/node-group`` label); a stack checks that it exists
+    and has EFA when ``efa`` is set."""

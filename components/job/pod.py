@@ -13,6 +13,8 @@ from components.job.args import PYTORCHJOB, DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
 from components.job.naming import PYTORCH_WORKER, JobNames, pytorch_replica_host
+from components.job.platform import platform_pod_spec, pod_annotations
+from components.job.volumes import BUNDLE_VOLUME, SHM_PATH, SHM_VOLUME
 from components.outputs import Labels, lift, merged
 from runtime.agent import contract
 from runtime.agent.execution import controller
@@ -20,9 +22,6 @@ from runtime.agent.spec.environment import job_env
 from runtime.agent.spec.job import JobSpec
 
 AGENT_CONTAINER = "agent"
-BUNDLE_VOLUME = "trainplane-runtime"
-SHM_VOLUME = "dshm"
-SHM_PATH = "/dev/shm"  # noqa: S108 - the shared-memory mount, not a temp file
 TOKEN_KEY = "token"  # noqa: S105 - the Secret's key, not a secret
 ISTIO_INJECT_LABEL = "sidecar.istio.io/inject"
 BUNDLE_DIGEST_ANNOTATION = "trainplane.dev/bundle-sha256"
@@ -233,7 +232,8 @@ def pod_template(
     """The PodTemplateSpec every backend uses, varied by ``role`` and ``gang``.
 
     Pods carry the job labels (plus the gang's), Istio injection off, and the bundle digest as an
-    annotation so a changed agent rolls the workload.
+    annotation so a changed agent rolls the workload; the spec goes through
+    :func:`~components.job.platform.platform_pod_spec` (volumes, identity, secrets by reference, EFA).
     """
     labels = merged(common_labels(names, args, NODE_COMPONENT), gang.pod_labels, {ISTIO_INJECT_LABEL: "false"})
     spec: dict[str, Any] = {
@@ -255,9 +255,9 @@ def pod_template(
     return {
         "metadata": {
             "labels": labels,
-            "annotations": {BUNDLE_DIGEST_ANNOTATION: bundle.digest, **gang.pod_annotations},
+            "annotations": {BUNDLE_DIGEST_ANNOTATION: bundle.digest, **pod_annotations(), **gang.pod_annotations},
         },
-        "spec": spec,
+        "spec": platform_pod_spec(names, args, spec),
     }
 
 

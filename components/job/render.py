@@ -12,6 +12,7 @@ from components.job.bundle import RuntimeBundle, configmap_manifest
 from components.job.gang import local_queue_manifest, placement, podgroup_manifest
 from components.job.naming import JobNames, job_names, validate_job_name
 from components.job.network import disruption_budget, headless_service, network_policy
+from components.job.platform import platform_manifests
 from components.job.pod import TOKEN_KEY, common_labels, size_settings
 from components.job.workloads import workload_manifest
 from components.outputs import Labels
@@ -91,8 +92,8 @@ def replaced_on(body: dict[str, Any], args: DistributedJobArgs) -> tuple[str, ..
 
 def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeBundle) -> RenderedJob:
     """Render job ``name``: token Secret, runtime ConfigMap, (elastic service jobs) size ConfigMap,
-    headless Service, queue or PodGroup, the workload, NetworkPolicy and (service mode)
-    PodDisruptionBudget.
+    headless Service, the claims, ServiceAccount and env Secret the platform fields ask for, queue or
+    PodGroup, the workload, NetworkPolicy and (service mode) PodDisruptionBudget.
 
     Args:
         name: the job name (DNS-1035, short enough for derived names).
@@ -114,6 +115,7 @@ def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeB
                                        common_labels(names, args, "runtime"), bundle)),
         ("size", size_configmap(names, args, common_labels(names, args, "size"))),
         ("service", headless_service(names, args, common_labels(names, args, "service"))),
+        *platform_manifests(names, args, common_labels(names, args, "storage")),
         ("localqueue", local_queue_manifest(names, args, common_labels(names, args, "queue"))),
         ("podgroup", podgroup_manifest(names, args, common_labels(names, args, "podgroup"))),
         (args.workload_backend, workload),

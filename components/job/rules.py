@@ -9,7 +9,7 @@ import re
 
 from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
-from components.job import checks
+from components.job import checks, platform
 from components.job.args import BACKENDS, INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
 from runtime.agent.errors import SpecError
 from runtime.agent.execution import controller
@@ -37,6 +37,7 @@ def validate(a: DistributedJobArgs) -> None:
     _validate_network(a)
     _validate_single_controller(a)
     _validate_port_block(a)
+    platform.validate(a)
 
 
 def _validate_program(a: DistributedJobArgs) -> None:

@@ -61,11 +61,15 @@ CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
             "systemInstanceType": "system_instance_type",
             "systemNodes": "system_nodes",
             "gpuNodeGroups": "gpu_node_groups",
+            "eksStorage": "storage",
+            "eksAutoscaler": "autoscaler",
+            "eksClusterName": "cluster_name",
         },
     ),
     "existing": (
         ExistingClusterArgs,
-        {"kubeconfig": "kubeconfig", "kubeContext": "context", "existingGpuNodes": "gpu_nodes"},
+        {"kubeconfig": "kubeconfig", "kubeContext": "context", "existingGpuNodes": "gpu_nodes",
+         "existingStorageClasses": "storage_classes", "existingDefaultStorageClass": "default_storage_class"},
     ),
 }
 """Per cluster kind: its args class, and which config key sets which argument."""
@@ -110,7 +114,8 @@ def parse_stack_config(get: Callable[[str], Optional[str]]) -> StackConfig:
     raw = keys.read(get)
     cluster = parse_cluster(raw)
     addons = parse_addons(raw, cluster)
-    jobs = parse_jobs(raw.get("jobs") or [])
+    jobs = parse_jobs(raw.get("jobs") or [], cluster)
+    cluster = with_pod_identity(cluster, jobs)
     capabilities = cluster_capabilities(cluster, addons)
     for i, job in enumerate(jobs):
         check_job_fits(i, job, capabilities)
@@ -241,11 +246,13 @@ def parse_kueue(raw: Any) -> KueueArgs:
         raise translate(exc, "kueue.", {}) from exc
 
 
-def parse_jobs(raw: Any) -> tuple[JobConfig, ...]:
-    """Build every job from the ``jobs`` list: ``name`` plus ``DistributedJobArgs`` fields in camelCase.
+def parse_jobs(raw: Any, cluster: Optional[ClusterArgs] = None) -> tuple[JobConfig, ...]:
+    """Build every job from the ``jobs`` list: ``name`` plus ``DistributedJobArgs`` fields in camelCase. On an
+    EKS cluster a job that binds an IAM role by pod identity gets the cluster's name (``eksClusterName``).
 
     Raises:
-        StackConfigError: A job without a unique valid name, or a value the job args reject.
+        StackConfigError: A job without a unique valid name, a pod identity role on an EKS cluster without
+            ``eksClusterName``, or a value the job args reject.
     """
     jobs: list[JobConfig] = []
     for i, item in enumerate(raw):
@@ -255,13 +262,32 @@ def parse_jobs(raw: Any) -> tuple[JobConfig, ...]:
         name = item.get("name")
         if not isinstance(name, str) or any(job.name == name for job in jobs):
             raise StackConfigError(full_key(f"{path}.name"), name, "give every job its own name")
-        args = build(DistributedJobArgs, item, path, drop=("name",))
+        args = build(DistributedJobArgs, _with_cluster_name(item, path, cluster), path, drop=("name",))
         try:
             validate_job_name(name, args)
         except ArgumentError as exc:
             raise translate(exc, f"{path}.", {}) from exc
         jobs.append(JobConfig(name=name, args=args))
     return tuple(jobs)
+
+
+def _with_cluster_name(item: Mapping[str, Any], path: str, cluster: Optional[ClusterArgs]) -> Mapping[str, Any]:
+    """``item`` with ``eksClusterName`` set from an EKS cluster's, when it binds a role by pod identity."""
+    binds = item.get("iamRoleArn") is not None and item.get("iamBinding", "pod-identity") == "pod-identity"
+    if not (binds and isinstance(cluster, EksGpuClusterArgs)) or item.get("eksClusterName") is not None:
+        return item
+    if cluster.cluster_name is None:
+        raise StackConfigError(full_key(f"{path}.iamRoleArn"), item["iamRoleArn"], "a pod identity association "
+                               "names its EKS cluster: set trainplane:eksClusterName (or iamBinding: irsa)")
+    return {**item, "eksClusterName": cluster.cluster_name}
+
+
+def with_pod_identity(cluster: ClusterArgs, jobs: Sequence[JobConfig]) -> ClusterArgs:
+    """An EKS cluster with the pod identity agent on when a job binds its role by pod identity."""
+    if isinstance(cluster, EksGpuClusterArgs) and any(
+            j.args.iam_role_arn is not None and j.args.iam_binding == "pod-identity" for j in jobs):
+        return dataclasses.replace(cluster, pod_identity=True)
+    return cluster
 
 
 def check_job_fits(index: int, job: JobConfig, capabilities: ClusterCapabilities) -> None:

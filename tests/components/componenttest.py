@@ -157,6 +157,13 @@ class Registration:
 
 LOCAL_RUN = "command:local:run"
 """pulumi-command's ``local.run`` invoke: a command run at every preview and update."""
+GET_NODE_GROUP = "aws:eks/getNodeGroup:getNodeGroup"
+"""pulumi-aws's EKS node group lookup; the mocks answer with the group's Auto Scaling group (:func:`node_group_asg`)."""
+
+
+def node_group_asg(node_group: str) -> str:
+    """The Auto Scaling group name the mocks give an EKS node group."""
+    return f"eks-{node_group}-asg"
 
 
 class Mocks(pulumi.runtime.Mocks):
@@ -194,6 +201,8 @@ class Mocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        if args.token == GET_NODE_GROUP:
+            return {"resources": [{"autoscalingGroups": [{"name": node_group_asg(args.args["nodeGroupName"])}]}]}
         if args.token != LOCAL_RUN:
             return {}
         command = args.args["command"]

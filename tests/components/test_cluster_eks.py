@@ -11,6 +11,7 @@ import yaml
 from components.cluster import EksGpuCluster, EksGpuClusterArgs, GpuNodeGroupArgs
 from components.cluster.vpc import subnet_cidrs
 from components.errors import ArgumentError
+from components.job.fabric import NODE_GROUP_LABEL
 from runtime.agent import contract
 from tests.components.componenttest import KUBECONFIG, deploy
 
@@ -61,7 +62,7 @@ def test_gpu_node_group_runs_the_nvidia_ami_tainted_and_labelled_for_gpu_pods():
     assert group.inputs["taints"] == [
         {"key": contract.GPU_TAINT_KEY, "value": contract.GPU_TAINT_VALUE, "effect": "NO_SCHEDULE"}
     ]
-    assert group.inputs["labels"] == {contract.GPU_NODE_LABEL: "true"}
+    assert group.inputs["labels"] == {contract.GPU_NODE_LABEL: "true", NODE_GROUP_LABEL: "a10g"}
     assert group.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 4, "desiredSize": 2}
     assert "enableEfaSupport" not in group.inputs
 

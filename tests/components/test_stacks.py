@@ -138,7 +138,7 @@ def test_stack_files_set_only_known_keys(stack):
 
 
 PULUMI_TYPES = {str: "string", int: "integer", bool: "boolean", list: "array"}
-UNDECLARED = {"gpuNodeGroups", "kueue", "jobs"}
+UNDECLARED = {"gpuNodeGroups", "kueue", "jobs", "existingStorageClasses"}
 """Structured keys Pulumi's project config cannot type; components/stack validates them."""
 
 
