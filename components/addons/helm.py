@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,6 +20,7 @@ def helm_release(
     parent: pulumi.Resource,
     values: Mapping[str, Any],
     skip_await: bool = False,
+    chart_path: Optional[str] = None,
 ) -> k8s.helm.v3.Release:
     """Install ``chart`` as a Helm release (hooks run, CRDs from ``crds/`` installed first).
 
@@ -36,12 +37,13 @@ def helm_release(
     Returns:
         The release resource.
     """
-    repository = k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository) if chart.repository else None
+    remote = chart_path is None
+    repository = k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository) if remote and chart.repository else None
     return k8s.helm.v3.Release(
         name,
         k8s.helm.v3.ReleaseArgs(
-            chart=chart.chart,
-            version=chart.version,
+            chart=chart.chart if chart_path is None else chart_path,
+            version=chart.version if remote else None,
             repository_opts=repository,
             name=release_name,
             namespace=namespace,

@@ -53,3 +53,12 @@ TRAINING_OPERATOR_MANIFESTS = (
     f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
 )
 """The standalone kustomize overlay of that tag (namespace ``kubeflow``), as a kustomize remote target."""
+
+TRAINER = HelmChart("oci://ghcr.io/kubeflow/charts/kubeflow-trainer", "2.3.0")
+"""Kubeflow Trainer v2.3.0 (github.com/kubeflow/trainer tag v2.3.0, ``charts/kubeflow-trainer``): its chart
+installs the ``trainer.kubeflow.org`` CRDs as templates (``crds.enabled``) and JobSet v0.12.0 as a dependency
+(``Chart.yaml``: ``jobset`` 0.12.0 from ``oci://registry.k8s.io/jobset/charts``, condition ``jobset.install``)."""
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+"""API version of the Trainer's TrainJob, TrainingRuntime and ClusterTrainingRuntime at v2.3.0."""
+JOBSET_VERSION = "v0.12.0"
+"""The JobSet release the Trainer's chart installs (github.com/kubernetes-sigs/jobset tag v0.12.0)."""
