@@ -97,6 +97,9 @@ class ClusterCapabilities:
         volcano_queues: the Volcano queues jobs may submit to; ``None`` when Volcano is not installed.
         scheduler_plugins: the scheduler-plugins coscheduling scheduler runs.
         kueue: Kueue as installed, or ``None``.
+        trainer_runtimes: the gang schedulers (``none``, ``volcano``, ``scheduler-plugins``) trainplane's
+            ClusterTrainingRuntimes exist for (the ``TrainerV2`` add-on's ``gang_schedulers``); ``None`` when
+            Kubeflow Trainer v2 is not installed.
     """
 
     gpu_nodes: bool = False
@@ -106,3 +109,4 @@ class ClusterCapabilities:
     volcano_queues: Optional[tuple[str, ...]] = None
     scheduler_plugins: bool = False
     kueue: Optional[KueueCapabilities] = None
+    trainer_runtimes: Optional[tuple[str, ...]] = None

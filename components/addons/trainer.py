@@ -56,7 +56,7 @@ class TrainerV2Args:
         for gang in gangs:
             validate.one_of("gang_schedulers", gang, RUNTIME_GANG_SCHEDULERS)
         if len(set(gangs)) != len(gangs):
-            raise ArgumentError("gang_schedulers", list(gangs), "names a gang scheduler twice", "name each once")
+            raise ArgumentError("gang_schedulers", list(gangs), "name each gang scheduler once")
         object.__setattr__(self, "gang_schedulers", gangs)
 
 

@@ -1,4 +1,5 @@
-"""Pod entrypoint: ``python3 -m runtime.agent``, every setting from the environment (contract.py)."""
+"""Pod entrypoint: ``python3 -m runtime.agent [ENTRYPOINT...]``, every setting from the environment
+(contract.py); arguments, when given, are the entrypoint (a TrainJob's ``trainer.args``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from runtime.agent.spec.settings import AgentSettings
 
 
 def main() -> int:
-    """Read settings from the environment, run the agent, return its exit code."""
+    """Read settings from the environment (and the entrypoint from the arguments, if any), run the agent,
+    return its exit code: ``EXIT_USAGE`` (2) for settings it cannot run with, naming them."""
     try:
-        settings = AgentSettings.from_env(os.environ)
+        settings = AgentSettings.from_env(os.environ, sys.argv[1:])
     except ConfigError as exc:
         print(f"trainplane agent: {exc}", file=sys.stderr)
         return contract.EXIT_USAGE
