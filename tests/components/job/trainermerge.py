@@ -108,9 +108,10 @@ def jobset_of(runtime: dict[str, Any], trainjob: dict[str, Any]) -> dict[str, An
            {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": INDEX_PATH}}},
            {"name": "PET_MASTER_ADDR", "value": f"{name}-{NODE}-0-0.{name}"},
            {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)}]
-    for item in pet:
-        upsert(env, item, "name")
-    upsert(node.setdefault("ports", []), {"containerPort": TRAINER_PORT}, "containerPort", "name")
+    if "torch" in runtime["spec"]["mlPolicy"]:  # EnforceMLPolicy returns at once without it
+        for item in pet:
+            upsert(env, item, "name")
+        upsert(node.setdefault("ports", []), {"containerPort": TRAINER_PORT}, "containerPort", "name")
     policy = runtime["spec"].get("podGroupPolicy", {})
     meta = pod.setdefault("metadata", {})
     if "coscheduling" in policy:
