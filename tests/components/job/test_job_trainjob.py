@@ -30,7 +30,8 @@ GANGS = {
 }
 DOMAIN_PREFIXED_PATH = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[^/\s]+$")
 """``validation.IsDomainPrefixedPath`` (k8s.io/apimachinery ``pkg/util/validation``), which the Trainer's webhook
-runs on every runtime patch's ``manager`` (kubeflow/trainer v2.3.0 ``pkg/runtime/framework/plugins/jobset/jobset.go``)."""
+runs on every runtime patch's ``manager`` (kubeflow/trainer v2.3.0
+``pkg/runtime/framework/plugins/jobset/jobset.go``)."""
 
 
 def trainjob(job: RenderedJob) -> dict[str, Any]:
