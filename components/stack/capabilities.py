@@ -42,4 +42,5 @@ def cluster_capabilities(cluster: ClusterArgs, addons: AddonsConfig) -> ClusterC
         volcano_queues=addons.volcano.queues if addons.volcano is not None else None,
         scheduler_plugins=existing,
         kueue=kueue_capabilities(addons.kueue) if addons.kueue is not None else None,
+        trainer_runtimes=tuple(addons.trainer.gang_schedulers) if addons.trainer is not None else None,
     )

@@ -11,7 +11,8 @@ from components.addons import TrainerV2, TrainerV2Args
 from components.addons.trainer_runtime import cluster_training_runtime
 from components.addons.versions import TRAINER
 from components.errors import ArgumentError
-from tests.components.componenttest import KUBECONFIG, deploy
+from tests.components.componenttest import KUBECONFIG, deploy, run_program, stack_config
+from tests.components.stackconfigtest import assert_refused, parse
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 RUNTIME_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
@@ -69,3 +70,36 @@ def test_bad_arguments_name_the_field(args: dict, field: str) -> None:
     with pytest.raises(ArgumentError) as raised:
         TrainerV2Args(**args)
     assert raised.value.field == field
+
+
+TRAINJOB = {"name": "digits", "image": "trainplane-examples:dev", "script": "/app/examples/ddp_digits.py",
+            "workers": 2, "numProc": 2, "backend": "trainjob", "gangScheduler": "volcano", "queue": "trainplane"}
+
+
+@pytest.mark.usefixtures("home")
+def test_a_stack_with_the_trainer_gets_a_runtime_per_gang_scheduler_it_installs_and_runs_trainjobs() -> None:
+    config = parse("local", addons=["volcano", "trainer"], jobs=[TRAINJOB])
+    assert config.addons.trainer == TrainerV2Args(gang_schedulers=("none", "volcano"))
+    assert config.capabilities.trainer_runtimes == ("none", "volcano")
+    assert parse("local", addons=["trainer"], jobs=[{**TRAINJOB, "gangScheduler": "none", "queue": None}]
+                 ).capabilities.trainer_runtimes == ("none",)
+
+
+@pytest.mark.usefixtures("home")
+def test_a_stack_without_the_trainer_refuses_its_trainjobs() -> None:
+    assert_refused("local", {"addons": ["volcano"], "jobs": [TRAINJOB]}, "trainplane:jobs[0].backend", "'trainjob'",
+                   "Kubeflow Trainer v2 is not installed on the cluster; install the TrainerV2 add-on")
+
+
+@pytest.mark.usefixtures("home")
+def test_the_stack_program_installs_the_trainer_after_volcano_and_the_trainjob_waits_for_both() -> None:
+    deployment = run_program(stack_config("local", addons=["volcano", "trainer"], jobs=[TRAINJOB]))
+    trainer = deployment.one("trainplane:index:TrainerV2")
+    volcano_release = deployment.named("trainplane-volcano-release")
+    assert volcano_release.urn in trainer.dependencies, "the Trainer starts once Volcano's PodGroup CRD exists"
+    trainjob = deployment.one("kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob")
+    runtimes_of_trainer = [r.urn for r in deployment.descendants(trainer)]
+    assert set(runtimes_of_trainer) <= set(trainjob.dependencies) and volcano_release.urn in trainjob.dependencies
+    assert trainjob.inputs["spec"]["runtimeRef"]["name"] == "trainplane-volcano"
+    runtimes = {r.inputs["metadata"]["name"] for r in deployment.of_type(RUNTIME_TYPE)}
+    assert runtimes == {"trainplane", "trainplane-volcano"}
