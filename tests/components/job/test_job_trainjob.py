@@ -168,3 +168,20 @@ def test_the_job_name_leaves_room_for_jobsets_longest_pod_name(name: str, worker
     else:
         with pytest.raises(InvalidJobArgs, match=r"JobSet pod name .* would be 64 characters"):
             render(name, backend="trainjob", workers=workers)
+
+
+@pytest.mark.parametrize("gang", ["none", "volcano", "scheduler-plugins"])
+def test_each_runtime_passes_the_trainers_runtime_webhook(gang: str) -> None:
+    """kubeflow/trainer v2.3.0 ``pkg/webhooks/trainingruntime_webhook.go`` (``validateReplicatedJobs``, also run
+    for ClusterTrainingRuntimes): the trainer's replicated job has ``replicas: 1`` and a container ``node``;
+    ``mlPolicy`` holds the torch policy, the only one (the CRD's rule), so the torch plugin injects ``PET_*``."""
+    from tests.components.job.trainermerge import node_container, trainer_job
+
+    runtime = runtime_for(gang)
+    rjob = trainer_job(runtime["spec"]["template"]["spec"])
+    assert rjob["replicas"] == 1
+    assert node_container(rjob["template"]["spec"]["template"]["spec"])["command"] == ["python3", "-m", "runtime.agent"]
+    assert set(runtime["spec"]["mlPolicy"]) == {"numNodes", "torch"}
+    assert runtime["spec"].get("podGroupPolicy") == {"none": None, "volcano": {"volcano": {}},
+                                                     "scheduler-plugins": {"coscheduling": {
+                                                         "scheduleTimeoutSeconds": 300}}}[gang]
