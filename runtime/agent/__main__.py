@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Sequence
 
 from runtime.agent import contract
 from runtime.agent.agent import Agent
@@ -12,11 +13,11 @@ from runtime.agent.errors import ConfigError
 from runtime.agent.spec.settings import AgentSettings
 
 
-def main() -> int:
-    """Read settings from the environment (and the entrypoint from the arguments, if any), run the agent,
-    return its exit code: ``EXIT_USAGE`` (2) for settings it cannot run with, naming them."""
+def main(argv: Sequence[str] = ()) -> int:
+    """Read settings from the environment (and the entrypoint from ``argv``, the command-line arguments, if
+    any), run the agent, return its exit code: ``EXIT_USAGE`` (2) for settings it cannot run with, naming them."""
     try:
-        settings = AgentSettings.from_env(os.environ, sys.argv[1:])
+        settings = AgentSettings.from_env(os.environ, argv)
     except ConfigError as exc:
         print(f"trainplane agent: {exc}", file=sys.stderr)
         return contract.EXIT_USAGE
@@ -29,4 +30,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
