@@ -28,8 +28,10 @@ GANGS = {
     "scheduler-plugins": {"gang_scheduler": "scheduler-plugins"},
     "kueue": {"gang_scheduler": "kueue", "queue": "team-a"},
 }
-DOMAIN_PREFIXED_PATH = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[^/\s]+$")
-"""``validation.IsDomainPrefixedPath`` (k8s.io/apimachinery ``pkg/util/validation``), which the Trainer's webhook
+DOMAIN_PREFIXED_PATH = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+                                  r"/[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$")
+"""``validation.IsDomainPrefixedPath`` (k8s.io/apimachinery ``pkg/util/validation/validation.go``: a DNS-1123
+subdomain, ``/``, then RFC 3986 path characters ``httpPathFmt``), which the Trainer's webhook
 runs on every runtime patch's ``manager`` (kubeflow/trainer v2.3.0
 ``pkg/runtime/framework/plugins/jobset/jobset.go``)."""
 
@@ -62,6 +64,7 @@ def test_the_trainjob_the_runtime_and_the_jobset_they_make_match_the_published_c
     kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", **pod}, KUBERNETES_VERSION, strict=True)
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", body["metadata"]["name"]) and len(body["metadata"]["name"]) <= 63
     assert DOMAIN_PREFIXED_PATH.match(body["spec"]["runtimePatches"][0]["manager"])
+    assert DOMAIN_PREFIXED_PATH.match("kueue.x-k8s.io/manager") and not DOMAIN_PREFIXED_PATH.match("trainplane")
     assert body["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
                                           "name": runtime["metadata"]["name"]}
 
