@@ -148,3 +148,15 @@ def test_a_two_node_trainjob_forms_its_world_and_no_pet_reaches_the_ranks(tmp_pa
             contract.TRAINPLANE_GENERATION, contract.TRAINPLANE_WORLD_FILE, contract.MONITOR_MEMBERS)))
         assert leaked == [], leaked
     assert all(contract.PET_NNODES in env for env in envs)
+
+
+@pytest.mark.parametrize(("entry", "args"), [
+    ({"script": None, "module": "pkg.train"}, ["-m", "pkg.train", "--epochs", "3"]),
+    ({"script": None, "command": ["bash", "-c", "echo $RANK"]}, ["bash", "-c", "echo $RANK", "--epochs", "3"]),
+])
+def test_modules_and_commands_travel_as_the_containers_args_too(entry: dict[str, Any], args: list[str]) -> None:
+    """``python3 -m runtime.agent -m pkg.train ...``: Python hands the agent everything after its module name."""
+    trainjob = the_trainjob(**entry, args=["--epochs", "3"])
+    assert trainjob["spec"]["trainer"]["args"] == args
+    settings = AgentSettings.from_env(pod_envs(trainjob, RUNTIME, 1)[0], args)
+    assert settings.spec.entrypoint == tuple(args) and settings.spec.no_python is ("command" in entry)
