@@ -42,6 +42,8 @@ def test_the_release_is_the_pinned_chart_with_jobset_and_waits_for_the_trainer()
 
 
 def test_a_local_chart_replaces_the_registry_and_jobset_can_be_left_out() -> None:
+    """A chart directory or archive is installed as is (no version, no repository); ``jobset.install: false``
+    skips the dependency (kubeflow/trainer v2.3.0 ``charts/kubeflow-trainer/values.yaml``)."""
     deployment = deploy_trainer(TrainerV2Args(chart_path="/charts/kubeflow-trainer", install_jobset=False))
     release = deployment.one(RELEASE)
     assert release.inputs["chart"] == "/charts/kubeflow-trainer"
@@ -50,6 +52,8 @@ def test_a_local_chart_replaces_the_registry_and_jobset_can_be_left_out() -> Non
 
 
 def test_one_runtime_per_gang_scheduler_each_after_the_release() -> None:
+    """The runtimes wait for the release: the Trainer's validating webhook for them must be up
+    (kubeflow/trainer v2.3.0 ``pkg/webhooks/trainingruntime_webhook.go``)."""
     deployment = deploy_trainer(TrainerV2Args(gang_schedulers=["none", "volcano", "scheduler-plugins"]))
     release = deployment.one(RELEASE)
     runtimes = {r.inputs["metadata"]["name"]: r for r in deployment.of_type(RUNTIME_TYPE)}

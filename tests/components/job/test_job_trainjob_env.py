@@ -85,6 +85,8 @@ def test_a_trainer_that_disagrees_with_the_agents_settings_stops_it_with_exit_2_
 
 
 def test_a_master_address_or_port_other_than_the_agents_is_refused() -> None:
+    """kubeflow/trainer v2.3.0 ``torch.go``: ``PET_MASTER_ADDR`` is ``<trainjob>-node-0-0.<trainjob>`` and
+    ``PET_MASTER_PORT`` ``constants.ContainerTrainerPort``; another value means another job's or runtime's."""
     env = pod_envs(the_trainjob(), RUNTIME, 1)[0]
     for name, value, own in ((contract.PET_MASTER_ADDR, "other-node-0-0.other", "TRAINPLANE_COORDINATOR="),
                              (contract.PET_MASTER_PORT, "29400", "MASTER_PORT='29500'")):
@@ -104,6 +106,8 @@ def test_a_runtime_without_the_torch_policy_injects_no_pet_and_the_agent_says_so
 
 
 def test_an_entrypoint_in_both_the_arguments_and_the_environment_is_refused() -> None:
+    """The Trainer's JobSet builder replaces the ``node`` container's args with ``trainer.args``
+    (``pkg/runtime/framework/plugins/jobset/builder.go``, ``Trainer``): one entrypoint, never two silently."""
     env = pod_envs(the_trainjob(), RUNTIME, 1)[0]
     with pytest.raises(ConfigError, match="both name an entrypoint"):
         AgentSettings.from_env({**env, contract.ENTRYPOINT: json.dumps(["other.py"])}, ["train.py"])

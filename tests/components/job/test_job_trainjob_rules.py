@@ -60,6 +60,9 @@ def test_a_pet_variable_in_the_users_env_is_refused_as_the_trainers_webhook_woul
 
 
 def test_the_component_registers_the_trainjob_after_its_secret_and_bundle_replaced_on_any_change() -> None:
+    """Under Pulumi's mocks: the TrainJob as rendered, after the token Secret and the bundle its pods mount, with
+    the CRD's add-on in its dependencies; no Service (JobSet's, kubernetes-sigs/jobset v0.12.0
+    ``pkg/controllers/jobset_controller.go``); the coordinator under JobSet's pod name."""
     result = run_job(backend="trainjob", workers=2)
     children = result.children(result.one(COMPONENT_TYPE))
     rendered = render_job("demo", job_args(backend="trainjob", workers=2), PASSWORD, build_bundle())
@@ -85,6 +88,9 @@ def test_the_component_registers_the_trainjob_after_its_secret_and_bundle_replac
 def test_a_cluster_without_the_trainer_its_runtime_or_kueues_integration_is_refused(
     cluster: ClusterCapabilities, overrides: dict[str, Any], field: str, problem: str
 ) -> None:
+    """Kueue ignores a queue whose integration is off (kubernetes-sigs/kueue v0.19.2
+    ``pkg/controller/jobframework/setup.go``; the TrainJob's is ``trainer.kubeflow.org/trainjob``,
+    ``pkg/controller/jobs/trainjob/trainjob_controller.go``)."""
     with pytest.raises(InvalidJobArgs) as raised:
         check_fits(job_args(backend="trainjob", **overrides), cluster)
     assert raised.value.field == field and problem in str(raised.value)
