@@ -10,7 +10,7 @@ the rest, in the two places the Trainer takes it from (kubeflow/trainer v2.3.0):
   ``Trainer``; ``pkg/runtime/framework/plugins/torch/torch.go``, ``EnforceMLPolicy``);
 * one ``spec.runtimePatches`` entry of trainplane's own manager: the pods' labels (the job's NetworkPolicy
   selects them) and annotations, the bundle and ``/dev/shm`` volumes and their mounts, node selector,
-  tolerations, service account and grace period, strategic-merged into the runtime's JobSet template
+  tolerations and grace period, strategic-merged into the runtime's JobSet template
   (``pkg/runtime/core/trainingruntime.go``, ``mergeRuntimePatches``); a patch may set env on no ``node``
   container (``pkg/runtime/framework/plugins/jobset/jobset.go``, ``Validate``), so all env is the trainer's.
 
@@ -42,10 +42,10 @@ VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 """The Trainer's Volcano plugin takes the PodGroup's queue from this annotation on the JobSet template
 (``info.Annotations``, which runtime patches' ``template.metadata.annotations`` add to:
 ``pkg/runtime/framework/plugins/volcano/volcano.go``, ``Build``; ``trainingruntime.go``, ``newRuntimeInfo``)."""
-PATCHED_POD_FIELDS = ("volumes", "terminationGracePeriodSeconds", "nodeSelector", "tolerations",
-                      "serviceAccountName")
+PATCHED_POD_FIELDS = ("volumes", "terminationGracePeriodSeconds", "nodeSelector", "tolerations")
 """The pod fields trainplane sets per job through the runtime patch (the CRD's ``PodSpecPatch`` allows these;
-the rest of trainplane's pod is the runtime's)."""
+the rest of trainplane's pod is the runtime's, and what neither can carry is refused:
+``components.job.trainjob_rules``)."""
 
 
 def trainer_spec(args: DistributedJobArgs, container: dict[str, Any]) -> dict[str, Any]:
