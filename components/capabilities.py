@@ -116,6 +116,9 @@ class ClusterCapabilities:
         storage_classes: the StorageClasses jobs' claims may name, each with the access modes its volumes
             support; ``None`` when not known.
         default_storage_class: the class a claim without ``storageClassName`` gets, if any.
+        trainer_runtimes: the gang schedulers (``none``, ``volcano``, ``scheduler-plugins``) trainplane's
+            ClusterTrainingRuntimes exist for (the ``TrainerV2`` add-on's ``gang_schedulers``); ``None`` when
+            Kubeflow Trainer v2 is not installed.
     """
 
     gpu_nodes: bool = False
@@ -128,3 +131,4 @@ class ClusterCapabilities:
     node_groups: Optional[Mapping[str, NodeGroupCapabilities]] = None
     storage_classes: Optional[Mapping[str, tuple[str, ...]]] = None
     default_storage_class: Optional[str] = None
+    trainer_runtimes: Optional[tuple[str, ...]] = None

@@ -16,7 +16,7 @@ import pulumi
 from pulumi.provider.experimental import component_provider_host
 from pulumi.provider.experimental.component import ComponentProvider
 
-from components.addons import Kueue, NvidiaDevicePlugin, TrainingOperator, Volcano
+from components.addons import Kueue, NvidiaDevicePlugin, TrainerV2, TrainingOperator, Volcano
 from components.job.component import DistributedJob
 from components.tokens import PACKAGE
 
@@ -25,7 +25,7 @@ NAMESPACE = "trainplane"
 VERSION = "0.1.0"
 """The package's version, the project's (``pyproject.toml``)."""
 COMPONENTS: list[type[pulumi.ComponentResource]] = [
-    DistributedJob, NvidiaDevicePlugin, TrainingOperator, Volcano, Kueue,
+    DistributedJob, NvidiaDevicePlugin, TrainingOperator, Volcano, Kueue, TrainerV2,
 ]
 """The components the package hosts; each one's type token is ``trainplane:index:<class name>``. The
 cluster components are Python only: what they hand the rest of a program is a Kubernetes provider object

@@ -67,6 +67,7 @@ def modules() -> tuple[Module, ...]:
     """Every generated module of the package."""
     from components.addons.device_plugin import NvidiaDevicePluginArgs
     from components.addons.kueue import ClusterQueueArgs, KueueArgs, LocalQueueArgs, ResourceFlavorArgs
+    from components.addons.trainer import TrainerV2Args
     from components.addons.training_operator import TrainingOperatorArgs
     from components.addons.volcano import VolcanoArgs
     from components.job.args import FIELD_DOCS, DistributedJobArgs
@@ -84,6 +85,7 @@ def modules() -> tuple[Module, ...]:
                    Declared(VolcanoArgs, "VolcanoArgsDict", "The arguments of the Volcano add-on."),
                    Declared(TrainingOperatorArgs, "TrainingOperatorArgsDict",
                             "The arguments of the Kubeflow training operator add-on."),
+                   Declared(TrainerV2Args, "TrainerV2ArgsDict", "The arguments of the Kubeflow Trainer v2 add-on."),
                    Declared(ResourceFlavorArgs, "ResourceFlavor", "A kind of node capacity (a Kueue ResourceFlavor)."),
                    Declared(ClusterQueueArgs, "ClusterQueue", "A cluster-wide pool of quota (a Kueue ClusterQueue)."),
                    Declared(LocalQueueArgs, "LocalQueue", "A namespace's door to a ClusterQueue (a Kueue LocalQueue); "

@@ -2,6 +2,7 @@
 
 from components.addons.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.addons.kueue import ClusterQueueArgs, Kueue, KueueArgs, LocalQueueArgs, ResourceFlavorArgs
+from components.addons.trainer import TrainerV2, TrainerV2Args
 from components.addons.training_operator import TrainingOperator, TrainingOperatorArgs
 from components.addons.volcano import Volcano, VolcanoArgs
 
@@ -13,6 +14,8 @@ __all__ = [
     "NvidiaDevicePlugin",
     "NvidiaDevicePluginArgs",
     "ResourceFlavorArgs",
+    "TrainerV2",
+    "TrainerV2Args",
     "TrainingOperator",
     "TrainingOperatorArgs",
     "Volcano",

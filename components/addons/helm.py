@@ -22,6 +22,7 @@ def helm_release(
     skip_await: bool = False,
     provider: Optional[pulumi.ProviderResource] = None,
     depends_on: Sequence[pulumi.Resource] = (),
+    chart_path: Optional[str] = None,
 ) -> k8s.helm.v3.Release:
     """Install ``chart`` as a Helm release (hooks run, CRDs from ``crds/`` installed first).
 
@@ -37,16 +38,18 @@ def helm_release(
         provider: The Kubernetes provider, when the parent does not pass one on (a cluster component
             installing into the cluster it creates).
         depends_on: Resources the release waits for.
+        chart_path: A local chart directory (or archive) to install instead of the chart repository's.
 
     Returns:
         The release resource.
     """
-    repository = k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository) if chart.repository else None
+    remote = chart_path is None
+    repository = k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository) if remote and chart.repository else None
     return k8s.helm.v3.Release(
         name,
         k8s.helm.v3.ReleaseArgs(
-            chart=chart.chart,
-            version=chart.version,
+            chart=chart.chart if chart_path is None else chart_path,
+            version=chart.version if remote else None,
             repository_opts=repository,
             name=release_name,
             namespace=namespace,

@@ -36,6 +36,23 @@ class TrainingOperatorArgsDict(TypedDict):
     or unset for no gang scheduling. The operator exits at start-up if the matching PodGroup CRD is missing."""
 
 
+class TrainerV2ArgsDict(TypedDict):
+    """The arguments of the Kubeflow Trainer v2 add-on."""
+
+    namespace: NotRequired[str]
+    """Namespace of the release (the chart's documented one). Default: ``"kubeflow-system"``."""
+    chart_path: NotRequired[Optional[str]]
+    """A local directory (or ``.tgz``) of the kubeflow-trainer 2.3.0 chart, with its ``jobset`` dependency in its
+    ``charts/``, installed instead of the chart from its OCI registry (for a cluster behind a firewall)."""
+    install_jobset: NotRequired[bool]
+    """Install JobSet v0.12.0 with the chart (its ``jobset.install``); unset it where JobSet runs already. Default:
+    ``true``."""
+    gang_schedulers: NotRequired[Sequence[str]]
+    """The gang schedulers to make a ClusterTrainingRuntime for: ``none`` (``trainplane``, also for Kueue),
+    ``volcano`` (``trainplane-volcano``), ``scheduler-plugins`` (``trainplane-coscheduling``). The Trainer watches
+    PodGroups only if their CRD exists when it starts: pass the gang scheduler's add-on in ``dependsOn``."""
+
+
 class ResourceFlavor(TypedDict):
     """A kind of node capacity (a Kueue ResourceFlavor)."""
 

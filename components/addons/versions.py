@@ -66,3 +66,11 @@ AWS_EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "v0.5.30", "https
 AWS_FSX_CSI_DRIVER = HelmChart("aws-fsx-csi-driver", "1.17.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver")
 """FSx for Lustre CSI driver chart 1.17.0, driver v1.9.0 (github.com/kubernetes-sigs/aws-fsx-csi-driver tag
 helm-chart-aws-fsx-csi-driver-1.17.0)."""
+TRAINER = HelmChart("oci://ghcr.io/kubeflow/charts/kubeflow-trainer", "2.3.0")
+"""Kubeflow Trainer v2.3.0 (github.com/kubeflow/trainer tag v2.3.0, ``charts/kubeflow-trainer``): its chart
+installs the ``trainer.kubeflow.org`` CRDs as templates (``crds.enabled``) and JobSet v0.12.0 as a dependency
+(``Chart.yaml``: ``jobset`` 0.12.0 from ``oci://registry.k8s.io/jobset/charts``, condition ``jobset.install``)."""
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+"""API version of the Trainer's TrainJob, TrainingRuntime and ClusterTrainingRuntime at v2.3.0."""
+JOBSET_VERSION = "v0.12.0"
+"""The JobSet release the Trainer's chart installs (github.com/kubernetes-sigs/jobset tag v0.12.0)."""

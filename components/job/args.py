@@ -27,7 +27,8 @@ from runtime.agent.spec.job import SETTINGS, JobSpec, default
 INDEXED_JOB = "indexed-job"
 PYTORCHJOB = "pytorchjob"
 STATEFULSET = "statefulset"
-BACKENDS = (INDEXED_JOB, PYTORCHJOB, STATEFULSET)
+TRAINJOB = "trainjob"
+BACKENDS = (INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB)
 DEFAULT_BACKOFF_LIMIT = 3
 """Failed pods of an elastic batch job that Kubernetes replaces before it fails the job."""
 STATEFULSET_HASH_SUFFIX = 11
@@ -90,8 +91,9 @@ class DistributedJobArgs:
     which ``agent_port`` must not take. Service calls run on node 0."""
     mode: str = default("mode")
     backend: Optional[str] = None
-    """Workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for service; unset picks
-    ``indexed-job`` for batch and ``statefulset`` for service."""
+    """Workload kind: ``indexed-job``, ``pytorchjob`` or ``trainjob`` (a Kubeflow Trainer v2 TrainJob on trainplane's
+    ClusterTrainingRuntime, ``TrainerV2``) for batch, ``statefulset`` for service; unset picks ``indexed-job`` for
+    batch and ``statefulset`` for service."""
     quorum_workers: Optional[int] = default("quorum_workers")
     """Below ``workers`` only for an elastic job: a fixed-size one refuses the late nodes, which fails it on
     Kubernetes."""

@@ -57,7 +57,8 @@ else:
 
 class DistributedJob(pulumi.ComponentResource):
     """One distributed training job: token Secret, runtime ConfigMap, headless Service, workload (Indexed
-    Job, PyTorchJob or StatefulSet), gang-scheduling objects, NetworkPolicy and (service mode)
+    Job, PyTorchJob, StatefulSet, or a Kubeflow Trainer v2 TrainJob, whose JobSet makes the Service and
+    whose runtime the PodGroup), gang-scheduling objects, NetworkPolicy and (service mode)
     PodDisruptionBudget, with one agent per pod.
 
     The component and its children are named after the job name in the ``default`` namespace,

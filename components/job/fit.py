@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, cast
 import pulumi
 from kubernetes.utils import parse_quantity
 
+from components.addons.trainer_runtime import runtime_name
 from components.capabilities import (
     KUEUE,
     NO_GANG,
@@ -25,12 +26,13 @@ from components.capabilities import (
     KueueFlavor,
 )
 from components.errors import InvalidJobArgs
-from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
+from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB, DistributedJobArgs
 from components.job.platformfit import check_platform_fits
 from components.job.pod import cpu_quantity
 from runtime.agent import contract
 
-KUEUE_FRAMEWORKS = {INDEXED_JOB: "batch/job", PYTORCHJOB: "kubeflow.org/pytorchjob", STATEFULSET: "statefulset"}
+KUEUE_FRAMEWORKS = {INDEXED_JOB: "batch/job", PYTORCHJOB: "kubeflow.org/pytorchjob", STATEFULSET: "statefulset",
+                    TRAINJOB: "trainer.kubeflow.org/trainjob"}
 """The Kueue integration (``integrations.frameworks`` entry) that manages each workload kind."""
 REQUEST_FIELDS = (("cpu", "cpus"), ("memory", "memory"), (contract.GPU_RESOURCE, "gpus"), ("pods", "workers"))
 """What a job's pods ask Kueue for, and the job field that sets each."""
@@ -63,6 +65,7 @@ def check_fits(args: DistributedJobArgs, cluster: ClusterCapabilities) -> Option
     _check_gpus(args, cluster)
     _check_operator(args, cluster)
     check_platform_fits(args, cluster)
+    _check_trainer(args, cluster)
     pending = [name for name in QUEUE_FIELDS if isinstance(getattr(args, name), pulumi.Output)]
     _check_scheduler(args, cluster, queues=not pending)
     if not pending:
@@ -122,6 +125,22 @@ def _check_operator(a: DistributedJobArgs, cluster: ClusterCapabilities) -> None
     raise InvalidJobArgs("gang_scheduler", a.gang_scheduler, problem,
                          f'set gang_scheduler="{operator}" (or "kueue" when the operator has none), set '
                          f"trainplane:trainingOperatorGangScheduler to {wanted}, or use backend=\"{INDEXED_JOB}\"")
+
+
+def _check_trainer(a: DistributedJobArgs, cluster: ClusterCapabilities) -> None:
+    """A TrainJob needs Kubeflow Trainer v2 and trainplane's runtime for its gang scheduler (a Kueue-queued one
+    the plain runtime's: ``components.addons.trainer_runtime``)."""
+    if a.workload_backend != TRAINJOB:
+        return
+    if cluster.trainer_runtimes is None:
+        raise InvalidJobArgs("backend", a.workload_backend, "Kubeflow Trainer v2 is not installed on the cluster",
+                             f'install the TrainerV2 add-on, or use backend="{INDEXED_JOB}"')
+    wanted = NO_GANG if a.gang_scheduler == KUEUE else a.gang_scheduler
+    if wanted not in cluster.trainer_runtimes:
+        raise InvalidJobArgs("gang_scheduler", a.gang_scheduler, f"the cluster has no trainplane runtime "
+                             f"{runtime_name(a.gang_scheduler)!r} for it (TrainerV2's gang_schedulers: "
+                             f"{', '.join(cluster.trainer_runtimes) or 'none'})",
+                             f"add {wanted} to the TrainerV2 add-on's gang_schedulers")
 
 
 def _check_volcano(a: DistributedJobArgs, cluster: ClusterCapabilities, queues: bool) -> None:

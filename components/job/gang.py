@@ -1,9 +1,10 @@
 """Gang scheduling: PodGroups (Volcano, scheduler-plugins), Kueue queues, and what pods need to join them.
 
 A gang scheduler starts a job's pods all together or not at all, so a half-scheduled job cannot
-hold GPUs while it waits for quorum. ``minMember`` is the job's quorum. A PyTorchJob is the
-exception: with gang scheduling enabled the training operator creates the PodGroup and sets the
-scheduler itself from ``runPolicy.schedulingPolicy``, so no PodGroup is rendered for it.
+hold GPUs while it waits for quorum. ``minMember`` is the job's quorum. A PyTorchJob and a TrainJob are
+the exceptions: with gang scheduling enabled the training operator creates the PodGroup and sets the
+scheduler itself from ``runPolicy.schedulingPolicy``, and the Trainer from its runtime's
+``podGroupPolicy``, so no PodGroup is rendered for them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pulumi
 
 from components.addons.versions import KUEUE_API, SCHEDULER_PLUGINS_SCHEDULER, VOLCANO_API, VOLCANO_SCHEDULER
 from components.capabilities import KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
-from components.job.args import PYTORCHJOB, DistributedJobArgs
+from components.job.args import PYTORCHJOB, TRAINJOB, DistributedJobArgs
 from components.job.naming import JobNames
 from components.outputs import Labels, merged
 
@@ -46,8 +47,10 @@ class GangPlacement:
 
 
 def operator_schedules(args: DistributedJobArgs) -> bool:
-    """Whether the training operator owns the PodGroup (a PyTorchJob under Volcano or scheduler-plugins)."""
-    return args.workload_backend == PYTORCHJOB and args.gang_scheduler in (VOLCANO, SCHEDULER_PLUGINS)
+    """Whether an operator owns the PodGroup and the pods' place in it: the training operator for a PyTorchJob,
+    the Trainer's podGroupPolicy for a TrainJob (``components.addons.trainer_runtime``), under Volcano or
+    scheduler-plugins."""
+    return args.workload_backend in (PYTORCHJOB, TRAINJOB) and args.gang_scheduler in (VOLCANO, SCHEDULER_PLUGINS)
 
 
 def kueue_queue(names: JobNames, args: DistributedJobArgs) -> pulumi.Input[str]:

@@ -50,8 +50,9 @@ class DistributedJobArgsDict(TypedDict):
     mode: NotRequired[str]
     """Batch runs the entrypoint on every rank; service keeps processes up for calls. Default: ``"batch"``."""
     backend: NotRequired[Optional[str]]
-    """Workload kind: ``indexed-job`` or ``pytorchjob`` for batch, ``statefulset`` for service; unset picks
-    ``indexed-job`` for batch and ``statefulset`` for service."""
+    """Workload kind: ``indexed-job``, ``pytorchjob`` or ``trainjob`` (a Kubeflow Trainer v2 TrainJob on trainplane's
+    ClusterTrainingRuntime, ``TrainerV2``) for batch, ``statefulset`` for service; unset picks ``indexed-job`` for
+    batch and ``statefulset`` for service."""
     quorum_workers: NotRequired[Optional[int]]
     """Nodes that must register before the world forms; unset: all. Below ``workers`` only for an elastic job: a
     fixed-size one refuses the late nodes, which fails it on Kubernetes."""

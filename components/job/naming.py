@@ -10,12 +10,17 @@ import pulumi
 from components import validate
 from components.errors import InvalidJobArgs
 from components.job import checks
-from components.job.args import PYTORCHJOB, STATEFULSET, STATEFULSET_HASH_SUFFIX, DistributedJobArgs
+from components.job.args import PYTORCHJOB, STATEFULSET, STATEFULSET_HASH_SUFFIX, TRAINJOB, DistributedJobArgs
 from components.outputs import lift
 
 PYTORCH_MASTER = "Master"
 PYTORCH_WORKER = "Worker"
 DEFAULT_NAMESPACE = "default"
+TRAINER_NODE = "node"
+"""The Trainer's replicated job of nodes (kubeflow/trainer v2.3.0 ``constants.Node``)."""
+JOBSET_POD_SUFFIX = 6
+"""JobSet checks ``<pod host>-abcde`` (the Job controller's random suffix) is a 63-character label
+(kubernetes-sigs/jobset v0.12.0 ``pkg/webhooks/jobset_webhook.go``, ``longestPodName``)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class JobNames:
             operator's ``MASTER_ADDR`` names node 0 (PyTorchJob with a Master).
         coordinator_fqdn: node 0's fully qualified host name.
         coordinator_url: the coordinator agent's base URL, ``http://<coordinator_fqdn>:<agent port>``.
+        peers: value of ``TRAINPLANE_PEERS``, every node's host with ``{index}`` for the node rank, or ``None``
+            (a fixed-size PyTorchJob, whose Master the operator names).
 
     The namespace and the names built from it are Outputs when the namespace is one.
     """
@@ -48,6 +55,7 @@ class JobNames:
     coordinator_env: Optional[str]
     coordinator_fqdn: pulumi.Input[str]
     coordinator_url: pulumi.Input[str]
+    peers: Optional[str] = None
 
 
 def resource_name(name: str, namespace: pulumi.Input[str]) -> str:
@@ -97,6 +105,13 @@ def pytorch_replica_host(job: str, replica_type: str, index: Union[int, str]) ->
     return f"{job}-{replica_type.lower()}-{index}"
 
 
+def jobset_pod_host(job: str, index: Union[int, str]) -> str:
+    """The host name of node ``index`` (or ``"{index}"``) of a TrainJob ``job``: JobSet names the Trainer's Job
+    ``<jobset>-node-0`` (kubernetes-sigs/jobset v0.12.0 ``pkg/util/placement/placement.go``, ``GenJobName``;
+    the JobSet is named after the TrainJob) and the Job controller its pods' host names ``<job>-<index>``."""
+    return f"{job}-{TRAINER_NODE}-0-{index}"
+
+
 def job_names(name: str, args: DistributedJobArgs) -> JobNames:
     """Derive every name of job ``name``; the name must already be validated.
 
@@ -105,13 +120,20 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
     or ``<name>-worker-0`` for an elastic (Worker-only) one.
     """
     coordinator_env: Optional[str]
+    peers: Optional[str]
     if args.workload_backend == PYTORCHJOB:
         role = PYTORCH_WORKER if args.elastic else PYTORCH_MASTER
         host = pytorch_replica_host(name, role, 0)
         coordinator_env = host if args.elastic else None
+        peers = pytorch_replica_host(name, PYTORCH_WORKER, "{index}") if args.elastic else None
+    elif args.workload_backend == TRAINJOB:  # JobSet's headless Service is named after the JobSet (subdomain)
+        host = f"{jobset_pod_host(name, 0)}.{name}"
+        coordinator_env = host
+        peers = f"{jobset_pod_host(name, '{index}')}.{name}"
     else:
         host = f"{name}-0.{name}"
         coordinator_env = host
+        peers = f"{name}-{{index}}.{name}"
 
     def in_namespace(prefix: str) -> Any:
         return lift(lambda namespace: f"{prefix}.{namespace}.svc.{args.cluster_domain}", args.namespace)
@@ -128,6 +150,7 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
         coordinator_env=coordinator_env,
         coordinator_fqdn=coordinator_fqdn,
         coordinator_url=lift(lambda fqdn: f"http://{fqdn}:{args.agent_port}", coordinator_fqdn),
+        peers=peers,
     )
 
 
@@ -136,7 +159,8 @@ def validate_job_name(name: str, args: DistributedJobArgs) -> None:
 
     Derived names: Indexed Job pod host names ``<name>-<index>`` (63 characters), StatefulSet
     revision-hash labels ``<name>-<hash>`` (the name at most 52), PyTorchJob pods and Services
-    ``<name>-worker-<index>`` and ``<name>-master-0`` (63, the operator's DNS-1035 rule).
+    ``<name>-worker-<index>`` and ``<name>-master-0`` (63, the operator's DNS-1035 rule), TrainJob pods
+    ``<name>-node-0-<index>-<5 random characters>`` (63, JobSet's rule).
 
     Raises:
         InvalidJobArgs: the name is not a plain str, breaks the rule, or is too long for ``args``;
@@ -176,6 +200,9 @@ def longest_derived_name(name: str, args: DistributedJobArgs) -> DerivedName:
         top = args.max_nodes - 1 if args.elastic else max(args.workers - 2, 0)
         text = f"{name}-worker-{top}"
         return DerivedName("PyTorchJob pod and Service name", text, len(text))
+    if backend == TRAINJOB:
+        host = jobset_pod_host(name, args.max_nodes - 1)
+        return DerivedName("JobSet pod name", f"{host}-<random>", len(host) + JOBSET_POD_SUFFIX)
     text = f"{name}-{args.max_nodes - 1}"
     return DerivedName("pod host name", text, len(text))
 

@@ -9,10 +9,10 @@ from typing import Any, Mapping, Optional
 import pulumi
 
 from components.gpu import gpu_toleration
-from components.job.args import PYTORCHJOB, DistributedJobArgs
+from components.job.args import DistributedJobArgs
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement
-from components.job.naming import PYTORCH_WORKER, JobNames, pytorch_replica_host
+from components.job.naming import JobNames
 from components.job.platform import platform_pod_spec, pod_annotations
 from components.job.volumes import BUNDLE_VOLUME, SHM_PATH, SHM_VOLUME
 from components.outputs import Labels, lift, merged
@@ -53,6 +53,8 @@ class PodRole:
         size_from: the ConfigMap that holds the job's size settings (:data:`SIZE_SETTINGS`), when the
             pods read them from it: an elastic StatefulSet, so that a resize adds or removes pods
             instead of rolling every pod for a changed template.
+        entrypoint_as_args: the user's entrypoint goes in the container's ``args`` (after the agent's
+            command) instead of ``TRAINPLANE_ENTRYPOINT`` (a TrainJob's ``trainer.args``).
     """
 
     restart_policy: Optional[str]
@@ -63,6 +65,7 @@ class PodRole:
     node_rank_from: Optional[Mapping[str, Any]] = None
     probes: bool = False
     size_from: Optional[str] = None
+    entrypoint_as_args: bool = False
 
 
 def common_labels(names: JobNames, args: DistributedJobArgs, component: str) -> Labels:
@@ -145,10 +148,10 @@ def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulum
             env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": role.size_from, "key": key}}})
         if names.coordinator_env is not None:  # a PyTorchJob's agents find the operator's MASTER_ADDR instead
             settings[contract.COORDINATOR_HOST] = names.coordinator_env
-        if args.workload_backend != PYTORCHJOB:  # pods named <job>-<index> under the Service: how a replaced one
-            settings[contract.PEERS] = f"{names.job}-{{index}}.{names.service}"  # finds the current coordinator
-        elif args.elastic:  # Worker-only: the operator's headless Service per replica, <job>-worker-<i>
-            settings[contract.PEERS] = pytorch_replica_host(names.job, PYTORCH_WORKER, "{index}")
+        if names.peers is not None:  # every node's host name: how a replaced pod finds the current coordinator
+            settings[contract.PEERS] = names.peers
+        if role.entrypoint_as_args:  # the container's args carry it (a TrainJob's trainer.args)
+            settings.pop(contract.ENTRYPOINT, None)
         settings[contract.AGENT_PORT_SETTING] = str(args.agent_port)
         env += [{"name": key, "value": value} for key, value in settings.items()]
         if role.node_rank_from is not None:

@@ -7,22 +7,27 @@ from typing import Any, Optional
 
 from components.addons.kueue import LOCAL_QUEUE_REPLACED_ON
 from components.capabilities import KUEUE
-from components.job.args import STATEFULSET, DistributedJobArgs
+from components.job.args import STATEFULSET, TRAINJOB, DistributedJobArgs
 from components.job.bundle import RuntimeBundle, configmap_manifest
 from components.job.gang import local_queue_manifest, placement, podgroup_manifest
 from components.job.naming import JobNames, job_names, validate_job_name
 from components.job.network import disruption_budget, headless_service, network_policy
 from components.job.platform import platform_manifests
 from components.job.pod import TOKEN_KEY, common_labels, size_settings
+from components.job.trainjob import train_job
 from components.job.workloads import workload_manifest
 from components.outputs import Labels
 
 BUILTIN_API_VERSIONS = frozenset({"v1", "apps/v1", "batch/v1", "networking.k8s.io/v1", "policy/v1"})
 """API versions every cluster serves; anything else is a custom resource."""
-REPLACED_ON = {"Job": ("spec",), "PyTorchJob": ("spec",), "LocalQueue": LOCAL_QUEUE_REPLACED_ON}
+REPLACED_ON = {"Job": ("spec",), "PyTorchJob": ("spec",), "LocalQueue": LOCAL_QUEUE_REPLACED_ON, "TrainJob": ("*",)}
 """Property paths whose change replaces the object instead of patching it: a Job's pod template is
 immutable (the API server refuses a change), so is trainplane's PyTorchJob (the operator does not roll
-a changed template), and so is a LocalQueue's ``spec.clusterQueue``."""
+a changed template), a LocalQueue's ``spec.clusterQueue``, and every field of a TrainJob (each of
+``runtimeRef``, ``trainer``, ``activeDeadlineSeconds``, ``managedBy`` and each runtime patch's ``manager``
+has the CRD rule ``self == oldSelf``, kubeflow/trainer v2.3.0
+``manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml``; ``runtimePatches`` change only while it is
+suspended): ``"*"``, any property."""
 KUEUE_STATEFULSET_REPLACED_ON = ("spec",)
 """A StatefulSet managed by Kueue keeps ``replicas`` and its pods' shape (requests, ports, node
 selector, tolerations) while managed: Kueue's StatefulSet webhook refuses changing them
@@ -108,13 +113,15 @@ def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeB
     validate_job_name(name, args)
     names = job_names(name, args)
     gang = placement(names, args)
-    workload = workload_manifest(names, args, common_labels(names, args, "workload"), bundle, gang)
+    build = train_job if args.workload_backend == TRAINJOB else workload_manifest
+    workload = build(names, args, common_labels(names, args, "workload"), bundle, gang)
     candidates: list[tuple[str, Optional[dict[str, Any]]]] = [
         ("token", token_secret(names, common_labels(names, args, "token"), token)),
         ("runtime", configmap_manifest(names.runtime_configmap, names.namespace,
                                        common_labels(names, args, "runtime"), bundle)),
         ("size", size_configmap(names, args, common_labels(names, args, "size"))),
-        ("service", headless_service(names, args, common_labels(names, args, "service"))),
+        ("service", None if args.workload_backend == TRAINJOB  # JobSet makes it
+         else headless_service(names, args, common_labels(names, args, "service"))),
         *platform_manifests(names, args, common_labels(names, args, "storage")),
         ("localqueue", local_queue_manifest(names, args, common_labels(names, args, "queue"))),
         ("podgroup", podgroup_manifest(names, args, common_labels(names, args, "podgroup"))),

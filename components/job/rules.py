@@ -9,7 +9,7 @@ import re
 
 from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
-from components.job import checks, platform
+from components.job import checks, platform, trainjob_rules
 from components.job.args import BACKENDS, INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
 from runtime.agent.errors import SpecError
 from runtime.agent.execution import controller
@@ -28,6 +28,7 @@ def validate(a: DistributedJobArgs) -> None:
     """
     _validate_program(a)
     _validate_size(a)
+    trainjob_rules.validate(a)
     _validate_shared(a)
     _validate_modes(a)
     _validate_elastic(a)

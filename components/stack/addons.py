@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from components.addons import KueueArgs, NvidiaDevicePluginArgs, TrainingOperatorArgs, VolcanoArgs
+from components.addons import KueueArgs, NvidiaDevicePluginArgs, TrainerV2Args, TrainingOperatorArgs, VolcanoArgs
 
 
 @dataclass(frozen=True)
@@ -16,3 +16,4 @@ class AddonsConfig:
     training_operator: Optional[TrainingOperatorArgs] = None
     volcano: Optional[VolcanoArgs] = None
     kueue: Optional[KueueArgs] = None
+    trainer: Optional[TrainerV2Args] = None

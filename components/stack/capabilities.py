@@ -58,6 +58,7 @@ def cluster_capabilities(cluster: ClusterArgs, addons: AddonsConfig) -> ClusterC
                      for g in cluster.gpu_node_groups} if isinstance(cluster, EksGpuClusterArgs) else None,
         storage_classes=classes,
         default_storage_class=default,
+        trainer_runtimes=tuple(addons.trainer.gang_schedulers) if addons.trainer is not None else None,
     )
 
 

@@ -17,6 +17,7 @@ from components.addons import (
     LocalQueueArgs,
     NvidiaDevicePluginArgs,
     ResourceFlavorArgs,
+    TrainerV2Args,
     TrainingOperatorArgs,
     VolcanoArgs,
 )
@@ -78,7 +79,8 @@ DEVICE_PLUGIN = "device-plugin"
 TRAINING_OPERATOR = "training-operator"
 VOLCANO_ADDON = "volcano"
 KUEUE_ADDON = "kueue"
-ADDONS = (DEVICE_PLUGIN, TRAINING_OPERATOR, VOLCANO_ADDON, KUEUE_ADDON)
+TRAINER_ADDON = "trainer"
+ADDONS = (DEVICE_PLUGIN, TRAINING_OPERATOR, VOLCANO_ADDON, KUEUE_ADDON, TRAINER_ADDON)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
 
     The add-ons are configured for each other: the training operator gang-schedules PyTorchJobs with
     Volcano when the stack installs Volcano (unless ``trainingOperatorGangScheduler`` says otherwise),
-    and Kueue queues PyTorchJobs when the stack installs the training operator.
+    and Kueue queues PyTorchJobs when the stack installs the training operator; Kubeflow Trainer v2 gets a
+    runtime for Volcano when the stack installs it.
 
     Raises:
         StackConfigError: Unknown add-on, settings of an add-on that is not installed, a gang scheduler
@@ -182,11 +185,15 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
         kueue = parse_kueue(raw.get("kueue") or {})
         if operator is not None and PYTORCHJOB_FRAMEWORK not in kueue.frameworks:
             kueue = dataclasses.replace(kueue, frameworks=(*kueue.frameworks, PYTORCHJOB_FRAMEWORK))
+    trainer = None
+    if TRAINER_ADDON in names:  # a runtime for each gang scheduler the stack installs (Kueue uses the plain one)
+        trainer = TrainerV2Args(gang_schedulers=(NO_GANG, VOLCANO) if volcano is not None else (NO_GANG,))
     return AddonsConfig(
         device_plugin=NvidiaDevicePluginArgs() if DEVICE_PLUGIN in names else None,
         training_operator=operator,
         volcano=volcano,
         kueue=kueue,
+        trainer=trainer,
     )
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.addons import Kueue, NvidiaDevicePlugin, TrainingOperator, Volcano
+from components.addons import Kueue, NvidiaDevicePlugin, TrainerV2, TrainingOperator, Volcano
 from components.cluster import (
     Cluster,
     ClusterArgs,
@@ -68,6 +68,8 @@ def create_addons(name: str, config: AddonsConfig, cluster: Cluster) -> list[pul
         addons.append(TrainingOperator(f"{name}-training-operator", config.training_operator, opts()))
     if config.kueue:
         addons.append(Kueue(f"{name}-kueue", config.kueue, opts()))
+    if config.trainer:  # after Volcano: the Trainer watches PodGroups only if their CRD exists when it starts
+        addons.append(TrainerV2(f"{name}-trainer", config.trainer, opts()))
     return addons
 
 

@@ -1,9 +1,11 @@
-"""Pod entrypoint: ``python3 -m runtime.agent``, every setting from the environment (contract.py)."""
+"""Pod entrypoint: ``python3 -m runtime.agent [ENTRYPOINT...]``, every setting from the environment
+(contract.py); arguments, when given, are the entrypoint (a TrainJob's ``trainer.args``)."""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Sequence
 
 from runtime.agent import contract
 from runtime.agent.agent import Agent
@@ -11,10 +13,11 @@ from runtime.agent.errors import ConfigError
 from runtime.agent.spec.settings import AgentSettings
 
 
-def main() -> int:
-    """Read settings from the environment, run the agent, return its exit code."""
+def main(argv: Sequence[str] = ()) -> int:
+    """Read settings from the environment (and the entrypoint from ``argv``, the command-line arguments, if
+    any), run the agent, return its exit code: ``EXIT_USAGE`` (2) for settings it cannot run with, naming them."""
     try:
-        settings = AgentSettings.from_env(os.environ)
+        settings = AgentSettings.from_env(os.environ, argv)
     except ConfigError as exc:
         print(f"trainplane agent: {exc}", file=sys.stderr)
         return contract.EXIT_USAGE
@@ -27,4 +30,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

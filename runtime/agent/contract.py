@@ -119,6 +119,14 @@ DAEMON_PREFIX = "TRAINPLANE_DAEMON_PREFIX"  # JSON list put before every daemon'
 WAIT_FOR = "TRAINPLANE_WAIT_FOR"  # host:port,...: the bootstrap waits until each accepts TCP connections
 WAIT_RAY_NODES = "TRAINPLANE_WAIT_RAY_NODES"  # addr,...: a Ray driver's bootstrap waits until each node joined
 WAIT_TIMEOUT = "TRAINPLANE_WAIT_TIMEOUT"  # seconds the bootstrap waits for WAIT_FOR and WAIT_RAY_NODES
+# Set by Kubeflow Trainer v2's torch plugin on a TrainJob's ``node`` container (kubeflow/trainer v2.3.0
+# ``pkg/constants/constants.go``, ``TorchEnv*``): torchrun's arguments, which the agent checks against its own.
+PET_NNODES = "PET_NNODES"
+PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+PET_NODE_RANK = "PET_NODE_RANK"
+PET_MASTER_ADDR = "PET_MASTER_ADDR"
+PET_MASTER_PORT = "PET_MASTER_PORT"
+TRAINJOB = "TRAINPLANE_TRAINJOB"  # "true" in trainplane's ClusterTrainingRuntime: the PET_* above must agree
 # Set by the downward API in pods.
 POD_IP = "POD_IP"
 POD_NAME = "POD_NAME"

@@ -17,8 +17,9 @@ from tests.components.componenttest import REPO_ROOT
 
 SCHEMAS_SETTING = "TRAINPLANE_CRD_SCHEMAS"
 SCHEMAS = Path(os.environ.get(SCHEMAS_SETTING) or REPO_ROOT / ".." / "shared" / "schemas")
-"""The published CRDs (PyTorchJob, PodGroups, Kueue queues) rendered objects are validated against:
-``shared/schemas`` beside the repository, as CI checks it out, unless the setting points elsewhere."""
+"""The published CRDs (PyTorchJob, PodGroups, Kueue queues, TrainJob, ClusterTrainingRuntime, JobSet) rendered
+objects are validated against: ``shared/schemas`` beside the repository, as CI checks it out, unless the setting
+points elsewhere."""
 
 
 KUBERNETES_VERSION = "1.33"
@@ -31,6 +32,9 @@ CRD_FILES = {
     ("scheduling.volcano.sh", "Queue"): "scheduling.volcano.sh_queues.yaml",
     ("scheduling.volcano.sh", "PodGroup"): "scheduling.volcano.sh_podgroups.yaml",
     ("scheduling.x-k8s.io", "PodGroup"): "scheduling.x-k8s.io_podgroups.yaml",
+    ("trainer.kubeflow.org", "TrainJob"): "trainer.kubeflow.org_trainjobs.yaml",
+    ("trainer.kubeflow.org", "ClusterTrainingRuntime"): "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    ("jobset.x-k8s.io", "JobSet"): "jobset.x-k8s.io_jobsets.yaml",
 }
 """The published CRD (under ``SCHEMAS``) of each custom resource the components render."""
 

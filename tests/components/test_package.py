@@ -34,6 +34,8 @@ from components.addons import (
     NvidiaDevicePlugin,
     NvidiaDevicePluginArgs,
     ResourceFlavorArgs,
+    TrainerV2,
+    TrainerV2Args,
     TrainingOperator,
     TrainingOperatorArgs,
     Volcano,
@@ -97,7 +99,7 @@ def test_the_package_version_is_the_projects(schema: dict[str, Any]) -> None:
 
 COMPONENT_ARGS: dict[type, type] = {
     DistributedJob: DistributedJobArgs, NvidiaDevicePlugin: NvidiaDevicePluginArgs,
-    TrainingOperator: TrainingOperatorArgs, Volcano: VolcanoArgs, Kueue: KueueArgs,
+    TrainingOperator: TrainingOperatorArgs, Volcano: VolcanoArgs, Kueue: KueueArgs, TrainerV2: TrainerV2Args,
 }
 """Every packaged component and the args dataclass its Python callers pass."""
 NESTED: dict[type, type] = {ResourceFlavorArgs: ResourceFlavor, ClusterQueueArgs: ClusterQueue,

@@ -124,7 +124,7 @@ BAD_CONFIGS = [
         {"addons": ["volcano", "slurm"]},
         "trainplane:addons",
         "'slurm'",
-        "use add-ons from device-plugin, training-operator, volcano, kueue",
+        "use add-ons from device-plugin, training-operator, volcano, kueue, trainer",
         id="unknown add-on",
     ),
     pytest.param(

@@ -31,11 +31,13 @@ ADDON_TYPES = {
     "training-operator": "trainplane:index:TrainingOperator",
     "volcano": "trainplane:index:Volcano",
     "kueue": "trainplane:index:Kueue",
+    "trainer": "trainplane:index:TrainerV2",
 }
 CRD_GROUPS = {
     "scheduling.volcano.sh": "trainplane:index:Volcano",
     "kueue.x-k8s.io": "trainplane:index:Kueue",
     "kubeflow.org": "trainplane:index:TrainingOperator",
+    "trainer.kubeflow.org": "trainplane:index:TrainerV2",
 }
 """Which add-on installs the CRDs of each API group."""
 INSTALLERS = ("kubernetes:helm.sh/v3:Release", "kubernetes:kustomize/v2:Directory")

@@ -12,12 +12,13 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, SpecError
 from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
+from runtime.agent.spec.trainer import check_trainer_env
 
 _ORDINAL = re.compile(r"-(\d+)$")
 
@@ -124,8 +125,10 @@ class AgentSettings:
         return self.spec.local_world_size(self.node.node_id)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> AgentSettings:
-        """Read settings from the environment variables named in ``contract.py``.
+    def from_env(cls, env: Mapping[str, str], argv: Sequence[str] = ()) -> AgentSettings:
+        """Read settings from the environment variables named in ``contract.py``; ``argv`` (the agent's own
+        command-line arguments, e.g. a TrainJob's ``trainer.args``), when given, is the entrypoint instead of
+        ``TRAINPLANE_ENTRYPOINT``.
 
         Node id: ``TRAINPLANE_NODE_RANK``, else ``JOB_COMPLETION_INDEX`` (Indexed Job), else ``RANK``
         (set by the Kubeflow training operator on PyTorchJob replicas: Master 0, Worker i+1; read
@@ -133,24 +136,37 @@ class AgentSettings:
         ``POD_NAME`` (StatefulSet). Coordinator: ``TRAINPLANE_COORDINATOR`` (``host`` or
         ``host:port``, an IPv6 address bare or as ``[fd00::2]:40000``), else the operator's ``MASTER_ADDR``.
 
+        In a Kubeflow Trainer pod (``TRAINPLANE_TRAINJOB``) the Trainer's ``PET_*`` must agree with these
+        settings (``runtime.agent.spec.trainer``).
+
         Raises:
-            ConfigError: a variable is missing or malformed, or a setting is invalid; the message
-                names the variable.
+            ConfigError: a variable is missing or malformed, a setting is invalid, both ``argv`` and
+                ``TRAINPLANE_ENTRYPOINT`` name an entrypoint, or a ``PET_*`` disagrees; the message names the
+                variables.
         """
-        return cls(spec_from_env(env), identity_from_env(env), plumbing_from_env(env))
+        settings = cls(spec_from_env(env, argv), identity_from_env(env), plumbing_from_env(env))
+        check_trainer_env(env, settings.spec, settings.node)
+        return settings
 
 
-def spec_from_env(env: Mapping[str, str]) -> JobSpec:
-    """The job spec the environment describes: every setting's variable, else its default.
+def spec_from_env(env: Mapping[str, str], argv: Sequence[str] = ()) -> JobSpec:
+    """The job spec the environment describes: every setting's variable, else its default; ``argv``, when
+    given, is the entrypoint.
 
     Raises:
-        ConfigError: a variable cannot be read, or a setting is invalid; names the variable.
+        ConfigError: a variable cannot be read, a setting is invalid, or ``argv`` and
+            ``TRAINPLANE_ENTRYPOINT`` both name an entrypoint; names the variable.
     """
     values: dict[str, Any] = {}
+    if argv:
+        if env.get(contract.ENTRYPOINT, "").strip():
+            raise ConfigError(f"{contract.ENTRYPOINT}={env[contract.ENTRYPOINT]!r} and the agent's arguments "
+                              f"{list(argv)!r} both name an entrypoint: give it in one place")
+        values["entrypoint"] = tuple(argv)
     for f in fields(JobSpec):
         declared = SETTINGS[f.name]
         text = env.get(declared.env, "")
-        if not text.strip():
+        if not text.strip() or f.name in values:
             continue
         try:
             values[f.name] = declared.codec.parse(text)

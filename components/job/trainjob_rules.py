@@ -1,0 +1,76 @@
+"""What a TrainJob (``backend="trainjob"``) cannot do, refused when the args are built with the reason and
+the backend that can. Kubeflow Trainer v2.3.0's rules (github.com/kubeflow/trainer, tag v2.3.0):
+
+* the torch plugin has no elastic support (``pkg/runtime/framework/plugins/torch/torch.go``: "TODO: Add
+  support for PyTorch elastic when JobSet supports Elastic Jobs"): ``PET_NNODES`` is one number;
+* a JobSet's Jobs end when their processes exit, so nothing serves calls;
+* the PodGroup the Trainer makes for a gang has ``minMember`` = every pod (``coscheduling.go`` and
+  ``volcano.go``, ``Build``), so a quorum below ``workers`` would never be scheduled as such;
+* ``PET_MASTER_PORT`` is ``constants.ContainerTrainerPort`` (29500) on every node;
+* a runtime patch sets only the pod fields its CRD lists (``PodSpecPatch``: no ``schedulerName``, no
+  ``automountServiceAccountToken``) and, on the ``node`` container, only env-free ``volumeMounts`` and
+  ``securityContext`` (no ``workingDir``, no ``imagePullPolicy``); the JobSet's ``ttlSecondsAfterFinished`` is the
+  runtime's;
+* the Trainer's webhook refuses ``trainer.env`` naming a ``PET_*`` variable it sets (``torch.go``, ``Validate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from components.addons.trainer_runtime import TRAINER_PORT
+from components.capabilities import SCHEDULER_PLUGINS, VOLCANO
+from components.errors import InvalidJobArgs
+from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB, DistributedJobArgs
+from runtime.agent import contract
+
+POD_FIELDS_NOT_PATCHED = {
+    "scheduler_name": "the pods' schedulerName is the runtime's (its gang scheduler's)",
+    "service_account": "a runtime patch can name a service account but not mount its token, which trainplane's "
+                       "runtime keeps off (automountServiceAccountToken: false)",
+    "working_dir": "a runtime patch cannot set the node container's workingDir",
+    "image_pull_policy": "a runtime patch cannot set the node container's imagePullPolicy",
+    "ttl_seconds_after_finished": "a TrainJob has no such field and a runtime patch cannot set the JobSet's",
+}
+"""Fields a TrainJob cannot carry, and why."""
+TRAINER_PET = (contract.PET_NNODES, contract.PET_NPROC_PER_NODE, contract.PET_NODE_RANK, contract.PET_MASTER_ADDR,
+               contract.PET_MASTER_PORT)
+"""The variables the torch plugin sets (``constants.TorchRunReservedEnvNames``)."""
+
+
+def validate(a: DistributedJobArgs) -> None:
+    """The TrainJob rules, for a job whose backend is ``trainjob`` (nothing otherwise).
+
+    Raises:
+        InvalidJobArgs: the first rule broken, naming the field, the reason and the backend that can.
+    """
+    if a.backend != TRAINJOB:
+        return
+    if a.mode == "service":
+        raise InvalidJobArgs("backend", a.backend, "a TrainJob's JobSet ends when its processes exit, and service "
+                             "mode keeps them up to serve calls", f'use backend="{STATEFULSET}" (or leave it unset)')
+    gang = a.gang_scheduler in (VOLCANO, SCHEDULER_PLUGINS)
+    if gang and isinstance(a.quorum_workers, int) and isinstance(a.workers, int) and a.quorum_workers < a.workers:
+        raise InvalidJobArgs("quorum_workers", a.quorum_workers, "the PodGroup the Trainer makes for "
+                             f"{a.gang_scheduler} has minMember = every pod ({a.workers}), so the job never starts "
+                             "with fewer",
+                             f'unset quorum_workers, or use backend="{INDEXED_JOB}" (its PodGroup\'s minMember is '
+                             "the quorum)")
+    if a.min_workers is not None or a.max_workers is not None:
+        name = "min_workers" if a.min_workers is not None else "max_workers"
+        raise InvalidJobArgs(name, getattr(a, name), "Kubeflow Trainer's torch plugin has no elastic support yet "
+                             "(PET_NNODES is one node count)", f'use backend="{PYTORCHJOB}" (grows to max_workers) '
+                             f'or "{INDEXED_JOB}" (shrinks to min_workers), or unset min_workers and max_workers')
+    if a.master_port != TRAINER_PORT:
+        raise InvalidJobArgs("master_port", a.master_port, "the Trainer tells every node "
+                             f"PET_MASTER_PORT={TRAINER_PORT}, which the agent checks against master_port",
+                             f'set master_port={TRAINER_PORT}, or use backend="{INDEXED_JOB}"')
+    for name, why in POD_FIELDS_NOT_PATCHED.items():
+        if getattr(a, name) is not None:
+            raise InvalidJobArgs(name, getattr(a, name), f"{why}", f'unset {name}, or use backend="{INDEXED_JOB}"')
+    env = a.env
+    if isinstance(env, Mapping):
+        for key in env:
+            if key in TRAINER_PET:
+                raise InvalidJobArgs(f"env[{key!r}]", env[key], "is set by the Trainer's torch plugin, whose "
+                                     "webhook refuses a TrainJob setting it", "remove it")
