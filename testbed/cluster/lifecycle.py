@@ -26,9 +26,15 @@ READY_TIMEOUT = 600.0
 """Seconds ``start`` waits for the supervisor's ``ready`` file (the API server takes tens of seconds cold)."""
 
 
+STATE_SETTING = "TRAINPLANE_CLUSTER_STATE"
+"""Names the state directory ``up``, ``env`` and ``down`` use instead of the default."""
+
+
 def default_state() -> Path:
-    """The state directory ``up`` and ``down`` use: ``<cache>/run/default``."""
-    return cache_root() / "run" / "default"
+    """The state directory ``up``, ``env`` and ``down`` use: ``$TRAINPLANE_CLUSTER_STATE``, else
+    ``<cache>/run/default``."""
+    explicit = os.environ.get(STATE_SETTING)
+    return Path(explicit) if explicit else cache_root() / "run" / "default"
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,19 @@ def start(state: Path, attached: bool = True, timeout: float = READY_TIMEOUT) ->
     except Timeout:
         stop_pid(process.pid, 60.0)
         raise
+
+
+def running(state: Path | None = None) -> Cluster:
+    """The cluster running in ``state`` (default ``default_state()``).
+
+    Raises:
+        Abort: none runs there (start one with ``python -m testbed.cluster up``).
+    """
+    state = state or default_state()
+    cluster = _read_ready(state)
+    if cluster is None or not _alive(cluster.pid):
+        raise Abort(f"no test cluster runs in {state}; start one with: python -m testbed.cluster up")
+    return cluster
 
 
 def up(state: Path | None = None) -> Cluster:

@@ -33,13 +33,27 @@ def resource_type(api_version: str, kind: str, custom: bool) -> str:
     return f"kubernetes:{_GROUPS.get(api_version, api_version)}:{kind}"
 
 
-def job_resources(prefix: str, rendered: RenderedJob, depends_on: tuple[str, ...] = ()) -> dict[str, Any]:
+def literal(node: Any, expressions: dict[str, str] | None = None) -> Any:
+    """``node`` with every string kept literal in Pulumi YAML (``${`` written ``$${``), except strings equal
+    to a key of ``expressions``, which become that expression (e.g. a placeholder -> ``${token}``)."""
+    if isinstance(node, dict):
+        return {k: literal(v, expressions) for k, v in node.items()}
+    if isinstance(node, list):
+        return [literal(v, expressions) for v in node]
+    if isinstance(node, str):
+        return (expressions or {}).get(node, node.replace("${", "$${"))
+    return node
+
+
+def job_resources(prefix: str, rendered: RenderedJob, depends_on: tuple[str, ...] = (),
+                  expressions: dict[str, str] | None = None) -> dict[str, Any]:
     """The job's resources, keyed by logical name (``<prefix>-<role>``), in creation order.
 
     Args:
         prefix: the component's resource-name prefix (the job name, or ``namespace-name``).
         rendered: ``render_job``'s result.
         depends_on: logical names every custom resource waits for (a CRD the program also registers).
+        expressions: strings of the rendered objects to write as Pulumi YAML expressions instead (``literal``).
     """
     resources: dict[str, Any] = {}
     for manifest in rendered.manifests:
@@ -53,7 +67,8 @@ def job_resources(prefix: str, rendered: RenderedJob, depends_on: tuple[str, ...
         if manifest.replace_on:
             options["replaceOnChanges"] = list(manifest.replace_on)
             options["deleteBeforeReplace"] = True
-        properties = dict(body) if manifest.custom else {k: v for k, v in body.items() if k != "kind"}
+        properties = literal(dict(body) if manifest.custom else {k: v for k, v in body.items() if k != "kind"},
+                             expressions)
         entry: dict[str, Any] = {"type": resource_type(body["apiVersion"], body["kind"], manifest.custom),
                                  "properties": properties}
         if options:

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, dynamic
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components.job.bundle import build_bundle
 from components.job.render import RenderedJob, render_job
-from testbed.cluster import crds
 from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.programs import job_resources, write_program
+from testbed.cluster.stackjobs import crd_resource
 from tests.components.componenttest import TOKEN, job_args
 
 pytestmark = pytest.mark.cluster
@@ -120,10 +119,8 @@ def test_a_missing_crd_fails_up_with_the_servers_message_then_converges(
     failed = engine.run("up", "--yes", check=False)
     assert failed.returncode != 0
     assert 'no matches for kind "PyTorchJob" in version "kubeflow.org/v1"' in failed.stdout + failed.stderr
-    crd = yaml.safe_load(crds.crd_file("kubeflow.org_pytorchjobs.yaml").read_text())
-    crd_resource = {"type": "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
-                    "properties": {k: v for k, v in crd.items() if k not in ("kind", "status")}}
-    program(engine, job, {"pytorchjob-crd": crd_resource}, custom_after=("pytorchjob-crd",))
+    program(engine, job, {"pytorchjob-crd": crd_resource("kubeflow.org_pytorchjobs.yaml")},
+            custom_after=("pytorchjob-crd",))
     engine.run("up", "--yes")
     assert live(api, next(m.body for m in job.manifests if m.role == "pytorchjob")) is not None
     engine.run("up", "--yes", "--expect-no-changes")
