@@ -42,6 +42,9 @@ class GoTool:
         replaces: extra ``replace`` lines (module => module version).
         ldflags: ``-X`` settings (package.var=value) for version strings.
         rename: (go's binary name, the name installed), e.g. etcd's server module builds ``server``.
+        generated: a main package of ``module`` whose ``go:generate`` output is missing from the module zip:
+            it is copied into the build module, ``go generate`` runs there (with ``VERSION`` set to the
+            last ``-X`` value of ``ldflags``), and the copy is built in its place.
         extra_replaces: called with the downloaded upstream go.mod's text; returns more replace lines
             (Kubernetes' staging modules are ``v0.0.0`` there and must map to their published release).
     """
@@ -55,6 +58,7 @@ class GoTool:
     ldflags: tuple[str, ...] = ()
     extra_replaces: Callable[[str], list[str]] | None = field(default=None, compare=False)
     rename: tuple[tuple[str, str], ...] = ()
+    generated: str = ""
 
     @property
     def key(self) -> str:
@@ -107,7 +111,7 @@ TOOLS: tuple[GoTool, ...] = (
            ldflags=(f"github.com/pulumi/pulumi-yaml/pkg/version.Version={versions.PULUMI_YAML}",)),
     GoTool("pulumi-kubernetes", "github.com/pulumi/pulumi-kubernetes/provider/v4", versions.PULUMI_KUBERNETES_MODULE,
            ("github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes",),
-           replaces=(_PULUMI_CLIPBOARD,),
+           replaces=(_PULUMI_CLIPBOARD,), generated="cmd/pulumi-resource-kubernetes",
            ldflags=("github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version="
                     f"{versions.PULUMI_KUBERNETES_PLUGIN}",)),
     GoTool("kubernetes", "k8s.io/kubernetes", versions.KUBERNETES,
@@ -173,6 +177,27 @@ def _write_module(tool: GoTool, src: Path, log: Path) -> None:
     (src / "go.mod").write_text("\n".join(lines))
 
 
+def _generate(tool: GoTool, src: Path, log: Path) -> str:
+    """Copy ``tool.generated`` out of the module cache into ``src`` and run its ``go:generate`` there; returns
+    the copy's package pattern (``./...``)."""
+    listed = subprocess.run([go_binary(), "mod", "download", "-json", f"{tool.module}@{tool.version}"], cwd=src,
+                            env=_go_env(src), capture_output=True, text=True, check=True).stdout
+    found = re.search(r'"Dir":\s*"([^"]+)"', listed)
+    if found is None:
+        raise BuildError(f"go mod download named no directory for {tool.module}@{tool.version}")
+    copy = src / tool.generated
+    shutil.copytree(Path(found.group(1)) / tool.generated, copy)
+    for path in (copy, *copy.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o200)
+    version = tool.ldflags[-1].rsplit("=", 1)[1]
+    with log.open("a") as out:
+        done = subprocess.run([go_binary(), "generate", "."], cwd=copy, env={**_go_env(src), "VERSION": version},
+                              stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise BuildError(f"go generate in {tool.module}/{tool.generated}@{tool.version} failed; log {log}")
+    return f"./{tool.generated}"
+
+
 def build_tool(tool: GoTool) -> tuple[Path, bool]:
     """Build ``tool`` unless its cache directory is stamped done.
 
@@ -191,8 +216,11 @@ def build_tool(tool: GoTool) -> tuple[Path, bool]:
     root.mkdir(parents=True)
     log = root / "build.log"
     _write_module(tool, src, log)
+    packages = list(tool.packages)
+    if tool.generated:
+        packages[packages.index(f"{tool.module}/{tool.generated}")] = _generate(tool, src, log)
     ldflags = "-s -w" + "".join(f" -X {x}" for x in tool.ldflags)
-    _run([go_binary(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", f"{bin_dir}/", *tool.packages],
+    _run([go_binary(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", f"{bin_dir}/", *packages],
          src, tool, log)
     for built, name in tool.rename:
         (bin_dir / built).replace(bin_dir / name)

@@ -5,7 +5,9 @@ The component (``components/job/component.py``, ``DistributedJob._create``) regi
 ``replaceOnChanges``/``deleteBeforeReplace`` from the manifest's ``replace_on`` and the workload depending
 on every earlier object; custom resources are ``apiextensions.k8s.io:CustomResource``. This module writes
 the same registrations as a Pulumi YAML program, so the real engine, the real kubernetes provider and the
-real API server handle exactly the job's objects and options. What it leaves out is the job token's
+real API server handle exactly the job's objects and options. A custom resource's type token differs (the
+Python SDK registers ``kubernetes:<apiVersion>:<kind>``, which no schema names; Pulumi YAML takes the
+provider's ``CustomResource`` type); the provider creates the same object. What it leaves out is the job token's
 ``RandomPassword`` (pulumi-random's provider is not served by the Go module proxy here: the token is a
 plain value of the program).
 """
