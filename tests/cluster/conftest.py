@@ -16,6 +16,7 @@ from kubernetes import client, config
 from testbed.cluster import lifecycle
 from testbed.cluster.build import build_all
 from testbed.cluster.lifecycle import Cluster
+from testbed.cluster.waiting import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +36,11 @@ def api(cluster: Cluster) -> client.ApiClient:
 
 @pytest.fixture
 def namespace(api: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace, deleted after the test."""
+    """A fresh namespace with its ``default`` ServiceAccount (pods are refused until the controller manager
+    made it), deleted after the test."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 60, f"namespace {name}'s ServiceAccount")
     yield name
     core.delete_namespace(name)
