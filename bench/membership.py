@@ -38,7 +38,7 @@ from runtime.agent.membership.heartbeat import HeartbeatTiming
 from runtime.agent.membership.tree import layout
 from runtime.agent.net.transport import request_json
 from runtime.agent.spec.job import default
-from testbed.cluster import ROOT, AgentCluster, project_env
+from testbed.agents import ROOT, AgentCluster, project_env
 from testbed.lightweight import lightweight_address
 
 TORCHRUN_DEAD_S = 15.0

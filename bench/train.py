@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/train.py`
 from runtime.ports import free_port
-from testbed.cluster import project_env
+from testbed.agents import project_env
 
 WORKLOAD = """
 import json, os, sys, time

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Optional
 
 import pytest
 
-from testbed.cluster import AgentCluster, project_env
+from testbed.agents import AgentCluster, project_env
 
 __all__ = ["AgentCluster", "project_env"]
 

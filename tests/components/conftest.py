@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from components import package
+from testbed.cluster.crds import SCHEMAS_SETTING
 from tests.components.componenttest import kube_home
-from tests.components.schemacheck import SCHEMAS, SCHEMAS_SETTING
+from tests.components.schemacheck import SCHEMAS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -18,7 +19,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if not SCHEMAS.is_dir() and any("tests/components/" in item.nodeid for item in items):
         raise pytest.UsageError(
             f"CRD schemas not found at {SCHEMAS.resolve()}: the component tests validate rendered objects "
-            f"against the published CRDs in shared/schemas beside this repository; put that directory there "
+            f"against the CRDs; run `python -m testbed.cluster build` (generates them with controller-gen from "
+            f"the pinned upstream modules), put the published ones in shared/schemas beside this repository, "
             f"or set {SCHEMAS_SETTING}=DIR"
         )
 

@@ -5,25 +5,24 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import yaml
 
-from tests.components.componenttest import REPO_ROOT
+from testbed.cluster import crds, versions
 
-SCHEMAS_SETTING = "TRAINPLANE_CRD_SCHEMAS"
-SCHEMAS = Path(os.environ.get(SCHEMAS_SETTING) or REPO_ROOT / ".." / "shared" / "schemas")
-"""The published CRDs (PyTorchJob, PodGroups, Kueue queues, TrainJob, ClusterTrainingRuntime, JobSet) rendered
-objects are validated against: ``shared/schemas`` beside the repository, as CI checks it out, unless the setting
-points elsewhere."""
+SCHEMAS = crds.schemas_dir()
+"""The CRDs (PyTorchJob, PodGroups, Kueue queues, TrainJob, ClusterTrainingRuntime, JobSet) rendered objects are validated against: the directory
+``TRAINPLANE_CRD_SCHEMAS`` names, else ``shared/schemas`` beside the repository (the published files, as CI
+checks it out), else the ones ``python -m testbed.cluster build`` generated with controller-gen."""
 
 
-KUBERNETES_VERSION = "1.33"
-"""Kubernetes version the built-in objects are validated against (kubernetes-validate, strict)."""
+KUBERNETES_VERSION = versions.KUBERNETES.removeprefix("v").rsplit(".", 1)[0]
+"""Kubernetes version the built-in objects are validated against (kubernetes-validate, strict): the test
+cluster's release (``testbed/cluster/versions.py``), so the schemas agree with the API server the cluster
+tests create the same objects on."""
 CRD_FILES = {
     ("kubeflow.org", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
     ("kueue.x-k8s.io", "ResourceFlavor"): "kueue.x-k8s.io_resourceflavors.yaml",

@@ -1,0 +1,75 @@
+"""``python -m testbed.cluster build|up|down``: build the binaries, start the test cluster, stop it.
+
+``up`` prints the admin kubeconfig's path (``export KUBECONFIG=$(python -m testbed.cluster up)``); the
+cluster runs on until ``down``. ``env`` prints the shell ``export`` lines that point the built ``pulumi``
+at the running cluster (``eval "$(python -m testbed.cluster env)"``): KUBECONFIG, PATH, a test-only
+PULUMI_HOME, a file backend under the state directory, a passphrase, no plugin downloads. ``--state DIR``
+picks another state directory than the default ``<cache>/run/default``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from components.errors import StackConfigError
+from testbed.cluster import crds, lifecycle
+from testbed.cluster.build import BuildError, build_all
+from testbed.cluster.engine import Engine
+from testbed.cluster.stackjobs import StackJobsError, stack_jobs_program
+from testbed.cluster.waiting import Abort, Timeout
+
+
+def print_env(state: Path | None) -> None:
+    """Print ``export NAME=value`` for every variable ``Engine.env`` sets beyond the current environment.
+
+    Raises:
+        Abort: no cluster runs in ``state``.
+    """
+    cluster = lifecycle.running(state)
+    engine = Engine(cluster.state, cluster.state / "pulumi-state", cluster.kubeconfig)
+    current = dict(os.environ)
+    for name, value in sorted(engine.env().items()):
+        if current.get(name) != value:
+            print(f"export {name}={shlex.quote(value)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; returns the exit code (1 with the error on stderr when it fails)."""
+    parser = argparse.ArgumentParser(prog="python -m testbed.cluster", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate the CRDs")
+    for name, text in (("up", "start the cluster (building first if needed); print the kubeconfig path"),
+                       ("down", "stop the cluster and remove its state"),
+                       ("env", "print export lines pointing the built pulumi at the running cluster")):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("--state", type=Path, default=None, help="state directory (default: under the cache)")
+    program = sub.add_parser("program", help="write a stack's jobs as a Pulumi YAML program for the test cluster")
+    program.add_argument("stack", help="the stack (stacks/Pulumi.<stack>.yaml)")
+    program.add_argument("directory", type=Path, help="where to write Pulumi.yaml")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            build_all()
+            print(f"CRDs: {crds.generate()}")
+        elif args.command == "up":
+            build_all(report=lambda line: print(line, file=sys.stderr))
+            print(lifecycle.up(args.state).kubeconfig)
+        elif args.command == "program":
+            print(stack_jobs_program(args.stack, args.directory))
+        elif args.command == "env":
+            print_env(args.state)
+        elif not lifecycle.down(args.state):
+            print("no test cluster was running", file=sys.stderr)
+    except (BuildError, Abort, Timeout, StackJobsError, StackConfigError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

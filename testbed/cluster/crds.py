@@ -1,0 +1,144 @@
+"""The CRDs the tests and the cluster need, generated with controller-gen from the pinned upstream modules'
+API types, the way each upstream's Makefile generates its published files.
+
+``generate()`` writes them into ``<cache>/crds-<key>/`` (one ``<group>_<plural>.yaml`` per CRD, the
+upstream file names); ``schemas_dir()`` is where the tests read CRDs from: ``TRAINPLANE_CRD_SCHEMAS`` if
+set, else ``shared/schemas`` beside the repository where it exists, else the generated directory.
+
+Beside them, ``pulumi-package-metaschema.json``: the Pulumi package metaschema of the pinned Pulumi release
+(``codegen/schema/pulumi.json`` of github.com/pulumi/pulumi/pkg/v3), which the package tests validate against.
+
+Volcano's API types live in the module volcano.sh/apis, which the Go module proxy here does not serve
+(403 for every version; volcano.sh/volcano replaces it with a directory its module zip leaves out), so
+Volcano's Queue and PodGroup CRDs are not generated: without ``shared/schemas`` the tests that validate
+them say so by name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.cluster import versions
+from testbed.cluster.build import BuildError, _go_env, binary
+from testbed.cluster.paths import cache_root, go_binary
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_SCHEMAS = REPO_ROOT / ".." / "shared" / "schemas"
+SCHEMAS_SETTING = "TRAINPLANE_CRD_SCHEMAS"
+
+
+@dataclass(frozen=True)
+class CrdSource:
+    """One upstream module's API packages and controller-gen's ``crd`` options for them (its Makefile's).
+
+    Args:
+        module: the module path.
+        version: the release (``components/addons/versions.py`` pins the same for the add-ons).
+        paths: API package patterns inside the module.
+        options: the ``crd:...`` generator argument upstream passes.
+        files: the CRD files kept (controller-gen's names; upstream's published names).
+    """
+
+    module: str
+    version: str
+    paths: tuple[str, ...]
+    options: str
+    files: tuple[str, ...]
+
+
+SOURCES = (
+    CrdSource("github.com/kubeflow/training-operator", "v1.9.4", ("pkg/apis/kubeflow.org/v1/...",),
+              "crd:generateEmbeddedObjectMeta=true,maxDescLen=400", ("kubeflow.org_pytorchjobs.yaml",)),
+    CrdSource("sigs.k8s.io/kueue", "v0.19.2", ("apis/kueue/...",), "crd:generateEmbeddedObjectMeta=true",
+              ("kueue.x-k8s.io_resourceflavors.yaml", "kueue.x-k8s.io_clusterqueues.yaml",
+               "kueue.x-k8s.io_localqueues.yaml")),
+    CrdSource("sigs.k8s.io/scheduler-plugins", "v0.34.7", ("apis/scheduling/...",),
+              "crd:crdVersions=v1,generateEmbeddedObjectMeta=true", ("scheduling.x-k8s.io_podgroups.yaml",)),
+)
+
+METASCHEMA = "pulumi-package-metaschema.json"
+
+_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?: v\S+)? => (\S+) (v\S+)\s*$", re.MULTILINE)
+
+
+def generated_dir() -> Path:
+    """Where ``generate`` writes the CRDs (keyed by controller-tools' and every source's version)."""
+    key = "-".join([versions.CONTROLLER_TOOLS, versions.PULUMI, *(s.version for s in SOURCES)])
+    return cache_root() / f"crds-{key}"
+
+
+def schemas_dir() -> Path:
+    """The directory the tests read CRDs from (see the module docstring)."""
+    explicit = os.environ.get(SCHEMAS_SETTING)
+    if explicit:
+        return Path(explicit)
+    return SHARED_SCHEMAS if SHARED_SCHEMAS.is_dir() else generated_dir()
+
+
+def crd_file(name: str) -> Path:
+    """The CRD file ``name`` (e.g. ``kubeflow.org_pytorchjobs.yaml``) from ``schemas_dir()``."""
+    return schemas_dir() / name
+
+
+def _upstream_replaces(gomod: str) -> list[str]:
+    """The upstream go.mod's replace directives that pin a published version (a dependency's replaces
+    do not apply to the module requiring it, so they are restated)."""
+    return [f"{old} => {new} {version}" for old, new, version in _REPLACE.findall(gomod)]
+
+
+def _download(module: str, version: str, work: Path, field: str) -> Path:
+    """``go mod download`` one module version; the path ``field`` (``GoMod`` or ``Dir``) names."""
+    listed = subprocess.run([go_binary(), "mod", "download", "-json", f"{module}@{version}"], cwd=work,
+                            env=_go_env(work), capture_output=True, text=True, check=False)
+    found = re.search(rf'"{field}":\s*"([^"]+)"', listed.stdout)
+    if listed.returncode != 0 or found is None:
+        raise BuildError(f"go mod download {module}@{version} failed: {listed.stdout}{listed.stderr}")
+    return Path(found.group(1))
+
+
+def _generate_one(source: CrdSource, out: Path, work: Path) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    env = _go_env(work)
+    (work / "go.mod").write_text(
+        f"module trainplane.build/crds\n\ngo 1.24.0\n\nrequire {source.module} {source.version}\n")
+    replaces = _upstream_replaces(_download(source.module, source.version, work, "GoMod").read_text())
+    if replaces:
+        with (work / "go.mod").open("a") as gomod:
+            gomod.write("\nreplace (\n" + "".join(f"\t{r}\n" for r in replaces) + ")\n")
+    raw = work / "out"
+    paths = ";".join(f"{source.module}/{p}" for p in source.paths)
+    done = subprocess.run([str(binary("controller-gen")), source.options, f"paths={paths}",
+                           f"output:crd:artifacts:config={raw}"], cwd=work, env=env, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise BuildError(f"controller-gen for {source.module}@{source.version} failed:\n{done.stderr[-3000:]}")
+    for name in source.files:
+        if not (raw / name).is_file():
+            raise BuildError(f"controller-gen wrote no {name} for {source.module}@{source.version}")
+        shutil.copy(raw / name, out / name)
+
+
+def generate() -> Path:
+    """Generate every CRD of ``SOURCES`` unless already generated; returns the directory.
+
+    Raises:
+        BuildError: a module could not be downloaded or controller-gen failed (the message has its output).
+    """
+    out = generated_dir()
+    if (out / ".done").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for i, source in enumerate(SOURCES):
+        _generate_one(source, out, out / f".work-{i}")
+    pulumi = _download("github.com/pulumi/pulumi/pkg/v3", versions.PULUMI, out, "Dir")
+    shutil.copy(pulumi / "codegen" / "schema" / "pulumi.json", out / METASCHEMA)
+    for i in range(len(SOURCES)):
+        shutil.rmtree(out / f".work-{i}", ignore_errors=True)
+    (out / ".done").write_text("\n".join(f"{s.module}@{s.version}" for s in SOURCES) + "\n")
+    return out

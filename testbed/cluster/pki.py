@@ -1,0 +1,153 @@
+"""The test cluster's own certificates: a CA, the API server's serving certificate, client certificates
+for the admin and each control-plane component, and the service-account signing key.
+
+Everything is made fresh for each cluster (EC P-256 keys, one day of validity) and written into its state
+directory; nothing is shared with another cluster or with the user's own kubeconfig.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+SERVICE_IP = "10.0.0.1"
+"""The ``kubernetes`` Service's cluster IP: the first address of ``--service-cluster-ip-range``."""
+
+CLIENTS = {
+    "admin": ("kubernetes-admin", "system:masters"),
+    "controller-manager": ("system:kube-controller-manager", None),
+    "scheduler": ("system:kube-scheduler", None),
+}
+"""Client certificate name -> (common name = user, organisation = group); RBAC binds each user."""
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the files ``make_pki`` wrote (PEM)."""
+
+    directory: Path
+
+    @property
+    def ca(self) -> Path:
+        """The CA certificate clients trust and the API server checks client certificates against."""
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        """The CA's key (the controller manager signs CSRs with it)."""
+        return self.directory / "ca.key"
+
+    def cert(self, name: str) -> Path:
+        """The certificate ``name`` (``apiserver`` or a key of ``CLIENTS``)."""
+        return self.directory / f"{name}.crt"
+
+    def key(self, name: str) -> Path:
+        """The private key of certificate ``name``."""
+        return self.directory / f"{name}.key"
+
+    @property
+    def service_account_key(self) -> Path:
+        """The key service-account tokens are signed with."""
+        return self.directory / "sa.key"
+
+    @property
+    def service_account_pub(self) -> Path:
+        """Its public key, which the API server verifies tokens with."""
+        return self.directory / "sa.pub"
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    path.chmod(0o600)
+
+
+def _name(common: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1)))
+
+
+def make_pki(directory: Path) -> Pki:
+    """Write a fresh CA, serving and client certificates and the service-account key pair into ``directory``.
+
+    The serving certificate names 127.0.0.1, localhost and the in-cluster names of the ``kubernetes``
+    Service, so clients on this machine and pods' service-account clients both verify it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    pki = Pki(directory)
+    ca_key = _key()
+    ca_name = _name("trainplane-test-ca")
+    ca = (_builder(ca_name, ca_name, ca_key.public_key())
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    _write_key(ca_key, pki.ca_key)
+
+    def issue(name: str, subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]) -> None:
+        key = _key()
+        builder = (_builder(subject, ca_name, key.public_key())
+                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        pki.cert(name).write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+        _write_key(key, pki.key(name))
+
+    dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+           "kubernetes.default.svc.cluster.local"]
+    ips = ["127.0.0.1", SERVICE_IP]
+    issue("apiserver", _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH,
+          [*(x509.DNSName(d) for d in dns), *(x509.IPAddress(ipaddress.ip_address(i)) for i in ips)])
+    for name, (user, group) in CLIENTS.items():
+        issue(name, _name(user, group), ExtendedKeyUsageOID.CLIENT_AUTH, [])
+    sa = _key()
+    _write_key(sa, pki.service_account_key)
+    pki.service_account_pub.write_bytes(sa.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return pki
+
+
+def kubeconfig(pki: Pki, client: str, server: str) -> str:
+    """A kubeconfig (YAML text) for ``client`` (a key of ``CLIENTS``) at ``server`` (``https://host:port``)."""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: trainplane-test
+  cluster:
+    server: {server}
+    certificate-authority: {pki.ca}
+users:
+- name: {client}
+  user:
+    client-certificate: {pki.cert(client)}
+    client-key: {pki.key(client)}
+contexts:
+- name: trainplane-test
+  context:
+    cluster: trainplane-test
+    user: {client}
+current-context: trainplane-test
+"""

@@ -1,0 +1,53 @@
+"""Every version the ephemeral test cluster is built from, in one place.
+
+Each tool is a Go module built by its module path with the ordinary ``go`` command (``build.py``); the
+cache directory of a build is keyed by these versions, so changing one rebuilds only what it names.
+
+Why these releases:
+
+- Kubernetes 1.34: the EKS component's tested version (``tests/components/test_eks*``) and the one
+  ``tests/components/schemacheck.py`` validates rendered objects against (kubernetes-validate's 1.34
+  schemas), so the objects the schemas accept are the ones this API server receives. v1.34.4 is the
+  newest 1.34 patch the Go module proxy serves here.
+- etcd 3.6: the series Kubernetes 1.34 is built and tested against (its go.mod requires
+  go.etcd.io/etcd/server/v3 v3.6.4); v3.6.16 is the newest 3.6 patch served. Debian's etcd-server is
+  3.4.23, older than 1.34 supports for its watch-list and consistent-read features.
+- Pulumi CLI 3.260.0: the newest release served both as the ``pulumi`` Python SDK and as the Go module
+  github.com/pulumi/pulumi/pkg/v3 (3.261 to 3.273 of pkg/v3 are refused by the Go module proxy here),
+  so CLI and SDK are one release; requirements-dev.txt pins the SDK to it.
+- pulumi-kubernetes: its provider module (github.com/pulumi/pulumi-kubernetes/provider/v4) is published
+  only as pseudo-versions, and the proxy serves one, the commit below (2026-01-15, on the way to the
+  SDK release pinned in requirements-dev.txt). The plugin is installed under the SDK's version, which
+  is the version the SDK asks the engine for.
+- pulumi-yaml v1.25.0: the newest served; the YAML language host for examples/yaml.
+- kwok v0.7.0, controller-tools v0.23.0: the newest served releases.
+"""
+
+from __future__ import annotations
+
+KUBERNETES = "v1.34.4"
+"""k8s.io/kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler."""
+
+ETCD = "v3.6.16"
+"""go.etcd.io/etcd/server/v3 (the etcd server is that module's main package)."""
+
+KWOK = "v0.7.0"
+"""sigs.k8s.io/kwok: nodes without a kubelet; its controller marks pods Running on them."""
+
+CONTROLLER_TOOLS = "v0.23.0"
+"""sigs.k8s.io/controller-tools: controller-gen, which generates the CRDs from upstream API types."""
+
+PULUMI = "v3.260.0"
+"""github.com/pulumi/pulumi/pkg/v3 (the CLI) and sdk/v3; the ``pulumi`` Python SDK's release."""
+
+PULUMI_YAML = "v1.25.0"
+"""github.com/pulumi/pulumi-yaml: the YAML language host."""
+
+PULUMI_KUBERNETES_MODULE = "v4.0.0-20260115033456-f47bc2d6f199"
+"""github.com/pulumi/pulumi-kubernetes/provider/v4: the only version the Go module proxy serves."""
+
+PULUMI_KUBERNETES_PLUGIN = "4.34.2"
+"""The version the kubernetes plugin is installed as: the pinned ``pulumi-kubernetes`` SDK's."""
+
+GO = "go1.26.8"
+"""The Go toolchain the cache key names (the machine's ``go``)."""

@@ -1,0 +1,50 @@
+"""What the cluster tests share: objects created through the real API server, read back, and waited on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client, dynamic
+
+from testbed.cluster.waiting import wait_for
+
+WAIT = 120.0
+"""Seconds a controller may take to act on a busy 2-core machine."""
+
+
+def create(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
+    """Create ``body`` through the API server; returns the stored object (defaults filled in)."""
+    resource = dynamic.DynamicClient(api).resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    namespace = body["metadata"].get("namespace") if resource.namespaced else None
+    created = resource.create(body=body, namespace=namespace)
+    return dict(created.to_dict())
+
+
+def missing_from(sent: Any, stored: Any, path: str = "") -> list[str]:
+    """The paths of ``sent`` that ``stored`` lacks or holds differently: fields the server pruned (an
+    unknown field under a structural schema) or changed."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [path or "."]
+        return [p for k, v in sent.items() for p in missing_from(v, stored.get(k), f"{path}.{k}")]
+    if isinstance(sent, list):
+        if not isinstance(stored, list) or len(sent) != len(stored):
+            return [path]
+        return [p for i, (a, b) in enumerate(zip(sent, stored)) for p in missing_from(a, b, f"{path}[{i}]")]
+    return [] if sent == stored or str(sent) == str(stored) else [path]
+
+
+def pods(api: client.ApiClient, namespace: str, selector: str) -> list[client.V1Pod]:
+    """The pods matching a label selector."""
+    return list(client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items)
+
+
+def wait_for_pods(api: client.ApiClient, namespace: str, selector: str, count: int,
+                  bound: bool = True) -> list[client.V1Pod]:
+    """Wait until ``count`` pods match ``selector`` (and, with ``bound``, each is scheduled to a node)."""
+    def enough() -> list[client.V1Pod] | None:
+        found = pods(api, namespace, selector)
+        if len(found) >= count and (not bound or all(p.spec.node_name for p in found)):
+            return found
+        return None
+    return wait_for(enough, WAIT, f"{count} pods {selector!r} in {namespace}")

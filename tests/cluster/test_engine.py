@@ -1,0 +1,127 @@
+"""DistributedJobs through the real Pulumi engine (the built CLI, the YAML language host, the built kubernetes
+provider) against the real API server: preview, up, a second up with no changes, destroy; a replacement
+by UID; a patch keeping the UID; a stack the server refuses, then fixed.
+
+The programs register ``render_job``'s objects with the component's options (``testbed/cluster/programs.py``
+says what that leaves out and why). Objects are listed with the ``kubernetes`` client, never from the state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, dynamic
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from components.job.bundle import build_bundle
+from components.job.render import RenderedJob, render_job
+from testbed.cluster.engine import Engine
+from testbed.cluster.lifecycle import Cluster
+from testbed.cluster.programs import job_resources, write_program
+from testbed.cluster.stackjobs import crd_resource
+from tests.components.componenttest import TOKEN, job_args
+
+pytestmark = pytest.mark.cluster
+
+
+def rendered(namespace: str, **overrides: Any) -> RenderedJob:
+    return render_job("demo", job_args(namespace=namespace, **overrides), TOKEN, build_bundle())
+
+
+def stack(tmp_path: Path, cluster: Cluster, job: RenderedJob, extra: dict[str, Any] | None = None,
+          custom_after: tuple[str, ...] = ()) -> Engine:
+    """An engine on a fresh file backend and stack ``test``, its program registering ``job``."""
+    engine = Engine(tmp_path / "program", tmp_path / "state", cluster.kubeconfig)
+    program(engine, job, extra, custom_after)
+    engine.run("stack", "init", "test")
+    return engine
+
+
+def program(engine: Engine, job: RenderedJob, extra: dict[str, Any] | None = None,
+            custom_after: tuple[str, ...] = ()) -> None:
+    write_program(engine.project, "engine-test", {**(extra or {}), **job_resources("demo", job, custom_after)})
+
+
+def live(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The object as the API server holds it now, or None."""
+    resource = dynamic.DynamicClient(api).resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    try:
+        return dict(resource.get(name=body["metadata"]["name"], namespace=body["metadata"].get("namespace")).to_dict())
+    except NotFoundError:
+        return None
+
+
+def uid(api: client.ApiClient, job: RenderedJob, role: str) -> str:
+    body = next(m.body for m in job.manifests if m.role == role)
+    found = live(api, body)
+    assert found is not None, role
+    return str(found["metadata"]["uid"])
+
+
+def test_preview_up_no_changes_destroy(tmp_path: Path, cluster: Cluster, api: client.ApiClient,
+                                       namespace: str) -> None:
+    job = rendered(namespace, workers=2)
+    engine = stack(tmp_path, cluster, job)
+    preview = engine.run("preview", "--diff")
+    assert all(m.body["metadata"]["name"] in preview.stdout for m in job.manifests), preview.stdout
+    assert all(live(api, m.body) is None for m in job.manifests)  # a preview creates nothing
+    engine.run("up", "--yes")
+    for manifest in job.manifests:
+        assert live(api, manifest.body) is not None, manifest.role
+    engine.run("up", "--yes", "--expect-no-changes")
+    engine.run("destroy", "--yes")
+    assert [m.role for m in job.manifests if live(api, m.body) is not None] == []
+
+
+def test_an_image_edit_replaces_the_job_once_and_a_ttl_edit_patches_it(
+        tmp_path: Path, cluster: Cluster, api: client.ApiClient, namespace: str) -> None:
+    job = rendered(namespace, workers=2, ttl_seconds_after_finished=600)
+    engine = stack(tmp_path, cluster, job)
+    engine.run("up", "--yes")
+    first = uid(api, job, "indexed-job")
+    patched = rendered(namespace, workers=2, ttl_seconds_after_finished=1200)
+    program(engine, patched)
+    engine.run("up", "--yes")
+    assert uid(api, patched, "indexed-job") == first
+    replaced = rendered(namespace, workers=2, ttl_seconds_after_finished=1200, image="python:3.12-slim")
+    program(engine, replaced)
+    out = engine.run("up", "--yes").stdout
+    second = uid(api, replaced, "indexed-job")
+    assert second != first
+    assert out.count("replaced") == 1, out
+    stored = live(api, next(m.body for m in replaced.manifests if m.role == "indexed-job"))
+    assert stored is not None
+    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "python:3.12-slim"
+    engine.run("destroy", "--yes")
+
+
+def test_a_label_edit_patches_a_service_job_in_place(tmp_path: Path, cluster: Cluster, api: client.ApiClient,
+                                                     namespace: str) -> None:
+    job = rendered(namespace, mode="service", workers=2, labels={"team": "a"})
+    engine = stack(tmp_path, cluster, job)
+    engine.run("up", "--yes")
+    first = uid(api, job, "statefulset")
+    relabelled = rendered(namespace, mode="service", workers=2, labels={"team": "b"})
+    program(engine, relabelled)
+    engine.run("up", "--yes")
+    assert uid(api, relabelled, "statefulset") == first
+    stored = live(api, next(m.body for m in relabelled.manifests if m.role == "statefulset"))
+    assert stored is not None and stored["metadata"]["labels"]["team"] == "b"
+    engine.run("destroy", "--yes")
+
+
+def test_a_missing_crd_fails_up_with_the_servers_message_then_converges(
+        tmp_path: Path, cluster: Cluster, api: client.ApiClient, namespace: str) -> None:
+    job = rendered(namespace, backend="pytorchjob", workers=2)
+    engine = stack(tmp_path, cluster, job)
+    failed = engine.run("up", "--yes", check=False)
+    assert failed.returncode != 0
+    assert 'no matches for kind "PyTorchJob" in version "kubeflow.org/v1"' in failed.stdout + failed.stderr
+    program(engine, job, {"pytorchjob-crd": crd_resource("kubeflow.org_pytorchjobs.yaml")},
+            custom_after=("pytorchjob-crd",))
+    engine.run("up", "--yes")
+    assert live(api, next(m.body for m in job.manifests if m.role == "pytorchjob")) is not None
+    engine.run("up", "--yes", "--expect-no-changes")
+    engine.run("destroy", "--yes")
