@@ -14,9 +14,10 @@ import yaml
 from testbed.cluster import crds, versions
 
 SCHEMAS = crds.schemas_dir()
-"""The CRDs (PyTorchJob, PodGroups, Kueue queues, TrainJob, ClusterTrainingRuntime, JobSet) rendered objects are validated against: the directory
-``TRAINPLANE_CRD_SCHEMAS`` names, else ``shared/schemas`` beside the repository (the published files, as CI
-checks it out), else the ones ``python -m testbed.cluster build`` generated with controller-gen."""
+"""The CRDs (PyTorchJob, PodGroups, Kueue queues, TrainJob, ClusterTrainingRuntime, JobSet) rendered objects
+are validated against: the directory ``TRAINPLANE_CRD_SCHEMAS`` names, else ``shared/schemas`` beside the
+repository (the published files, as CI checks it out), else the ones ``python -m testbed.cluster build``
+generated with controller-gen."""
 
 
 KUBERNETES_VERSION = versions.KUBERNETES.removeprefix("v").rsplit(".", 1)[0]
