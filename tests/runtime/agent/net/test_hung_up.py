@@ -1,0 +1,75 @@
+"""``Request.hung_up``: a long request can tell a client that went (closed, reset, or ended its writing
+side) from one that waits for its answer, or one that sent more. Real sockets, a real ``AgentServer``."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import struct
+import threading
+
+import pytest
+
+from runtime.agent import contract
+from runtime.agent.net.server import AgentServer, Request, Response
+
+TOKEN = "t"
+
+
+@pytest.fixture
+def server():
+    """A server whose one route reports ``hung_up`` answers until the client hangs up (or 20 looks)."""
+    seen: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    started = threading.Event()
+
+    def watch(request: Request) -> Response:
+        assert request.hung_up is not None
+        started.set()
+        for _ in range(20):
+            gone = request.hung_up(0.5)
+            seen.put(gone)
+            if gone:
+                break
+        return Response(200, {"ok": True})
+
+    agent = AgentServer(("127.0.0.1", 0), TOKEN, {("POST", "/watch"): watch}, contract.MAX_BODY_BYTES, job="j")
+    agent.start()
+    try:
+        yield agent, seen, started
+    finally:
+        agent.stop()
+
+
+def send_request(agent: AgentServer, extra: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(agent.server_address[:2], timeout=30)
+    sock.sendall(b"POST /watch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
+                 b"\r\nContent-Length: 2\r\n\r\n{}" + extra)
+    return sock
+
+
+@pytest.mark.parametrize("how", ["close", "reset", "end-writing"])
+def test_a_client_that_goes_is_seen(server, how: str):
+    agent, seen, started = server
+    sock = send_request(agent)
+    assert started.wait(30)
+    assert seen.get(timeout=30) is False, "a client waiting for its answer is there"
+    if how == "reset":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    elif how == "end-writing":
+        sock.shutdown(socket.SHUT_WR)
+    else:
+        sock.close()
+    while seen.get(timeout=30) is False:
+        pass
+    if how == "end-writing":
+        assert b" 200 " in sock.recv(4096), "the answer still goes out"
+        sock.close()
+
+
+def test_a_client_that_sent_more_is_still_there(server):
+    agent, seen, started = server
+    sock = send_request(agent, extra=b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert started.wait(30)
+    assert [seen.get(timeout=30) for _ in range(3)] == [False] * 3
+    sock.close()
