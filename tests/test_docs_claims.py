@@ -7,9 +7,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import tomllib
 
 from runtime.agent import contract
+
+pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[1]
 README = " ".join((ROOT / "README.md").read_text().split())

@@ -11,9 +11,12 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[1]
 

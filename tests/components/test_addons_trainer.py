@@ -14,6 +14,8 @@ from components.errors import ArgumentError
 from tests.components.componenttest import KUBECONFIG, deploy, run_program, stack_config
 from tests.components.stackconfigtest import assert_refused, parse
 
+pytestmark = pytest.mark.unit
+
 RELEASE = "kubernetes:helm.sh/v3:Release"
 RUNTIME_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
 

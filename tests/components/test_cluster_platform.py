@@ -14,6 +14,8 @@ from components.errors import ArgumentError
 from tests.components.componenttest import Deployment, Registration, deploy, node_group_asg, unsecret
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 ZONES = ("us-west-2a", "us-west-2b")
 A10G = GpuNodeGroupArgs(name="a10g", instance_types=["g5.2xlarge"], min_size=0, max_size=4, desired_size=0)
 P5 = GpuNodeGroupArgs(name="p5", instance_types=["p5.48xlarge"], min_size=0, max_size=2, desired_size=0, efa=True,

@@ -15,7 +15,7 @@ from components.job.fit import check_fits
 from tests.components.componenttest import job_args, stack_file
 from tests.components.stackconfigtest import EXISTING_JOB, assert_refused, job, parse
 
-pytestmark = pytest.mark.usefixtures("home")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("home")]
 
 AWS_JOBS = stack_file("aws-gpu")["trainplane:jobs"]
 GROUPS = stack_file("aws-gpu")["trainplane:gpuNodeGroups"]

@@ -17,6 +17,8 @@ from pulumi._types import input_type_py_to_pulumi_names
 from tests.components.componenttest import REPO_ROOT, Deployment, Registration, deploy, stack_config, unsecret
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 SDKS = {"aws": "pulumi_aws", "eks": "pulumi_eks", "kubernetes": "pulumi_kubernetes", "random": "pulumi_random"}
 NOT_OBJECTS = {"helm.sh/v3", "kustomize/v2", "yaml/v2", "yaml"}
 """Kubernetes provider types that install objects rather than being one (their inputs are checked as args)."""

@@ -12,7 +12,11 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, launch, project_env, wait_until
+
+pytestmark = pytest.mark.process
 
 TURNS = """
 import os, sys, time

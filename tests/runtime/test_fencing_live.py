@@ -28,6 +28,8 @@ from runtime.agent.net.transport import request_json
 from tests.conftest import ROOT, processes_with, project_env, wait_until
 from tests.netns import bridged, cut, heal
 
+pytestmark = pytest.mark.process
+
 TTL = 3.0
 PORT = 32420
 RECORDER = ROOT / "bench" / "recorder.py"

@@ -21,6 +21,8 @@ from runtime.hosts import JoinService
 from tests.conftest import ROOT, launch, project_env
 from tests.netns import IPV4_ADDRESSES, ipv4_pair
 
+pytestmark = pytest.mark.process
+
 ALL_REDUCE = """
 import json, os, sys
 import torch

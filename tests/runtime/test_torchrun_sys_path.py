@@ -14,6 +14,8 @@ import pytest
 from runtime import ports
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.process
+
 SEEN = """
 import json, os, sys
 with open(os.path.join(sys.argv[1], "rank-" + os.environ["RANK"] + ".json"), "w") as f:

@@ -16,6 +16,8 @@ from testbed.cluster.programs import job_resources, literal
 from tests.components.componenttest import PASSWORD, deploy, job_args
 from tests.components.job.jobrender import BACKENDS
 
+pytestmark = pytest.mark.unit
+
 TOKEN_PASSWORD = "demo-token-value"
 """The component's RandomPassword, which the program leaves out (``programs.py`` says why)."""
 

@@ -15,6 +15,8 @@ from components.job import DistributedJob
 from tests.components.componenttest import Deployment, deploy, job_args
 from tests.components.plan import engine_urn, plan
 
+pytestmark = pytest.mark.unit
+
 COMPONENT = "trainplane:index:DistributedJob"
 
 

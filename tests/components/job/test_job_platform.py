@@ -15,6 +15,8 @@ from tests.components.componenttest import job_args
 from tests.components.job.jobrender import BACKENDS, env_of, kind_of, render, templates
 from tests.components.schemacheck import validate_manifest
 
+pytestmark = pytest.mark.unit
+
 CLAIM = {"metadata": {"name": "ckpt"}, "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "efs",
                                                 "resources": {"requests": {"storage": "100Gi"}}}}
 STORAGE: dict[str, Any] = {

@@ -13,6 +13,8 @@ import pytest
 from components.job import DistributedJob
 from tests.components.componenttest import RecordingMonitor, deploy, is_secret, job_args
 
+pytestmark = pytest.mark.unit
+
 ROLE = "arn:aws:iam::123456789012:role/trainer"
 CLAIM = {"metadata": {"name": "ckpt"}, "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "efs",
                                                 "resources": {"requests": {"storage": "100Gi"}}}}

@@ -19,6 +19,8 @@ from tests.components.job.jobrender import FULL, kind_of, render
 from tests.components.job.trainermerge import jobset_of, node_pod
 from tests.components.schemacheck import KUBERNETES_VERSION, validate_manifest
 
+pytestmark = pytest.mark.unit
+
 TRAINJOB_FULL = {k: v for k, v in FULL.items()
                  if k not in ("service_account", "working_dir", "image_pull_policy")} | {"backend": "trainjob"}
 """Every field a TrainJob carries (``components.job.trainjob_rules`` refuses the three left out)."""

@@ -25,6 +25,8 @@ from tests.components.job.jobrender import kind_of, render
 from tests.components.job.trainermerge import jobset_of, node_pod, resolved_env
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.process
+
 NODE_ADDRESSES = ("127.0.0.2", "127.0.0.3")
 
 

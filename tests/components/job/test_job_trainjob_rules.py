@@ -16,6 +16,8 @@ from components.job.render import render_job
 from tests.components.componenttest import PASSWORD, job_args, unsecret
 from tests.components.job.test_job_component import COMPONENT_TYPE, run_job
 
+pytestmark = pytest.mark.unit
+
 TRAINJOB_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
 
 

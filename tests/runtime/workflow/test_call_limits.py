@@ -16,6 +16,8 @@ from runtime.workflow import LocalCompute, fn
 from tests.conftest import wait_until
 from tests.runtime import service_fns
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(scope="module")
 def compute() -> Iterator[LocalCompute]:

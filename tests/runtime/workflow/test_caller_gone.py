@@ -29,6 +29,8 @@ from tests.conftest import ROOT, project_env, wait_until
 from tests.runtime.fake_apiserver import FakeApiServer
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 FNS = "tests.runtime.service_fns"
 RANKS = (0, 1)
 WAIT = 120.0

@@ -22,6 +22,8 @@ from runtime import RemoteError
 from runtime.workflow import ExistingCompute, LocalCompute, cls, fn
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.process
+
 TRAINER = '''
 from digits_service_fns import train
 

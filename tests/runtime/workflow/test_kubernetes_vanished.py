@@ -20,6 +20,8 @@ from tests.conftest import ROOT
 from tests.runtime import service_fns
 from tests.runtime.kubecluster import FakeCluster
 
+pytestmark = pytest.mark.process
+
 IMAGE = "registry.example/trainer:1"
 
 

@@ -21,6 +21,8 @@ from runtime.workflow import DeployError
 from runtime.workflow.pulumi_errors import translated
 from runtime.workflow.stacks import PASSPHRASE, AutomationStacks, plugin_versions, workspace_settings
 
+pytestmark = pytest.mark.process
+
 LOCKED = ("error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) to end or "
           "delete the lock file with `pulumi cancel`.\n  {url}: created by alice@{host} (pid {pid}) at "
           "2026-12-01T21:03:04Z")

@@ -13,8 +13,12 @@ import os
 import signal
 import time
 
+import pytest
+
 from runtime.workflow import LocalCompute, fn
 from tests.runtime import service_fns
+
+pytestmark = pytest.mark.process
 
 
 def test_calls_work_again_after_node_0s_agent_stalled_5_s():

@@ -15,6 +15,8 @@ import pytest
 from runtime.agent.execution.console import AFTER_CR, MID, START, Console, render
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.process
+
 P = b"[rank 3] "
 
 

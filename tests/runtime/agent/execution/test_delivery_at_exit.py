@@ -16,9 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runtime.agent import contract
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from tests.conftest import ROOT, project_env, wait_until
+
+pytestmark = pytest.mark.process
 
 SCRIPT = """
 import atexit, os, sys, time

@@ -17,6 +17,8 @@ from runtime.agent.errors import ConfigError
 from runtime.ports import free_port
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.process
+
 
 def run(code: str, **env: str) -> dict:
     """Run ``code`` (which prints one JSON line last) in a fresh interpreter of one rank's world."""

@@ -13,6 +13,8 @@ from runtime.agent.world import SUCCEEDED, Node, World
 from testbed.fencing import SimJob
 from testbed.settings import agent_settings
 
+pytestmark = pytest.mark.unit
+
 TTL = 3.0
 
 

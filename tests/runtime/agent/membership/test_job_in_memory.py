@@ -7,8 +7,12 @@ checking the same through real agents, sockets and user processes."""
 
 from __future__ import annotations
 
+import pytest
+
 from runtime.agent.world import World
 from testbed.fencing import SimJob
+
+pytestmark = pytest.mark.unit
 
 TTL = 3.0
 

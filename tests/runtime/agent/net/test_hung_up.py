@@ -13,6 +13,8 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.net.server import AgentServer, Request, Response
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "t"
 
 

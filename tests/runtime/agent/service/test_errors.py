@@ -18,6 +18,8 @@ from tests.conftest import ROOT
 from tests.runtime import service_fns
 from tests.runtime.jobs import serving
 
+pytestmark = pytest.mark.process
+
 FNS = "tests.runtime.service_fns"
 MODULE = "tests.runtime.service_fns"
 

@@ -12,6 +12,8 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.settings import AgentSettings
 
+pytestmark = pytest.mark.unit
+
 BASE = {
     contract.JOB_NAME: "demo", contract.TOKEN: "t", contract.WORKERS: "2", contract.NUM_PROC: "2",
     contract.COORDINATOR_HOST: "demo-node-0-0.demo", contract.JOB_COMPLETION_INDEX: "1",
