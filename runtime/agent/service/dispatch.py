@@ -276,8 +276,10 @@ class ServiceNode:
             head = world.nodes[0]
             forwarder = OutputForwarder(request.output, (head.addr, head.port), self._transport, self._say)
         try:
+            report_after = self._settings.spec.hang_report_after if me == 0 else None
             return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
-                       sink(self._outputs if me == 0 else None, forwarder, request.output), code).run()
+                       sink(self._outputs if me == 0 else None, forwarder, request.output), code,
+                       report_after).run()
         finally:
             if forwarder is not None:
                 forwarder.close()  # before this node answers: the caller reads it before the call's end
