@@ -40,11 +40,11 @@ class SilenceReport:
         """The report due at ``now``, given the ranks that have answered, or ``None`` (none due)."""
         if self._first is None or self.wait(now) > 0:
             return None
+        self._last = now  # due now: the next one is a period away, whatever this one says
         done = set(answered)
         pending = [r for r in self._ranks if r not in done]
         if not pending or not done:
             return None
-        self._last = now
         return (f"trainplane: call {self._fn}: rank(s) {_ranks(sorted(done))} answered; waiting for rank(s) "
                 f"{_ranks(pending)}, silent for {now - self._first:.0f} s since the first answer")
 
