@@ -306,8 +306,10 @@ class ServiceNode:
             threading.Thread(target=_watch_caller, args=(hung_up, finished, events), daemon=True,
                              name=f"caller of {request.call_id}").start()
         try:
+            report_after = self._settings.spec.hang_report_after if me == 0 else None
             return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
-                       sink(self._outputs if me == 0 else None, forwarder, request.output), code).run()
+                       sink(self._outputs if me == 0 else None, forwarder, request.output), code,
+                       report_after).run()
         finally:
             finished.set()
             if forwarder is not None:

@@ -23,6 +23,7 @@ from runtime.agent.membership.tree import Plan
 from runtime.agent.net.peer import Answer, Batch, Exchange, PeerTransport
 from runtime.agent.service.calls import ExecRequest
 from runtime.agent.service.executor import LocalCall, LocalExecutor, RankDone, RankFailed
+from runtime.agent.service.silence import SilenceReport
 from runtime.agent.service.wire import error_from_body
 from runtime.agent.world import Node, World
 
@@ -131,11 +132,15 @@ class Hop:
         links: the node's transport, clock, address and log.
         output: where this node's ranks' output during the call goes (``LocalCall.output``), or ``None``.
         code: the synced tree this node's ranks import from (``LocalCall.code``), or ``""``.
+        report_after: seconds after the first answer at which the ranks still out are named to the
+            caller (``output``) and the log, again each period (``hang_report_after``; the
+            coordinator's hop only); ``None``: no report.
     """
 
     def __init__(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
                  events: queue.SimpleQueue[Event], executor: Optional[LocalExecutor], links: Links,
-                 output: Optional[Callable[[int, str, str], None]] = None, code: str = "") -> None:
+                 output: Optional[Callable[[int, str, str], None]] = None, code: str = "",
+                 report_after: Optional[float] = None) -> None:
         self._output = output
         self._code = code
         self._request = request
@@ -151,6 +156,9 @@ class Hop:
         self._merge_lock = threading.Lock()
         self._child_values: dict[int, Any] = {}
         self._answered: set[int] = set()
+        self._ranks = [*self._local_ranks, *(r for sub in self._child_ranks for r in sub)]
+        self._silence = SilenceReport(request.invocation.fn, self._ranks, report_after) if report_after else None
+        self._local_values: dict[int, Any] = {}
 
     def run(self) -> Union[Results, TrainplaneError]:
         """Run the call here and below; the merged results in rank order, or the error that ended it."""
@@ -195,6 +203,10 @@ class Hop:
                 if event.rank in pending_local:
                     pending_local.discard(event.rank)
                     values[event.rank] = event.value
+                    with self._merge_lock:
+                        self._local_values[event.rank] = event.value
+                        if self._silence is not None:
+                            self._silence.answered(self._links.clock())
             elif isinstance(event, (RankFailed, Abort, _ChildFailed)):
                 return values, pending_local, reported, event.error
             elif isinstance(event, _ChildTimedOut):
@@ -204,15 +216,32 @@ class Hop:
         return values, pending_local, reported, None
 
     def _next_event(self) -> Optional[Event]:
-        if self._deadline is None:
-            return self._events.get()
-        remaining = self._deadline - self._links.clock()
-        if remaining <= 0:
-            return None
-        try:
-            return self._events.get(timeout=remaining)
-        except queue.Empty:
-            return None
+        """The next event; ``None`` at the deadline. Reports silent ranks while waiting (``report_after``)."""
+        while True:
+            now = self._links.clock()
+            wait = None if self._deadline is None else self._deadline - now
+            if wait is not None and wait <= 0:
+                return None
+            if self._silence is not None:
+                tick = self._silence.wait(now)
+                wait = tick if wait is None else min(wait, tick)
+            try:
+                return self._events.get() if wait is None else self._events.get(timeout=wait)
+            except queue.Empty:
+                self._report_silence()
+
+    def _report_silence(self) -> None:
+        if self._silence is None:
+            return
+        with self._merge_lock:
+            answered = [*self._local_values, *self._child_values]
+        message = self._silence.report(answered, self._links.clock())
+        if message is None:
+            return
+        self._links.say(message)
+        if self._output is not None:
+            waiting = min(set(self._ranks) - set(answered), default=0)
+            self._output(waiting, "stderr", message + "\n")
 
     def _start_children(self) -> Optional[Batch]:
         if not self._children:
@@ -238,6 +267,8 @@ class Hop:
             self._answered.add(answer.index)
             if isinstance(outcome, dict):
                 self._child_values.update(outcome)
+                if self._silence is not None:
+                    self._silence.answered(self._links.clock())
             last = len(self._answered) == len(self._children)
         if isinstance(outcome, CallTimeout):
             self._events.put(_ChildTimedOut(outcome.pending_ranks))

@@ -168,7 +168,7 @@ def test_kubetorchs_pattern_init_and_destroy_in_every_call_works_call_after_call
     (tree / "kubetorch_ddp.py").write_text("VERSION = 1\n" + textwrap.dedent(KUBETORCH))
     module = importlib.import_module("kubetorch_ddp")
     with compute_of(2, num_proc=2) as compute:
-        remote = fn(module.torch_ddp).options(timeout=120).to(compute)
+        remote = fn(module.torch_ddp).to(compute).options(timeout=120)
         runs = [timed(f"call {i + 1}", lambda: remote(2)) for i in range(6)]
         assert all([r["rank"] for r in results] == [0, 1, 2, 3] for results in runs)
         assert len({tuple(r["pid"] for r in results) for results in runs}) == 1, "in the same processes"
@@ -177,8 +177,8 @@ def test_kubetorchs_pattern_init_and_destroy_in_every_call_works_call_after_call
         after = [timed(f"call {i + 1} after an edit", lambda: remote(2)) for i in range(2)]
         assert all([r["version"] for r in results] == [2] * 4 for results in after)
 
-        warm = fn(module.torch_ddp).options(timeout=120).to(ExistingCompute(compute.endpoint.url,
-                                                                             compute.endpoint.token))
+        warm = fn(module.torch_ddp).to(ExistingCompute(compute.endpoint.url, compute.endpoint.token))
+        warm = warm.options(timeout=120)
         rerun = timed("a warm rerun through ExistingCompute", lambda: warm(1))
         assert [r["pid"] for r in rerun] == [r["pid"] for r in runs[0]]
 
@@ -188,9 +188,9 @@ def test_a_call_on_a_group_kept_for_an_older_world_fails_naming_the_change(tree:
     module = importlib.import_module("kept_in_globals")
     computes = [compute_of(2), compute_of(3)]
     try:
-        total = fn(module.total).options(timeout=120).to(computes[0])
+        total = fn(module.total).to(computes[0])
         assert total() == [2, 2]
-        grown = total.to(computes[1])
+        grown = total.to(computes[1]).options(timeout=120)
         with pytest.raises(RemoteError, match=r"StaleProcessGroup") as failed:
             timed("a call on the old world's group", grown)
         message = str(failed.value)

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.process
 def run(code: str, **env: str) -> dict:
     """Run ``code`` (which prints one JSON line last) in a fresh interpreter of one rank's world."""
     environ = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port("127.0.0.1")), "TRAINPLANE_GENERATION": "1", **env}
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port("127.0.0.1")), "TRAINPLANE_GENERATION": "1",
+               **env}
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                             timeout=300, env=environ, cwd=ROOT)
     assert result.returncode == 0, result.stderr
