@@ -183,11 +183,18 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
         if operator is not None and PYTORCHJOB_FRAMEWORK not in kueue.frameworks:
             kueue = dataclasses.replace(kueue, frameworks=(*kueue.frameworks, PYTORCHJOB_FRAMEWORK))
     return AddonsConfig(
-        device_plugin=NvidiaDevicePluginArgs() if DEVICE_PLUGIN in names else None,
+        device_plugin=device_plugin_args(cluster) if DEVICE_PLUGIN in names else None,
         training_operator=operator,
         volcano=volcano,
         kueue=kueue,
     )
+
+
+def device_plugin_args(cluster: ClusterArgs) -> NvidiaDevicePluginArgs:
+    """The NVIDIA device plugin's args: MOFED off on an EKS cluster with EFA groups, where it would take the
+    ``uverbs`` devices the EFA device plugin hands out."""
+    efa = isinstance(cluster, EksGpuClusterArgs) and cluster.efa
+    return NvidiaDevicePluginArgs(mofed_enabled=False) if efa else NvidiaDevicePluginArgs()
 
 
 def parse_operator(
