@@ -21,7 +21,7 @@ import pulumi
 
 from components.awaiting import CREATED, WAIT_FOR_ANNOTATION
 from components.errors import InvalidJobArgs
-from components.job import access, fabric, volumes
+from components.job import access, checks, fabric, volumes
 from components.job.inputchecks import PROCESS_ENV, RESERVED_ENV_PREFIX
 from components.job.naming import JobNames
 from components.outputs import Labels, lift
@@ -41,6 +41,10 @@ def validate(a: DistributedJobArgs) -> None:
     Raises:
         InvalidJobArgs: the first that fails, naming the field and the fix.
     """
+    checks.require_int("efa", a.efa, 0)
+    checks.require_choice("iam_binding", a.iam_binding, access.IAM_BINDINGS)
+    if a.node_group is not None:
+        checks.require_dns1123_label("node_group", a.node_group)
     volumes.check_claims(a.claims)
     plain = not any(isinstance(v, pulumi.Output) for v in (a.volumes, a.volume_mounts))
     if plain:
@@ -71,9 +75,6 @@ def validate(a: DistributedJobArgs) -> None:
 
 
 def _validate_identity(a: DistributedJobArgs) -> None:
-    if a.iam_binding not in access.IAM_BINDINGS:
-        raise InvalidJobArgs("iam_binding", a.iam_binding, f"must be one of {list(access.IAM_BINDINGS)}",
-                             "use pod-identity (EKS Pod Identity) or irsa (an OIDC-trusting role)")
     if a.service_account is not None:
         raise InvalidJobArgs("service_account", a.service_account, "with iam_role_arn the job creates its own "
                              "ServiceAccount for the role", "unset service_account, or bind the role to yours "
