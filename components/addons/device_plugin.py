@@ -15,6 +15,7 @@ from components.addons.helm import helm_release
 from components.addons.inputs import NvidiaDevicePluginArgsDict
 from components.addons.versions import NVIDIA_DEVICE_PLUGIN
 from components.arguments import args_from
+from components.errors import ArgumentError
 from components.gpu import gpu_toleration
 from components.tokens import aliased, token
 
@@ -29,22 +30,34 @@ class NvidiaDevicePluginArgs:
 
     namespace: str = "nvidia-device-plugin"
     """Namespace of the release."""
+    mofed_enabled: Optional[bool] = None
+    """The plugin's ``--mofed-enabled`` (chart value ``mofedEnabled``); unset keeps its default, on since v0.19.0,
+    which mounts every ``/dev/infiniband/uverbs*`` into GPU containers. ``false`` on EFA nodes, where the EFA device
+    plugin hands out those devices (EKS User Guide ``latest/ug/ml/device-management-efa.adoc``; the EKS stack sets it
+    when a GPU group has EFA)."""
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
+        if self.mofed_enabled is not None and not isinstance(self.mofed_enabled, bool):
+            raise ArgumentError("mofed_enabled", self.mofed_enabled, "use true, false or leave it unset")
 
 
-def device_plugin_values() -> dict[str, Any]:
-    """Chart values: tolerate the GPU taint the cluster components put on GPU nodes.
+def device_plugin_values(mofed_enabled: Optional[bool] = None) -> dict[str, Any]:
+    """Chart values: tolerate the GPU taint the cluster components put on GPU nodes, and ``mofedEnabled`` when
+    given (a top-level value of the chart, NVIDIA/k8s-device-plugin v0.19.0
+    ``deployments/helm/nvidia-device-plugin/values.yaml``, passed to the plugin as ``MOFED_ENABLED``).
 
     The chart's default node affinity already selects ``nvidia.com/gpu.present=true`` nodes.
     """
-    return {
+    values: dict[str, Any] = {
         "tolerations": [
             gpu_toleration(),
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
         ]
     }
+    if mofed_enabled is not None:
+        values["mofedEnabled"] = mofed_enabled
+    return values
 
 
 docs.document_fields(NvidiaDevicePluginArgs)
@@ -86,7 +99,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             release_name="nvidia-device-plugin",
             namespace=args.namespace,
             parent=self,
-            values=device_plugin_values(),
+            values=device_plugin_values(args.mofed_enabled),
             skip_await=True,
         )
         self.namespace = pulumi.Output.from_input(args.namespace)

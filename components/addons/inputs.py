@@ -15,6 +15,11 @@ class NvidiaDevicePluginArgsDict(TypedDict):
 
     namespace: NotRequired[str]
     """Namespace of the release. Default: ``"nvidia-device-plugin"``."""
+    mofed_enabled: NotRequired[Optional[bool]]
+    """The plugin's ``--mofed-enabled`` (chart value ``mofedEnabled``); unset keeps its default, on since v0.19.0,
+    which mounts every ``/dev/infiniband/uverbs*`` into GPU containers. ``false`` on EFA nodes, where the EFA
+    device plugin hands out those devices (EKS User Guide ``latest/ug/ml/device-management-efa.adoc``; the EKS
+    stack sets it when a GPU group has EFA)."""
 
 
 class VolcanoArgsDict(TypedDict):

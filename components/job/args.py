@@ -136,7 +136,8 @@ class DistributedJobArgs:
     namespaces given as strings."""
     env: pulumi.Input[Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
     """Extra environment for the agent and the user processes; values may be other resources' outputs (a database
-    endpoint). A secret value stays a secret in Pulumi's state, but is a plain ``value`` in the pod spec."""
+    endpoint). A secret Output is refused (it would be a plain ``value`` in the pod spec): pass secrets in
+    ``secret_values`` or ``secret_env``."""
     pythonpath: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
     """Directories in the image (absolute paths) put on the agent's and every user process's PYTHONPATH, after the
     runtime bundle; in service mode, where the modules of the called functions live (e.g. ``["/app/examples"]``)."""

@@ -102,8 +102,8 @@ class DistributedJobArgsDict(TypedDict):
     namespaces given as strings. Default: ``"default"``."""
     env: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
     """Extra environment for the agent and the user processes; values may be other resources' outputs (a database
-    endpoint). A secret value stays a secret in Pulumi's state, but is a plain ``value`` in the pod spec. Default:
-    ``{}``."""
+    endpoint). A secret Output is refused (it would be a plain ``value`` in the pod spec): pass secrets in
+    ``secret_values`` or ``secret_env``. Default: ``{}``."""
     pythonpath: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Directories in the image (absolute paths) put on the agent's and every user process's PYTHONPATH, after the
     runtime bundle; in service mode, where the modules of the called functions live (e.g. ``["/app/examples"]``).

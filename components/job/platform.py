@@ -21,7 +21,7 @@ import pulumi
 
 from components.awaiting import CREATED, WAIT_FOR_ANNOTATION
 from components.errors import InvalidJobArgs
-from components.job import access, fabric, volumes
+from components.job import access, checks, fabric, volumes
 from components.job.inputchecks import PROCESS_ENV, RESERVED_ENV_PREFIX
 from components.job.naming import JobNames
 from components.outputs import Labels, lift
@@ -41,6 +41,10 @@ def validate(a: DistributedJobArgs) -> None:
     Raises:
         InvalidJobArgs: the first that fails, naming the field and the fix.
     """
+    checks.require_int("efa", a.efa, 0)
+    checks.require_choice("iam_binding", a.iam_binding, access.IAM_BINDINGS)
+    if a.node_group is not None:
+        checks.require_dns1123_label("node_group", a.node_group)
     volumes.check_claims(a.claims)
     plain = not any(isinstance(v, pulumi.Output) for v in (a.volumes, a.volume_mounts))
     if plain:
@@ -71,9 +75,6 @@ def validate(a: DistributedJobArgs) -> None:
 
 
 def _validate_identity(a: DistributedJobArgs) -> None:
-    if a.iam_binding not in access.IAM_BINDINGS:
-        raise InvalidJobArgs("iam_binding", a.iam_binding, f"must be one of {list(access.IAM_BINDINGS)}",
-                             "use pod-identity (EKS Pod Identity) or irsa (an OIDC-trusting role)")
     if a.service_account is not None:
         raise InvalidJobArgs("service_account", a.service_account, "with iam_role_arn the job creates its own "
                              "ServiceAccount for the role", "unset service_account, or bind the role to yours "
@@ -137,14 +138,27 @@ def platform_pod_spec(names: JobNames, args: DistributedJobArgs, spec: dict[str,
 
 
 def pending_check(a: DistributedJobArgs) -> Optional[pulumi.Output[None]]:
-    """The cross-field storage check of Output-valued ``volumes`` or ``volume_mounts``, for the job's resources to
-    wait for (``None`` when both are plain: :func:`validate` checked them).
+    """The checks the job's resources wait for beyond each field's own (``None`` when there is none): the
+    cross-field storage check of Output-valued ``volumes`` or ``volume_mounts`` (plain ones :func:`validate`
+    checked), and that ``env`` holds no secret Output.
 
-    The Output raises :class:`InvalidJobArgs` when the known values fail the check."""
-    if not any(isinstance(v, pulumi.Output) for v in (a.volumes, a.volume_mounts)):
-        return None
-    return pulumi.Output.all(a.volumes, a.volume_mounts).apply(
-        lambda vm: volumes.check_storage(vm[0], vm[1], a.claims, a.checkpoint_dir, a.checkpoint_claim))
+    The Output raises :class:`InvalidJobArgs` when the known values fail a check."""
+    pending: list[Any] = []
+    if any(isinstance(v, pulumi.Output) for v in (a.volumes, a.volume_mounts)):
+        pending.append(pulumi.Output.all(a.volumes, a.volume_mounts).apply(
+            lambda vm: volumes.check_storage(vm[0], vm[1], a.claims, a.checkpoint_dir, a.checkpoint_claim)))
+    if isinstance(a.env, pulumi.Output):
+        pending.append(pulumi.Output.from_input(_no_secret_in(a.env)))
+    return pulumi.Output.all(*pending).apply(lambda _: None) if pending else None
+
+
+async def _no_secret_in(env: pulumi.Output[Any]) -> None:
+    """Refuse a secret Output in ``env``: its value would be a plain ``value`` in the pod template, readable by
+    anyone who can read the pod, while Pulumi shows it as a secret."""
+    if await env.is_secret():
+        raise InvalidJobArgs("env", "[secret]", "holds a secret Output, whose value would sit in plain text in "
+                             "the pod template", "pass it in secret_values (the job keeps it in a Secret of its "
+                             "own) or read it from a Secret with secret_env")
 
 
 def pod_annotations() -> dict[str, str]:

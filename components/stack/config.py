@@ -189,12 +189,19 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
     if TRAINER_ADDON in names:  # a runtime for each gang scheduler the stack installs (Kueue uses the plain one)
         trainer = TrainerV2Args(gang_schedulers=(NO_GANG, VOLCANO) if volcano is not None else (NO_GANG,))
     return AddonsConfig(
-        device_plugin=NvidiaDevicePluginArgs() if DEVICE_PLUGIN in names else None,
+        device_plugin=device_plugin_args(cluster) if DEVICE_PLUGIN in names else None,
         training_operator=operator,
         volcano=volcano,
         kueue=kueue,
         trainer=trainer,
     )
+
+
+def device_plugin_args(cluster: ClusterArgs) -> NvidiaDevicePluginArgs:
+    """The NVIDIA device plugin's args: MOFED off on an EKS cluster with EFA groups, where it would take the
+    ``uverbs`` devices the EFA device plugin hands out."""
+    efa = isinstance(cluster, EksGpuClusterArgs) and cluster.efa
+    return NvidiaDevicePluginArgs(mofed_enabled=False) if efa else NvidiaDevicePluginArgs()
 
 
 def parse_operator(

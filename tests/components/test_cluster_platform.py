@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from components.addons import NvidiaDevicePluginArgs
+from components.addons.device_plugin import device_plugin_values
 from components.cluster import EksGpuCluster, EksGpuClusterArgs, GpuNodeGroupArgs
 from components.cluster.autoscaling import AUTOSCALER_POLICY
 from components.errors import ArgumentError
@@ -227,3 +229,13 @@ def test_the_autoscaler_without_a_region_is_refused() -> None:
     with pytest.raises(ArgumentError) as caught:
         run(autoscaler=True, region=None)
     assert caught.value.field == "region"
+
+
+def test_the_nvidia_device_plugin_keeps_its_mofed_default_unless_told() -> None:
+    """``mofedEnabled`` is a top-level value of the chart (NVIDIA/k8s-device-plugin v0.19.0
+    ``deployments/helm/nvidia-device-plugin/values.yaml``: ``mofedEnabled: null``, rendered as ``MOFED_ENABLED``
+    only when a bool); the plugin's flag defaults to true (``cmd/nvidia-device-plugin/main.go``)."""
+    assert "mofedEnabled" not in device_plugin_values()
+    assert device_plugin_values(False)["mofedEnabled"] is False
+    with pytest.raises(ArgumentError):
+        NvidiaDevicePluginArgs(mofed_enabled="no")  # type: ignore[arg-type]

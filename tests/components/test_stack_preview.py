@@ -95,7 +95,9 @@ def test_preview_lists_every_object_and_each_matches_its_providers_schema(aws_gp
 
 
 def test_the_stack_wires_storage_identity_efa_and_autoscaling_into_its_jobs(aws_gpu: Deployment) -> None:
-    charts = {r.inputs["chart"] for r in aws_gpu.of_type("kubernetes:helm.sh/v3:Release")}
+    releases = {r.inputs["chart"]: r.inputs for r in aws_gpu.of_type("kubernetes:helm.sh/v3:Release")}
+    charts = set(releases)
+    assert releases["nvidia-device-plugin"]["values"]["mofedEnabled"] is False
     assert {"cluster-autoscaler", "aws-efa-k8s-device-plugin", "nvidia-device-plugin", "volcano"} <= charts
     claim = aws_gpu.named("digits-gpu-claim-digits-checkpoints")
     assert claim.inputs["spec"]["storageClassName"] == "efs"

@@ -360,17 +360,20 @@ def test_a_mapping_of_arguments_is_checked_like_the_args(inputs: Any, field: str
 
 def test_a_secret_output_stays_a_secret_where_it_is_rendered_only() -> None:
     """Pulumi keeps a secret Output's secrecy through ``apply`` and serialises it with the secret signature
-    (``runtime/rpc.py``; reading inputs back, the SDK marks the enclosing top-level property secret); the
-    job's other objects carry none of it."""
+    (``runtime/rpc.py``; reading inputs back, the SDK marks the enclosing top-level property secret). Given in
+    ``secret_values``, it is rendered only into the job's env Secret; the pod template holds a reference, and the
+    job's other objects carry none of it (a secret in ``env`` is refused: test_job_platform_component)."""
 
     def program() -> dict[str, Any]:
-        job = DistributedJob("demo", job_args(env={"DB_PASSWORD": pulumi.Output.secret("hunter2")}))
+        job = DistributedJob("demo", job_args(secret_values={"DB_PASSWORD": pulumi.Output.secret("hunter2")}))
         return {"name": job.job_name}
 
     result = deploy(program)
+    assert is_secret(result.named("demo-env").inputs["stringData"])
+    assert unsecret(result.named("demo-env").inputs["stringData"]) == {"DB_PASSWORD": "hunter2"}
     workload = result.named("demo-indexed-job").inputs
-    assert is_secret(workload["spec"]) and not is_secret(workload["metadata"])
-    env = unsecret(workload["spec"])["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "DB_PASSWORD", "value": "hunter2"} in env
+    assert not is_secret(workload["spec"]) and not is_secret(workload["metadata"])
+    env = workload["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "demo-env", "key": "DB_PASSWORD"}}} in env
     for role in ("service", "runtime", "network-policy"):
         assert not any(is_secret(v) for v in result.named(f"demo-{role}").inputs.values()), role

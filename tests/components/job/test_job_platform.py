@@ -137,7 +137,9 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"iam_role_arn": ACCESS["iam_role_arn"]}, "eks_cluster_name"),
     ({"iam_role_arn": ACCESS["iam_role_arn"], "eks_cluster_name": "gpu", "service_account": "sa"},
      "service_account"),
-    ({"iam_role_arn": ACCESS["iam_role_arn"], "iam_binding": "keys", "eks_cluster_name": "gpu"}, "iam_binding"),
+    ({"iam_binding": "keys"}, "iam_binding"),
+    ({"efa": -1}, "efa"),
+    ({"node_group": "GPU_1"}, "node_group"),
     ({"efa": 4}, "memory"),
     ({"image_pull_secrets": ["Bad_Name"]}, "image_pull_secrets[0]"),
 ]

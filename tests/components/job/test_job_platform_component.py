@@ -107,3 +107,23 @@ def test_a_mount_of_a_volume_an_output_lacks_fails_naming_the_field() -> None:
     with pytest.raises(Exception, match=r"volume_mounts\[0\]\.name='other': no volume has this name"):
         deploy(program, monitor=monitor)
     assert [r.type for r in monitor.registrations.values()] == ["trainplane:index:DistributedJob"]
+
+
+def test_a_secret_output_in_env_is_refused_before_anything_is_registered() -> None:
+    def program() -> dict[str, Any]:
+        job = DistributedJob("demo", job_args(env={"WANDB_API_KEY": pulumi.Output.secret("wandb-key-value")}))
+        return {"name": job.job_name}
+
+    monitor = RecordingMonitor()
+    with pytest.raises(Exception, match=r"env='\[secret\]': holds a secret Output.*pass it in secret_values"):
+        deploy(program, monitor=monitor)
+    assert [r.type for r in monitor.registrations.values()] == ["trainplane:index:DistributedJob"]
+
+
+def test_a_plain_output_in_env_still_reaches_the_pods() -> None:
+    def program() -> dict[str, Any]:
+        job = DistributedJob("demo", job_args(env={"DB_HOST": pulumi.Output.from_input("db.internal")}))
+        return {"name": job.job_name}
+
+    env = deploy(program).named("demo-indexed-job").inputs["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "DB_HOST", "value": "db.internal"} in env
