@@ -91,7 +91,7 @@ def test_the_client_install_named_is_the_light_one():
     (client,) = re.findall(r"^client = \[(.*)\]$", (REPO_ROOT / "pyproject.toml").read_text(), flags=re.M)
 
     assert "pip install '.[client]'" in DOCS
-    assert {re.split(r"[<>=]", r.strip(' "'))[0] for r in client.split(",")} == {"httpx", "kubernetes"}
+    assert {re.split(r"[<>=]", r.strip(' "'))[0] for r in client.split(",")} == {"httpx", "kubernetes", "pathspec"}
 
 
 def test_the_readme_builds_the_image_and_creates_the_stack_it_selects():
