@@ -11,11 +11,15 @@ import textwrap
 import threading
 from pathlib import Path
 
+import pytest
+
 from runtime.agent.service.silence import SilenceReport
 from runtime.local import LocalJobSpec
 from runtime.workflow import ExistingCompute, fn
 from tests.conftest import wait_until
 from tests.runtime.jobs import serving
+
+pytestmark = pytest.mark.process
 
 WAITER = '''
 import os
