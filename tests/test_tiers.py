@@ -19,7 +19,7 @@ class FakeItem:
     marks: list[str] = field(default_factory=list)
 
     def iter_markers(self) -> list[pytest.Mark]:
-        return [pytest.Mark(name, (), {}) for name in self.marks]
+        return [getattr(pytest.mark, name).mark for name in self.marks]
 
 
 def test_a_test_without_a_tier_is_refused_at_collection_naming_its_module():

@@ -98,7 +98,8 @@ def test_the_readme_builds_the_image_and_creates_the_stack_it_selects():
     lines = code_lines(README)
     build = lines.index("docker build -t trainplane-examples:dev -f stacks/images/examples.Dockerfile .")
 
-    assert lines[build + 1] == "pulumi stack select --create local && pulumi up"
+    assert lines[build + 1].startswith("pulumi login --local")
+    assert lines[build + 3] == "pulumi stack select --create local && pulumi up"
     assert "trainplane-examples:dev" in stack_file("local")["trainplane:kindImages"]
 
 
