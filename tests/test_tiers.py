@@ -23,7 +23,7 @@ class FakeItem:
 
 
 def test_a_test_without_a_tier_is_refused_at_collection_naming_its_module():
-    items = [FakeItem("tests/a/test_x.py::test_one", ["unit"]), FakeItem("tests/b/test_y.py::test_two", ["slow"])]
+    items = [FakeItem("tests/a/test_x.py::test_one", ["unit"]), FakeItem("tests/b/test_y.py::test_two", ["timeout"])]
     with pytest.raises(pytest.UsageError, match=r"pytestmark = pytest.mark.unit` to: tests/b/test_y.py$"):
         pytest_collection_modifyitems(None, items)
 
