@@ -89,7 +89,10 @@ def generate(inputs: dict[str, Any]) -> str:
     return "".join(c for _, c in sorted(zip(order, chars)))
 
 
-def _refuse(type_: str) -> None:
+def _refuse(urn: str) -> None:
+    """Refuse every type but ``RandomPassword``. The type is the URN's type part after its last ``$`` (a child's
+    type is prefixed with its parents' types: ``trainplane:index:DistributedJob$random:...``)."""
+    type_ = urn.split("::")[2].rsplit("$", 1)[-1]
     if type_ != PASSWORD:
         raise ValueError(f"the stand-in random plugin implements only {PASSWORD}, not {type_}")
 
@@ -99,7 +102,7 @@ class RandomStandIn(p.Provider):
 
     async def check(self, request: p.CheckRequest) -> p.CheckResponse:
         """Refuse a missing or non-positive ``length`` by name; keep the inputs as given."""
-        _refuse(request.type)
+        _refuse(request.urn)
         length = _plain(request.new_inputs.get("length", PropertyValue.null()))
         if isinstance(length, (int, float)) and length < 1:
             return p.CheckResponse(failures=[p.CheckFailure("length", "length must be at least 1")])
@@ -109,7 +112,7 @@ class RandomStandIn(p.Provider):
 
     async def diff(self, request: p.DiffRequest) -> p.DiffResponse:
         """No change when the inputs equal the stored ones; else a replacement naming the changed inputs."""
-        _refuse(request.type)
+        _refuse(request.urn)
         old, new = _inputs(request.old_state), _inputs(request.new_inputs)
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         return p.DiffResponse(changes=bool(changed), replaces=changed, diffs=changed)
@@ -117,7 +120,7 @@ class RandomStandIn(p.Provider):
     async def create(self, request: p.CreateRequest) -> p.CreateResponse:
         """A new password (unknown in a preview: the SDK's unknown sentinel, as the gRPC protocol marshals it),
         secret in the outputs beside the inputs."""
-        _refuse(request.type)
+        _refuse(request.urn)
         inputs = _inputs(request.properties)
         result = PropertyValue(UNKNOWN if request.preview else generate(inputs))
         return p.CreateResponse(resource_id="none" if request.preview else secrets.token_hex(8),
@@ -125,7 +128,7 @@ class RandomStandIn(p.Provider):
 
     async def delete(self, request: p.DeleteRequest) -> None:
         """Nothing outside the state to remove."""
-        _refuse(request.type)
+        _refuse(request.urn)
 
 
 def run(argv: list[str]) -> None:

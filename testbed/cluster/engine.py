@@ -15,8 +15,8 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from importlib import metadata
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from testbed.cluster import versions
@@ -93,9 +93,8 @@ class Engine:
         """The environment every command runs in: this interpreter's directory first on ``PATH`` (the Python
         language host runs ``python`` from ``PATH``: the venv's, with the program's SDKs), then the built
         CLI and language hosts."""
-        path = os.pathsep.join([str(Path(sys.executable).parent), str(binary("pulumi").parent),
-                                str(binary("pulumi-language-yaml").parent), str(binary("pulumi-language-python").parent),
-                                os.environ.get("PATH", "")])
+        tools = [binary(b).parent for b in ("pulumi", "pulumi-language-yaml", "pulumi-language-python")]
+        path = os.pathsep.join([str(Path(sys.executable).parent), *map(str, tools), os.environ.get("PATH", "")])
         self.backend.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PATH": path, "PULUMI_HOME": str(pulumi_home()),
                "PULUMI_BACKEND_URL": f"file://{self.backend}", "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
