@@ -15,11 +15,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from components.errors import StackConfigError
 from testbed.cluster import crds, lifecycle
 from testbed.cluster.build import BuildError, build_all
 from testbed.cluster.engine import Engine
-from testbed.cluster.stackjobs import StackJobsError, stack_jobs_program
 from testbed.cluster.waiting import Abort, Timeout
 
 
@@ -35,6 +33,20 @@ def print_env(state: Path | None) -> None:
     for name, value in sorted(engine.env().items()):
         if current.get(name) != value:
             print(f"export {name}={shlex.quote(value)}")
+
+
+def program_command(stack: str, directory: Path) -> int:
+    """``program STACK DIR``; imported here: it needs the Pulumi SDK, which ``build`` (run before the venv
+    exists, standard library only) must not."""
+    from components.errors import StackConfigError
+    from testbed.cluster.stackjobs import StackJobsError, stack_jobs_program
+
+    try:
+        print(stack_jobs_program(stack, directory))
+    except (StackJobsError, StackConfigError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,12 +72,12 @@ def main(argv: list[str] | None = None) -> int:
             build_all(report=lambda line: print(line, file=sys.stderr))
             print(lifecycle.up(args.state).kubeconfig)
         elif args.command == "program":
-            print(stack_jobs_program(args.stack, args.directory))
+            return program_command(args.stack, args.directory)
         elif args.command == "env":
             print_env(args.state)
         elif not lifecycle.down(args.state):
             print("no test cluster was running", file=sys.stderr)
-    except (BuildError, Abort, Timeout, StackJobsError, StackConfigError, FileNotFoundError) as err:
+    except (BuildError, Abort, Timeout) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

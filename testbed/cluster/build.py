@@ -42,6 +42,9 @@ class GoTool:
         replaces: extra ``replace`` lines (module => module version).
         ldflags: ``-X`` settings (package.var=value) for version strings.
         rename: (go's binary name, the name installed), e.g. etcd's server module builds ``server``.
+        copies: (a file's path inside ``module``'s directory, the name installed beside the binaries), each made
+            executable, e.g. the Python language host's executor script, which the host runs from its own
+            directory.
         generated: a main package of ``module`` whose ``go:generate`` output is missing from the module zip:
             it is copied into the build module, ``go generate`` runs there (with ``VERSION`` set to the
             last ``-X`` value of ``ldflags``), and the copy is built in its place.
@@ -58,6 +61,7 @@ class GoTool:
     ldflags: tuple[str, ...] = ()
     extra_replaces: Callable[[str], list[str]] | None = field(default=None, compare=False)
     rename: tuple[tuple[str, str], ...] = ()
+    copies: tuple[tuple[str, str], ...] = ()
     generated: str = ""
 
     @property
@@ -69,7 +73,8 @@ class GoTool:
     def binaries(self) -> tuple[str, ...]:
         """The names of the binaries this tool installs."""
         renamed = dict(self.rename)
-        return tuple(renamed.get(n, n) for n in (_go_binary_name(p) for p in self.packages))
+        built = tuple(renamed.get(n, n) for n in (_go_binary_name(p) for p in self.packages))
+        return built + tuple(name for _, name in self.copies)
 
 
 def _go_binary_name(package: str) -> str:
@@ -106,6 +111,10 @@ TOOLS: tuple[GoTool, ...] = (
            ("github.com/pulumi/pulumi/pkg/v3/cmd/pulumi",),
            requires=(("github.com/pulumi/pulumi/sdk/v3", versions.PULUMI),), replaces=(_PULUMI_CLIPBOARD,),
            ldflags=(f"github.com/pulumi/pulumi/sdk/v3/go/common/version.Version={versions.PULUMI}",)),
+    GoTool("pulumi-language-python", "github.com/pulumi/pulumi/sdk/v3", versions.PULUMI_PYTHON_HOST,
+           ("github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python",),
+           copies=(("python/cmd/pulumi-language-python-exec", "pulumi-language-python-exec"),),
+           ldflags=(f"github.com/pulumi/pulumi/sdk/v3/go/common/version.Version={versions.PULUMI_PYTHON_HOST}",)),
     GoTool("pulumi-yaml", "github.com/pulumi/pulumi-yaml", versions.PULUMI_YAML,
            ("github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml",), replaces=(_PULUMI_CLIPBOARD,),
            ldflags=(f"github.com/pulumi/pulumi-yaml/pkg/version.Version={versions.PULUMI_YAML}",)),
@@ -177,16 +186,21 @@ def _write_module(tool: GoTool, src: Path, log: Path) -> None:
     (src / "go.mod").write_text("\n".join(lines))
 
 
-def _generate(tool: GoTool, src: Path, log: Path) -> str:
-    """Copy ``tool.generated`` out of the module cache into ``src`` and run its ``go:generate`` there; returns
-    the copy's package pattern (``./...``)."""
+def _module_dir(tool: GoTool, src: Path) -> Path:
+    """The upstream module's directory in the module cache (downloading it if needed)."""
     listed = subprocess.run([go_binary(), "mod", "download", "-json", f"{tool.module}@{tool.version}"], cwd=src,
                             env=_go_env(src), capture_output=True, text=True, check=True).stdout
     found = re.search(r'"Dir":\s*"([^"]+)"', listed)
     if found is None:
         raise BuildError(f"go mod download named no directory for {tool.module}@{tool.version}")
+    return Path(found.group(1))
+
+
+def _generate(tool: GoTool, src: Path, log: Path) -> str:
+    """Copy ``tool.generated`` out of the module cache into ``src`` and run its ``go:generate`` there; returns
+    the copy's package pattern (``./...``)."""
     copy = src / tool.generated
-    shutil.copytree(Path(found.group(1)) / tool.generated, copy)
+    shutil.copytree(_module_dir(tool, src) / tool.generated, copy)
     for path in (copy, *copy.rglob("*")):
         path.chmod(path.stat().st_mode | 0o200)
     version = tool.ldflags[-1].rsplit("=", 1)[1]
@@ -224,6 +238,9 @@ def build_tool(tool: GoTool) -> tuple[Path, bool]:
          src, tool, log)
     for built, name in tool.rename:
         (bin_dir / built).replace(bin_dir / name)
+    for inside, name in tool.copies:
+        shutil.copyfile(_module_dir(tool, src) / inside, bin_dir / name)
+        (bin_dir / name).chmod(0o755)
     (root / ".done").write_text(f"{tool.module}@{tool.version}\n")
     return bin_dir, True
 

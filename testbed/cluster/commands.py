@@ -112,7 +112,7 @@ def scheduler(bin_path: Path, layout: Layout, ports: Ports) -> list[str]:
 def kwok(bin_path: Path, layout: Layout, ports: Ports) -> list[str]:
     """kwok managing only the nodes annotated ``kwok.x-k8s.io/node: fake`` (``nodes.py``), with its
     default stages: nodes Ready with leases, pods Running and Ready once bound, Job pods Succeeded."""
-    return [str(bin_path), f"--kubeconfig={layout.kubeconfig()}", "--manage-all-nodes=false",
+    return [str(bin_path), f"--kubeconfig={layout.kubeconfig()}",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{ports.kwok}"]

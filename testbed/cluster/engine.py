@@ -9,11 +9,14 @@ network and a plugin that is not built is named.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from testbed.cluster import versions
@@ -24,24 +27,51 @@ PASSPHRASE = "trainplane-test-passphrase"  # noqa: S105 (test stacks' throwaway 
 """The secrets passphrase of every test stack (the state is thrown away with the test)."""
 
 
+RANDOM_PROVIDER = Path(__file__).resolve().parents[1] / "randomprovider.py"
+"""The stand-in for pulumi-random's plugin (its docstring says why and what it leaves out)."""
+
+
+def random_plugin_version() -> str:
+    """The version the venv's ``pulumi-random`` SDK asks the engine for (its ``pulumi-plugin.json``)."""
+    return metadata.version("pulumi_random")
+
+
+def _random_plugin(into: Path) -> Path:
+    """A plugin directory: the stand-in provider and ``pulumi-resource-random``, which runs it with this
+    interpreter (the venv's, which has the Python SDK it serves through)."""
+    into.mkdir(parents=True)
+    shutil.copyfile(RANDOM_PROVIDER, into / "randomprovider.py")
+    launcher = into / "pulumi-resource-random"
+    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$(dirname "$0")/randomprovider.py" '
+                        f'--plugin-version {random_plugin_version()} "$@"\n')
+    launcher.chmod(0o755)
+    return into
+
+
 def pulumi_home() -> Path:
-    """A ``PULUMI_HOME`` for tests only, with the built kubernetes plugin installed (once per version).
+    """A ``PULUMI_HOME`` for tests only, with the built kubernetes plugin and the stand-in random plugin
+    installed (once per version of each and of the stand-in's source).
 
     Raises:
         BuildError: a binary is not built.
         subprocess.CalledProcessError: ``pulumi plugin install`` failed.
     """
-    home = cache_root() / f"pulumi-home-{versions.PULUMI}-{versions.PULUMI_KUBERNETES_MODULE}"
+    stand_in = hashlib.sha256(RANDOM_PROVIDER.read_bytes() + sys.executable.encode()).hexdigest()[:12]
+    home = cache_root() / (f"pulumi-home-{versions.PULUMI}-{versions.PULUMI_KUBERNETES_MODULE}"
+                           f"-random-{random_plugin_version()}-{stand_in}")
     stamp = home / ".installed"
     if stamp.exists():
         return home
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     env = {**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"}
-    subprocess.run([str(binary("pulumi")), "plugin", "install", "resource", "kubernetes",
-                    versions.PULUMI_KUBERNETES_PLUGIN, "--file", str(binary("pulumi-resource-kubernetes"))],
-                   env=env, check=True, capture_output=True, text=True)
-    stamp.write_text("kubernetes " + versions.PULUMI_KUBERNETES_PLUGIN + "\n")
+    plugins = (("kubernetes", versions.PULUMI_KUBERNETES_PLUGIN, binary("pulumi-resource-kubernetes")),
+               ("random", random_plugin_version(), _random_plugin(home / "random-stand-in")))
+    for name, version, source in plugins:
+        subprocess.run([str(binary("pulumi")), "plugin", "install", "resource", name, version, "--file", str(source)],
+                       env=env, check=True, capture_output=True, text=True)
+    shutil.rmtree(home / "random-stand-in")
+    stamp.write_text("".join(f"{name} {version}\n" for name, version, _ in plugins))
     return home
 
 
@@ -60,9 +90,11 @@ class Engine:
     kubeconfig: Path
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment every command runs in."""
-        path = os.pathsep.join([str(binary("pulumi").parent), str(binary("pulumi-language-yaml").parent),
-                                os.environ.get("PATH", "")])
+        """The environment every command runs in: this interpreter's directory first on ``PATH`` (the Python
+        language host runs ``python`` from ``PATH``: the venv's, with the program's SDKs), then the built
+        CLI and language hosts."""
+        tools = [binary(b).parent for b in ("pulumi", "pulumi-language-yaml", "pulumi-language-python")]
+        path = os.pathsep.join([str(Path(sys.executable).parent), *map(str, tools), os.environ.get("PATH", "")])
         self.backend.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PATH": path, "PULUMI_HOME": str(pulumi_home()),
                "PULUMI_BACKEND_URL": f"file://{self.backend}", "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,

@@ -35,9 +35,7 @@ def node(name: str, gpus: int = 0) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {"name": name, "labels": labels, "annotations": dict(KWOK_ANNOTATION)},
         "spec": spec,
-        "status": {"capacity": resources, "allocatable": resources,
-                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
-                                "kubeletVersion": "fake", "kubeProxyVersion": "fake"}},
+        "status": {"capacity": resources, "allocatable": resources},
     }
 
 

@@ -19,6 +19,14 @@ Why these releases:
   only as pseudo-versions, and the proxy serves one, the commit below (2026-01-15, on the way to the
   SDK release pinned in requirements-dev.txt). The plugin is installed under the SDK's version, which
   is the version the SDK asks the engine for.
+- Python language host v3.68.0: the host's own module (github.com/pulumi/pulumi/sdk/python/cmd/
+  pulumi-language-python/v3, where it moved after v3.68.0) is refused by the Go module proxy here, any version;
+  v3.68.0 is the newest release where the host is still a package of the sdk/v3 module
+  (sdk/v3/python/cmd/pulumi-language-python), which is served. It speaks the same language-host gRPC
+  protocol to the v3.260.0 CLI and runs the venv's ``pulumi`` SDK (v3.260.0), which does the program's work.
+- pulumi-random: its provider module (github.com/pulumi/pulumi-random/provider/v4) is refused by the Go
+  module proxy here, any version; ``testbed/randomprovider`` stands in for its one resource the program uses,
+  installed as the version of the ``pulumi-random`` SDK in the venv (the version that SDK asks the engine for).
 - pulumi-yaml v1.25.0: the newest served; the YAML language host for examples/yaml.
 - kwok v0.7.0, controller-tools v0.23.0: the newest served releases.
 """
@@ -39,6 +47,9 @@ CONTROLLER_TOOLS = "v0.23.0"
 
 PULUMI = "v3.260.0"
 """github.com/pulumi/pulumi/pkg/v3 (the CLI) and sdk/v3; the ``pulumi`` Python SDK's release."""
+
+PULUMI_PYTHON_HOST = "v3.68.0"
+"""github.com/pulumi/pulumi/sdk/v3's python/cmd/pulumi-language-python: the Python language host."""
 
 PULUMI_YAML = "v1.25.0"
 """github.com/pulumi/pulumi-yaml: the YAML language host."""

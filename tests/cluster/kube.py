@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client, dynamic
+from kubernetes.dynamic.exceptions import NotFoundError
 
 from testbed.cluster.waiting import wait_for
 
@@ -18,6 +19,15 @@ def create(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
     namespace = body["metadata"].get("namespace") if resource.namespaced else None
     created = resource.create(body=body, namespace=namespace)
     return dict(created.to_dict())
+
+
+def live(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The object ``body`` names (apiVersion, kind, name, namespace) as the API server holds it now, or None."""
+    resource = dynamic.DynamicClient(api).resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    try:
+        return dict(resource.get(name=body["metadata"]["name"], namespace=body["metadata"].get("namespace")).to_dict())
+    except NotFoundError:
+        return None
 
 
 def missing_from(sent: Any, stored: Any, path: str = "") -> list[str]:

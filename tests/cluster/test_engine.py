@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, dynamic
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes import client
 
 from components.job.bundle import build_bundle
 from components.job.render import RenderedJob, render_job
@@ -21,6 +20,7 @@ from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.programs import job_resources, write_program
 from testbed.cluster.stackjobs import crd_resource
+from tests.cluster.kube import live
 from tests.components.componenttest import TOKEN, job_args
 
 pytestmark = pytest.mark.cluster
@@ -42,15 +42,6 @@ def stack(tmp_path: Path, cluster: Cluster, job: RenderedJob, extra: dict[str, A
 def program(engine: Engine, job: RenderedJob, extra: dict[str, Any] | None = None,
             custom_after: tuple[str, ...] = ()) -> None:
     write_program(engine.project, "engine-test", {**(extra or {}), **job_resources("demo", job, custom_after)})
-
-
-def live(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any] | None:
-    """The object as the API server holds it now, or None."""
-    resource = dynamic.DynamicClient(api).resources.get(api_version=body["apiVersion"], kind=body["kind"])
-    try:
-        return dict(resource.get(name=body["metadata"]["name"], namespace=body["metadata"].get("namespace")).to_dict())
-    except NotFoundError:
-        return None
 
 
 def uid(api: client.ApiClient, job: RenderedJob, role: str) -> str:
