@@ -23,8 +23,10 @@ from testbed.cluster import crds
 from testbed.cluster.programs import job_resources, literal, write_program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_OF_KIND = {("kubeflow.org/v1", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml"}
-"""The CRD file of each custom resource kind a job can render that the test cluster can serve."""
+CRD_OF_KIND: dict[tuple[str, str], str] = {}
+"""The CRD file of each custom resource kind the program can register: none, since Pulumi YAML (pulumi-yaml
+v1.25.0) refuses ``kubernetes:apiextensions.k8s.io:CustomResource`` and has no schema for a CRD's own type
+token, so a job rendering a PyTorchJob, PodGroup or queue is refused by name."""
 
 
 class StackJobsError(ValueError):
@@ -61,8 +63,8 @@ def stack_jobs_program(stack: str, directory: Path) -> Path:
                 continue
             key = (manifest.body["apiVersion"], manifest.body["kind"])
             if key not in CRD_OF_KIND:
-                raise StackJobsError(f"job {job.name!r} renders a {key[1]} ({key[0]}), whose CRD the test cluster "
-                                     f"does not serve; give it another backend or gang scheduler")
+                raise StackJobsError(f"job {job.name!r} renders a {key[1]} ({key[0]}), which a Pulumi YAML program "
+                                     f"cannot register; take a stack whose jobs render built-in kinds only (local)")
             name = f"crd-{CRD_OF_KIND[key].split('_', 1)[1].removesuffix('.yaml')}"
             resources.setdefault(name, crd_resource(CRD_OF_KIND[key]))
             needed.append(name)
