@@ -9,7 +9,9 @@ here (``secrets.token_urlsafe``) and written into the program as a Pulumi secret
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +42,11 @@ def crd_resource(file: str) -> dict[str, Any]:
             "properties": literal({k: v for k, v in crd.items() if k not in ("kind", "status")})}
 
 
-def stack_jobs_program(stack: str, directory: Path) -> Path:
+def stack_jobs_program(stack: str, directory: Path, skip_custom: bool = False) -> Path:
     """Write the program of stack ``stack``'s jobs into ``directory``; returns its ``Pulumi.yaml``.
+
+    With ``skip_custom``, custom resources (a PodGroup, a PyTorchJob) are left out instead of refused, and
+    each left out is named on stderr.
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
@@ -57,6 +62,12 @@ def stack_jobs_program(stack: str, directory: Path) -> Path:
     token = "trainplane-token-placeholder"  # noqa: S105 (replaced by the ${token} secret below)
     for job in jobs:
         rendered = render_job(job.name, job.args, token, bundle)
+        if skip_custom:
+            for manifest in rendered.manifests:
+                if manifest.custom:
+                    print(f"left out: {job.name}'s {manifest.body['kind']} ({manifest.body['apiVersion']})",
+                          file=sys.stderr)
+            rendered = dataclasses.replace(rendered, manifests=tuple(m for m in rendered.manifests if not m.custom))
         needed: list[str] = []
         for manifest in rendered.manifests:
             if not manifest.custom:
