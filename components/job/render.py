@@ -20,14 +20,22 @@ from components.outputs import Labels
 
 BUILTIN_API_VERSIONS = frozenset({"v1", "apps/v1", "batch/v1", "networking.k8s.io/v1", "policy/v1"})
 """API versions every cluster serves; anything else is a custom resource."""
-REPLACED_ON = {"Job": ("spec",), "PyTorchJob": ("spec",), "LocalQueue": LOCAL_QUEUE_REPLACED_ON, "TrainJob": ("*",)}
-"""Property paths whose change replaces the object instead of patching it: a Job's pod template is
-immutable (the API server refuses a change), so is trainplane's PyTorchJob (the operator does not roll
-a changed template), a LocalQueue's ``spec.clusterQueue``, and every field of a TrainJob (each of
-``runtimeRef``, ``trainer``, ``activeDeadlineSeconds``, ``managedBy`` and each runtime patch's ``manager``
-has the CRD rule ``self == oldSelf``, kubeflow/trainer v2.3.0
-``manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml``; ``runtimePatches`` change only while it is
-suspended): ``"*"``, any property."""
+JOB_IMMUTABLE = tuple(f"spec.{f}" for f in ("selector", "completions", "completionMode", "podFailurePolicy",
+                                              "backoffLimitPerIndex", "managedBy", "successPolicy", "template"))
+"""The Job fields the API server refuses to change (k8s.io/kubernetes v1.34.4
+``pkg/apis/batch/validation/validation.go``, ``validateJobSpecUpdate``: selector, completionMode,
+podFailurePolicy, backoffLimitPerIndex, managedBy, successPolicy and the pod template immutable;
+completions only with parallelism in an elastic Indexed Job, which trainplane does not patch). The rest
+(``ttlSecondsAfterFinished``, ``activeDeadlineSeconds``, ``backoffLimit``, ``suspend``) is patched: a
+replacement would kill a running job for a change the server accepts in place."""
+REPLACED_ON = {"Job": JOB_IMMUTABLE, "PyTorchJob": ("spec",), "LocalQueue": LOCAL_QUEUE_REPLACED_ON,
+               "TrainJob": ("*",)}
+"""Property paths whose change replaces the object instead of patching it: a Job's immutable fields
+(above), trainplane's PyTorchJob's whole spec (the operator does not roll a changed template), a
+LocalQueue's ``spec.clusterQueue``, and every field of a TrainJob (each of ``runtimeRef``, ``trainer``,
+``activeDeadlineSeconds``, ``managedBy`` and each runtime patch's ``manager`` has the CRD rule
+``self == oldSelf``, kubeflow/trainer v2.3.0 ``manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml``;
+``runtimePatches`` change only while it is suspended): ``"*"``, any property."""
 KUEUE_STATEFULSET_REPLACED_ON = ("spec",)
 """A StatefulSet managed by Kueue keeps ``replicas`` and its pods' shape (requests, ports, node
 selector, tolerations) while managed: Kueue's StatefulSet webhook refuses changing them

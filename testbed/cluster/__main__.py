@@ -35,14 +35,14 @@ def print_env(state: Path | None) -> None:
             print(f"export {name}={shlex.quote(value)}")
 
 
-def program_command(stack: str, directory: Path) -> int:
+def program_command(stack: str, directory: Path, skip_custom: bool) -> int:
     """``program STACK DIR``; imported here: it needs the Pulumi SDK, which ``build`` (run before the venv
     exists, standard library only) must not."""
     from components.errors import StackConfigError
     from testbed.cluster.stackjobs import StackJobsError, stack_jobs_program
 
     try:
-        print(stack_jobs_program(stack, directory))
+        print(stack_jobs_program(stack, directory, skip_custom))
     except (StackJobsError, StackConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     program = sub.add_parser("program", help="write a stack's jobs as a Pulumi YAML program for the test cluster")
     program.add_argument("stack", help="the stack (stacks/Pulumi.<stack>.yaml)")
     program.add_argument("directory", type=Path, help="where to write Pulumi.yaml")
+    program.add_argument("--skip-custom-resources", action="store_true",
+                         help="leave out custom resources (Pulumi YAML cannot register them) instead of refusing")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             build_all(report=lambda line: print(line, file=sys.stderr))
             print(lifecycle.up(args.state).kubeconfig)
         elif args.command == "program":
-            return program_command(args.stack, args.directory)
+            return program_command(args.stack, args.directory, args.skip_custom_resources)
         elif args.command == "env":
             print_env(args.state)
         elif not lifecycle.down(args.state):

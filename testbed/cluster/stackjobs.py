@@ -9,7 +9,9 @@ here (``secrets.token_urlsafe``) and written into the program as a Pulumi secret
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,10 @@ from testbed.cluster import crds
 from testbed.cluster.programs import job_resources, literal, write_program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_OF_KIND = {("kubeflow.org/v1", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml"}
-"""The CRD file of each custom resource kind a job can render that the test cluster can serve."""
+CRD_OF_KIND: dict[tuple[str, str], str] = {}
+"""The CRD file of each custom resource kind the program can register: none, since Pulumi YAML (pulumi-yaml
+v1.25.0) refuses ``kubernetes:apiextensions.k8s.io:CustomResource`` and has no schema for a CRD's own type
+token, so a job rendering a PyTorchJob, PodGroup or queue is refused by name."""
 
 
 class StackJobsError(ValueError):
@@ -38,8 +42,11 @@ def crd_resource(file: str) -> dict[str, Any]:
             "properties": literal({k: v for k, v in crd.items() if k not in ("kind", "status")})}
 
 
-def stack_jobs_program(stack: str, directory: Path) -> Path:
+def stack_jobs_program(stack: str, directory: Path, skip_custom: bool = False) -> Path:
     """Write the program of stack ``stack``'s jobs into ``directory``; returns its ``Pulumi.yaml``.
+
+    With ``skip_custom``, custom resources (a PodGroup, a PyTorchJob) are left out instead of refused, and
+    each left out is named on stderr.
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
@@ -55,14 +62,20 @@ def stack_jobs_program(stack: str, directory: Path) -> Path:
     token = "trainplane-token-placeholder"  # noqa: S105 (replaced by the ${token} secret below)
     for job in jobs:
         rendered = render_job(job.name, job.args, token, bundle)
+        if skip_custom:
+            for manifest in rendered.manifests:
+                if manifest.custom:
+                    print(f"left out: {job.name}'s {manifest.body['kind']} ({manifest.body['apiVersion']})",
+                          file=sys.stderr)
+            rendered = dataclasses.replace(rendered, manifests=tuple(m for m in rendered.manifests if not m.custom))
         needed: list[str] = []
         for manifest in rendered.manifests:
             if not manifest.custom:
                 continue
             key = (manifest.body["apiVersion"], manifest.body["kind"])
             if key not in CRD_OF_KIND:
-                raise StackJobsError(f"job {job.name!r} renders a {key[1]} ({key[0]}), whose CRD the test cluster "
-                                     f"does not serve; give it another backend or gang scheduler")
+                raise StackJobsError(f"job {job.name!r} renders a {key[1]} ({key[0]}), which a Pulumi YAML program "
+                                     f"cannot register; take a stack whose jobs render built-in kinds only (local)")
             name = f"crd-{CRD_OF_KIND[key].split('_', 1)[1].removesuffix('.yaml')}"
             resources.setdefault(name, crd_resource(CRD_OF_KIND[key]))
             needed.append(name)

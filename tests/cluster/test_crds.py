@@ -50,6 +50,10 @@ def test_a_generated_crd_matches_the_published_one(generated: Any, name: str) ->
 
 
 def test_the_metaschema_is_a_json_schema_the_package_validates_against(generated: Any) -> None:
+    """The pinned Pulumi's metaschema accepts a package document and refuses one without its name."""
     metaschema = json.loads((generated / crds.METASCHEMA).read_text())
-    jsonschema.validators.validator_for(metaschema).check_schema(metaschema)
+    validator = jsonschema.validators.validator_for(metaschema)(metaschema)
     assert metaschema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    validator.validate({"name": "trainplane", "displayName": "trainplane"})
+    with pytest.raises(jsonschema.ValidationError, match="'name' is a required property"):
+        validator.validate({"displayName": "trainplane"})

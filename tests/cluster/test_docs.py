@@ -27,7 +27,7 @@ def block() -> str:
     return str(found[0])
 
 
-def test_the_docs_commands_start_a_cluster_deploy_the_existing_stacks_jobs_and_stop(tmp_path: Path) -> None:
+def test_the_docs_commands_start_a_cluster_deploy_the_local_stacks_jobs_and_stop(tmp_path: Path) -> None:
     build_all(report=lambda _line: None)
     state = tmp_path / "state"
     script = block().replace(".venv/bin/python", sys.executable)
@@ -35,11 +35,11 @@ def test_the_docs_commands_start_a_cluster_deploy_the_existing_stacks_jobs_and_s
                           env=project_env(TRAINPLANE_CLUSTER_STATE=str(state)), timeout=1800, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    jobs = yaml.safe_load((ROOT / "stacks" / "Pulumi.existing.yaml").read_text())["config"]["trainplane:jobs"]
+    jobs = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())["config"]["trainplane:jobs"]
     created = re.search(r"(\d+) created", output)
     deleted = re.search(r"(\d+) deleted", output)
     assert created and deleted and created.group(1) == deleted.group(1), output
     for job in jobs:
-        assert f"{job['name']}-pytorchjob" in output, output
+        assert f"{job['name']}-token" in output, output
     assert not state.exists()
     assert wait_until(lambda: not processes_with(str(state)), 30)

@@ -12,6 +12,7 @@ import pytest
 
 from components.cluster import GpuNodeGroupArgs
 from components.cluster.eks import gpu_node_group_settings
+from components.job.render import JOB_IMMUTABLE
 from runtime.agent import contract
 from tests.components.componenttest import TOKEN, tolerates
 from tests.components.job.jobrender import (
@@ -282,7 +283,8 @@ def test_manifest_flags() -> None:
         "pytorchjob": (True, ("spec",), True),
         "network-policy": (False, (), False),
     }
-    assert {m.role: m.replace_on for m in render().manifests}["indexed-job"] == ("spec",)
+    assert {m.role: m.replace_on for m in render().manifests}["indexed-job"] == JOB_IMMUTABLE
+    assert "spec.ttlSecondsAfterFinished" not in JOB_IMMUTABLE and "spec.template" in JOB_IMMUTABLE
     assert {m.role: m.replace_on for m in render(mode="service").manifests}["statefulset"] == ()
 
 
