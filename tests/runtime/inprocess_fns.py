@@ -36,6 +36,10 @@ GATE_WAIT = 60.0
 """Longest a gated rank waits: far beyond any call's timeout in the tests that use a gate."""
 
 
+AT_GATE: set[str] = set()
+"""The gates of :func:`gated_two` a rank has reached (and waits at), so a test knows its ranks run."""
+
+
 def gate(name: str) -> threading.Event:
     """The gate ``name`` (made closed on first use)."""
     return GATES.setdefault(name, threading.Event())
@@ -61,5 +65,7 @@ def gated_two(first: int, first_gate: str, second: int, second_gate: str) -> int
     """Wait at ``first_gate`` on rank ``first`` and at ``second_gate`` on rank ``second``; return at once elsewhere."""
     rank = current_rank()
     if rank in (first, second):
-        gate(first_gate if rank == first else second_gate).wait(GATE_WAIT)
+        name = first_gate if rank == first else second_gate
+        AT_GATE.add(name)
+        gate(name).wait(GATE_WAIT)
     return rank

@@ -115,11 +115,13 @@ def test_the_deadline_on_the_fake_clock_names_exactly_the_ranks_still_out():
     late, stuck = inprocess_fns.gate("hop-late"), inprocess_fns.gate("hop-stuck")
     outcome: list[tuple[int, dict[str, Any]]] = []
     caller = threading.Thread(target=lambda: outcome.append(fleet.call("gated_two", 1, "hop-late", 0, "hop-stuck",
-                                                                       timeout=5.0)))
+                                                                       timeout=60.0)))
     try:
         caller.start()
-        assert wait_until(lambda: fleet.nodes[0].in_flight == fleet.nodes[1].in_flight == 1, timeout=10)
-        fleet.clock.now = 6.0
+        # both ranks run (a node's call is in flight before its rank starts: past the deadline then, node 1's
+        # hop would end at once, its rank unanswered)
+        assert wait_until(lambda: {"hop-late", "hop-stuck"} <= inprocess_fns.AT_GATE, timeout=10)
+        fleet.clock.now = 61.0
         late.set()
         caller.join(timeout=20)
     finally:
@@ -127,4 +129,4 @@ def test_the_deadline_on_the_fake_clock_names_exactly_the_ranks_still_out():
     [(status, body)] = outcome
     error = error_from_body(body)
     assert status == 504 and isinstance(error, CallTimeout)
-    assert error.pending_ranks == (0,) and error.timeout == 5.0
+    assert error.pending_ranks == (0,) and error.timeout == 60.0
