@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -83,11 +83,13 @@ class Engine:
         project: the directory holding ``Pulumi.yaml``.
         backend: a directory for the file backend's state.
         kubeconfig: the cluster's kubeconfig (``KUBECONFIG``).
+        extra_env: more variables for every command (the program reads them, say).
     """
 
     project: Path
     backend: Path
     kubeconfig: Path
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment every command runs in: this interpreter's directory first on ``PATH`` (the Python
@@ -109,8 +111,9 @@ class Engine:
         Raises:
             AssertionError: ``check`` and the command failed (the message has its output).
         """
-        done = subprocess.run([str(binary("pulumi")), *args, "--non-interactive"], cwd=self.project, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run([str(binary("pulumi")), *args, "--non-interactive"], cwd=self.project,
+                              env=self.env(self.extra_env), capture_output=True, text=True, timeout=timeout,
+                              check=False)
         if check and done.returncode != 0:
             raise AssertionError(f"pulumi {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
         return done
