@@ -81,12 +81,15 @@ def tree(tmp_path: Path) -> Iterator[Path]:
     for name in ("digits_service_fns.py", "ddp_digits.py"):
         shutil.copy(ROOT / "examples" / name, root / name)
     (root / "trainer.py").write_text(textwrap.dedent(TRAINER))
+    names = ("digits_service_fns", "ddp_digits", "trainer", "kubetorch_ddp", "kept_in_globals")
+    for name in names:  # an earlier test may have imported the examples' own copy (test_stack_workflow.py)
+        sys.modules.pop(name, None)
     sys.path.insert(0, str(root))
     try:
         yield root
     finally:
         sys.path.remove(str(root))
-        for name in ("digits_service_fns", "ddp_digits", "trainer", "kubetorch_ddp", "kept_in_globals"):
+        for name in names:
             sys.modules.pop(name, None)
 
 
