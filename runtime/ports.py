@@ -5,6 +5,7 @@ so that a job planned at the same moment by another process picks others. Standa
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -32,14 +33,74 @@ class LaunchPlan:
 
 
 
-def free_port(host: str, avoid: Sequence[int] = ()) -> int:
-    """A TCP port that is free on ``host`` now and not in ``avoid`` (chosen by the OS)."""
-    while True:
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+"""Linux's range of local ports for outgoing connections (``first last``, inclusive)."""
+EPHEMERAL_FALLBACK = (32768, 65535)
+"""The ephemeral range assumed where :data:`EPHEMERAL_RANGE_FILE` cannot be read: Linux's default
+start and the IANA range's end (macOS and Windows use 49152..65535)."""
+LISTEN_FLOOR = 10000
+"""Lowest port :func:`free_port` picks: below it sit the well-known and commonly configured services."""
+FREE_PORT_TRIES = 1000
+"""Random picks :func:`free_port` tries in the listening range before it asks the OS."""
+
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The inclusive range the OS draws outgoing connections' local ports from.
+
+    A port in it can be taken at any moment by any process's outgoing connection (a kept-alive HTTP
+    connection, a test cluster's watch), and TensorFlow's gRPC server, which binds ``0.0.0.0:port``,
+    then fails with "Could not start gRPC server"; ports a job listens on later are picked outside it.
+    """
+    try:
+        with open(path, encoding="ascii") as f:
+            first, last = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return EPHEMERAL_FALLBACK
+    return first, last
+
+
+def listening_range(size: int, ephemeral: tuple[int, int]) -> Optional[range]:
+    """First ports of ``size`` consecutive ports that lie outside ``ephemeral`` and above
+    :data:`LISTEN_FLOOR`: the larger gap below or above it, or ``None`` when neither holds a block."""
+    below = range(LISTEN_FLOOR, ephemeral[0] - size + 1)
+    above = range(ephemeral[1] + 1, 65536 - size + 1)
+    best = max(below, above, key=len)
+    return best if len(best) else None
+
+
+def free_port(host: str, avoid: Sequence[int] = (), size: int = 1) -> int:
+    """The first of ``size`` consecutive TCP ports that are free now on ``host`` and on every
+    address of this machine, none in ``avoid``, picked at random outside the OS's ephemeral range
+    (:func:`ephemeral_range`) so that no outgoing connection takes one before the job binds it.
+    Where that range leaves no room (an unusual ``ip_local_port_range``) the OS picks the port.
+
+    Args:
+        host: the IPv4 address the port will be bound on.
+        avoid: ports none of the block may be.
+        size: how many consecutive ports, from the one returned.
+
+    Raises:
+        RuntimeError: no free block was found.
+    """
+    candidates = listening_range(size, ephemeral_range())
+    for _ in range(FREE_PORT_TRIES if candidates else 0):
+        base = random.choice(candidates)  # noqa: S311 - spreading picks, not a secret
+        block = range(base, base + size)
+        if not any(p in block for p in avoid) and all(_bindable(host, p) for p in block):
+            return base
+    for _ in range(FREE_PORT_TRIES):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        if port not in avoid:
-            return port
+            base = sock.getsockname()[1]
+        block = range(base, base + size)
+        if base + size <= 65536 and not any(p in block for p in avoid) and all(_bindable(host, p) for p in block):
+            return base
+    raise RuntimeError(f"no {size} free consecutive ports on {host} after {2 * FREE_PORT_TRIES} picks")
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether ``port`` is free on ``host`` and on the wildcard address (TensorFlow binds ``0.0.0.0``)."""
+    return port_is_free(host, port) and port_is_free("0.0.0.0", port)  # noqa: S104 - a probe, closed at once
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -85,10 +146,7 @@ def plan(workers: int, master_port: int, num_proc: int = 1, lock_dir: str = LOCK
     block = reserved_ports(workers * num_proc)
     for _ in range(PLAN_ATTEMPTS):
         addresses, ports = _agent_ports(workers)
-        base = master_port
-        while not base:  # a free base port whose block holds no agent port and fits below 65536
-            pick = free_port(addresses[0])
-            base = pick if pick + block <= 65536 and not any(pick <= p < pick + block for p in ports) else 0
+        base = master_port or free_port(addresses[0], ports, size=block)
         if master_port and not port_is_free(addresses[0], master_port):
             raise RuntimeError(f"--master-port: port {master_port} is in use on {addresses[0]}; pass another or 0")
         held = reserve((*ports, *range(base, base + block)), lock_dir)
@@ -107,7 +165,7 @@ def _agent_ports(workers: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
         addresses = tuple(f"127.0.0.{2 + i}" for i in range(workers))
         port = free_port("127.0.0.1")
         while not all(port_is_free(a, port) for a in addresses):
-            port = free_port("127.0.0.1")
+            port = free_port("127.0.0.1", [port])
         return addresses, (port,) * workers
     chosen: list[int] = []
     for _ in range(workers):

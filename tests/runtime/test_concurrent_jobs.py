@@ -83,7 +83,7 @@ def test_a_reservation_holds_against_another_process_until_it_exits(tmp_path: Pa
 def test_the_plan_skips_ports_another_job_reserved(tmp_path: Path, holder, monkeypatch: pytest.MonkeyPatch):
     picks = iter([39990, 40000, 39991, 41000])  # agent port, base port; then again
     monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)
-    monkeypatch.setattr(ports, "free_port", lambda _host, _avoid=(): next(picks))
+    monkeypatch.setattr(ports, "free_port", lambda _host, _avoid=(), size=1: next(picks))
     assert holder(40050) == "held"  # inside the first pick's block, 40000..40065
     lp = ports.plan(workers=1, master_port=0, lock_dir=str(tmp_path))
     assert (lp.ports, lp.master_port) == ((39991,), 41000)

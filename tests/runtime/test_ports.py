@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Iterator
 
@@ -12,15 +13,60 @@ from runtime import ports
 pytestmark = pytest.mark.unit
 
 
+class Picks:
+    """Stands in for ``random`` in runtime.ports: hands out the given ports in order."""
+
+    def __init__(self, *picks: int) -> None:
+        self.picks: Iterator[int] = iter(picks)
+
+    def choice(self, _candidates: range) -> int:
+        return next(self.picks)
+
+
 def test_a_picked_base_port_keeps_agent_ports_out_of_the_jobs_reserved_range(monkeypatch: pytest.MonkeyPatch,
                                                                              tmp_path: Path):
-    picks: Iterator[int] = iter([40010, 40100, 40000, 41000])  # agent ports, then base port candidates
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: (50000, 60999))
+    monkeypatch.setattr(ports, "random", Picks(40010, 40100, 40000, 41000))  # agent ports, then base candidates
     monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)
-    monkeypatch.setattr(ports, "free_port", lambda _host, _avoid=(): next(picks))
     lp = ports.plan(workers=2, master_port=0, num_proc=2, lock_dir=str(tmp_path))  # no other job's locks
     assert lp.addresses == ("127.0.0.1", "127.0.0.1")
     assert lp.ports == (40010, 40100)
     assert lp.master_port == 41000  # 40000 would reserve 40000..40067 (TF_PORT_OFFSET 64 + 4 processes)
+
+
+def test_picked_ports_lie_outside_the_ephemeral_range_that_outgoing_connections_take(
+        monkeypatch: pytest.MonkeyPatch):
+    """TensorFlow's gRPC server binds 0.0.0.0:port; a port in the ephemeral range could be any kept-alive
+    connection's local port by then ("Could not start gRPC server", seen in CI)."""
+    first, last = ports.ephemeral_range()
+    size = 70
+    for _ in range(50):
+        base = ports.free_port("127.0.0.1", size=size)
+        assert base >= ports.LISTEN_FLOOR
+        assert base + size - 1 < first or base > last, (base, first, last)
+
+
+def test_a_block_with_a_port_in_use_on_any_address_or_avoided_is_skipped(monkeypatch: pytest.MonkeyPatch):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.2", 0))  # another address of this machine: a wildcard bind would still fail
+        busy.listen()
+        taken = busy.getsockname()[1]
+        monkeypatch.setattr(ports, "listening_range", lambda _size, _ephemeral: range(1024, 65000))
+        monkeypatch.setattr(ports, "random", Picks(taken - 2, taken + 100, taken + 200))
+        assert ports.free_port("127.0.0.1", avoid=[taken + 103], size=5) == taken + 200
+
+
+def test_the_listening_range_is_the_larger_gap_beside_the_ephemeral_range_or_none():
+    assert ports.listening_range(10, (32768, 60999)) == range(ports.LISTEN_FLOOR, 32768 - 10 + 1)
+    assert ports.listening_range(10, (12000, 60999)) == range(61000, 65536 - 10 + 1)
+    assert ports.listening_range(10, (1024, 65535)) is None
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_or_assumed(tmp_path: Path):
+    path = tmp_path / "ip_local_port_range"
+    path.write_text("20000\t40000\n")
+    assert ports.ephemeral_range(str(path)) == (20000, 40000)
+    assert ports.ephemeral_range(str(tmp_path / "absent")) == ports.EPHEMERAL_FALLBACK
 
 
 def test_an_explicit_base_port_that_is_taken_is_refused_naming_the_flag(monkeypatch: pytest.MonkeyPatch,
