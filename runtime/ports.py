@@ -84,7 +84,7 @@ def free_port(host: str, avoid: Sequence[int] = (), size: int = 1) -> int:
     """
     candidates = listening_range(size, ephemeral_range())
     for _ in range(FREE_PORT_TRIES if candidates else 0):
-        base = random.choice(candidates)  # noqa: S311 - spreading picks, not a secret
+        base = random.choice(candidates)
         block = range(base, base + size)
         if not any(p in block for p in avoid) and all(_bindable(host, p) for p in block):
             return base
@@ -100,7 +100,7 @@ def free_port(host: str, avoid: Sequence[int] = (), size: int = 1) -> int:
 
 def _bindable(host: str, port: int) -> bool:
     """Whether ``port`` is free on ``host`` and on the wildcard address (TensorFlow binds ``0.0.0.0``)."""
-    return port_is_free(host, port) and port_is_free("0.0.0.0", port)  # noqa: S104 - a probe, closed at once
+    return port_is_free(host, port) and port_is_free("0.0.0.0", port)
 
 
 def port_is_free(host: str, port: int) -> bool:
