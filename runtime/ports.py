@@ -82,7 +82,7 @@ def free_port(host: str, avoid: Sequence[int] = (), size: int = 1) -> int:
     Raises:
         RuntimeError: no free block was found.
     """
-    candidates = listening_range(size, ephemeral_range())
+    candidates = listening_range(size, ephemeral_range()) or range(0)
     for _ in range(FREE_PORT_TRIES if candidates else 0):
         base = random.choice(candidates)
         block = range(base, base + size)
