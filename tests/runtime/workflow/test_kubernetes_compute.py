@@ -9,7 +9,6 @@ import getpass
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,15 +27,6 @@ from tests.runtime.kubecluster import FakeCluster
 pytestmark = pytest.mark.process
 
 IMAGE = "registry.example/trainer:1"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    fake = FakeCluster(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def compute_on(cluster: FakeCluster, **overrides) -> KubernetesCompute:

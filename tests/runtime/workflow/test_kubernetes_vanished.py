@@ -8,7 +8,6 @@ diffs against its state (pulumi/pulumi ``pkg/engine``: refresh reads each resour
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,6 @@ from tests.runtime.kubecluster import FakeCluster
 pytestmark = pytest.mark.process
 
 IMAGE = "registry.example/trainer:1"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    fake = FakeCluster(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def compute_on(cluster: FakeCluster) -> KubernetesCompute:
