@@ -25,13 +25,13 @@ class Picks:
 
 def test_a_picked_base_port_keeps_agent_ports_out_of_the_jobs_reserved_range(monkeypatch: pytest.MonkeyPatch,
                                                                              tmp_path: Path):
-    monkeypatch.setattr(ports, "ephemeral_range", lambda: (50000, 60999))
-    monkeypatch.setattr(ports, "random", Picks(40010, 40100, 40000, 41000))  # agent ports, then base candidates
+    free = ports.free_port("127.0.0.1", size=200)  # a block nothing holds, so only the plan's rule decides
+    monkeypatch.setattr(ports, "random", Picks(free + 10, free + 100, free, free + 110))  # agents, then bases
     monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)
     lp = ports.plan(workers=2, master_port=0, num_proc=2, lock_dir=str(tmp_path))  # no other job's locks
     assert lp.addresses == ("127.0.0.1", "127.0.0.1")
-    assert lp.ports == (40010, 40100)
-    assert lp.master_port == 41000  # 40000 would reserve 40000..40067 (TF_PORT_OFFSET 64 + 4 processes)
+    assert lp.ports == (free + 10, free + 100)
+    assert lp.master_port == free + 110  # free would reserve free..free+67 (TF_PORT_OFFSET 64 + 4 processes)
 
 
 def test_picked_ports_lie_outside_the_ephemeral_range_that_outgoing_connections_take(
