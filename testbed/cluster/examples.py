@@ -18,6 +18,13 @@ two example directories. What differs from the repository, each because of this 
   ``req.Info`` instead (pkg/v3 v3.260.0, ``resource/plugin/langruntime_plugin.go``, ``RunPlugin``), so the
   host runs ``python ""`` in the program's directory. The launcher replaces only that hop: the engine, the
   YAML host, the schema the plugin serves and every resource it registers are the real ones.
+
+``pulumi package add ../../provider`` is not run: before it starts the plugin, the CLI has its runtime's
+language host install the package's dependencies (pkg/v3 v3.260.0, ``cmd/pulumi/packages/packages.go``,
+``packageinstallation.InstallPlugin``), and the built host, which reads the ``virtualenv`` option from its
+command line rather than from the request, makes ``provider/`` itself the virtual environment and pip-installs
+``requirements.txt`` into it from the package index (sdk/v3 v3.68.0, ``python/cmd/pulumi-language-python/
+main.go``, ``InstallDependencies``), which the tests do not reach.
 """
 
 from __future__ import annotations

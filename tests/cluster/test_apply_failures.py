@@ -92,7 +92,8 @@ def existing(api: client.ApiClient, job: RenderedJob) -> list[str]:
 
 def storage_quota(api: client.ApiClient, namespace: str) -> None:
     """A ResourceQuota ``storage`` of ``requests.storage: QUOTA`` in ``namespace``, once the quota controller
-    has counted its use (until then the admission plugin refuses every claim: "status unknown for quota")."""
+    has counted its use (until then the admission plugin refuses every claim: "status unknown for quota",
+    k8s.io/apiserver v0.34.4 ``pkg/admission/plugin/resourcequota/controller.go``)."""
     core = client.CoreV1Api(api)
     core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "storage"},
                                                       "spec": {"hard": {"requests.storage": QUOTA}}})

@@ -4,11 +4,13 @@ nothing, ``up`` creates the namespace, the service account and every object of b
 
 Both run with ``imageRepository`` set, a repository the team already has: then neither creates an ECR
 repository. The aws provider plugin cannot be built here: its module (github.com/pulumi/pulumi-aws/provider/v7,
-the venv's pulumi-aws 7.x; v6 too) is refused by the Go module proxy here, every version, and its go.mod
-replaces github.com/hashicorp/terraform-provider-aws with ``../upstream``, a directory outside the module
-(pulumi/pulumi-aws ``provider/go.mod``), so not even a served version would build from its module zip.
+the venv's pulumi-aws 7.x; provider/v6 too) is refused by the Go module proxy here, every version, and its
+go.mod replaces github.com/hashicorp/terraform-provider-aws with ``../upstream``, a directory outside the
+module (pulumi/pulumi-aws ``provider/go.mod`` of the v6 series, commit 002381a8), so not even a served version
+would build from its module zip.
 
-examples/platform runs as written, by the built Python language host. examples/yaml runs its Pulumi.yaml as
+examples/platform runs its program as written, by the built Python language host (the copy's runtime is
+plain ``python``: ``testbed/cluster/examples.py`` says why). examples/yaml runs its Pulumi.yaml as
 written (``packages: trainplane: ../../provider``) with the built YAML host, and the trainplane plugin served
 from that directory: as written, the built Python host cannot start it (``RunPlugin`` of sdk/v3 v3.68.0 runs
 ``python <req.Program>``, a field the v3.260.0 CLI no longer sets), which the first YAML test shows; the
