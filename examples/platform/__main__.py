@@ -6,9 +6,13 @@ batch DDP job on scikit-learn's digits, and a service-mode job of the same image
 environment names the batch job, an output of the first job). Nothing here is a plain string the team
 keeps in sync by hand: rename the namespace or the repository and every job follows.
 
-Run with the Pulumi CLI, AWS credentials and a cluster your kubeconfig reaches (the jobs' pods pull
-``<repository URL>:<imageTag>``; push the examples image there first):
-``cd examples/platform && pulumi stack init dev && pulumi up``.
+A team that already has a repository its cluster pulls from names it in ``imageRepository`` instead
+(``pulumi config set imageRepository registry.example.com/research/trainplane-examples``): then no ECR
+repository is created and the program needs no AWS account.
+
+Run with the Pulumi CLI, a cluster your kubeconfig reaches and (without ``imageRepository``) AWS
+credentials; the jobs' pods pull ``<repository>:<imageTag>``, so push the examples image
+(stacks/images/examples.Dockerfile) there first: ``cd examples/platform && pulumi stack init dev && pulumi up``.
 """
 
 import sys
@@ -24,13 +28,13 @@ from components import DistributedJob, DistributedJobArgs
 
 config = pulumi.Config()
 tag = config.get("imageTag") or "digits"
+repository = config.get("imageRepository") or aws.ecr.Repository("trainer-images", force_delete=True).repository_url
 
 team = k8s.core.v1.Namespace("research", metadata={"name": "research"})
-images = aws.ecr.Repository("trainer-images", force_delete=True)
 account = k8s.core.v1.ServiceAccount("trainer", metadata={"name": "trainer", "namespace": team.metadata.name})
 
 shared = {
-    "image": pulumi.Output.concat(images.repository_url, ":", tag),
+    "image": pulumi.Output.concat(repository, ":", tag),
     "namespace": team.metadata.name,
     "service_account": account.metadata.name,
     "labels": {"team": team.metadata.name},

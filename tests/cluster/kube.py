@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from testbed.cluster.waiting import wait_for
@@ -58,3 +61,36 @@ def wait_for_pods(api: client.ApiClient, namespace: str, selector: str, count: i
             return found
         return None
     return wait_for(enough, WAIT, f"{count} pods {selector!r} in {namespace}")
+
+
+def apply_crd(api: client.ApiClient, path: Path) -> str:
+    """Create the CRD in ``path`` (one YAML document) and wait until it is Established; returns its name."""
+    body = yaml.safe_load(path.read_text())
+    extensions = client.ApiextensionsV1Api(api)
+    extensions.create_custom_resource_definition(body)
+    name = str(body["metadata"]["name"])
+
+    def established() -> bool:
+        crd = extensions.read_custom_resource_definition(name)
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    wait_for(established, WAIT, f"the CRD {name} to be Established")
+    return name
+
+
+def delete_crd(api: client.ApiClient, name: str) -> None:
+    """Delete the CRD ``name`` and wait until it is gone (its custom resources deleted with it), so it can be
+    created again at once."""
+    extensions = client.ApiextensionsV1Api(api)
+    extensions.delete_custom_resource_definition(name)
+
+    def gone() -> bool:
+        try:
+            extensions.read_custom_resource_definition(name)
+        except ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(gone, WAIT, f"the CRD {name} to be deleted")

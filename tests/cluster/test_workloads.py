@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from components.job.bundle import build_bundle
@@ -21,7 +20,7 @@ from components.job.pod import pod_selector
 from components.job.render import RenderedJob, render_job
 from testbed.cluster import crds, nodes
 from testbed.cluster.waiting import wait_for
-from tests.cluster.kube import WAIT, create, missing_from, wait_for_pods
+from tests.cluster.kube import WAIT, apply_crd, create, delete_crd, missing_from, wait_for_pods
 from tests.components.componenttest import TOKEN, job_args
 
 pytestmark = pytest.mark.cluster
@@ -49,17 +48,9 @@ def selector(rendered: RenderedJob) -> str:
 @pytest.fixture(scope="module")
 def pytorchjob_crd(api: client.ApiClient) -> Iterator[None]:
     """The PyTorchJob CRD, applied and Established."""
-    body = yaml.safe_load(crds.crd_file("kubeflow.org_pytorchjobs.yaml").read_text())
-    extensions = client.ApiextensionsV1Api(api)
-    extensions.create_custom_resource_definition(body)
-
-    def established() -> bool:
-        crd = extensions.read_custom_resource_definition(body["metadata"]["name"])
-        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
-
-    wait_for(established, WAIT, "the PyTorchJob CRD to be Established")
+    name = apply_crd(api, crds.crd_file("kubeflow.org_pytorchjobs.yaml"))
     yield
-    extensions.delete_custom_resource_definition(body["metadata"]["name"])
+    delete_crd(api, name)
 
 
 @pytest.mark.parametrize("elastic", [False, True], ids=["fixed", "elastic"])

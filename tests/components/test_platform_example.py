@@ -2,7 +2,8 @@
 
 The program makes a namespace, an image repository and a service account, and two jobs from their
 outputs; every object of both jobs must be what the same jobs with plain values render, in that namespace,
-running that image, and wait for the resources it came from.
+running that image, and wait for the resources it came from. Given a repository the team has
+(``imageRepository``), it creates no ECR repository and the jobs run that repository's image.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ JOBS = {
 SOURCES = ("research", "trainer-images", "trainer")
 
 
-@pytest.fixture(scope="module")
-def result() -> Deployment:
+def run_program(config: dict[str, str]) -> Deployment:
     monitor = RecordingMonitor(Mocks(outputs={"trainer-images": {"repositoryUrl": REPOSITORY_URL}}))
 
     def program() -> dict[str, Any]:
@@ -46,7 +46,12 @@ def result() -> Deployment:
         runpy.run_path(str(PROGRAM), run_name="__main__")
         return dict(root.outputs)
 
-    return deploy(program, config={"trainplane:imageTag": "v7"}, monitor=monitor)
+    return deploy(program, config=config, monitor=monitor)
+
+
+@pytest.fixture(scope="module")
+def result() -> Deployment:
+    return run_program({"trainplane:imageTag": "v7"})
 
 
 @pytest.mark.parametrize("job", JOBS)
@@ -80,3 +85,16 @@ def test_the_program_exports_where_to_reach_the_service(result: Deployment) -> N
     assert (result.outputs["namespace"], result.outputs["image"], result.outputs["training_job"]) == (
         "research", IMAGE, "digits-ddp")
     assert "service_token" in result.secret_outputs and result.outputs["service_token"] == PASSWORD
+
+
+def test_a_repository_the_team_has_replaces_the_ecr_repository() -> None:
+    repository = "registry.example.com/research/trainplane-examples"
+    result = run_program({"trainplane:imageTag": "v7", "trainplane:imageRepository": repository})
+    assert not [r.name for r in result.registrations.values() if r.type.startswith("aws:")]
+    for job in JOBS:
+        sources = {result.named(name).urn for name in SOURCES if name != "trainer-images"}
+        for child in result.children(result.named(job)).values():
+            assert sources <= set(child.dependencies), child.name
+    container = result.named("digits-service-statefulset").inputs["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"{repository}:v7"
+    assert result.outputs["image"] == f"{repository}:v7"
