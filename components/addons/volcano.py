@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import docs, validate
-from components.addons.helm import helm_release
+from components.addons.helm import helm_release, local_chart
 from components.addons.inputs import VolcanoArgsDict
 from components.addons.objects import custom_resource
 from components.addons.versions import VOLCANO, VOLCANO_API
@@ -39,7 +39,8 @@ class VolcanoArgs:
     """Settings of Volcano (fields documented by ``VolcanoArgsDict``).
 
     Raises:
-        ArgumentError: A name is not a DNS label or the weight is below 1.
+        ArgumentError: A name is not a DNS label, the weight is below 1, or ``chart_path`` holds no copy of the
+            pinned chart.
     """
 
     queue: str = "trainplane"
@@ -48,11 +49,16 @@ class VolcanoArgs:
     """The queue's share of the cluster relative to other queues' weights."""
     namespace: str = "volcano-system"
     """Namespace of the release."""
+    chart_path: Optional[str] = None
+    """A local directory (or ``.tgz``) of the volcano 1.15.1 chart, installed instead of the chart from its repository
+    (for a cluster behind a firewall); another chart or version is refused."""
 
     def __post_init__(self) -> None:
         validate.dns_label("queue", self.queue)
         validate.integer("queue_weight", self.queue_weight, minimum=1)
         validate.dns_label("namespace", self.namespace)
+        if self.chart_path is not None:
+            local_chart("chart_path", self.chart_path, VOLCANO)
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -124,6 +130,7 @@ class Volcano(pulumi.ComponentResource):
             namespace=args.namespace,
             parent=self,
             values={},
+            chart_path=args.chart_path,
         )
         self.queue_resource = custom_resource(
             f"{name}-queue", volcano_queue(args), parent=self, depends_on=[self.release]
