@@ -4,8 +4,6 @@ operator's transforms."""
 
 from __future__ import annotations
 
-import tarfile
-
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
@@ -17,18 +15,14 @@ from components.addons import (
     KueueArgs,
     LocalQueueArgs,
     NvidiaDevicePlugin,
-    NvidiaDevicePluginArgs,
     ResourceFlavorArgs,
-    TrainerV2,
-    TrainerV2Args,
     TrainingOperator,
     TrainingOperatorArgs,
     Volcano,
     VolcanoArgs,
 )
-from components.addons.kueue import KNOWN_FRAMEWORKS
 from components.addons.training_operator import with_gang_scheduler
-from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, TRAINER, VOLCANO
+from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, VOLCANO
 from components.addons.volcano import volcano_queue
 from components.cluster import GpuNodeGroupArgs
 from components.cluster.eks import gpu_node_group_settings
@@ -248,46 +242,6 @@ def test_kueue_admission_is_all_or_nothing_with_wait_for_pods_ready():
     }
 
 
-@pytest.mark.parametrize(("given", "rendered"), [({}, "0s"), ({"pods_recovery_timeout": 900}, "900s")])
-def test_kueue_leaves_a_running_job_that_lost_a_pod_to_its_agents(given, rendered):
-    """kubernetes-sigs/kueue v0.19.2 ``apis/config/v1beta2/defaults.go``: an unset ``recoveryTimeout`` becomes
-    ``timeout``; ``pkg/controller/core/workload_controller.go`` (``admittedNotReadyWorkload``) evicts a running
-    workload whose ``PodsReady`` turned false (reason ``WaitForRecovery``: a pod failed, its replacement not ready)
-    once that much time passed, requeueing the whole job; ``pkg/controller/core/core.go`` keeps only a duration
-    above 0, so ``"0s"`` turns the check off. An elastic job goes on without the pod, so by default it is off."""
-    deployment = deploy_addon(lambda opts: Kueue("queues", KueueArgs(pods_ready_timeout=420, **given), opts=opts))
-
-    assert kueue_manager_config(deployment)["waitForPodsReady"]["recoveryTimeout"] == rendered
-
-
-def test_kueue_knows_the_integrations_of_the_pinned_release():
-    """kubernetes-sigs/kueue v0.19.2 registers one integration per package linked by ``pkg/controller/jobs/jobs.go``
-    and ``pkg/controller/jobs/kubeflow/jobs/jobs.go``, each under its ``FrameworkName``; the chart's list (some
-    commented out in ``charts/kueue/values.yaml``) is among them."""
-    assert KNOWN_FRAMEWORKS == (
-        "batch/job", "deployment", "jobset.x-k8s.io/jobset", "kubeflow.org/jaxjob", "kubeflow.org/mpijob",
-        "kubeflow.org/paddlejob", "kubeflow.org/pytorchjob", "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
-        "leaderworkerset.x-k8s.io/leaderworkerset", "pod", "ray.io/raycluster", "ray.io/rayjob", "ray.io/rayservice",
-        "sparkoperator.k8s.io/sparkapplication", "statefulset", "trainer.kubeflow.org/trainjob",
-        "workload.codeflare.dev/appwrapper",
-    )
-    assert list(KNOWN_FRAMEWORKS) == sorted(KNOWN_FRAMEWORKS), "sorted, as Kueue lists them in its error"
-    assert set(KUEUE_CHART_FRAMEWORKS) < set(KNOWN_FRAMEWORKS)
-
-
-def test_a_misspelt_kueue_framework_is_refused_at_preview_naming_the_known_ones():
-    """kubernetes-sigs/kueue v0.19.2 ``pkg/config/validation.go`` (``validateIntegrations``) refuses a framework it
-    does not know, and the manager does not start; its chart's webhooks (``failurePolicy: Fail``) would then refuse
-    every workload they cover. The add-on refuses it first, from a program in any language (a mapping)."""
-    with pytest.raises(ArgumentError) as info:
-        deploy_addon(lambda opts: Kueue("queues", {"frameworks": ["batch/job", "kubeflow.org/pytorchjobs"]}, opts=opts))
-
-    assert info.value.field == "frameworks[1]"
-    assert info.value.value == "kubeflow.org/pytorchjobs"
-    assert "Kueue 0.19.2" in info.value.fix
-    assert all(framework in info.value.fix for framework in KNOWN_FRAMEWORKS)
-
-
 def test_a_local_queue_is_replaced_when_its_cluster_queue_changes():
     """kubernetes-sigs/kueue v0.19.2 ``config/components/crd/bases/kueue.x-k8s.io_localqueues.yaml``:
     ``spec.clusterQueue`` carries ``x-kubernetes-validations: self == oldSelf`` ("field is immutable"),
@@ -426,88 +380,3 @@ def test_an_addons_mapping_is_checked_naming_the_field(component, inputs, field,
         component("addon", inputs)
     assert info.value.field.startswith(field)
     assert fix in info.value.fix
-
-
-# --- a local chart or overlay in place of the repository's (a cluster behind a firewall) -----------------------
-
-
-def write_chart(directory, name, version):
-    """A chart directory as ``helm pull --untar`` leaves it (``Chart.yaml`` is all the add-ons read)."""
-    directory.mkdir(parents=True)
-    (directory / "Chart.yaml").write_text(yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version}))
-    return directory
-
-
-def write_archive(directory, name, version):
-    """A chart archive as ``helm package`` writes it: ``<name>/Chart.yaml`` inside a ``.tgz``."""
-    chart = write_chart(directory / "src" / name, name, version)
-    archive = directory / f"{name}-{version}.tgz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(chart, arcname=name)
-    return archive
-
-
-HELM_ADDONS = {
-    "Kueue": (Kueue, KueueArgs, KUEUE),
-    "Volcano": (Volcano, VolcanoArgs, VOLCANO),
-    "NvidiaDevicePlugin": (NvidiaDevicePlugin, NvidiaDevicePluginArgs, NVIDIA_DEVICE_PLUGIN),
-    "TrainerV2": (TrainerV2, TrainerV2Args, TRAINER),
-}
-
-
-@pytest.mark.parametrize("form", ["directory", "archive"])
-@pytest.mark.parametrize("name", HELM_ADDONS)
-def test_a_helm_addon_installs_a_local_copy_of_its_pinned_chart(tmp_path, name, form):
-    """The release takes the path as its chart, with no version and no repository (Helm reads a chart directory
-    or archive as it is); the values are the ones the add-on renders for the repository's chart."""
-    component, args_type, chart = HELM_ADDONS[name]
-    write = write_chart if form == "directory" else write_archive
-    path = str(write(tmp_path / chart.name if form == "directory" else tmp_path, chart.name, chart.version))
-    remote = deploy_addon(lambda opts: component("addon", args_type(), opts=opts)).one(RELEASE)
-    local = deploy_addon(lambda opts: component("addon", args_type(chart_path=path), opts=opts)).one(RELEASE)
-
-    assert local.inputs["chart"] == path
-    assert "version" not in local.inputs and "repositoryOpts" not in local.inputs
-    assert local.inputs["values"] == remote.inputs["values"]
-    assert (remote.inputs["chart"], remote.inputs["version"]) == (chart.chart, chart.version)
-
-
-@pytest.mark.parametrize("name", HELM_ADDONS)
-def test_a_local_chart_of_another_release_or_none_is_refused_naming_the_pin(tmp_path, name):
-    _, args_type, chart = HELM_ADDONS[name]
-    other = write_chart(tmp_path / "other", chart.name, "0.0.1")
-    for path, says in ((other, "version 0.0.1"), (tmp_path / "missing", "Chart.yaml")):
-        with pytest.raises(ArgumentError) as info:
-            args_type(chart_path=str(path))
-        assert info.value.field == "chart_path"
-        assert says in info.value.fix and f"the {chart.name} chart, version {chart.version}" in info.value.fix
-
-
-def write_overlay(directory, tag):
-    """The standalone overlay's kustomization as kubeflow/trainer v1.9.4 has it, with the operator image at ``tag``."""
-    directory.mkdir(parents=True)
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": "kubeflow",
-        "resources": ["../../base", "namespace.yaml"],
-        "images": [{"name": "ghcr.io/kubeflow/training-v1/training-operator", "newTag": tag}],
-    }))
-    return str(directory)
-
-
-def test_the_training_operator_applies_a_local_copy_of_its_pinned_overlay(tmp_path):
-    """kubeflow/trainer v1.9.4 ``manifests/overlays/standalone/kustomization.yaml`` sets the operator image to
-    ``v1-93c5489``: a local copy of that overlay is applied in place of the remote target."""
-    path = write_overlay(tmp_path / "manifests" / "overlays" / "standalone", "v1-93c5489")
-    deployment = deploy_addon(lambda opts: TrainingOperator("kfto", TrainingOperatorArgs(manifests_path=path),
-                                                            opts=opts))
-
-    assert deployment.one("kubernetes:kustomize/v2:Directory").inputs["directory"] == path
-
-
-@pytest.mark.parametrize(("tag", "says"), [("v1-855e096", "not v1-93c5489"), (None, "kustomization.yaml")])
-def test_a_local_overlay_of_another_release_or_none_is_refused(tmp_path, tag, says):
-    path = write_overlay(tmp_path / "overlay", tag) if tag else str(tmp_path / "missing")
-    with pytest.raises(ArgumentError) as info:
-        TrainingOperatorArgs(manifests_path=path)
-    assert info.value.field == "manifests_path"
-    assert says in info.value.fix and "v1.9.4" in info.value.fix
