@@ -86,7 +86,19 @@ def volcano_queue(args: VolcanoArgs) -> dict[str, Any]:
 
 def builtin_queue_ready() -> dict[str, Any]:
     """A patch of Volcano's own ``default`` Queue that only adds the annotation making Pulumi wait until
-    it is ``Open``: jobs may submit there too, and the scheduler creates it asynchronously."""
+    it is ``Open``: jobs may submit there too, and the scheduler creates it asynchronously.
+
+    Nothing orders the patch after the scheduler's creation, and nothing need: no resource of the program
+    stands for it, and the two do not race. The scheduler makes ``default`` at start-up, before it serves
+    its health port (volcano-sh/volcano v1.15.1 ``pkg/scheduler/cache/cache.go``, ``newDefaultAndRootQueue``:
+    Get, else Create with ``reclaimable: true, weight: 1``, ``AlreadyExists`` counting as done), but the chart
+    gives it no readiness probe (``installer/helm/chart/volcano/templates/scheduler.yaml``), so the release
+    may be ready first. pulumi-kubernetes applies a Patch resource with server-side apply, which creates a
+    missing object (provider/v4 at the pinned commit, ``provider/pkg/await/await.go``, ``Creation``: "we
+    currently always upsert"); Volcano's queue webhook gives it the scheduler's values
+    (``pkg/webhooks/admission/queues/mutate/mutate_queue.go``: ``reclaimable`` true, ``weight`` 1), and the
+    scheduler then finds it. Either way one ``default`` Queue has the scheduler's spec and the annotation,
+    and Pulumi waits until it is ``Open`` (``tests/cluster/test_volcano_addon.py`` runs both orders)."""
     return {
         "apiVersion": VOLCANO_API,
         "kind": "Queue",
@@ -97,9 +109,13 @@ def builtin_queue_ready() -> dict[str, Any]:
 class Volcano(pulumi.ComponentResource):
     """Volcano's scheduler, controllers and admission webhook, plus a Queue for trainplane jobs.
 
-    The release waits for the webhook to be ready, so the Queue is admitted; the component is done
+    The Queues come after the release, which waits for Volcano's Deployments; the component is done
     once both the Queue and Volcano's ``default`` queue are ``Open``, so a PodGroup that depends on it is
-    admitted too. Jobs using Volcano should depend on the component (``crd_dependencies``, or
+    admitted too. (The chart's admission Deployment has no readiness probe while its webhooks have
+    ``failurePolicy: Fail``, volcano-sh/volcano v1.15.1 ``installer/helm/chart/volcano/templates/``
+    ``admission.yaml`` and ``webhooks.yaml``, and pulumi-kubernetes retries a create only on NotFound: on a
+    first install a Queue sent before the webhook serves may be refused, and the next ``pulumi up`` makes it.)
+    Jobs using Volcano should depend on the component (``crd_dependencies``, or
     ``dependsOn`` from another language).
 
     Python attributes beside the outputs: ``release`` (the Helm release, which installs the
