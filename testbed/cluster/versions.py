@@ -60,5 +60,9 @@ PULUMI_KUBERNETES_MODULE = "v4.0.0-20260115033456-f47bc2d6f199"
 PULUMI_KUBERNETES_PLUGIN = "4.34.2"
 """The version the kubernetes plugin is installed as: the pinned ``pulumi-kubernetes`` SDK's."""
 
+KUEUE = "v0.19.2"
+"""sigs.k8s.io/kueue: the Kueue manager (``cmd/kueue``), its CRDs and webhooks; the release the Kueue add-on
+installs (``components/addons/versions.py``, chart 0.19.2), served by the Go module proxy here."""
+
 GO = "go1.26.8"
 """The Go toolchain the cache key names (the machine's ``go``)."""
