@@ -29,6 +29,8 @@ Why these releases:
   installed as the version of the ``pulumi-random`` SDK in the venv (the version that SDK asks the engine for).
 - pulumi-yaml v1.25.0: the newest served; the YAML language host for examples/yaml.
 - kwok v0.7.0, controller-tools v0.23.0: the newest served releases.
+- Kueue v0.19.2: the release the Kueue add-on installs (its chart 0.19.2), served by the Go module proxy here,
+  so the manager the live tests run is the add-on's own (``kueue.py``; not part of ``build``).
 """
 
 from __future__ import annotations
