@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import pulumi
 
 from components import docs, validate
-from components.addons.helm import helm_release
+from components.addons.helm import helm_release, local_chart
 from components.addons.inputs import NvidiaDevicePluginArgsDict
 from components.addons.versions import NVIDIA_DEVICE_PLUGIN
 from components.arguments import args_from
@@ -25,11 +25,14 @@ class NvidiaDevicePluginArgs:
     """Settings of the NVIDIA device plugin (fields documented by ``NvidiaDevicePluginArgsDict``).
 
     Raises:
-        ArgumentError: ``namespace`` is not a DNS label.
+        ArgumentError: ``namespace`` is not a DNS label or ``chart_path`` holds no copy of the pinned chart.
     """
 
     namespace: str = "nvidia-device-plugin"
     """Namespace of the release."""
+    chart_path: Optional[str] = None
+    """A local directory (or ``.tgz``) of the nvidia-device-plugin 0.19.0 chart, installed instead of the chart from
+    its repository (for a cluster behind a firewall); another chart or version is refused."""
     mofed_enabled: Optional[bool] = None
     """The plugin's ``--mofed-enabled`` (chart value ``mofedEnabled``); unset keeps its default, on since v0.19.0,
     which mounts every ``/dev/infiniband/uverbs*`` into GPU containers. ``false`` on EFA nodes, where the EFA device
@@ -38,6 +41,8 @@ class NvidiaDevicePluginArgs:
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
+        if self.chart_path is not None:
+            local_chart("chart_path", self.chart_path, NVIDIA_DEVICE_PLUGIN)
         if self.mofed_enabled is not None and not isinstance(self.mofed_enabled, bool):
             raise ArgumentError("mofed_enabled", self.mofed_enabled, "use true, false or leave it unset")
 
@@ -101,6 +106,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             parent=self,
             values=device_plugin_values(args.mofed_enabled),
             skip_await=True,
+            chart_path=args.chart_path,
         )
         self.namespace = pulumi.Output.from_input(args.namespace)
         self.register_outputs({"namespace": self.namespace, "status": self.release.status})

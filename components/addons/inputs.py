@@ -15,6 +15,9 @@ class NvidiaDevicePluginArgsDict(TypedDict):
 
     namespace: NotRequired[str]
     """Namespace of the release. Default: ``"nvidia-device-plugin"``."""
+    chart_path: NotRequired[Optional[str]]
+    """A local directory (or ``.tgz``) of the nvidia-device-plugin 0.19.0 chart, installed instead of the chart from
+    its repository (for a cluster behind a firewall); another chart or version is refused."""
     mofed_enabled: NotRequired[Optional[bool]]
     """The plugin's ``--mofed-enabled`` (chart value ``mofedEnabled``); unset keeps its default, on since v0.19.0,
     which mounts every ``/dev/infiniband/uverbs*`` into GPU containers. ``false`` on EFA nodes, where the EFA
@@ -31,6 +34,9 @@ class VolcanoArgsDict(TypedDict):
     """The queue's share of the cluster relative to other queues' weights. Default: ``1``."""
     namespace: NotRequired[str]
     """Namespace of the release. Default: ``"volcano-system"``."""
+    chart_path: NotRequired[Optional[str]]
+    """A local directory (or ``.tgz``) of the volcano 1.15.1 chart, installed instead of the chart from its
+    repository (for a cluster behind a firewall); another chart or version is refused."""
 
 
 class TrainingOperatorArgsDict(TypedDict):
@@ -39,6 +45,10 @@ class TrainingOperatorArgsDict(TypedDict):
     gang_scheduler_name: NotRequired[Optional[str]]
     """Value of ``--gang-scheduler-name``: ``volcano`` when Volcano is installed, a scheduler-plugins scheduler name,
     or unset for no gang scheduling. The operator exits at start-up if the matching PodGroup CRD is missing."""
+    manifests_path: NotRequired[Optional[str]]
+    """A local copy of the v1.9.4 standalone overlay (``manifests/overlays/standalone`` of a kubeflow/trainer
+    checkout at that tag, its ``../../base`` beside it), applied instead of the one fetched from GitHub (for a
+    cluster behind a firewall); an overlay of another release is refused."""
 
 
 class TrainerV2ArgsDict(TypedDict):
@@ -48,7 +58,8 @@ class TrainerV2ArgsDict(TypedDict):
     """Namespace of the release (the chart's documented one). Default: ``"kubeflow-system"``."""
     chart_path: NotRequired[Optional[str]]
     """A local directory (or ``.tgz``) of the kubeflow-trainer 2.3.0 chart, with its ``jobset`` dependency in its
-    ``charts/``, installed instead of the chart from its OCI registry (for a cluster behind a firewall)."""
+    ``charts/``, installed instead of the chart from its OCI registry (for a cluster behind a firewall); another
+    chart or version is refused."""
     install_jobset: NotRequired[bool]
     """Install JobSet v0.12.0 with the chart (its ``jobset.install``); unset it where JobSet runs already. Default:
     ``true``."""
@@ -100,6 +111,9 @@ class KueueArgsDict(TypedDict):
     """LocalQueues; each must feed one of the ClusterQueues above. Default: ``[]``."""
     namespace: NotRequired[str]
     """Namespace of the release. Default: ``"kueue-system"``."""
+    chart_path: NotRequired[Optional[str]]
+    """A local directory (or ``.tgz``) of the kueue 0.19.2 chart, installed instead of the chart from its OCI
+    registry (for a cluster behind a firewall); another chart or version is refused."""
     frameworks: NotRequired[Sequence[str]]
     """The integrations Kueue manages (its ``integrations.frameworks``); unset, the chart's (``batch/job``,
     ``kubeflow.org/mpijob``, ``ray.io/rayjob``, ...). Add ``kubeflow.org/pytorchjob`` to queue PyTorchJobs (the
@@ -113,3 +127,9 @@ class KueueArgsDict(TypedDict):
     requeue_limit: NotRequired[Optional[int]]
     """Evictions for pods that were not ready in time before Kueue deactivates the workload, saying so in its
     conditions (``requeuingStrategy.backoffLimitCount``); ``None`` (from Python) requeues forever. Default: ``3``."""
+    pods_recovery_timeout: NotRequired[int]
+    """Seconds a running workload that lost a pod has for its replacement to become ready before Kueue evicts and
+    requeues the whole workload (``waitForPodsReady.recoveryTimeout``); 0 never does. Kueue's own default, the
+    ``pods_ready_timeout``, would stop an elastic job that carries on without the pod and start it again from the
+    queue; the agents decide a lost pod's fate themselves (an elastic job goes on, a fixed-size one restarts or
+    fails by its quorum timeout). Default: ``0``."""

@@ -17,7 +17,7 @@ import pulumi
 import yaml
 
 from components import docs, validate
-from components.addons.helm import helm_release
+from components.addons.helm import helm_release, local_chart
 from components.addons.inputs import KueueArgsDict
 from components.addons.objects import custom_resource
 from components.addons.versions import KUEUE, KUEUE_API
@@ -51,6 +51,19 @@ CHART_MANAGER_CONFIG: dict[str, Any] = {
 }
 """The pinned chart's default manager config (v0.19.2 ``charts/kueue/values.yaml``). The chart takes the
 config as one YAML string and uses it whole, so the add-on renders all of it with its own changes."""
+KNOWN_FRAMEWORKS = (
+    "batch/job", "deployment", "jobset.x-k8s.io/jobset", "kubeflow.org/jaxjob", "kubeflow.org/mpijob",
+    "kubeflow.org/paddlejob", PYTORCHJOB_FRAMEWORK, "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
+    "leaderworkerset.x-k8s.io/leaderworkerset", "pod", "ray.io/raycluster", "ray.io/rayjob", "ray.io/rayservice",
+    "sparkoperator.k8s.io/sparkapplication", "statefulset", "trainer.kubeflow.org/trainjob",
+    "workload.codeflare.dev/appwrapper",
+)
+"""Every integration the pinned Kueue knows, sorted as it lists them: kubernetes-sigs/kueue v0.19.2 registers one
+per package that ``pkg/controller/jobs/jobs.go`` (and ``pkg/controller/jobs/kubeflow/jobs/jobs.go``) links in, each
+under its ``FrameworkName`` (``jobframework.RegisterIntegration``). Its config validation
+(``pkg/config/validation.go``, ``validateIntegrations``) refuses any other name in ``integrations.frameworks``, and
+the manager then does not start, while the chart's webhooks (``failurePolicy: Fail``) stay and refuse the
+workloads they cover."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +157,9 @@ class KueueArgs:
     """Settings of Kueue (fields documented by ``KueueArgsDict``).
 
     Raises:
-        ArgumentError: Duplicate names or references to flavors or queues that are not defined, or a
-            bad framework list, timeout or limit.
+        ArgumentError: Duplicate names or references to flavors or queues that are not defined, a framework
+            the pinned Kueue does not know (the message lists those it knows), a bad timeout or limit, or a
+            ``chart_path`` that holds no copy of the pinned chart.
     """
 
     flavors: Sequence[ResourceFlavorArgs] = ()
@@ -156,6 +170,9 @@ class KueueArgs:
     """LocalQueues; each must feed one of the ClusterQueues above."""
     namespace: str = "kueue-system"
     """Namespace of the release."""
+    chart_path: Optional[str] = None
+    """A local directory (or ``.tgz``) of the kueue 0.19.2 chart, installed instead of the chart from its OCI registry
+    (for a cluster behind a firewall); another chart or version is refused."""
     frameworks: Sequence[str] = CHART_FRAMEWORKS
     """The integrations Kueue manages (its ``integrations.frameworks``); unset, the chart's (``batch/job``,
     ``kubeflow.org/mpijob``, ``ray.io/rayjob``, ...). Add ``kubeflow.org/pytorchjob`` to queue PyTorchJobs (the stack
@@ -169,12 +186,26 @@ class KueueArgs:
     requeue_limit: Optional[int] = 3
     """Evictions for pods that were not ready in time before Kueue deactivates the workload, saying so in its conditions
     (``requeuingStrategy.backoffLimitCount``); ``None`` (from Python) requeues forever."""
+    pods_recovery_timeout: int = 0
+    """Seconds a running workload that lost a pod has for its replacement to become ready before Kueue evicts and
+    requeues the whole workload (``waitForPodsReady.recoveryTimeout``); 0 never does. Kueue's own default, the
+    ``pods_ready_timeout``, would stop an elastic job that carries on without the pod and start it again from the
+    queue; the agents decide a lost pod's fate themselves (an elastic job goes on, a fixed-size one restarts or fails
+    by its quorum timeout)."""
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
+        if self.chart_path is not None:
+            local_chart("chart_path", self.chart_path, KUEUE)
         object.__setattr__(self, "frameworks", validate.strings("frameworks", self.frameworks, non_empty=True))
+        for i, framework in enumerate(self.frameworks):
+            if framework not in KNOWN_FRAMEWORKS:
+                raise ArgumentError(f"frameworks[{i}]", framework,
+                                    f"use one of the integrations Kueue {KUEUE.version} knows: "
+                                    f"{', '.join(KNOWN_FRAMEWORKS)}")
         _unique("frameworks", list(self.frameworks))
         validate.integer("pods_ready_timeout", self.pods_ready_timeout, minimum=1)
+        validate.integer("pods_recovery_timeout", self.pods_recovery_timeout, minimum=0)
         if not isinstance(self.block_admission, bool):
             raise ArgumentError("block_admission", self.block_admission, "use true or false")
         if self.requeue_limit is not None:
@@ -230,6 +261,12 @@ def manager_config(args: KueueArgs) -> dict[str, Any]:
     ``apis/config/v1beta2/configuration_types.go``, ``WaitForPodsReady``). v0.19 turns it on by default
     with a 30-minute timeout and no blocking, behind a feature gate due for removal
     (``DisableWaitForPodsReady``, ``pkg/features/kube_features.go``); the add-on sets it explicitly.
+
+    ``recoveryTimeout`` is always rendered: unset, Kueue defaults it to ``timeout`` (``apis/config/v1beta2/
+    defaults.go``), and a running workload whose pod failed (``PodsReady`` false with reason
+    ``WaitForRecovery``) is evicted whole once it passes (``pkg/controller/core/workload_controller.go``,
+    ``admittedNotReadyWorkload``); ``"0s"`` turns the check off (``pkg/controller/core/core.go``,
+    ``waitForPodsReady``: only a duration above 0 is kept).
     """
     config = copy.deepcopy(CHART_MANAGER_CONFIG)
     config["integrations"] = {"frameworks": list(args.frameworks)}
@@ -238,6 +275,7 @@ def manager_config(args: KueueArgs) -> dict[str, Any]:
         strategy["backoffLimitCount"] = args.requeue_limit
     config["waitForPodsReady"] = {
         "timeout": f"{args.pods_ready_timeout}s",
+        "recoveryTimeout": f"{args.pods_recovery_timeout}s",
         "blockAdmission": args.block_admission,
         "requeuingStrategy": strategy,
     }
@@ -314,7 +352,7 @@ class Kueue(pulumi.ComponentResource):
         super().__init__(token("Kueue"), name, None, aliased(opts, "trainplane:addons:Kueue"))
         self.release = helm_release(
             f"{name}-release", KUEUE, release_name="kueue", namespace=args.namespace, parent=self,
-            values=chart_values(args),
+            values=chart_values(args), chart_path=args.chart_path,
         )
         flavors = [
             custom_resource(

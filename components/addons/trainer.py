@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional, Union
 import pulumi
 
 from components import docs, validate
-from components.addons.helm import helm_release
+from components.addons.helm import helm_release, local_chart
 from components.addons.inputs import TrainerV2ArgsDict
 from components.addons.objects import custom_resource
 from components.addons.trainer_runtime import RUNTIME_GANG_SCHEDULERS, RUNTIME_NAMES, cluster_training_runtime
@@ -31,15 +31,16 @@ class TrainerV2Args:
     """Settings of Kubeflow Trainer v2 (fields documented by ``TrainerV2ArgsDict``).
 
     Raises:
-        ArgumentError: ``namespace`` is not a DNS label, ``chart_path`` is blank, or ``gang_schedulers``
-            names one twice or one without a runtime.
+        ArgumentError: ``namespace`` is not a DNS label, ``chart_path`` holds no copy of the pinned chart, or
+            ``gang_schedulers`` names one twice or one without a runtime.
     """
 
     namespace: str = "kubeflow-system"
     """Namespace of the release (the chart's documented one)."""
     chart_path: Optional[str] = None
     """A local directory (or ``.tgz``) of the kubeflow-trainer 2.3.0 chart, with its ``jobset`` dependency in its
-    ``charts/``, installed instead of the chart from its OCI registry (for a cluster behind a firewall)."""
+    ``charts/``, installed instead of the chart from its OCI registry (for a cluster behind a firewall); another chart
+    or version is refused."""
     install_jobset: bool = True
     """Install JobSet v0.12.0 with the chart (its ``jobset.install``); unset it where JobSet runs already."""
     gang_schedulers: Sequence[str] = (NO_GANG,)
@@ -51,7 +52,7 @@ class TrainerV2Args:
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
         if self.chart_path is not None:
-            validate.text("chart_path", self.chart_path)
+            local_chart("chart_path", self.chart_path, TRAINER)
         gangs = validate.strings("gang_schedulers", self.gang_schedulers)
         for gang in gangs:
             validate.one_of("gang_schedulers", gang, RUNTIME_GANG_SCHEDULERS)

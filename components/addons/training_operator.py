@@ -7,16 +7,25 @@ component's annotations at run time (``components.package``).
 import copy
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from components import docs, validate
 from components.addons.inputs import TrainingOperatorArgsDict
-from components.addons.versions import SCHEDULER_PLUGINS_SCHEDULER, TRAINING_OPERATOR_MANIFESTS, VOLCANO_SCHEDULER
+from components.addons.versions import (
+    SCHEDULER_PLUGINS_SCHEDULER,
+    TRAINING_OPERATOR_IMAGE,
+    TRAINING_OPERATOR_MANIFESTS,
+    TRAINING_OPERATOR_VERSION,
+    VOLCANO_SCHEDULER,
+)
 from components.arguments import args_from
 from components.capabilities import NO_GANG, OPERATOR_GANG_SCHEDULERS, SCHEDULER_PLUGINS, VOLCANO
+from components.errors import ArgumentError
 from components.tokens import aliased, token
 
 WEBHOOK_CERT_SECRET = "training-operator-webhook-cert"  # noqa: S105 - a Secret's name, not a secret
@@ -45,16 +54,23 @@ class TrainingOperatorArgs:
     """Settings of the training operator (fields documented by ``TrainingOperatorArgsDict``).
 
     Raises:
-        ArgumentError: ``gang_scheduler_name`` is given but blank.
+        ArgumentError: ``gang_scheduler_name`` is given but blank, or ``manifests_path`` holds no copy of the pinned
+            overlay.
     """
 
     gang_scheduler_name: Optional[str] = None
     """Value of ``--gang-scheduler-name``: ``volcano`` when Volcano is installed, a scheduler-plugins scheduler name, or
     unset for no gang scheduling. The operator exits at start-up if the matching PodGroup CRD is missing."""
+    manifests_path: Optional[str] = None
+    """A local copy of the v1.9.4 standalone overlay (``manifests/overlays/standalone`` of a kubeflow/trainer checkout
+    at that tag, its ``../../base`` beside it), applied instead of the one fetched from GitHub (for a cluster behind a
+    firewall); an overlay of another release is refused."""
 
     def __post_init__(self) -> None:
         if self.gang_scheduler_name is not None:
             validate.text("gang_scheduler_name", self.gang_scheduler_name)
+        if self.manifests_path is not None:
+            local_overlay("manifests_path", self.manifests_path)
 
     @classmethod
     def for_gang_scheduler(cls, gang_scheduler: str) -> "TrainingOperatorArgs":
@@ -83,6 +99,35 @@ if TYPE_CHECKING:
     TrainingOperatorInput = Optional[Union[TrainingOperatorArgs, TrainingOperatorArgsDict]]
 else:
     TrainingOperatorInput = TrainingOperatorArgsDict  # the package schema is inferred from the TypedDict
+
+
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+"""The names kustomize reads a directory's kustomization from."""
+
+
+def local_overlay(field: str, path: object) -> str:
+    """Check that ``path`` is a kustomize directory setting the pinned operator image
+    (:data:`~components.addons.versions.TRAINING_OPERATOR_IMAGE`), as the v1.9.4 standalone overlay does.
+
+    Returns:
+        The path, unchanged.
+
+    Raises:
+        ArgumentError: ``path`` is blank, is no kustomize directory, or sets another operator image tag.
+    """
+    text = validate.text(field, path)
+    image, tag = TRAINING_OPERATOR_IMAGE
+    pinned = f"the standalone overlay of kubeflow/trainer {TRAINING_OPERATOR_VERSION}"
+    found = next((Path(text) / n for n in KUSTOMIZATION_FILES if (Path(text) / n).is_file()), None)
+    if found is None:
+        raise ArgumentError(field, path, f"point it at a directory holding a kustomization.yaml: {pinned}")
+    kustomization = yaml.safe_load(found.read_text())
+    images = kustomization.get("images", []) if isinstance(kustomization, dict) else []
+    tags = [i.get("newTag") for i in images if isinstance(i, dict) and i.get("name") == image]
+    if tags != [tag]:
+        raise ArgumentError(field, path, f"its kustomization sets {image} to {tags or 'no tag'}, not {tag}; use a copy "
+                                         f"of {pinned}")
+    return text
 
 
 def _name(props: Any) -> Optional[str]:
@@ -184,7 +229,7 @@ class TrainingOperator(pulumi.ComponentResource):
             transforms.append(gang_scheduler_transform(args.gang_scheduler_name))
         self.manifests = k8s.kustomize.v2.Directory(
             f"{name}-manifests",
-            directory=TRAINING_OPERATOR_MANIFESTS,
+            directory=args.manifests_path or TRAINING_OPERATOR_MANIFESTS,
             opts=pulumi.ResourceOptions(parent=self, transforms=transforms),
         )
         self.gang_scheduler = pulumi.Output.from_input(args.gang_scheduler)

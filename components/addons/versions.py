@@ -25,6 +25,11 @@ class HelmChart:
     version: str
     repository: Optional[str] = None
 
+    @property
+    def name(self) -> str:
+        """The chart's own name (its ``Chart.yaml`` ``name``): the last part of ``chart``."""
+        return self.chart.rsplit("/", 1)[-1]
+
 
 NVIDIA_DEVICE_PLUGIN = HelmChart(
     "nvidia-device-plugin", "0.19.0", "https://nvidia.github.io/k8s-device-plugin"
@@ -53,6 +58,9 @@ TRAINING_OPERATOR_MANIFESTS = (
     f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
 )
 """The standalone kustomize overlay of that tag (namespace ``kubeflow``), as a kustomize remote target."""
+TRAINING_OPERATOR_IMAGE = ("ghcr.io/kubeflow/training-v1/training-operator", "v1-93c5489")
+"""The operator image and tag that overlay sets (kubeflow/trainer v1.9.4
+``manifests/overlays/standalone/kustomization.yaml``, ``images``): how a local copy of the overlay shows its release."""
 
 CLUSTER_AUTOSCALER = HelmChart("cluster-autoscaler", "9.59.0", "https://kubernetes.github.io/autoscaler")
 """Kubernetes Cluster Autoscaler chart 9.59.0, app v1.35.0 (github.com/kubernetes/autoscaler tag

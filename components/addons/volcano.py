@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import docs, validate
-from components.addons.helm import helm_release
+from components.addons.helm import helm_release, local_chart
 from components.addons.inputs import VolcanoArgsDict
 from components.addons.objects import custom_resource
 from components.addons.versions import VOLCANO, VOLCANO_API
@@ -39,7 +39,8 @@ class VolcanoArgs:
     """Settings of Volcano (fields documented by ``VolcanoArgsDict``).
 
     Raises:
-        ArgumentError: A name is not a DNS label or the weight is below 1.
+        ArgumentError: A name is not a DNS label, the weight is below 1, or ``chart_path`` holds no copy of the
+            pinned chart.
     """
 
     queue: str = "trainplane"
@@ -48,11 +49,16 @@ class VolcanoArgs:
     """The queue's share of the cluster relative to other queues' weights."""
     namespace: str = "volcano-system"
     """Namespace of the release."""
+    chart_path: Optional[str] = None
+    """A local directory (or ``.tgz``) of the volcano 1.15.1 chart, installed instead of the chart from its repository
+    (for a cluster behind a firewall); another chart or version is refused."""
 
     def __post_init__(self) -> None:
         validate.dns_label("queue", self.queue)
         validate.integer("queue_weight", self.queue_weight, minimum=1)
         validate.dns_label("namespace", self.namespace)
+        if self.chart_path is not None:
+            local_chart("chart_path", self.chart_path, VOLCANO)
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -80,7 +86,19 @@ def volcano_queue(args: VolcanoArgs) -> dict[str, Any]:
 
 def builtin_queue_ready() -> dict[str, Any]:
     """A patch of Volcano's own ``default`` Queue that only adds the annotation making Pulumi wait until
-    it is ``Open``: jobs may submit there too, and the scheduler creates it asynchronously."""
+    it is ``Open``: jobs may submit there too, and the scheduler creates it asynchronously.
+
+    Nothing orders the patch after the scheduler's creation, and nothing need: no resource of the program
+    stands for it, and the two do not race. The scheduler makes ``default`` at start-up, before it serves
+    its health port (volcano-sh/volcano v1.15.1 ``pkg/scheduler/cache/cache.go``, ``newDefaultAndRootQueue``:
+    Get, else Create with ``reclaimable: true, weight: 1``, ``AlreadyExists`` counting as done), but the chart
+    gives it no readiness probe (``installer/helm/chart/volcano/templates/scheduler.yaml``), so the release
+    may be ready first. pulumi-kubernetes applies a Patch resource with server-side apply, which creates a
+    missing object (provider/v4 at the pinned commit, ``provider/pkg/await/await.go``, ``Creation``: "we
+    currently always upsert"); Volcano's queue webhook gives it the scheduler's values
+    (``pkg/webhooks/admission/queues/mutate/mutate_queue.go``: ``reclaimable`` true, ``weight`` 1), and the
+    scheduler then finds it. Either way one ``default`` Queue has the scheduler's spec and the annotation,
+    and Pulumi waits until it is ``Open`` (``tests/cluster/test_volcano_addon.py`` runs both orders)."""
     return {
         "apiVersion": VOLCANO_API,
         "kind": "Queue",
@@ -91,9 +109,13 @@ def builtin_queue_ready() -> dict[str, Any]:
 class Volcano(pulumi.ComponentResource):
     """Volcano's scheduler, controllers and admission webhook, plus a Queue for trainplane jobs.
 
-    The release waits for the webhook to be ready, so the Queue is admitted; the component is done
+    The Queues come after the release, which waits for Volcano's Deployments; the component is done
     once both the Queue and Volcano's ``default`` queue are ``Open``, so a PodGroup that depends on it is
-    admitted too. Jobs using Volcano should depend on the component (``crd_dependencies``, or
+    admitted too. (The chart's admission Deployment has no readiness probe while its webhooks have
+    ``failurePolicy: Fail``, volcano-sh/volcano v1.15.1 ``installer/helm/chart/volcano/templates/``
+    ``admission.yaml`` and ``webhooks.yaml``, and pulumi-kubernetes retries a create only on NotFound: on a
+    first install a Queue sent before the webhook serves may be refused, and the next ``pulumi up`` makes it.)
+    Jobs using Volcano should depend on the component (``crd_dependencies``, or
     ``dependsOn`` from another language).
 
     Python attributes beside the outputs: ``release`` (the Helm release, which installs the
@@ -124,6 +146,7 @@ class Volcano(pulumi.ComponentResource):
             namespace=args.namespace,
             parent=self,
             values={},
+            chart_path=args.chart_path,
         )
         self.queue_resource = custom_resource(
             f"{name}-queue", volcano_queue(args), parent=self, depends_on=[self.release]

@@ -80,12 +80,24 @@ def network_policy(names: JobNames, args: DistributedJobArgs, labels: Labels) ->
 def disruption_budget(
     names: JobNames, args: DistributedJobArgs, labels: Labels
 ) -> Optional[dict[str, Any]]:
-    """In service mode, a PodDisruptionBudget keeping ``quorum`` pods up through voluntary disruptions."""
+    """In service mode, a PodDisruptionBudget keeping the quorum up through voluntary disruptions (evictions,
+    ``kubectl drain``, node-group upgrades), yet never blocking them: one pod at a time is always evictable.
+
+    ``minAvailable`` is the quorum, but at most ``workers - 1``: a fixed-size job's quorum is every worker, and
+    ``minAvailable == replicas`` would refuse every eviction, so no node running one of its pods could be
+    drained while the job runs (an eviction is allowed only if ``minAvailable`` pods stay available without
+    the evicted one, k8s.io/api v0.34.4 ``policy/v1/types.go``, ``PodDisruptionBudgetSpec``). The
+    StatefulSet recreates an evicted pod and its agent rejoins the world. ``unhealthyPodEvictionPolicy:
+    AlwaysAllow``: a pod that is running but not Ready (its agent's health check failing) serves nothing,
+    and under the default ``IfHealthyBudget`` it could be evicted only while the budget holds, so one bad pod
+    would block a drain too (the same file, ``UnhealthyPodEvictionPolicyType``).
+    """
     if args.mode != "service":
         return None
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": names.job, "namespace": names.namespace, "labels": merged(labels)},
-        "spec": {"minAvailable": args.quorum, "selector": {"matchLabels": pod_selector(names)}},
+        "spec": {"minAvailable": min(args.quorum, args.workers - 1), "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                 "selector": {"matchLabels": pod_selector(names)}},
     }

@@ -83,7 +83,8 @@ def indexed_job(
     ``pkg/controller/job/pod_failure_policy.go``, ``matchPodFailurePolicy``); an ``onExitCodes`` rule
     matches a terminated container's non-zero code, and ``FailJob`` fails the Job. An elastic job's
     agents exit ``EXIT_JOB_FAILED`` once it failed for good, which :data:`FAILED_FOR_GOOD` fails it on,
-    after the ``DisruptionTarget`` rule (a pod evicted while exiting is still replaced uncounted).
+    after the ``DisruptionTarget`` rule (a pod evicted while exiting is still replaced uncounted). An
+    elastic job also has :func:`elastic_success_policy`.
     """
     role = PodRole(restart_policy="Never", subdomain=names.service)
     spec: dict[str, Any] = {
@@ -95,12 +96,31 @@ def indexed_job(
         "podFailurePolicy": {"rules": [DISRUPTION_IGNORED, *([FAILED_FOR_GOOD] if args.elastic else [])]},
         "template": pod_template(names, args, role, bundle, gang),
     }
+    if args.elastic:
+        spec["successPolicy"] = elastic_success_policy(args)
     if args.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = args.active_deadline_seconds
     if args.ttl_seconds_after_finished is not None:
         spec["ttlSecondsAfterFinished"] = args.ttl_seconds_after_finished
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": workload_metadata(names, args, labels, gang), "spec": spec}
+
+
+def elastic_success_policy(args: DistributedJobArgs) -> dict[str, Any]:
+    """An elastic Indexed Job's ``successPolicy``: complete once ``min_workers`` indexes have succeeded.
+
+    Without one, the Job completes only when every index has succeeded (k8s.io/api v0.34.4 ``batch/v1/types.go``:
+    the rules declare a Job succeeded "before ``.status.succeeded >= .spec.completions``"). An elastic job may
+    finish with fewer nodes than it started: an index whose pod was lost and whose replacement never ran (no
+    room, or it came after the world ended and found no job) never succeeds, and the Job would stay active, or
+    fail once that index's pods spent ``backoffLimit``. An agent exits 0 only with its job's verdict of success
+    (the coordinator's, once every rank of the world has exited 0), and a successful world had at least
+    ``min_workers`` nodes, so ``min_workers`` succeeded indexes mean the job succeeded: the rule
+    (``succeededCount``) adds ``SuccessCriteriaMet``, the Job controller removes the lingering pods and the
+    Job ends ``Complete``. ``successPolicy`` is immutable and allowed only on Indexed Jobs (same file); a
+    fixed-size job needs every index, the default.
+    """
+    return {"rules": [{"succeededCount": args.spec.min_nodes}]}
 
 
 def stateful_set(

@@ -54,7 +54,7 @@ class CrdSource:
 SOURCES = (
     CrdSource("github.com/kubeflow/training-operator", "v1.9.4", ("pkg/apis/kubeflow.org/v1/...",),
               "crd:generateEmbeddedObjectMeta=true,maxDescLen=400", ("kubeflow.org_pytorchjobs.yaml",)),
-    CrdSource("sigs.k8s.io/kueue", "v0.19.2", ("apis/kueue/...",), "crd:generateEmbeddedObjectMeta=true",
+    CrdSource("sigs.k8s.io/kueue", versions.KUEUE, ("apis/kueue/...",), "crd:generateEmbeddedObjectMeta=true",
               ("kueue.x-k8s.io_resourceflavors.yaml", "kueue.x-k8s.io_clusterqueues.yaml",
                "kueue.x-k8s.io_localqueues.yaml")),
     CrdSource("sigs.k8s.io/scheduler-plugins", "v0.34.7", ("apis/scheduling/...",),

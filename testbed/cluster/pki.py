@@ -151,3 +151,29 @@ contexts:
     user: {client}
 current-context: trainplane-test
 """
+
+
+def issue_loopback_serving(pki: Pki, directory: Path, common: str) -> Path:
+    """A serving certificate for ``127.0.0.1`` and ``localhost`` signed by the cluster's CA, written as
+    ``tls.crt`` and ``tls.key`` into ``directory`` (the names controller-runtime's webhook server reads), so
+    the API server verifies a webhook on this machine the way it verifies its own clients' servers.
+
+    Returns:
+        ``directory``.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key} holds no EC key")
+    key = _key()
+    cert = (_builder(_name(common), ca_cert.subject, key.public_key())
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key, directory / "tls.key")
+    return directory

@@ -29,6 +29,8 @@ Why these releases:
   installed as the version of the ``pulumi-random`` SDK in the venv (the version that SDK asks the engine for).
 - pulumi-yaml v1.25.0: the newest served; the YAML language host for examples/yaml.
 - kwok v0.7.0, controller-tools v0.23.0: the newest served releases.
+- Kueue v0.19.2: the release the Kueue add-on installs (its chart 0.19.2), served by the Go module proxy here,
+  so the manager the live tests run is the add-on's own (``kueue.py``; not part of ``build``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ PULUMI_KUBERNETES_MODULE = "v4.0.0-20260115033456-f47bc2d6f199"
 
 PULUMI_KUBERNETES_PLUGIN = "4.34.2"
 """The version the kubernetes plugin is installed as: the pinned ``pulumi-kubernetes`` SDK's."""
+
+KUEUE = "v0.19.2"
+"""sigs.k8s.io/kueue: the Kueue manager (``cmd/kueue``), its CRDs and webhooks; the release the Kueue add-on
+installs (``components/addons/versions.py``, chart 0.19.2), served by the Go module proxy here."""
 
 GO = "go1.26.8"
 """The Go toolchain the cache key names (the machine's ``go``)."""

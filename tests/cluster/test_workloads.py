@@ -28,10 +28,11 @@ pytestmark = pytest.mark.cluster
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def deploy(api: client.ApiClient, namespace: str, **overrides: Any) -> tuple[RenderedJob, dict[str, dict[str, Any]]]:
-    """Render a job into ``namespace`` and create each of its objects in order; role -> stored object.
+def deploy(api: client.ApiClient, namespace: str, name: str = "demo",
+           **overrides: Any) -> tuple[RenderedJob, dict[str, dict[str, Any]]]:
+    """Render job ``name`` into ``namespace`` and create each of its objects in order; role -> stored object.
     Asserts the server kept every field sent (nothing pruned, nothing rewritten)."""
-    rendered = render_job("demo", job_args(namespace=namespace, **overrides), TOKEN, build_bundle())
+    rendered = render_job(name, job_args(namespace=namespace, **overrides), TOKEN, build_bundle())
     stored: dict[str, dict[str, Any]] = {}
     for manifest in rendered.manifests:
         kept = create(api, manifest.body)

@@ -236,6 +236,7 @@ def test_kueue_admission_is_all_or_nothing_with_wait_for_pods_ready():
 
     assert kueue_manager_config(deployment)["waitForPodsReady"] == {
         "timeout": "420s",
+        "recoveryTimeout": "0s",
         "blockAdmission": True,
         "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 2},
     }

@@ -3,6 +3,8 @@ trainplane's ClusterTrainingRuntimes registered after the release, one per gang 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
@@ -43,12 +45,15 @@ def test_the_release_is_the_pinned_chart_with_jobset_and_waits_for_the_trainer()
     assert deployment.outputs == {"runtimes": ["trainplane"], "namespace": "kubeflow-system"}
 
 
-def test_a_local_chart_replaces_the_registry_and_jobset_can_be_left_out() -> None:
+def test_a_local_chart_replaces_the_registry_and_jobset_can_be_left_out(tmp_path: Path) -> None:
     """A chart directory or archive is installed as is (no version, no repository); ``jobset.install: false``
     skips the dependency (kubeflow/trainer v2.3.0 ``charts/kubeflow-trainer/values.yaml``)."""
-    deployment = deploy_trainer(TrainerV2Args(chart_path="/charts/kubeflow-trainer", install_jobset=False))
+    chart = tmp_path / "kubeflow-trainer"
+    chart.mkdir()
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: kubeflow-trainer\nversion: 2.3.0\n")
+    deployment = deploy_trainer(TrainerV2Args(chart_path=str(chart), install_jobset=False))
     release = deployment.one(RELEASE)
-    assert release.inputs["chart"] == "/charts/kubeflow-trainer"
+    assert release.inputs["chart"] == str(chart)
     assert "version" not in release.inputs and "repositoryOpts" not in release.inputs
     assert release.inputs["values"] == {"jobset": {"install": False}}
 

@@ -71,6 +71,46 @@ def test_an_elastic_indexed_job_replaces_a_lost_pod(backoff_limit: Any, expected
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
 
 
+@pytest.mark.parametrize(("overrides", "count"), [
+    ({"min_workers": 2, "max_workers": 3}, 2),
+    ({"min_workers": 1, "max_workers": 3}, 1),
+    ({"min_workers": 1, "max_workers": 3, "quorum_workers": 2}, 1),
+])
+def test_an_elastic_indexed_job_completes_once_its_smallest_world_has_succeeded(overrides: dict[str, Any],
+                                                                               count: int) -> None:
+    """k8s.io/api v0.34.4 ``batch/v1/types.go`` (``SuccessPolicy``, ``SuccessPolicyRule``): without rules a Job
+    completes when ``status.succeeded`` reaches ``completions``; a ``succeededCount`` rule declares it succeeded
+    once that many indexes have, and the lingering pods are removed. An elastic job may end with fewer nodes than
+    ``workers`` (a lost index's replacement never ran), and its agents exit 0 only with the job's verdict of
+    success, reached with at least the smallest world (``min_workers``: the quorum only gates the first one)."""
+    spec = workload(render(workers=3, **overrides))["spec"]
+    assert spec["successPolicy"] == {"rules": [{"succeededCount": count}]}
+    assert count <= spec["completions"], "the API server refuses a count above completions"
+
+
+def test_a_fixed_size_indexed_job_needs_every_index() -> None:
+    """A fixed-size world has every node: the default (every index succeeded) is the job's own rule."""
+    assert "successPolicy" not in workload(render(workers=3))["spec"]
+
+
+@pytest.mark.parametrize(("overrides", "min_available"), [
+    ({"workers": 3}, 2),
+    ({"workers": 1}, 0),
+    ({"workers": 4, "quorum_workers": 2, "min_workers": 2, "max_workers": 4}, 2),
+    ({"workers": 3, "min_workers": 3, "max_workers": 5}, 2),
+])
+def test_a_service_jobs_disruption_budget_lets_one_pod_at_a_time_go(overrides: dict[str, Any],
+                                                                    min_available: int) -> None:
+    """k8s.io/api v0.34.4 ``policy/v1/types.go`` (``PodDisruptionBudgetSpec``): an eviction is allowed only if
+    ``minAvailable`` pods stay available without the evicted one, so ``minAvailable == replicas`` blocks every
+    drain; ``AlwaysAllow`` lets a running pod that is not Ready be evicted whatever the budget."""
+    (pdb,) = [m.body for m in render(mode="service", **overrides).manifests if m.body["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == min_available
+    assert pdb["spec"]["minAvailable"] < overrides["workers"]
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    validate_manifest(pdb)
+
+
 def test_a_fixed_size_pytorchjob_fails_when_a_pod_fails() -> None:
     """kubeflow/trainer v1.9.4 ``pkg/controller.v1/pytorch/pytorchjob_controller.go`` (``UpdateJobStatus``):
     ``failed > 0`` with a replica ``restartPolicy`` of ``Never`` marks the whole job Failed."""
