@@ -146,7 +146,7 @@ class Coordinator:
         silence (they are not blamed for it), though not the lease, which must hear them anew (``lease``)."""
         if now - self._last_tick > self._ttl / 2:
             self._graced_at = now
-        if now - self._last_tick > self._ttl - self.probe_timeout and self.world is not None:
+        if now - self._last_tick > self._ttl and self.world is not None:  # long enough for a rival's election
             self._probing.clear()  # an answer to a probe sent before the stall is as old as the beats read after
             self.lease.stalled(self.world)
         self._last_tick = now
