@@ -14,8 +14,6 @@ enqueue, so a heartbeat failure can never touch training. Standard library only.
 
 from __future__ import annotations
 
-import json
-import os
 import queue
 import signal
 import sys
@@ -26,7 +24,7 @@ from typing import Any, Callable, Iterable, Optional, TextIO, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
-from runtime.agent.execution import console
+from runtime.agent.execution import console, verdict
 from runtime.agent.execution.bootstrap import die_with_parent
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
@@ -367,11 +365,9 @@ class Agent:
 
     def _write_verdict(self, world: World) -> None:
         path = self.settings.plumbing.verdict_file
-        if path:
-            tmp = f"{path}.{self.node.node_id}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(world.verdict(), f)
-            os.replace(tmp, path)
+        if path and not verdict.record(path, world, self.node.node_id):
+            self.say(f"the job's verdict is a newer world's than generation {world.generation} (epoch "
+                     f"{world.epoch}): {path} keeps it")
 
     def _member_body(self) -> dict[str, Any]:
         return {"node_id": self.node.node_id, "addr": self.node.addr, "port": self.node.port,

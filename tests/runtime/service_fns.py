@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import signal
@@ -105,6 +106,23 @@ def mark_then_sleep(path: str, sleep: float = 60.0) -> int:
         f.write(str(os.getpid()))
     time.sleep(sleep)
     return rank()
+
+
+def digest(data: str) -> dict[str, Any]:
+    """This rank, the generation its process is in, and the length and SHA-256 of ``data``."""
+    return {"rank": rank(), "generation": os.environ.get("TRAINPLANE_GENERATION"), "length": len(data),
+            "sha256": hashlib.sha256(data.encode()).hexdigest()}
+
+
+def blob(size: int) -> str:
+    """``size`` characters that name this rank (``blob_of``): a large result."""
+    return blob_of(rank(), size)
+
+
+def blob_of(rank_: int, size: int) -> str:
+    """What :func:`blob` returns on rank ``rank_``."""
+    unit = f"rank {rank_};"
+    return (unit * (size // len(unit) + 1))[:size]
 
 
 def environment(names: list[str]) -> dict[str, str]:

@@ -11,7 +11,6 @@ removed and the survivors continue in a new generation, ranks re-packed densely 
 long as ``min_workers`` remain; a node that registers after the world formed is admitted at the next
 generation, up to ``max_workers``; each node's failed processes are budgeted (``budget``). Ranks
 that neither exit nor write, and the job's time limit: ``stragglers``.
-
 """
 
 from __future__ import annotations
@@ -144,9 +143,12 @@ class Coordinator:
 
     def _awake(self, now: float) -> None:
         """Note the time; after a stall of this host (e.g. SIGSTOP) the others get a grace for their
-        silence (they are not blamed for it), though not the lease (``lease``)."""
+        silence (they are not blamed for it), though not the lease, which must hear them anew (``lease``)."""
         if now - self._last_tick > self._ttl / 2:
             self._graced_at = now
+        if now - self._last_tick > self._ttl and self.world is not None:  # long enough for a rival's election
+            self._probing.clear()  # an answer to a probe sent before the stall is as old as the beats read after
+            self.lease.stalled(self.world)
         self._last_tick = now
 
     def _confirm(self, world: World, now: float) -> list[CoordinatorAction]:
@@ -154,7 +156,8 @@ class Coordinator:
         coordinator (an answer in its epoch) or knows a newer one."""
         silent = self.lease.silent(world, lambda i: self.liveness.age(i, now))
         return [self._probe(world, world.nodes[world.node_rank_of(i)], f"confirming coordinator node "
-                            f"{self._s.node.node_id}'s lease: node {i} unheard for {self.liveness.age(i, now):.1f} s")
+                            f"{self._s.node.node_id}'s lease: node {i} unheard for {self.liveness.age(i, now):.1f} s "
+                            f"(or only before a stall)")
                 for i in silent if i not in self._probing]
 
     def _probe(self, world: World, node: Node, reason: str) -> Probe:
@@ -209,6 +212,7 @@ class Coordinator:
             return []
         if alive:
             self.liveness.beat(node_id, now)
+            self.lease.confirmed(node_id)
             return []
         if self.lease.holding(world, lambda i: self.liveness.age(i, now), now):
             return []
@@ -373,18 +377,14 @@ class Coordinator:
         known.update({n.node_id: n for n in world.nodes})
         return nodes_from(known.values())
 
-    def _change(
-        self, world: World, nodes: tuple[Node, ...], reason: str, extra_targets: tuple[Node, ...] = ()
-    ) -> list[CoordinatorAction]:
+    def _change(self, world: World, nodes: tuple[Node, ...], reason: str,
+                extra_targets: tuple[Node, ...] = ()) -> list[CoordinatorAction]:
         """A membership change: same restart epoch, new generation, ranks re-packed."""
         self.world = self._world(nodes, world.restart_count)
         for n in nodes:
             self._states.setdefault(n.node_id, RUNNING)
-        return [
-            Say(f"{reason}; generation {self.world.generation}: {len(nodes)} node(s), "
-                f"world size {self.world.world_size}"),
-            Push(self.world, nodes + extra_targets),
-        ]
+        return [Say(f"{reason}; generation {self.world.generation}: {len(nodes)} node(s), world size "
+                    f"{self.world.world_size}"), Push(self.world, nodes + extra_targets)]
 
     def stop(self, message: str, exit_code: int) -> list[CoordinatorAction]:
         """The coordinator is shutting down (signal): stop every node."""

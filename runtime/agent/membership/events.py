@@ -97,12 +97,14 @@ class VoteRequested:
 @dataclass(frozen=True)
 class VotesCounted:
     """The answers to this node's ``ballot``: ``granted`` votes (its own included), the highest epoch a
-    voter knew (``seen``), and the newest world a voter had when newer than this node's."""
+    voter knew (``seen``), the newest world a voter had when newer than this node's, and how many of
+    the nodes asked answered at all (``answered``; ``None``: not counted)."""
 
     ballot: Ballot
     granted: tuple[int, ...]
     seen: int
     newer: Optional[World] = None
+    answered: Optional[int] = None
 
 
 @dataclass(frozen=True)

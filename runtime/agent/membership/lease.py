@@ -15,6 +15,11 @@ the last world, each voter having heard nothing from the coordinator for over a 
   refuses as older is probed at once): it steps down (``StepDown``); its node stops its ranks and
   registers with the new coordinator. A heartbeat carrying a later epoch (its node voted for another
   candidate) is no proof of life for the lease.
+* **After a stall of its own** (ticks more than a TTL apart: SIGSTOP, a frozen VM; a shorter gap
+  cannot have let a rival be elected, its voters needing a TTL without this coordinator) the
+  coordinator reads requests that waited in its socket meanwhile: heartbeats and reports sent before
+  their nodes voted for a rival. Until each node has answered a probe sent after the stall, it
+  counts as silent whatever it sent (:meth:`Lease.stalled`), so those late reports are held.
 * **Release.** Once fewer than a majority are silent again, the decisions held are taken, in order.
 * **Give up.** A coordinator that holds for more than a TTL with no majority answering may itself be
   the one cut off: it steps down too, rather than run a world nobody can confirm.
@@ -55,12 +60,24 @@ class Lease:
         self._held_since: Optional[float] = None
         self._held: list[Decision] = []
         self._said = False
+        self._doubted: set[int] = set()
+
+    def stalled(self, world: World) -> None:
+        """The coordinator's host stalled: every other node of ``world`` counts as silent until it
+        answers a fresh probe (:meth:`confirmed`; module docstring)."""
+        if self._elastic and len(world.nodes) >= MIN_FAILOVER_NODES:
+            self._doubted = {n.node_id for n in world.nodes if n.node_id != self.node_id}
+
+    def confirmed(self, node_id: int) -> None:
+        """Node ``node_id`` answered a probe sent after the last stall, in this coordinator's epoch."""
+        self._doubted.discard(node_id)
 
     def silent(self, world: World, heard: Callable[[int], float]) -> list[int]:
         """The other nodes of ``world`` not heard for ``ttl - margin`` seconds (``heard(node_id)``: seconds
-        since the coordinator last heard it)."""
+        since the coordinator last heard it), or not confirmed since a stall."""
         after = self._ttl - self._margin
-        return [n.node_id for n in world.nodes if n.node_id != self.node_id and heard(n.node_id) > after]
+        return [n.node_id for n in world.nodes
+                if n.node_id != self.node_id and (heard(n.node_id) > after or n.node_id in self._doubted)]
 
     def holding(self, world: World, heard: Callable[[int], float], now: float) -> bool:
         """Whether the coordinator must hold its decisions at ``now`` (module docstring)."""

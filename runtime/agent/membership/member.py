@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.execution.procs import ProcExit
+from runtime.agent.membership import events as ev
 from runtime.agent.membership.actions import (
     AnswerVote,
     AskVotes,
@@ -42,22 +43,6 @@ from runtime.agent.membership.actions import (
     TakeOver,
 )
 from runtime.agent.membership.election import MIN_FAILOVER_NODES, Election, majority
-from runtime.agent.membership.events import (
-    CoordinatorBack,
-    CoordinatorFound,
-    CoordinatorLost,
-    DaemonExited,
-    Deposed,
-    Event,
-    Fatal,
-    ProcessExited,
-    Registered,
-    Removed,
-    SignalReceived,
-    VoteRequested,
-    VotesCounted,
-    WorldArrived,
-)
 from runtime.agent.membership.nodestate import MemberState, MemberView, Running
 from runtime.agent.spec.job import SINGLE_CONTROLLER
 from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
@@ -83,7 +68,10 @@ class Member:
     only with the votes of a majority of the last world's nodes (``election``, where the rule is
     stated); until then it is orphaned and its training goes on. A coordinator told of a newer epoch
     (``Deposed``) stops its ranks and registers with the new coordinator (elastic jobs), so no rank
-    runs in a world its agent no longer holds.
+    runs in a world its agent no longer holds. A node whose processes all exited 0 reports it again to
+    each coordinator it meets (a new world, the coordinator back); losing its coordinator, it stops
+    with their code, in either order of the two, if its world never fails over, else once no node of
+    its world answers its ballot (the job ended without it).
 
     Args:
         node_id: this node's stable id.
@@ -156,7 +144,7 @@ class Member:
         self._publish()
         return actions
 
-    def handle(self, event: Event, now: float) -> tuple[MemberAction, ...]:
+    def handle(self, event: ev.Event, now: float) -> tuple[MemberAction, ...]:
         """What to do about ``event`` at monotonic time ``now`` (nothing once :attr:`finished`)."""
         if self.finished:
             return ()
@@ -174,29 +162,34 @@ class Member:
         return previous is None or (world.order, world.status in TERMINAL) > (
             previous.order, previous.status in TERMINAL)
 
-    def _decide(self, event: Event, now: float) -> tuple[MemberAction, ...]:
+    def _decide(self, event: ev.Event, now: float) -> tuple[MemberAction, ...]:
         decide: dict[type, Callable[[Any], tuple[MemberAction, ...]]] = {
-            WorldArrived: lambda e: self._on_world(e.world, now), ProcessExited: lambda e: self._on_exit(e.exit, now),
-            DaemonExited: self._on_daemon_exit, SignalReceived: lambda e: self._on_signal(e.signum),
-            Removed: lambda e: (StopProcesses(), *self._rejoin(e.reason, now)),
-            CoordinatorLost: lambda e: self._on_coordinator_lost(e, now), CoordinatorBack: self._on_back,
-            VoteRequested: lambda e: (AnswerVote(e.reply, self._election.vote(e.ballot, self.world)),),
-            VotesCounted: lambda e: self._on_votes(e, now), Deposed: lambda e: self._on_deposed(e, now),
-            Fatal: lambda e: (Say(e.message), Exit(e.exit_code)), CoordinatorFound: self._on_found,
-            Registered: self._on_registered,
+            ev.WorldArrived: lambda e: self._on_world(e.world, now),
+            ev.ProcessExited: lambda e: self._on_exit(e.exit, now),
+            ev.DaemonExited: self._on_daemon_exit, ev.SignalReceived: lambda e: self._on_signal(e.signum),
+            ev.Removed: lambda e: (StopProcesses(), *self._rejoin(e.reason, now)),
+            ev.CoordinatorLost: lambda e: self._on_coordinator_lost(e, now), ev.CoordinatorBack: self._on_back,
+            ev.VoteRequested: lambda e: (AnswerVote(e.reply, self._election.vote(e.ballot, self.world)),),
+            ev.VotesCounted: lambda e: self._on_votes(e, now), ev.Deposed: lambda e: self._on_deposed(e, now),
+            ev.Fatal: lambda e: (Say(e.message), Exit(e.exit_code)), ev.CoordinatorFound: self._on_found,
+            ev.Registered: self._on_registered,
         }
         return decide.get(type(event), lambda _e: self._on_tick(now))(event)
 
-    def _on_back(self, event: CoordinatorBack) -> tuple[MemberAction, ...]:
+    def _on_back(self, event: ev.CoordinatorBack) -> tuple[MemberAction, ...]:
         self.orphaned = False
         self._election.settle()
-        return (Say(f"the coordinator answers again after {event.failures} failed heartbeat(s)"),)
+        said = Say(f"the coordinator answers again after {event.failures} failed heartbeat(s)")
+        world = self.world
+        if world is not None and world.status == RUNNING and self._ended() == 0:  # its report may have been lost
+            return said, Report(world.generation, SUCCEEDED)
+        return (said,)
 
-    def _on_registered(self, _event: Registered) -> tuple[MemberAction, ...]:
+    def _on_registered(self, _event: ev.Registered) -> tuple[MemberAction, ...]:
         self.registered = True
         return ()
 
-    def _on_found(self, event: CoordinatorFound) -> tuple[MemberAction, ...]:
+    def _on_found(self, event: ev.CoordinatorFound) -> tuple[MemberAction, ...]:
         self.coordinator = event.address
         if not (event.running and self.coordinating and self.world is None):
             return ()
@@ -224,6 +217,8 @@ class Member:
         running = self._running
         if (running is not None and previous is not None and previous.status == RUNNING
                 and previous.has(self.node_id) and previous.restart_count == world.restart_count):
+            if self._ended() == 0:  # its report may not have reached this world's coordinator
+                return DeliverChange(previous, world), Report(world.generation, SUCCEEDED)
             return (DeliverChange(previous, world),)
         self._running = Running(world.generation, daemon=world.distribution in SINGLE_CONTROLLER)
         return StopProcesses(), StartGeneration(world)
@@ -269,21 +264,24 @@ class Member:
                 self.failures += 1
                 return (StopProcesses(), *self._rejoin(f"rank {ended.rank} exited with code {ended.exit_code} while "
                                                        f"the coordinator is unreachable", now))
-            if ended.exit_code != 0 or done:
-                return Say(f"rank {ended.rank} {ended.how} while the coordinator is "
-                           f"unreachable; stopping this node"), \
-                    Exit(ended.exit_code or max(e.exit_code for e in running.exits.values()))
-            return ()
+            if ended.exit_code != 0 or (done and not self._fails_over(world)):
+                return Say(f"rank {ended.rank} {ended.how} while the coordinator is unreachable; stopping this "
+                           f"node"), Exit(ended.exit_code or max(e.exit_code for e in running.exits.values()))
+            return ()  # done: reported to the coordinator that answers, this one or the one elected
         if world.status != RUNNING:
             return ()
         if ended.exit_code != 0:
             self.failures += 1
             return (Report(world.generation, FAILED, exit=ended),)
-        if done and all(e.exit_code == 0 for e in running.exits.values()):
-            return (Report(world.generation, SUCCEEDED),)
-        return ()
+        return (Report(world.generation, SUCCEEDED),) if self._ended() == 0 else ()
 
-    def _on_daemon_exit(self, event: DaemonExited) -> tuple[MemberAction, ...]:
+    def _ended(self) -> Optional[int]:
+        return self._running.ended(self.local_world_size) if self._running is not None else None
+
+    def _fails_over(self, world: World) -> bool:
+        return self.elastic and len(world.nodes) >= MIN_FAILOVER_NODES
+
+    def _on_daemon_exit(self, event: ev.DaemonExited) -> tuple[MemberAction, ...]:
         """A failure if the daemon exited non-zero while the world runs (the driver's exit, not the
         daemon's, decides success); exit 0 (a Monarch host the driver shut down) is its own business."""
         running, world, ended = self._running, self.world, event.exit
@@ -332,7 +330,7 @@ class Member:
         over, as when it is SIGKILLed)."""
         return self.elastic and world is not None and world.status == RUNNING and len(world.nodes) > 1
 
-    def _on_coordinator_lost(self, event: CoordinatorLost, now: float) -> tuple[MemberAction, ...]:
+    def _on_coordinator_lost(self, event: ev.CoordinatorLost, now: float) -> tuple[MemberAction, ...]:
         world = self.world
         lost_id, addr, _ = event.coordinator
         if world is None or world.coordinator != event.coordinator or self.coordinating:
@@ -343,9 +341,11 @@ class Member:
                        f"for {event.silent_for:.1f} s; this node's {world.distribution} daemon serves nobody: "
                        f"stopping"), Exit(contract.EXIT_NODE_LOST)
         self.orphaned = True
-        said = (f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s; "
-                f"training continues")
-        if not self.elastic or len(world.nodes) < MIN_FAILOVER_NODES:
+        lost = f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s"
+        said, ended = f"{lost}; training continues", self._ended()
+        if not self._fails_over(world):
+            if ended is not None:  # they ended before the coordinator was lost: the same rule, in the other order
+                return Say(f"{lost} and every process of this node has ended; stopping it"), Exit(ended)
             return (Say(f"{said}, and this node stops when its processes end"),)
         self._election.lose(lost_id, now)
         return (Say(f"{said}; a new coordinator takes over only with the votes of {majority(len(world.nodes))} of "
@@ -360,10 +360,14 @@ class Member:
         peers = tuple(n for n in world.nodes if n.node_id not in (self.node_id, ballot.lost))
         return (AskVotes(ballot, peers),)
 
-    def _on_votes(self, event: VotesCounted, now: float) -> tuple[MemberAction, ...]:
+    def _on_votes(self, event: ev.VotesCounted, now: float) -> tuple[MemberAction, ...]:
         if event.newer is not None:
             return self._on_world(event.newer, now)
         world, ballot = self.world, event.ballot
+        ended = self._ended()
+        if event.answered == 0 and ended is not None and self.orphaned and not self.coordinating:
+            return Say("every process of this node has ended and no other node of its world answers (the job "
+                       "ended without it); stopping this node"), Exit(ended)
         if self.coordinating or not self._election.counted(ballot, len(event.granted), event.seen, world) \
                 or world is None:
             return ()
@@ -375,7 +379,7 @@ class Member:
                    f"{ballot.epoch}"), \
             TakeOver(world, ballot.lost, ballot.epoch, world.job_elapsed + max(0.0, now - self._received))
 
-    def _on_deposed(self, event: Deposed, now: float) -> tuple[MemberAction, ...]:
+    def _on_deposed(self, event: ev.Deposed, now: float) -> tuple[MemberAction, ...]:
         """This node coordinated a world a newer epoch replaced: its ranks stop, and it registers with
         the new coordinator (it votes, meanwhile, as a node that lost its coordinator)."""
         self.coordinating = False

@@ -60,3 +60,10 @@ class Running:
     generation: int
     daemon: bool
     exits: dict[int, ProcExit] = field(default_factory=dict)
+
+    def ended(self, local_world_size: int) -> Optional[int]:
+        """The exit code of the node's ``local_world_size`` processes once every one has ended (the
+        first non-zero, else 0); ``None`` while one runs, or when the node runs none."""
+        if not local_world_size or len(self.exits) < local_world_size:
+            return None
+        return next((e.exit_code for e in self.exits.values() if e.exit_code), 0)

@@ -49,7 +49,7 @@ def ask(action: AskVotes, transport: PeerTransport, clock: Callable[[], float], 
             if answer.body.get("granted") is True:
                 granted.append(action.peers[answer.index].node_id)
             newer = _newest(newer, answer.body.get("world"))
-        events(VotesCounted(action.ballot, tuple(granted), seen, newer))
+        events(VotesCounted(action.ballot, tuple(granted), seen, newer, sum(1 for a in answers if a.ok)))
 
     threading.Thread(target=run, name="ask-votes", daemon=True).start()
 

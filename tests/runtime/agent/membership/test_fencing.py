@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.agent.membership.actions import Probe
 from runtime.agent.membership.coordinator import Coordinator
 from runtime.agent.membership.election import Ballot, Election, majority
 from runtime.agent.membership.lease import Lease
@@ -197,6 +198,8 @@ def test_a_coordinator_without_its_lease_holds_reports_and_replays_them_once_hea
     settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
                               heartbeat_interval=TTL / 12)
     c = Coordinator(settings, 0.0, world=a_world())
+    for tick in range(1, 6):
+        c.tick(tick * TTL / 6)  # awake all along: its nodes are silent, not its clock
     assert c.report(1, 3, SUCCEEDED, now=TTL) == [], "nodes 1 and 2 unheard: a rival may be elected"
     c.heartbeat(1, {}, TTL + 0.1)
     c.heartbeat(2, {}, TTL + 0.1)
@@ -225,3 +228,29 @@ def test_a_fixed_size_or_small_job_never_holds():
     lease = Lease(0, 1, TTL, 1.0, elastic=False)
     assert not lease.holding(a_world(), lambda _i: 100.0, 0.0)
     assert not Lease(0, 1, TTL, 1.0, elastic=True).holding(a_world(nodes=2), lambda _i: 100.0, 0.0)
+
+
+@pytest.mark.parametrize("epoch", [1, 2])
+def test_after_its_own_stall_a_coordinator_counts_only_fresh_probe_answers_not_the_requests_that_waited(epoch: int):
+    """Beats and reports its nodes sent during a SIGSTOP wait in its socket and are read when it
+    resumes, though their nodes may have voted for a rival since: they are held until each node
+    answers a probe sent after the stall. Answered in its epoch, they are taken; in a newer one, the
+    coordinator steps down and its stale verdict is never decided."""
+    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
+                              heartbeat_interval=TTL / 12)
+    c = Coordinator(settings, 0.0, world=a_world())
+    c.tick(0.5)
+    resumed = 0.5 + 3 * TTL
+    for late in (1, 2):
+        c.heartbeat(late, {}, resumed)
+        assert c.report(late, 3, SUCCEEDED, now=resumed) == [], "read late: held"
+    c.report(0, 3, SUCCEEDED, now=resumed)
+    probes = c.tick(resumed + 0.01)
+    assert sorted(p.node.node_id for p in probes if isinstance(p, Probe)) == [1, 2], probes
+    assert c.world is not None and c.world.status != SUCCEEDED
+    answers = [c.probed(p, True, "", resumed + 0.1, epoch=epoch, coordinator=("10.0.0.1", 32300)) for p in probes]
+    c.tick(resumed + 0.2)
+    if epoch == 1:
+        assert c.world is not None and c.world.status == SUCCEEDED, answers
+    else:
+        assert c.lease.deposed is not None and c.world is not None and c.world.status != SUCCEEDED, answers

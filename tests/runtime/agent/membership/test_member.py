@@ -250,3 +250,43 @@ def test_an_elastic_jobs_failed_verdict_exits_with_the_failed_for_good_code():
     assert any(isinstance(a, Say) and "exiting 121: the elastic job failed for good" in a.message for a in actions)
     stopped = world().finished(STOPPED, "bye", 143)
     assert running(member(elastic=True)).handle(WorldArrived(stopped), 2.0)[-1] == Exit(143)
+
+
+def test_a_node_whose_processes_all_exited_0_reports_it_again_to_a_new_world_and_a_returning_coordinator():
+    """Its first report may have gone to a coordinator that was stalled or has since been replaced."""
+    m = running(member(elastic=True))
+    m.handle(exited(0, 0), 2.0)
+    assert m.handle(exited(1, 0), 2.1) == (Report(1, SUCCEEDED),)
+    taken_over = replace(world(generation=2, nodes=(1, 2)), coordinator=(1, "10.0.0.1", 32300), epoch=2)
+    assert kinds(m.handle(WorldArrived(taken_over), 3.0)) == [DeliverChange, Report]
+    assert m.handle(WorldArrived(taken_over), 3.1) == ()
+    back = running(member(elastic=True))
+    back.handle(exited(0, 0), 2.0)
+    back.handle(exited(1, 0), 2.1)
+    back.handle(CoordinatorLost(COORDINATOR, 3.2), 5.0)
+    assert back.handle(CoordinatorBack(3), 6.0)[-1] == Report(1, SUCCEEDED)
+
+
+def test_processes_that_ended_before_the_coordinator_was_lost_stop_the_node_as_if_they_ended_after():
+    """The order of the two events does not change the outcome: a node that never fails over stops."""
+    for first_lost in (True, False):
+        m = running(member())
+        events = [CoordinatorLost(COORDINATOR, 3.2), exited(0, 0), exited(1, 0)]
+        if not first_lost:
+            events = events[1:] + events[:1]
+        actions = [m.handle(e, 5.0 + i) for i, e in enumerate(events)]
+        assert actions[-1][-1] == Exit(0) and m.state is MemberState.FINISHED, (first_lost, actions)
+
+
+def test_an_elastic_node_whose_processes_ended_waits_for_a_coordinator_until_nobody_answers():
+    """In a world that can fail over, its success goes to whoever coordinates next; it stops with its
+    processes' code once no node of its world answers a ballot (the job ended without it)."""
+    m = running(member(elastic=True))
+    [_, ask] = m.handle(CoordinatorLost(COORDINATOR, 3.2), 5.0)
+    assert m.handle(exited(0, 0), 5.5) == () and m.handle(exited(1, 0), 5.6) == ()
+    assert m.state is MemberState.ORPHANED
+    assert isinstance(ask, AskVotes)
+    assert m.handle(VotesCounted(ask.ballot, (1,), 0, None, 1), 6.1) == (), "node 2 answered: wait"
+    [ask] = m.handle(Tick(), 8.0)
+    actions = m.handle(VotesCounted(ask.ballot, (1,), 0, None, 0), 8.1)
+    assert actions[-1] == Exit(0) and "no other node of its world answers" in actions[0].message
