@@ -12,7 +12,7 @@ import tomllib
 
 from runtime.agent import contract
 
-pytestmark = pytest.mark.process
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 README = " ".join((ROOT / "README.md").read_text().split())

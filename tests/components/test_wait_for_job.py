@@ -4,7 +4,6 @@ for real against a stand-in ``kubectl`` that plays a Job's status conditions."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -66,10 +65,8 @@ def test_it_returns_once_the_job_has_finished_either_way(tmp_path, states, code,
 def test_a_job_that_is_still_running_ends_the_wait_at_its_timeout(tmp_path):
     bin_dir = stand_in_kubectl(tmp_path / "bin", ["SuccessCriteriaMet=False"])
 
-    started = time.monotonic()
     result = wait_for(bin_dir, "digits", "1")
 
     assert result.returncode == 124
     assert "job/digits is still running after 1s" in result.stderr
-    assert time.monotonic() - started < 10
 
