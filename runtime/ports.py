@@ -38,8 +38,10 @@ EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 EPHEMERAL_FALLBACK = (32768, 65535)
 """The ephemeral range assumed where :data:`EPHEMERAL_RANGE_FILE` cannot be read: Linux's default
 start and the IANA range's end (macOS and Windows use 49152..65535)."""
-LISTEN_FLOOR = 10000
-"""Lowest port :func:`free_port` picks: below it sit the well-known and commonly configured services."""
+LISTEN_FLOOR = 20000
+"""Lowest port :func:`free_port` picks: below it sit the well-known and commonly configured services and
+Ray's worker ports (10002..19999 unless ``--min-worker-port``/``--max-worker-port`` say otherwise; a Ray
+head refuses to start when a port it was given lies in that range)."""
 FREE_PORT_TRIES = 1000
 """Random picks :func:`free_port` tries in the listening range before it asks the OS."""
 
