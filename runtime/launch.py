@@ -31,6 +31,7 @@ from runtime.agent.spec.setting import Codec
 from runtime.torchrun_options import (
     IGNORED,
     NUMA_MODES,
+    PER_NODE_HELP,
     START_METHODS,
     ignored_notice,
     node_count,
@@ -207,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run SCRIPT (a path) under the interpreter, as torchrun's --run-path does; it wins over "
                         "--no-python")
     ignored = p.add_argument_group("torchrun options with no meaning here", "accepted as torchrun takes them, "
-                                   "named in one notice line, and ignored")
+                                   "named in one notice line, and ignored, except --rdzv-endpoint, "
+                                   "--node-rank and --local-addr on a per-node command line")
     for dest, flags, kind in (
         ("rdzv_backend", ("--rdzv-backend", "--rdzv_backend"), str),
         ("rdzv_endpoint", ("--rdzv-endpoint", "--rdzv_endpoint"), str),
@@ -224,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices = kind if isinstance(kind, tuple) else None
         convert: Any = None if choices else kind
         ignored.add_argument(*flags, dest=dest, default=None, action=_Spelled, type=convert,
-                             choices=choices, help=IGNORED[dest])
+                             choices=choices, help=PER_NODE_HELP.get(dest, IGNORED[dest]))
     ignored.add_argument("--standalone", dest="standalone", action=_SpelledFlag, const=True, default=False,
                          help=IGNORED["standalone"])
     p.add_argument("--pythonpath", action="append", default=[], metavar="DIR",

@@ -22,11 +22,22 @@ IGNORED = {
     "start_method": "a script runs as its own process either way, as under torchrun",
     "event_log_handler": "torchrun's event log is torchrun's",
     "logs_specs": "output goes where --log-dir, --redirects and --tee say",
-    "numa_binding": "it binds processes to CPUs near their GPU",
+    "numa_binding": "torchrun binds processes to CPUs near their GPU; this launcher does not",
 }
 """torchrun options with no meaning for this launcher, by dest, with why: accepted in torchrun's
 spellings and value forms, then named in one notice line, so a torchrun command line runs
 unchanged and what runs is never silently different."""
+PER_NODE_HELP = {
+    "rdzv_endpoint": "HOST[:PORT]: run one node per host, each launcher joining the others there (torchrun's "
+                     "per-node command line; runtime.hosts); ignored with --standalone, where every node runs on "
+                     "this machine",
+    "node_rank": "with --rdzv-endpoint: this host's node rank (default: the order hosts join in); ignored "
+                 "otherwise, where the launcher starts every node itself",
+    "local_addr": "with --rdzv-endpoint: the address the others reach this host's agent at; ignored otherwise, "
+                  "where each node has its own loopback address",
+}
+"""``--help`` of the options that mean something on a per-node command line (``runtime.hosts``) and are
+ignored otherwise; :data:`IGNORED` keeps why, for the notice line when they are ignored."""
 NUMA_MODES = ("node", "socket", "exclusive", "core-complex")
 """torchrun's ``--numa-binding`` choices (torch 2.13.0 ``torch.numa.binding.AffinityMode``)."""
 START_METHODS = ("spawn", "fork", "forkserver")
