@@ -46,6 +46,11 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def fault_lasts(seconds: float) -> None:
+    """A fault's length (an agent stopped, a link down): the experiment's input, not a wait for an outcome."""
+    time.sleep(seconds)
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
     """Poll ``condition`` until it is true or ``timeout`` seconds pass; return its last value."""
     deadline = time.monotonic() + timeout

@@ -87,6 +87,19 @@ def _builder(subject: x509.Name, issuer: x509.Name, public: ec.EllipticCurvePubl
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1)))
 
 
+def _issue(issuer: x509.Name, ca_key: ec.EllipticCurvePrivateKey, subject: x509.Name,
+           usage: x509.ObjectIdentifier, sans: list[x509.GeneralName], cert_path: Path, key_path: Path) -> None:
+    """Write a leaf certificate for ``subject`` (``usage``, ``sans``) signed by the CA, and its key."""
+    key = _key()
+    builder = (_builder(subject, issuer, key.public_key())
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert_path.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    _write_key(key, key_path)
+
+
 def make_pki(directory: Path) -> Pki:
     """Write a fresh CA, serving and client certificates and the service-account key pair into ``directory``.
 
@@ -107,14 +120,7 @@ def make_pki(directory: Path) -> Pki:
     _write_key(ca_key, pki.ca_key)
 
     def issue(name: str, subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]) -> None:
-        key = _key()
-        builder = (_builder(subject, ca_name, key.public_key())
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        pki.cert(name).write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
-        _write_key(key, pki.key(name))
+        _issue(ca_name, ca_key, subject, usage, sans, pki.cert(name), pki.key(name))
 
     dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
            "kubernetes.default.svc.cluster.local"]
@@ -166,14 +172,7 @@ def issue_loopback_serving(pki: Pki, directory: Path, common: str) -> Path:
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{pki.ca_key} holds no EC key")
-    key = _key()
-    cert = (_builder(_name(common), ca_cert.subject, key.public_key())
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_key(key, directory / "tls.key")
+    _issue(ca_cert.subject, ca_key, _name(common), ExtendedKeyUsageOID.SERVER_AUTH,
+           [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+           directory / "tls.crt", directory / "tls.key")
     return directory

@@ -10,13 +10,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from runtime.agent import contract
-from tests.conftest import ROOT, Lines, launch, project_env, wait_until
+from tests.conftest import ROOT, Lines, fault_lasts, launch, project_env, wait_until
 from tests.runtime.test_launch import QUORUM_DRIVER
 
 pytestmark = pytest.mark.process
@@ -63,11 +62,6 @@ TTL = 3.0
 """The launcher's default heartbeat TTL, seconds."""
 
 
-def stall_lasts(seconds: float) -> None:
-    """The stall's length: the experiment's input, not a wait for an outcome."""
-    time.sleep(seconds)
-
-
 @pytest.mark.parametrize(("node", "finish"), [(0, "at once"), (0, "after the takeover"), (1, "at once")])
 def test_an_agent_stopped_past_the_ttl_while_every_rank_finishes_leaves_the_job_succeeded(tmp_path: Path, node: int,
                                                                                         finish: str):
@@ -93,7 +87,7 @@ def test_an_agent_stopped_past_the_ttl_while_every_rank_finishes_leaves_the_job_
             else:
                 assert wait_until(lambda: lines.find("node 1 takes over in epoch 2"), timeout=30), lines.lines
                 stop.touch()
-            stall_lasts(3 * TTL)
+            fault_lasts(3 * TTL)
         finally:
             os.kill(agent, signal.SIGCONT)
         assert proc.wait(timeout=120) == 0, lines.text()

@@ -30,7 +30,7 @@ from runtime.agent import contract
 from runtime.agent.errors import CallError, TrainplaneError, TransportError, WorkerMembershipChanged
 from runtime.agent.net.transport import request_json
 from runtime.client import JobClient
-from tests.conftest import ROOT, processes_with, project_env, wait_until
+from tests.conftest import ROOT, fault_lasts, processes_with, project_env, wait_until
 from tests.netns import bridged, cut, heal
 from tests.runtime import service_fns
 
@@ -119,11 +119,6 @@ def job(tmp_path: Path) -> Iterator[Hosts]:
             yield started
         finally:
             started.close()
-
-
-def fault_lasts(seconds: float) -> None:
-    """The fault's length: the experiment's input, not a wait for an outcome."""
-    time.sleep(seconds)
 
 
 @pytest.mark.parametrize(("fault", "node", "ttls"), [

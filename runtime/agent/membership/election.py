@@ -29,6 +29,12 @@ MIN_FAILOVER_NODES = 3
 """The fewest nodes a world needs for a takeover: below this, one survivor is no majority."""
 
 
+def fails_over(elastic: bool, world: World) -> bool:
+    """Whether ``world`` may get a new coordinator when its own is lost: an elastic job's world of at
+    least :data:`MIN_FAILOVER_NODES` nodes (a fixed-size job, or a smaller world, never fails over)."""
+    return elastic and len(world.nodes) >= MIN_FAILOVER_NODES
+
+
 def majority(nodes: int) -> int:
     """Votes a takeover needs in a world of ``nodes`` nodes: a strict majority, ``nodes // 2 + 1``."""
     return nodes // 2 + 1

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from runtime.agent.membership.actions import CoordinatorAction, StepDown
-from runtime.agent.membership.election import MIN_FAILOVER_NODES, majority
+from runtime.agent.membership.election import fails_over, majority
 from runtime.agent.world import World
 
 Decision = Callable[[], "list[CoordinatorAction]"]
@@ -65,7 +65,7 @@ class Lease:
     def stalled(self, world: World) -> None:
         """The coordinator's host stalled: every other node of ``world`` counts as silent until it
         answers a fresh probe (:meth:`confirmed`; module docstring)."""
-        if self._elastic and len(world.nodes) >= MIN_FAILOVER_NODES:
+        if fails_over(self._elastic, world):
             self._doubted = {n.node_id for n in world.nodes if n.node_id != self.node_id}
 
     def confirmed(self, node_id: int) -> None:
@@ -83,7 +83,7 @@ class Lease:
         """Whether the coordinator must hold its decisions at ``now`` (module docstring)."""
         if self.deposed is not None:
             return True
-        if not self._elastic or len(world.nodes) < MIN_FAILOVER_NODES:
+        if not fails_over(self._elastic, world):
             return False
         hold = len(self.silent(world, heard)) >= majority(len(world.nodes))
         if hold and self._held_since is None:

@@ -42,7 +42,7 @@ from runtime.agent.membership.actions import (
     StopProcesses,
     TakeOver,
 )
-from runtime.agent.membership.election import MIN_FAILOVER_NODES, Election, majority
+from runtime.agent.membership.election import Election, fails_over, majority
 from runtime.agent.membership.nodestate import MemberState, MemberView, Running
 from runtime.agent.spec.job import SINGLE_CONTROLLER
 from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
@@ -279,7 +279,7 @@ class Member:
         return self._running.ended(self.local_world_size) if self._running is not None else None
 
     def _fails_over(self, world: World) -> bool:
-        return self.elastic and len(world.nodes) >= MIN_FAILOVER_NODES
+        return fails_over(self.elastic, world)
 
     def _on_daemon_exit(self, event: ev.DaemonExited) -> tuple[MemberAction, ...]:
         """A failure if the daemon exited non-zero while the world runs (the driver's exit, not the

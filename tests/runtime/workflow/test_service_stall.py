@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from runtime.agent import contract
 from runtime.client import JobClient
 from runtime.workflow import LocalCompute, fn
 from runtime.workflow.local_compute import AGENTS_LOG
-from tests.conftest import wait_until
+from tests.conftest import fault_lasts, wait_until
 from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
@@ -53,11 +52,6 @@ def compute(tmp_path: Path) -> Iterator[LocalCompute]:
         yield compute
     finally:
         compute.teardown()
-
-
-def stall_lasts(seconds: float) -> None:
-    """The stall's length: the experiment's input, not a wait for an outcome."""
-    time.sleep(seconds)
 
 
 def node0(compute: LocalCompute) -> int:
@@ -90,7 +84,7 @@ def test_calls_work_again_after_node_0s_agent_stalled_5_s(compute: LocalCompute)
     before = assert_one_world(compute, 2)
     pid = node0(compute)
     os.kill(pid, signal.SIGSTOP)
-    stall_lasts(STALL)
+    fault_lasts(STALL)
     os.kill(pid, signal.SIGCONT)
     assert rank() == [0, 1]
     assert rank() == [0, 1], "and the call after it"
@@ -111,9 +105,9 @@ def test_a_call_in_flight_while_node_0s_agent_stalls_returns_and_the_next_ones_t
     try:
         assert wait_until(lambda: all(os.path.exists(f"{prefix}-{r}") for r in (0, 1)), timeout=60)
         os.kill(pid, signal.SIGSTOP)
-        stall_lasts(STALL / 2)
+        fault_lasts(STALL / 2)
         gate.touch()
-        stall_lasts(STALL / 2)
+        fault_lasts(STALL / 2)
     finally:
         os.kill(pid, signal.SIGCONT)
         gate.touch()
