@@ -4,7 +4,8 @@ ClusterTrainingRuntime and a ``backend="trainjob"`` DistributedJob's TrainJob pa
 Trainer makes a JobSet of them, JobSet its Jobs, the Job controller the pods, which kwok's nodes take.
 
 The objects are ``cluster_training_runtime``'s and ``render_job``'s, the ones the add-on and the component register,
-created with the API client (as ``test_workloads.py`` does), not through the Pulumi engine.
+created with the API client (as ``test_workloads.py`` does); the last test sends a DistributedJob through the real
+Pulumi engine (the runtime stays the fixture's: the add-on's Helm release cannot fetch its chart here).
 
 Not collected by a plain ``pytest`` (the file name is not ``test_*.py``), so CI does not build the managers. Run it
 by path: ``.venv/bin/python -m pytest -q tests/cluster/live_trainer.py`` (the first run builds them:
@@ -13,8 +14,11 @@ by path: ``.venv/bin/python -m pytest -q tests/cluster/live_trainer.py`` (the fi
 
 from __future__ import annotations
 
+import dataclasses
+import textwrap
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,8 +31,10 @@ from components.job.volumes import BUNDLE_VOLUME
 from runtime.agent import contract
 from runtime.ports import free_port
 from testbed.cluster import crds, trainer
+from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.pki import Pki
+from testbed.cluster.project import cluster_stack, copy_project
 from testbed.cluster.waiting import wait_for
 from tests.cluster.kube import WAIT, apply_crd, create, delete_crd, wait_for_pods
 from tests.cluster.test_workloads import deploy, selector
@@ -148,3 +154,58 @@ def test_an_edit_replaces_the_trainjob_which_the_trainer_refuses_to_change(api: 
         resource.replace(body=body, namespace=live)
     assert refused.value.status == 422, refused.value.body
     assert "immutable" in str(refused.value.body), refused.value.body
+
+
+PROGRAM = textwrap.dedent('''
+    import os
+
+    import pulumi
+    import pulumi_kubernetes as k8s
+
+    from components.job import DistributedJob, DistributedJobArgs
+
+    provider = k8s.Provider("cluster", kubeconfig=open(os.environ["KUBECONFIG"]).read())
+    job = DistributedJob("viaup", DistributedJobArgs(image=os.environ["JOB_IMAGE"], workers=2, num_proc=1,
+                                                  script="train.py", backend="trainjob",
+                                                  namespace=os.environ["JOB_NAMESPACE"]),
+                         opts=pulumi.ResourceOptions(provider=provider))
+    pulumi.export("job", job.job_name)
+''')
+
+
+def trainjobs(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    resource = dynamic.DynamicClient(api).resources.get(api_version=TRAINER_API, kind="TrainJob")
+    return [dict(t.to_dict()) for t in resource.get(namespace=namespace).items]
+
+
+def test_pulumi_up_makes_the_trainjob_and_an_image_edit_replaces_it(tmp_path: Path, cluster: Cluster,
+                                                                     api: client.ApiClient, live: str) -> None:
+    """Through the real engine, the Python language host and ``DistributedJob``: ``up`` creates the TrainJob (the
+    Trainer's webhooks admit it) and the Trainer its JobSet; an image edit is a replacement (every TrainJob field
+    is immutable: kubeflow/trainer v2.3.0 ``pkg/apis/trainer/v1alpha1/trainjob_types.go``), deleted before the new
+    one is created, so the namespace holds one TrainJob with a new uid, whose JobSet's pods run the new image."""
+    project = copy_project(tmp_path / "project", "dev", cluster_stack("existing", cluster.kubeconfig).config)
+    (project / "__main__.py").write_text(PROGRAM)
+    env = {"JOB_NAMESPACE": live, "JOB_IMAGE": "python:3.11-slim"}
+    engine = Engine(project, tmp_path / "state", cluster.kubeconfig, env)
+    engine.run("stack", "init", "dev")
+    try:
+        engine.run("up", "--yes", timeout=1200)
+        (first,) = [t for t in trainjobs(api, live) if t["metadata"]["name"] == "viaup"]
+        wait_for(lambda: jobset(api, live, "viaup"), WAIT, "the Trainer to make the JobSet")
+        engine = dataclasses.replace(engine, extra_env={**env, "JOB_IMAGE": "python:3.12-slim"})
+        engine.run("up", "--yes", timeout=1200)
+        (second,) = [t for t in trainjobs(api, live) if t["metadata"]["name"] == "viaup"]
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        assert second["spec"]["trainer"]["image"] == "python:3.12-slim"
+
+        def new_jobset() -> dict[str, Any] | None:
+            found = jobset(api, live, "viaup")
+            owners = (found or {}).get("metadata", {}).get("ownerReferences") or []
+            return found if [o["uid"] for o in owners] == [second["metadata"]["uid"]] else None
+
+        wait_for(new_jobset, WAIT, "the Trainer to make the replacement's JobSet")
+        engine.run("preview", "--expect-no-changes", timeout=1200)
+    finally:
+        engine.run("destroy", "--yes", timeout=1200, check=False)
+    assert [t for t in trainjobs(api, live) if t["metadata"]["name"] == "viaup"] == []
