@@ -27,6 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from components.addons.trainer_runtime import AGENT_COMMAND, NODE, TRAINER_PORT, cluster_training_runtime
 from components.addons.versions import TRAINER_API
+from components.job.trainjob_rules import POD_FIELDS_NOT_PATCHED
 from components.job.volumes import BUNDLE_VOLUME
 from runtime.agent import contract
 from runtime.ports import free_port
@@ -38,6 +39,7 @@ from testbed.cluster.project import cluster_stack, copy_project
 from testbed.cluster.waiting import wait_for
 from tests.cluster.kube import WAIT, apply_crd, create, delete_crd, wait_for_pods
 from tests.cluster.test_workloads import deploy, selector
+from tests.components.job.jobrender import FULL
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
 
@@ -209,3 +211,30 @@ def test_pulumi_up_makes_the_trainjob_and_an_image_edit_replaces_it(tmp_path: Pa
     finally:
         engine.run("destroy", "--yes", timeout=1200, check=False)
     assert [t for t in trainjobs(api, live) if t["metadata"]["name"] == "viaup"] == []
+
+
+def test_the_gang_runtimes_and_a_trainjob_of_every_field_pass_the_trainers_webhooks(api: client.ApiClient,
+                                                                                     live: str) -> None:
+    """The Trainer's ClusterTrainingRuntime webhook admits the coscheduling and Volcano runtimes (kubeflow/trainer
+    v2.3.0 ``pkg/webhooks/clustertrainingruntime_webhook.go``), and its TrainJob webhook a TrainJob with every field
+    a TrainJob carries (``TRAINJOB_FULL`` of the component tests: GPUs, ``num_proc: auto`` resolved, shared memory,
+    tolerations, node selector, env, labels, log dir, allow-from, args; ``pkg/webhooks/trainjob_webhook.go`` runs
+    every plugin's ``Validate``: the torch plugin's reserved env, the JobSet plugin's runtime patch checks), which the
+    Trainer turns into a JobSet whose pods carry the job's node selector and tolerations (kwok's GPU nodes carry
+    no ``nvidia.com/gpu.present`` label, so they stay Pending: only the JobSet and pods' specs are checked)."""
+    extensions = dynamic.DynamicClient(api).resources.get(api_version=TRAINER_API, kind="ClusterTrainingRuntime")
+    for gang in ("scheduler-plugins", "volcano"):
+        body = cluster_training_runtime(gang, {contract.LABEL_PART_OF: contract.APP_NAME})
+        create(api, body)
+        extensions.delete(name=body["metadata"]["name"])
+    full = {k: v for k, v in FULL.items() if k not in ("namespace", *POD_FIELDS_NOT_PATCHED)}
+    rendered, _ = deploy(api, live, name="full", backend="trainjob", **full)
+    name = rendered.names.job
+    wait_for(lambda: jobset(api, live, name), WAIT, "the Trainer to make the JobSet")
+    made = wait_for_pods(api, live, selector(rendered), FULL["workers"], bound=False)
+    for pod in made:
+        assert pod.spec.node_selector == FULL["node_selector"]
+        assert any((t.key, t.value, t.effect) == ("team", "ml", "NoSchedule") for t in pod.spec.tolerations)
+        (node,) = [c for c in pod.spec.containers if c.name == NODE]
+        assert node.resources.limits["nvidia.com/gpu"] == "2"
+        assert env_of(node)["NCCL_DEBUG"] == "INFO"
