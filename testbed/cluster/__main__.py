@@ -16,9 +16,13 @@ import sys
 from pathlib import Path
 
 from testbed.cluster import crds, lifecycle
-from testbed.cluster.build import BuildError, build_all
+from testbed.cluster.build import TOOLS, BuildError, GoTool, build_all
 from testbed.cluster.engine import Engine
+from testbed.cluster.trainer import TRAINER_TOOL
 from testbed.cluster.waiting import Abort, Timeout
+
+OPTIONAL: dict[str, GoTool] = {"trainer": TRAINER_TOOL}
+"""The parts ``build`` leaves out unless named with ``--with`` (each only for a ``tests/cluster/live_*.py``)."""
 
 
 def print_env(state: Path | None) -> None:
@@ -54,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate the CRDs")
+    build = sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate the "
+                           "CRDs")
+    build.add_argument("--with", dest="extra", action="append", choices=sorted(OPTIONAL), default=[],
+                       help="also build an optional part (trainer: the Kubeflow Trainer v2 and JobSet managers, for "
+                            "tests/cluster/live_trainer.py); repeatable")
     for name, text in (("up", "start the cluster (building first if needed); print the kubeconfig path"),
                        ("down", "stop the cluster and remove its state"),
                        ("env", "print export lines pointing the built pulumi at the running cluster")):
@@ -68,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            build_all()
+            build_all((*TOOLS, *(OPTIONAL[name] for name in args.extra)))
             print(f"CRDs: {crds.generate()}")
         elif args.command == "up":
             build_all(report=lambda line: print(line, file=sys.stderr))

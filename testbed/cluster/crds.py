@@ -8,6 +8,14 @@ set, else ``shared/schemas`` beside the repository where it exists, else the gen
 Beside them, ``pulumi-package-metaschema.json``: the Pulumi package metaschema of the pinned Pulumi release
 (``codegen/schema/pulumi.json`` of github.com/pulumi/pulumi/pkg/v3), which the package tests validate against.
 
+JobSet's and Kubeflow Trainer v2's CRDs are not run through controller-gen here: each module zip ships them as
+its release generated them (upstream's ``make manifests`` runs controller-gen over the API packages and checks the
+output in: sigs.k8s.io/jobset v0.12.0 ``config/components/crd/bases``, controller-gen v0.17.2 with
+``crd:generateEmbeddedObjectMeta=true``; github.com/kubeflow/trainer/v2 v2.3.0 ``manifests/base/crds``,
+controller-gen v0.18.0 with the same option), so they are copied from the module as they are
+(``CrdSource.shipped``): the files the releases' own manifests and charts install, byte for byte, where
+controller-gen v0.23.0 would word their descriptions differently.
+
 Volcano's API types live in the module volcano.sh/apis, which the Go module proxy here does not serve
 (403 for every version; volcano.sh/volcano replaces it with a directory its module zip leaves out), so
 Volcano's Queue and PodGroup CRDs are not generated: without ``shared/schemas`` the tests that validate
@@ -42,6 +50,8 @@ class CrdSource:
         paths: API package patterns inside the module.
         options: the ``crd:...`` generator argument upstream passes.
         files: the CRD files kept (controller-gen's names; upstream's published names).
+        shipped: a directory of the module holding upstream's generated CRDs as released; when set, ``files``
+            are copied from it and ``paths`` and ``options`` are unused.
     """
 
     module: str
@@ -49,6 +59,7 @@ class CrdSource:
     paths: tuple[str, ...]
     options: str
     files: tuple[str, ...]
+    shipped: str = ""
 
 
 SOURCES = (
@@ -59,6 +70,12 @@ SOURCES = (
                "kueue.x-k8s.io_localqueues.yaml")),
     CrdSource("sigs.k8s.io/scheduler-plugins", "v0.34.7", ("apis/scheduling/...",),
               "crd:crdVersions=v1,generateEmbeddedObjectMeta=true", ("scheduling.x-k8s.io_podgroups.yaml",)),
+    CrdSource("sigs.k8s.io/jobset", versions.JOBSET, (), "", ("jobset.x-k8s.io_jobsets.yaml",),
+              shipped="config/components/crd/bases"),
+    CrdSource("github.com/kubeflow/trainer/v2", versions.TRAINER, (), "",
+              tuple(f"trainer.kubeflow.org_{p}.yaml" for p in ("trainjobs", "clustertrainingruntimes",
+                                                               "trainingruntimes")),
+              shipped="manifests/base/crds"),
 )
 
 METASCHEMA = "pulumi-package-metaschema.json"
@@ -101,8 +118,20 @@ def _download(module: str, version: str, work: Path, field: str) -> Path:
     return Path(found.group(1))
 
 
+def _copy_shipped(source: CrdSource, out: Path, work: Path) -> None:
+    """Copy ``source.files`` from the module's ``shipped`` directory (see the module docstring)."""
+    shipped = _download(source.module, source.version, work, "Dir") / source.shipped
+    for name in source.files:
+        if not (shipped / name).is_file():
+            raise BuildError(f"{source.module}@{source.version} ships no {source.shipped}/{name}")
+        shutil.copyfile(shipped / name, out / name)
+
+
 def _generate_one(source: CrdSource, out: Path, work: Path) -> None:
     work.mkdir(parents=True, exist_ok=True)
+    if source.shipped:
+        _copy_shipped(source, out, work)
+        return
     env = _go_env(work)
     (work / "go.mod").write_text(
         f"module trainplane.build/crds\n\ngo 1.24.0\n\nrequire {source.module} {source.version}\n")

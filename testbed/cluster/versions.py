@@ -68,3 +68,11 @@ installs (``components/addons/versions.py``, chart 0.19.2), served by the Go mod
 
 GO = "go1.26.8"
 """The Go toolchain the cache key names (the machine's ``go``)."""
+
+JOBSET = "v0.12.0"
+"""sigs.k8s.io/jobset: the JobSet CRD and controller manager; the release the Trainer's chart installs
+(``components/addons/versions.py``, ``JOBSET_VERSION``)."""
+
+TRAINER = "v2.3.0"
+"""github.com/kubeflow/trainer/v2: the Trainer's CRDs and controller manager; the release the ``TrainerV2`` add-on
+installs (``components/addons/versions.py``, chart 2.3.0)."""

@@ -1,6 +1,7 @@
 """The CRDs controller-gen generates from the pinned upstream modules (``testbed/cluster/crds.py``) agree with
 the published files in ``shared/schemas`` where that directory exists: same names, versions, scope and
-schema (descriptions aside: controller-gen releases word and trim them differently)."""
+schema (descriptions aside: controller-gen releases word and trim them differently). The ones a module ships as
+released (JobSet's, the Trainer's: ``CrdSource.shipped``) are those files byte for byte."""
 
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ def test_a_generated_crd_matches_the_published_one(generated: Any, name: str) ->
     if not published.is_file():
         pytest.skip(f"no published {name} in {crds.SHARED_SCHEMAS} to compare with")
     assert essence(mine) == essence(yaml.safe_load(published.read_text()))
+
+
+@pytest.mark.parametrize("name", [f for s in crds.SOURCES if s.shipped for f in s.files])
+def test_a_crd_shipped_in_its_module_is_the_published_file(generated: Any, name: str) -> None:
+    """sigs.k8s.io/jobset v0.12.0 ``config/components/crd/bases`` and github.com/kubeflow/trainer/v2 v2.3.0
+    ``manifests/base/crds`` (each release's ``make manifests`` output) are the files ``shared/schemas`` copied from
+    the same tags."""
+    published = crds.SHARED_SCHEMAS / name
+    if not published.is_file():
+        pytest.skip(f"no published {name} in {crds.SHARED_SCHEMAS} to compare with")
+    assert (generated / name).read_bytes() == published.read_bytes()
 
 
 def test_the_metaschema_is_a_json_schema_the_package_validates_against(generated: Any) -> None:

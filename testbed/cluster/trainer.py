@@ -1,0 +1,194 @@
+"""Kubeflow Trainer v2's and JobSet's controller managers, built from their Go modules at the ``TrainerV2`` add-on's
+releases, run as processes against the test cluster (issue 24, item 5).
+
+What comes from where:
+
+- the binaries: ``github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager`` (v2.3.0) and ``sigs.k8s.io/jobset``
+  (v0.12.0, its ``main.go``) built in one module (:data:`TRAINER_TOOL`; the Trainer's go.mod requires that very
+  JobSet, so the two share every dependency; JobSet is built with the Trainer's k8s.io v0.36.2 where its own go.mod
+  says v0.36.0);
+- the CRDs: the files each module ships (``crds.py``);
+- the webhook configurations: the ones each module ships as its ``make manifests`` generated them (kubeflow/trainer
+  v2.3.0 ``manifests/base/webhook/manifests.yaml``, kubernetes-sigs/jobset v0.12.0
+  ``config/components/webhook/manifests.yaml``), pointed at ``https://127.0.0.1:<port>`` with a serving certificate
+  the cluster's CA signs, each admitting only the namespaces the caller names;
+- the configuration: each release's own (kubeflow/trainer ``manifests/base/manager/controller_manager_config.yaml``,
+  jobset ``config/components/manager/controller_manager_config.yaml``) with only what a process outside a pod
+  changes (:data:`OUT_OF_CLUSTER`): loopback listeners on free ports, no leader election, certificates from the
+  test's PKI instead of each manager's own rotation (which writes a Secret for its in-cluster Service name).
+
+Not one of ``build.TOOLS``: ``python -m testbed.cluster build --with trainer`` builds it. Its first build took 903 s
+(15 min 3 s wall, module downloads included) on this 2-core machine at load average 35 to 160; again with an
+empty Go build cache (modules downloaded), 242 s wall (184 s user, 40 s system CPU) at load 2 to 60.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.cluster import versions
+from testbed.cluster.build import GoTool, build_tool
+from testbed.cluster.crds import _download
+from testbed.cluster.pki import Pki, issue_loopback_serving
+from testbed.cluster.waiting import Abort, Timeout, die_with_parent, wait_for
+
+TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
+JOBSET_MODULE = "sigs.k8s.io/jobset"
+TRAINER_TOOL = GoTool("trainer", TRAINER_MODULE, versions.TRAINER,
+                      (f"{TRAINER_MODULE}/cmd/trainer-controller-manager", JOBSET_MODULE),
+                      requires=((JOBSET_MODULE, versions.JOBSET),),
+                      ldflags=(f"{JOBSET_MODULE}/pkg/version.GitVersion={versions.JOBSET}",))
+"""Both managers' build (jobset's ``Makefile`` sets ``pkg/version.GitVersion`` the same way)."""
+
+OUT_OF_CLUSTER = ("health", "metrics", "webhook", "leaderElection", "certManagement", "internalCertManagement")
+"""The settings of a release's config a process outside a pod replaces."""
+
+
+@dataclass(frozen=True)
+class Manager:
+    """What differs between the two managers: the binary, where its release keeps its config and webhooks, and
+    the config key that turns its own certificate management off."""
+
+    name: str
+    binary: str
+    module: str
+    version: str
+    config: str
+    webhooks: str
+    cert_management: str
+
+
+TRAINER = Manager("trainer", "trainer-controller-manager", TRAINER_MODULE, versions.TRAINER,
+                  "manifests/base/manager/controller_manager_config.yaml", "manifests/base/webhook/manifests.yaml",
+                  "certManagement")
+JOBSET = Manager("jobset", "jobset", JOBSET_MODULE, versions.JOBSET,
+                 "config/components/manager/controller_manager_config.yaml",
+                 "config/components/webhook/manifests.yaml", "internalCertManagement")
+
+
+def module_file(manager: Manager, inside: str) -> Path:
+    """A file of the manager's module at its release (downloaded into the module cache if needed)."""
+    work = Path(tempfile.mkdtemp(prefix="trainer-dl-"))
+    try:
+        return _download(manager.module, manager.version, work, "Dir") / inside
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def local_config(manager: Manager, health: int, metrics: int, webhook: int, cert_dir: Path) -> dict[str, Any]:
+    """The release's config with :data:`OUT_OF_CLUSTER` replaced for a process on this machine."""
+    config = copy.deepcopy(yaml.safe_load(module_file(manager, manager.config).read_text()))
+    config.update({
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics}"},
+        "webhook": {"host": "127.0.0.1", "port": webhook},
+        "leaderElection": {"leaderElect": False},
+        manager.cert_management: {"enable": False},
+    })
+    if manager is JOBSET:
+        config["webhook"]["certDir"] = str(cert_dir)
+    return dict(config)
+
+
+def webhook_configurations(manager: Manager, port: int, ca: Path, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """The release's webhook configurations pointed at the manager on ``127.0.0.1:port`` (trusting ``ca``), each
+    webhook admitting only ``namespaces``; named ``<manager>-<upstream name>``."""
+    bundle = base64.b64encode(ca.read_bytes()).decode()
+    selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                      "values": list(namespaces)}]}
+    out = []
+    for doc in yaml.safe_load_all(module_file(manager, manager.webhooks).read_text()):
+        if not doc:
+            continue
+        doc["metadata"] = {"name": f"{manager.name}-{doc['metadata']['name']}"}
+        for hook in doc["webhooks"]:
+            service = hook["clientConfig"]["service"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{service['path']}", "caBundle": bundle}
+            hook["namespaceSelector"] = selector
+        out.append(doc)
+    return out
+
+
+def _ready(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 (loopback http)
+        return bool(answer.status == 200)
+
+
+@dataclass
+class Running:
+    """One running manager process (see :func:`start`)."""
+
+    manager: Manager
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    log: Path
+    webhook_port: int
+    config: dict[str, Any]
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, SIGKILL after ``grace`` seconds; its working directory is removed."""
+        self.process.terminate()
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start(manager: Manager, kubeconfig: Path, pki: Pki, ports: Sequence[int], timeout: float = 180.0) -> Running:
+    """Start ``manager`` (building it first when not cached) on ``ports`` (health, metrics, webhook) and wait until
+    it is ready (``/readyz``: its webhook server listens).
+
+    The webhook's certificate is in ``--config``'s ``webhook.certDir`` for JobSet; the Trainer's config has no such
+    field, so its process gets ``TMPDIR`` = its working directory, under which controller-runtime v0.24.1 looks by
+    default (``pkg/webhook/server.go``: ``os.TempDir()/k8s-webhook-server/serving-certs``). Metrics are served
+    over TLS with the certificate controller-runtime makes itself when given none.
+
+    Raises:
+        BuildError: the build failed.
+        Timeout: not ready in time (the message ends with the log's tail).
+        Abort: the process exited (the same).
+    """
+    binary = build_tool(TRAINER_TOOL)[0] / manager.binary
+    health, metrics, webhook = ports
+    workdir = Path(tempfile.mkdtemp(prefix=f"{manager.name}-"))
+    certs = issue_loopback_serving(pki, workdir / "k8s-webhook-server" / "serving-certs", f"{manager.name}-webhook")
+    config = local_config(manager, health, metrics, webhook, certs)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    log = workdir / f"{manager.name}.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen([str(binary), f"--config={workdir / 'config.yaml'}", f"--kubeconfig={kubeconfig}",
+                                    "--zap-log-level=2"],
+                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, "TMPDIR": str(workdir)},
+                                   preexec_fn=die_with_parent())  # noqa: PLW1509 (prctl only)
+    running = Running(manager, process, workdir, log, webhook, config)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise Abort(f"{manager.name} exited {process.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+        return _ready(f"http://127.0.0.1:{health}/readyz")
+
+    try:
+        wait_for(ready, timeout, f"{manager.name}'s manager to be ready")
+    except Timeout as late:
+        tail = log.read_text(errors="replace")[-4000:]
+        running.stop()
+        raise Timeout(f"{late}; its log ends:\n{tail}") from late
+    except BaseException:
+        running.stop()
+        raise
+    return running
