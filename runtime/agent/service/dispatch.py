@@ -102,6 +102,12 @@ class ServiceNode:
                 ("POST", contract.ROUTE_OUTPUT): self.route_output,
                 ("POST", contract.ROUTE_CODE): self.route_code}
 
+    @staticmethod
+    def long_running() -> frozenset[tuple[str, str]]:
+        """The routes whose handlers hold their thread while a call runs (``/call``, ``/exec``): the
+        server gives them a pool of their own, so they never hold up an output read or a vote."""
+        return frozenset({("POST", contract.ROUTE_CALL), ("POST", contract.ROUTE_EXEC)})
+
     def use_executor(self, executor: Optional[LocalExecutor]) -> None:
         """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""
         self._executor = executor
