@@ -43,6 +43,9 @@ class Request:
             reset its connection, or end its writing side) and says whether it did, so a long request
             can stop working for a client that has gone; ``None`` where the request came over no
             connection (an in-memory transport).
+        on_hang_up: ``on_hang_up(f)`` has the server call ``f()`` once the client hangs up while this
+            request runs (at once if it already has): from the server's loop, so ``f`` must not block
+            (a queue put); never after the request is answered. ``None`` as for :attr:`hung_up`.
     """
 
     method: str
@@ -50,6 +53,7 @@ class Request:
     body: Mapping[str, Any]
     peer: str
     hung_up: Optional[Callable[[float], bool]] = None
+    on_hang_up: Optional[Callable[[Callable[[], None]], None]] = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,7 @@ class AgentServer:
             except IndexError:
                 return
             conn.busy = False
+            conn.answered()
             if not conn.closed:
                 self._answer(conn, response, keep_alive)
                 self._advance(conn)
@@ -266,7 +271,7 @@ class AgentServer:
                 return
             if chunk == b"":
                 conn.eof = True
-                conn.gone.set()
+                conn.hang_up()
             elif chunk:
                 conn.inbuf += chunk
         if not conn.closed:
@@ -390,10 +395,12 @@ class AgentServer:
             self._answer(conn, _error(exc.status, str(exc)), pending.keep_alive)
             return
         gone = conn.gone
-        request = Request(then.method, then.path, parsed, conn.peer, lambda wait: gone.wait(max(0.0, wait)))
+        request = Request(then.method, then.path, parsed, conn.peer, lambda wait: gone.wait(max(0.0, wait)),
+                          conn.watch_hang_up)
         key = (then.method, then.path)
         if key in self._on_loop:
             response, keep_alive = _run(then.handler, request, pending.keep_alive)
+            conn.answered()
             self._answer(conn, response, keep_alive)
             return
         conn.busy = True
@@ -431,7 +438,7 @@ class AgentServer:
         if conn.closed:
             return
         conn.closed = True
-        conn.gone.set()
+        conn.hang_up()
         if conn.events:
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self._selector.unregister(conn.sock)
@@ -488,6 +495,34 @@ class _Connection:
         self.events = 0
         self.gone = threading.Event()
         """Set when the client hangs up (end of stream, a reset) or the connection closes: ``Request.hung_up``."""
+        self._watchers: list[Callable[[], None]] = []
+        self._watch_lock = threading.Lock()
+
+    def watch_hang_up(self, watcher: Callable[[], None]) -> None:
+        """``Request.on_hang_up`` (any thread)."""
+        with self._watch_lock:
+            if not self.gone.is_set():
+                self._watchers.append(watcher)
+                return
+        watcher()
+
+    def answered(self) -> None:
+        """The running request is answered: its hang-up watchers are done (loop)."""
+        with self._watch_lock:
+            self._watchers.clear()
+
+    def hang_up(self) -> None:
+        """The client went: tell the running request (loop)."""
+        with self._watch_lock:
+            if self.gone.is_set():
+                return
+            self.gone.set()
+            watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            try:
+                watcher()
+            except Exception:  # a watcher's bug must not end the loop
+                traceback.print_exc()
 
 
 def _error(status: int, message: str) -> Response:
