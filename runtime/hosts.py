@@ -94,7 +94,6 @@ class JoinService:
         """Stop serving."""
         if self._server is not None:
             self._server.stop()
-            self._server.server_close()
 
     def join(self, key: str, node_rank: Optional[int], nodes: int, addr: str, port: int) -> dict[str, Any]:
         """Give launcher ``key`` its node rank (the same again when it asks again).

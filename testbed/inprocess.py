@@ -9,13 +9,11 @@ deadlines, status checks - is the production code. Standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import queue
-import socket
 import sys
 import threading
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.net.server import AgentServer, Request, Response
@@ -96,32 +94,6 @@ class InProcessExecutor:
         return RankDone(rank, packed)
 
 
-class _ClosingServer(AgentServer):
-    """An ``AgentServer`` that can drop its open connections, so a stopped node looks gone to its peers."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(*args, **kwargs)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self._open_lock:
-            open_now = list(self._open)
-        for sock in open_now:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
 class LightweightAgent:
     """One node: an HTTP server with ``GET /info``, ``POST /call`` and ``POST /exec``; calls in-process.
 
@@ -138,8 +110,8 @@ class LightweightAgent:
         self.world: Optional[World] = None
         self.service = ServiceNode(settings, lambda: self.world, say or (lambda line: print(line, file=sys.stderr)))
         routes = {("GET", contract.ROUTE_INFO): self._route_info, **self.service.routes()}
-        self.server = _ClosingServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES,
-                                     job=settings.job)
+        self.server = AgentServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES, job=settings.job,
+                                  on_loop={("GET", contract.ROUTE_INFO)}, long_running=ServiceNode.long_running())
 
     @property
     def port(self) -> int:
@@ -160,7 +132,6 @@ class LightweightAgent:
     def stop(self) -> None:
         """Stop serving and drop every connection, as a node that died would."""
         self.server.stop()
-        self.server.close_connections()
         self.service.close()
 
     def _route_info(self, _request: Request) -> Response:

@@ -142,7 +142,8 @@ class Agent:
             subtree=self._subtree)
         self._server = AgentServer((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
-            contract.MAX_BODY_BYTES, job=settings.job)
+            contract.MAX_BODY_BYTES, job=settings.job, on_loop=AgentRoutes.on_loop(),
+            long_running=ServiceNode.long_running())
 
     @property
     def world(self) -> Optional[World]:

@@ -82,6 +82,13 @@ class AgentRoutes:
             ("POST", contract.ROUTE_VOTE): self.vote,
         }
 
+    @staticmethod
+    def on_loop() -> frozenset[tuple[str, str]]:
+        """The routes whose handlers never block (a lock held briefly, a queue put), so the server runs
+        them on its loop: every route but ``POST /vote``, which waits for the agent's verdict."""
+        return frozenset({("GET", contract.ROUTE_INFO), ("GET", contract.ROUTE_MEMBERS),
+                          ("PUT", contract.ROUTE_MEMBERS), ("POST", contract.ROUTE_WORLD)})
+
     def _world(self) -> Optional[World]:
         return self._view().world
 

@@ -46,8 +46,8 @@ from runtime.agent.world import RUNNING, TERMINAL, Node, World
 REMEMBERED_CANCELS = 4096
 """Cancels for calls not (yet) seen that a node remembers, so a late exec is refused at once."""
 HANGUP_POLL = 0.5
-"""Seconds between looks, while a call runs or waits, at whether its caller is still there: a hang-up
-is seen at once; this bounds how long the watch outlives the call."""
+"""Seconds between looks, while a call waits for the job's call slot, at whether its caller is still
+there (a running call is told of a hang-up at once, ``Request.on_hang_up``)."""
 CALLER_GONE = CallCancelled("the caller hung up (interrupted, killed, or its connection cut): the call was "
                             "cancelled on every rank")
 """What ends a call whose caller (the client, or the parent node of an exec) has gone."""
@@ -101,6 +101,12 @@ class ServiceNode:
         return {("POST", contract.ROUTE_CALL): self.route_call, ("POST", contract.ROUTE_EXEC): self.route_exec,
                 ("POST", contract.ROUTE_OUTPUT): self.route_output,
                 ("POST", contract.ROUTE_CODE): self.route_code}
+
+    @staticmethod
+    def long_running() -> frozenset[tuple[str, str]]:
+        """The routes whose handlers hold their thread while a call runs (``/call``, ``/exec``): the
+        server gives them a pool of their own, so they never hold up an output read or a vote."""
+        return frozenset({("POST", contract.ROUTE_CALL), ("POST", contract.ROUTE_EXEC)})
 
     def use_executor(self, executor: Optional[LocalExecutor]) -> None:
         """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""
@@ -169,7 +175,7 @@ class ServiceNode:
                                        targets, s.spec.tree_fanout, call.output, call.code)
             if call.output:
                 self._outputs.open(call.output)
-            outcome = self._execute(world, me, exec_request, plan, deadline, request.hung_up)
+            outcome = self._execute(world, me, exec_request, plan, deadline, request.on_hang_up)
         finally:
             if call.output:
                 self._outputs.close(call.output)
@@ -197,7 +203,7 @@ class ServiceNode:
         deadline = None if exec_request.timeout is None else self._clock() + exec_request.timeout
         self._count("execs")
         plan = plan_node(exec_request.nodes, exec_request.fanout)
-        outcome = self._execute(world, me, exec_request, plan, deadline, request.hung_up)
+        outcome = self._execute(world, me, exec_request, plan, deadline, request.on_hang_up)
         if isinstance(outcome, TrainplaneError):
             return Response(error_status(outcome), error_body(outcome))
         return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
@@ -284,9 +290,9 @@ class ServiceNode:
                                                current.generation)
 
     def _execute(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
-                 hung_up: Optional[Callable[[float], bool]] = None) -> Union[Results, TrainplaneError]:
-        """Run ``request`` through this node (:class:`Hop`); a caller that hangs up meanwhile (``hung_up``,
-        the connection's probe) cancels it everywhere, as a missed deadline does."""
+                 on_hang_up: Optional[Callable[[Callable[[], None]], None]] = None) -> Union[Results, TrainplaneError]:
+        """Run ``request`` through this node (:class:`Hop`); a caller that hangs up meanwhile (the server
+        tells ``on_hang_up``'s watcher) cancels it everywhere, as a missed deadline does."""
         try:
             code = self._code.tree_for(request.code, world) if request.code and plan.local else ""
         except HttpError as exc:
@@ -302,9 +308,8 @@ class ServiceNode:
             head = world.nodes[0]
             forwarder = OutputForwarder(request.output, (head.addr, head.port), self._transport, self._say)
         finished = threading.Event()
-        if hung_up is not None:
-            threading.Thread(target=_watch_caller, args=(hung_up, finished, events), daemon=True,
-                             name=f"caller of {request.call_id}").start()
+        if on_hang_up is not None:
+            on_hang_up(lambda: None if finished.is_set() else events.put(Abort(CALLER_GONE)))
         try:
             report_after = self._settings.spec.hang_report_after if me == 0 else None
             return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
@@ -316,17 +321,6 @@ class ServiceNode:
                 forwarder.close()  # before this node answers: the caller reads it before the call's end
             with self._lock:
                 self._inflight.pop(request.call_id, None)
-
-
-def _watch_caller(hung_up: Callable[[float], bool], finished: threading.Event,
-                  events: queue.SimpleQueue[Event]) -> None:
-    """Until ``finished``, watch the connection a call came on; if the caller hangs up, end the call
-    with :data:`CALLER_GONE`, which cancels it on every rank as a failure does."""
-    while not finished.is_set():
-        if hung_up(HANGUP_POLL):
-            if not finished.is_set():
-                events.put(Abort(CALLER_GONE))
-            return
 
 
 def batch_mode_routes() -> Routes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -67,8 +68,14 @@ def test_runtime_and_its_exceptions_import_without_site_packages():
 
 
 @pytest.fixture
-def waiting_agent(tmp_path: Path):
-    """A coordinator of a 2-node job that waits for a node that never comes."""
+def waiting_agent(waiting_agent_process: tuple[int, int]) -> int:
+    """The port of a coordinator of a 2-node job that waits for a node that never comes."""
+    return waiting_agent_process[0]
+
+
+@pytest.fixture
+def waiting_agent_process(tmp_path: Path):
+    """``(port, pid)`` of a coordinator of a 2-node job that waits for a node that never comes."""
     script = tmp_path / "job.py"
     script.write_text("pass\n")
     port = free_port("127.0.0.1")
@@ -85,9 +92,38 @@ def waiting_agent(tmp_path: Path):
             return False
 
     assert wait_until(healthy, timeout=20)
-    yield port
+    yield port, proc.pid
     proc.terminate()
     proc.wait(timeout=20)
+
+
+def test_a_coordinator_with_200_kept_alive_peers_has_no_more_threads_than_with_2(
+        waiting_agent_process: tuple[int, int]):
+    """Each peer's connection is kept alive after its request (as heartbeats keep theirs): the
+    agent's server serves them all from its one loop, not a thread each."""
+    port, pid = waiting_agent_process
+
+    def peers(count: int) -> list[http.client.HTTPConnection]:
+        connections = []
+        for _ in range(count):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("GET", contract.ROUTE_MEMBERS, headers={"Authorization": f"Bearer {TOKEN}"})
+            response = conn.getresponse()
+            assert response.status == 200 and json.loads(response.read())["workers"] == 2
+            connections.append(conn)
+        return connections
+
+    def threads() -> int:
+        return len(os.listdir(f"/proc/{pid}/task"))
+
+    few = peers(2)
+    with_two = threads()
+    many = peers(200)
+    assert threads() <= with_two
+    info = request_json("127.0.0.1", port, "GET", "/info", TOKEN, job=JOB)
+    assert info["requests_served"] >= 202
+    for conn in few + many:
+        conn.close()
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token", TOKEN[:-1], ""])

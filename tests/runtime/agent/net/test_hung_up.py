@@ -3,6 +3,7 @@ side) from one that waits for its answer, or one that sent more. Real sockets, a
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
 import struct
@@ -75,3 +76,49 @@ def test_a_client_that_sent_more_is_still_there(server):
     assert started.wait(30)
     assert [seen.get(timeout=30) for _ in range(3)] == [False] * 3
     sock.close()
+
+
+@pytest.fixture
+def watched():
+    """A server whose ``POST /watch`` registers an ``on_hang_up`` watcher, then waits for it (or a
+    release) before answering."""
+    calls: queue.SimpleQueue[str] = queue.SimpleQueue()
+    release = threading.Event()
+    started = threading.Event()
+
+    def watch(request: Request) -> Response:
+        assert request.on_hang_up is not None
+        gone = threading.Event()
+        request.on_hang_up(lambda: (calls.put(request.body["name"]), gone.set()))
+        started.set()
+        release.wait(30) if request.body.get("wait") == "release" else gone.wait(30)
+        return Response(200, {"ok": True})
+
+    agent = AgentServer(("127.0.0.1", 0), TOKEN, {("POST", "/watch"): watch}, contract.MAX_BODY_BYTES, job="j")
+    agent.start()
+    try:
+        yield agent, calls, release, started
+    finally:
+        release.set()
+        agent.stop()
+
+
+def watch_request(name: str, wait: str) -> bytes:
+    body = json.dumps({"name": name, "wait": wait}).encode()
+    return (b"POST /watch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
+            b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+
+def test_a_hang_up_watcher_is_called_when_the_client_goes_and_never_after_the_answer(watched):
+    agent, calls, release, started = watched
+    sock = socket.create_connection(agent.server_address[:2], timeout=30)
+    sock.sendall(watch_request("answered", "release"))
+    assert started.wait(30)
+    release.set()
+    assert b" 200 " in sock.recv(4096)
+    started.clear()
+    sock.sendall(watch_request("gone", "hang-up"))
+    assert started.wait(30)
+    sock.close()
+    assert calls.get(timeout=30) == "gone"
+    assert calls.empty(), "the answered request's watcher was not called"

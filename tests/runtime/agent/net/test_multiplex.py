@@ -53,7 +53,7 @@ def test_answers_carry_status_and_body_and_connections_are_kept_alive(agent: Lig
     for _ in range(3):
         answers = run(transport, [healthz])
         assert (answers[0].status, answers[0].body) == (200, {"ok": True})
-    assert len(agent.server._open) == 1, "three sequential exchanges must share one connection"
+    assert agent.server.open_connections == 1, "three sequential exchanges must share one connection"
     answers = run(transport, [healthz, info, bad])
     assert [a.status for a in answers] == [200, 200, 400]
     assert answers[1].body["node_id"] == 0
@@ -68,7 +68,7 @@ def test_single_and_batched_exchanges_share_the_kept_alive_connections(agent: Li
     assert transport.exchange(healthz, timeout=5.0).result(healthz) == {"ok": True}
     assert run(transport, [healthz])[0].status == 200
     assert transport.exchange(healthz, timeout=5.0).ok
-    assert len(agent.server._open) == 1 and transport.sent == 3
+    assert agent.server.open_connections == 1 and transport.sent == 3
 
 
 def test_a_wrong_token_is_answered_401(agent: LightweightAgent):
@@ -117,7 +117,7 @@ def test_an_idle_connection_its_server_closed_is_not_reused(agent: LightweightAg
     healthz = Exchange("127.0.0.1", agent.port, "GET", "/healthz")
     run(transport, [healthz])
     agent.server.close_connections()
-    assert wait_until(lambda: not agent.server._open, timeout=5)
+    assert wait_until(lambda: not agent.server.open_connections, timeout=5)
     assert run(transport, [healthz])[0].status == 200
     assert transport.exchange(healthz, timeout=5.0).status == 200
-    assert len(agent.server._open) == 1
+    assert agent.server.open_connections == 1

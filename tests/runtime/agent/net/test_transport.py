@@ -22,28 +22,13 @@ TOKEN = "transport-token"
 JOB = "transport-job"
 
 
-class CountingServer(AgentServer):
-    """An agent server that counts the connections it accepted."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self.connections: list[socket.socket] = []
-        super().__init__(("127.0.0.1", 0), TOKEN, {("PUT", "/echo"): self._echo}, contract.MAX_BODY_BYTES,
-                         job=JOB)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self.accepted += 1
-        self.connections.append(request)
-        super().process_request(request, client_address)
-
-    @staticmethod
-    def _echo(request: Request) -> Response:
-        return Response(200, {"echo": request.body.get("n")})
+def _echo(request: Request) -> Response:
+    return Response(200, {"echo": request.body.get("n")})
 
 
 @pytest.fixture
-def server() -> Iterator[CountingServer]:
-    served = CountingServer()
+def server() -> Iterator[AgentServer]:
+    served = AgentServer(("127.0.0.1", 0), TOKEN, {("PUT", "/echo"): _echo}, contract.MAX_BODY_BYTES, job=JOB)
     served.start()
     yield served
     served.stop()
@@ -54,7 +39,7 @@ def echo(transport: HttpTransport, port: int, n: int) -> int:
     return transport.exchange(exchange, timeout=5.0).result(exchange)["echo"]
 
 
-def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: CountingServer):
+def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: AgentServer):
     transport = HttpTransport(TOKEN, job=JOB)
     answers = [echo(transport, server.server_address[1], n) for n in range(5)]
     transport.close()
@@ -63,18 +48,18 @@ def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: Countin
     assert server.requests_served == 5
 
 
-def test_one_shot_requests_open_a_connection_each(server: CountingServer):
+def test_one_shot_requests_open_a_connection_each(server: AgentServer):
     for n in range(3):
         answer = request_json("127.0.0.1", server.server_address[1], "PUT", "/echo", TOKEN, {"n": n}, job=JOB)
         assert answer == {"echo": n}
     assert server.accepted == 3
 
 
-def test_a_connection_the_peer_closed_while_idle_is_not_reused(server: CountingServer):
+def test_a_connection_the_peer_closed_while_idle_is_not_reused(server: AgentServer):
     transport = HttpTransport(TOKEN, job=JOB)
     assert echo(transport, server.server_address[1], 1) == 1
-    (accepted,) = server.connections
-    accepted.shutdown(socket.SHUT_RDWR)
+    assert server.open_connections == 1
+    server.close_connections()
     assert echo(transport, server.server_address[1], 2) == 2
     transport.close()
     assert server.accepted == 2
@@ -94,7 +79,7 @@ def test_an_exchange_to_a_closed_port_fails_without_a_status():
         assert info.value.status is None
 
 
-def test_status_errors_and_a_wrong_token_are_transport_errors(server: CountingServer):
+def test_status_errors_and_a_wrong_token_are_transport_errors(server: AgentServer):
     port = server.server_address[1]
     nowhere = Exchange("127.0.0.1", port, "PUT", "/nowhere", b"{}")
     with pytest.raises(TransportError) as info:
@@ -121,7 +106,7 @@ def echo_request(n: int, *, version: str = "HTTP/1.1", extra: str = "") -> bytes
     return head.encode() + body
 
 
-def test_requests_on_one_connection_are_answered_in_order_until_the_client_asks_to_close(server: CountingServer):
+def test_requests_on_one_connection_are_answered_in_order_until_the_client_asks_to_close(server: AgentServer):
     data = echo_request(1) + echo_request(2) + echo_request(3, extra="Connection: close\r\n") + echo_request(4)
     status_lines, received = exchange_raw(server.server_address[1], data)
     assert status_lines == [b"HTTP/1.1 200 OK"] * 3
@@ -129,14 +114,14 @@ def test_requests_on_one_connection_are_answered_in_order_until_the_client_asks_
     assert received.endswith(b'{"echo": 3}')
 
 
-def test_an_http_1_0_request_is_answered_and_the_connection_closed(server: CountingServer):
+def test_an_http_1_0_request_is_answered_and_the_connection_closed(server: AgentServer):
     data = echo_request(1, version="HTTP/1.0") + echo_request(2)
     status_lines, received = exchange_raw(server.server_address[1], data)
     assert status_lines == [b"HTTP/1.1 200 OK"]
     assert b"Connection: close" in received and b'{"echo": 2}' not in received
 
 
-def test_expect_100_continue_is_answered_before_the_body_is_read(server: CountingServer):
+def test_expect_100_continue_is_answered_before_the_body_is_read(server: AgentServer):
     with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as sock:
         sock.sendall(echo_request(5, extra="Expect: 100-continue\r\n").split(b"\r\n\r\n")[0] + b"\r\n\r\n")
         assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -152,14 +137,14 @@ def test_expect_100_continue_is_answered_before_the_body_is_read(server: Countin
     (b"GET /healthz HTTP/1.1\r\nX-A: " + b"b" * 70000 + b"\r\n\r\n", b"431"),
     (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", b"414"),
 ])
-def test_a_malformed_request_head_gets_its_status_and_the_connection_closes(server: CountingServer, data: bytes,
+def test_a_malformed_request_head_gets_its_status_and_the_connection_closes(server: AgentServer, data: bytes,
                                                                            status: bytes):
     status_lines, received = exchange_raw(server.server_address[1], data + b"GET /healthz HTTP/1.1\r\n\r\n")
     assert [line.split()[1] for line in status_lines] == [status]
     assert b'"error"' in received
 
 
-def test_header_names_are_case_insensitive(server: CountingServer):
+def test_header_names_are_case_insensitive(server: AgentServer):
     status_lines, received = exchange_raw(server.server_address[1], echo_request(9, extra="CONNECTION: CLOSE\r\n"))
     assert status_lines == [b"HTTP/1.1 200 OK"] and received.endswith(b'{"echo": 9}')
 
