@@ -37,7 +37,7 @@ from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
 from runtime.workflow.portforward import Relay
 from testbed.cluster import ROOT, project_env
-from tests.runtime.jobs import serving
+from testbed.jobs import serving
 
 FNS = "tests.runtime.service_fns"
 TIMEOUT = 3.0

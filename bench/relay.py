@@ -10,7 +10,7 @@ that every path sees the same background load:
 * ``direct``: to the coordinator's own address (the baseline);
 * ``relay``: through :class:`runtime.workflow.portforward.Relay` with a plain TCP connector;
 * ``portforward``: through the relay and the ``kubernetes`` client's port-forward
-  (``pod_connector``) to the stand-in API server of the tests (``tests/runtime/fake_apiserver.py``),
+  (``pod_connector``) to the stand-in API server of the tests (``testbed/fake_apiserver.py``),
   which forwards to the coordinator: the client side of a real port-forward, without the real API
   server and kubelet hops.
 
@@ -32,8 +32,8 @@ from kubernetes import config
 from runtime.client import JobClient
 from runtime.local import LocalJobSpec
 from runtime.workflow.portforward import Relay, pod_connector
-from tests.runtime.fake_apiserver import FakeApiServer
-from tests.runtime.jobs import serving
+from testbed.fake_apiserver import FakeApiServer
+from testbed.jobs import serving
 
 CALL = "tests.runtime.service_fns:rank"
 

@@ -25,12 +25,7 @@ Fail = Callable[[str, Any, str, str], Exception]
 """Makes the component's error from (field, value, what is wrong, the fix)."""
 
 
-def argument_error(field: str, value: Any, problem: str, fix: str) -> ArgumentError:
-    """The add-ons' error: ``ArgumentError`` saying what is wrong and the fix."""
-    return ArgumentError(field, value, f"{problem}; {fix}")
-
-
-def args_from(cls: type[T], given: Any, fail: Fail = argument_error) -> T:
+def args_from(cls: type[T], given: Any, fail: Fail = ArgumentError.of) -> T:
     """``given`` as the args dataclass ``cls``: an instance as is, ``None`` as the defaults, a mapping of
     field names to values built field by field (see :func:`from_mapping`).
 
@@ -44,7 +39,7 @@ def args_from(cls: type[T], given: Any, fail: Fail = argument_error) -> T:
     return from_mapping(cls, given, fail)
 
 
-def from_mapping(cls: type[T], inputs: Any, fail: Fail = argument_error, path: str = "") -> T:
+def from_mapping(cls: type[T], inputs: Any, fail: Fail = ArgumentError.of, path: str = "") -> T:
     """Build the args dataclass ``cls`` from a mapping of its field names to values.
 
     Whole-number floats become ints in the fields that hold ints (Pulumi carries every number as a

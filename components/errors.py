@@ -37,6 +37,12 @@ class ArgumentError(ComponentError, ValueError):
         """The message after ``"<field>=<value!r>: "``: what is wrong and how to fix it."""
         return self.fix
 
+    @classmethod
+    def of(cls, field: str, value: object, problem: str, fix: str) -> ArgumentError:
+        """The error for a ``(problem, fix)`` check's answer (``runtime.agent.spec.setting.Check``): the
+        message is ``"<field>=<value!r>: <problem>; <fix>"``."""
+        return cls(field, value, f"{problem}; {fix}")
+
 
 class InvalidJobArgs(ArgumentError):
     """A job argument is invalid. Raised at preview time, before anything is created.
@@ -66,6 +72,11 @@ class InvalidJobArgs(ArgumentError):
     def detail(self) -> str:
         """``"<problem>; <fix>"``."""
         return f"{self.problem}; {self.fix}"
+
+    @classmethod
+    def of(cls, field: str, value: object, problem: str, fix: str) -> InvalidJobArgs:
+        """The error for a ``(problem, fix)`` check's answer, its parts kept apart."""
+        return cls(field, value, problem, fix)
 
 
 class StackConfigError(ComponentError, ValueError):

@@ -1,15 +1,20 @@
-"""Argument checks shared by the component args dataclasses; each raises ``ArgumentError``.
+"""The components' checks, in the job spec's vocabulary: each is a ``Check`` (``runtime.agent.spec.setting``)
+answering ``(problem, fix)``, and :func:`require` is the one adapter that raises it as the component's
+error (:class:`ArgumentError` for the cluster and add-on args, :class:`InvalidJobArgs` for a job's).
 
 Also the one copy of the API server's syntax rules (``k8s.io/apimachinery/pkg/util/validation`` and
-``pkg/api/resource``) that every component's checks use.
+``pkg/api/resource``) that every component's checks use, as checks of their own.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any, Optional
 
 from components.errors import ArgumentError
+from runtime.agent.spec import setting
+from runtime.agent.spec.setting import Check
 
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 """RFC 1035 label: Service and PyTorchJob names."""
@@ -28,76 +33,122 @@ MAX_LABEL = 63
 """Longest DNS label or label value, characters."""
 MAX_SUBDOMAIN = 253
 """Longest DNS subdomain, characters."""
+DNS1035_RULE = "lower-case letters, digits and '-', starting with a letter and ending with a letter or digit"
+DNS1123_RULE = "lower-case letters, digits and '-', starting and ending with a letter or digit"
+SUBDOMAIN_RULE = "dot-separated lower-case labels of letters, digits and '-'"
+
+
+def require(field: str, value: object, check: Check, error: type[ArgumentError] = ArgumentError) -> None:
+    """Raise ``check``'s answer for ``value`` as the component's error (``error.of``).
+
+    Args:
+        field: the argument's name, for the message.
+        value: the candidate value.
+        check: its check.
+        error: :class:`ArgumentError`, or a subclass such as ``InvalidJobArgs``.
+
+    Raises:
+        ArgumentError: ``check`` refuses ``value``.
+    """
+    found = check(value)
+    if found is not None:
+        raise error.of(field, value, *found)
+
+
+def pattern(regex: re.Pattern[str], rule: str, max_length: Optional[int]) -> Check:
+    """A check for a name in the syntax ``regex`` (``rule`` says it in words) of at most ``max_length``
+    characters (``None``: the caller checks the length)."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        if not isinstance(value, str) or not regex.match(value):
+            return "not a valid name", f"use {rule}"
+        if max_length is not None and len(value) > max_length:
+            return f"is {len(value)} characters long", f"shorten it to {max_length}"
+        return None
+
+    return check
+
+
+DNS_LABEL = pattern(DNS1123_LABEL, DNS1123_RULE, MAX_LABEL)
+"""An RFC 1123 DNS label of at most 63 characters (what Kubernetes namespace and most object names must be)."""
+SUBDOMAIN = pattern(DNS1123_SUBDOMAIN, SUBDOMAIN_RULE, MAX_SUBDOMAIN)
+"""An RFC 1123 subdomain of at most 253 characters (most object names)."""
+
+
+def quantity(value: Any) -> Optional[tuple[str, str]]:
+    """A check for a Kubernetes resource quantity such as ``"512Mi"``, ``"8Gi"`` or ``"1.5"``."""
+    ok = isinstance(value, str) and QUANTITY.match(value) is not None
+    return None if ok else ("not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"')
+
+
+def absolute_path(value: Any) -> Optional[tuple[str, str]]:
+    """A check for an absolute POSIX path (a path inside the container)."""
+    ok = isinstance(value, str) and value.startswith("/")
+    return None if ok else ("must be an absolute path in the container", 'start it with "/"')
+
+
+def env_name(value: Any) -> Optional[tuple[str, str]]:
+    """A check for a container environment variable name."""
+    ok = isinstance(value, str) and ENV_NAME.match(value) is not None
+    return None if ok else ("not an environment variable name",
+                            "use letters, digits, '_', '-' or '.', not starting with a digit")
+
+
+def whole(minimum: int) -> Check:
+    """A check for a whole number (an ``int``, not a ``bool``) of at least ``minimum``."""
+    return setting.whole(minimum, f"use a whole number >= {minimum}")
 
 
 def dns_label(field: str, value: object) -> str:
-    """Check that ``value`` is an RFC 1123 DNS label (what Kubernetes object names must be).
-
-    Args:
-        field: Argument name, for the error.
-        value: The candidate name.
-
-    Returns:
-        The name, unchanged.
+    """Check that ``value`` is an RFC 1123 DNS label (:data:`DNS_LABEL`) and return it.
 
     Raises:
-        ArgumentError: ``value`` is not a lower-case DNS label of at most 63 characters.
+        ArgumentError: it is not.
     """
-    if not isinstance(value, str) or len(value) > MAX_LABEL or not DNS1123_LABEL.match(value):
-        raise ArgumentError(
-            field,
-            value,
-            "use lower-case letters, digits and '-', at most 63 characters, "
-            "starting and ending with a letter or digit",
-        )
-    return value
+    require(field, value, DNS_LABEL)
+    return str(value)
 
 
 def integer(field: str, value: object, minimum: int = 0) -> int:
-    """Check that ``value`` is an ``int`` (not a ``bool``) of at least ``minimum``.
+    """Check that ``value`` is an ``int`` (not a ``bool``) of at least ``minimum`` and return it.
 
     Raises:
-        ArgumentError: ``value`` is not an integer or is below ``minimum``.
+        ArgumentError: it is not.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ArgumentError(field, value, f"use a whole number >= {minimum}")
-    return value
+    require(field, value, whole(minimum))
+    return int(value)  # type: ignore[call-overload]  # an int, checked above
 
 
 def strings(field: str, value: object, non_empty: bool = False) -> tuple[str, ...]:
-    """Check that ``value`` is a sequence of non-empty strings and return it as a tuple.
+    """Check that ``value`` is a sequence of non-empty strings (at least one when ``non_empty``) and return
+    it as a tuple.
 
     Raises:
         ArgumentError: ``value`` is a bare string, not a sequence, holds a non-string or an empty
             string, or is empty while ``non_empty`` is set.
     """
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ArgumentError(field, value, "use a list of strings")
-    items = tuple(value)
-    if any(not isinstance(item, str) or not item for item in items):
-        raise ArgumentError(field, value, "use a list of non-empty strings")
-    if non_empty and not items:
-        raise ArgumentError(field, value, "list at least one value")
-    return items
+    items = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
+    found = setting.strings("use a list of non-empty strings", empty_items=False, at_least_one=non_empty)(items)
+    if found is not None:
+        raise ArgumentError.of(field, value, *found)
+    return tuple(items)  # type: ignore[arg-type]  # a tuple of strings, checked above
 
 
 def one_of(field: str, value: object, allowed: Sequence[str]) -> str:
-    """Check that ``value`` is one of ``allowed``.
+    """Check that ``value`` is one of ``allowed`` and return it.
 
     Raises:
-        ArgumentError: ``value`` is not in ``allowed``; the message lists the allowed values.
+        ArgumentError: it is not; the message lists the allowed values.
     """
-    if value not in allowed:
-        raise ArgumentError(field, value, f"use one of {', '.join(allowed)}")
+    require(field, value, setting.one_of(allowed))
     return str(value)
 
 
 def text(field: str, value: object) -> str:
-    """Check that ``value`` is a non-empty string.
+    """Check that ``value`` is a string that is not blank and return it.
 
     Raises:
-        ArgumentError: ``value`` is not a string or is blank.
+        ArgumentError: it is not.
     """
-    if not isinstance(value, str) or not value.strip():
-        raise ArgumentError(field, value, "give a non-empty string")
-    return value
+    require(field, value, setting.text("give a non-empty string", blank=False))
+    return str(value)

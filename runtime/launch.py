@@ -25,8 +25,8 @@ from typing import Any, NoReturn, Optional, Sequence
 from runtime import hosts, local
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, SpecError
-from runtime.agent.execution.environment import reserved_ports
 from runtime.agent.spec.job import DISTRIBUTIONS, MODES, SETTINGS, default
+from runtime.agent.spec.ports import port_block
 from runtime.agent.spec.setting import Codec
 from runtime.torchrun_options import (
     IGNORED,
@@ -282,11 +282,10 @@ def _launcher_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str], ...]:
     """(ok, message) for what only this launcher has: its ports on one machine, GPUs, directories, SCRIPT."""
     batch = ns.mode == "batch"
     master_port = flag(ns, "master_port")
-    reserved = reserved_ports(ns.workers * ns.num_proc)
+    beyond = port_block(ns.master_port, ns.workers * ns.num_proc, free=True)
     return (
-        (ns.master_port + reserved <= 65536 or ns.master_port == 0,
-         f"{master_port}: the job uses {reserved} ports from it (rendezvous, JAX, TensorFlow), past 65535 "
-         f"(got {ns.master_port}); use at most {65536 - reserved}, or 0 for any"),
+        (beyond is None, "" if beyond is None else f"{master_port}: {beyond[0]} (got {ns.master_port}); "
+                                                   f"{beyond[1].format(master_port=master_port)}"),
         (not ns.virtual_local_rank or _gpus_for(ns.num_proc),
          f"--virtual-local-rank: {contract.CUDA_VISIBLE_DEVICES}={os.environ.get(contract.CUDA_VISIBLE_DEVICES)} "
          f"names fewer GPUs than the {ns.num_proc} processes per node; name one per process or unset it"),

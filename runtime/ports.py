@@ -10,7 +10,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from runtime.agent.execution.environment import reserved_ports
+from runtime.agent.spec.ports import reserved_ports
 from runtime.reservation import LOCK_DIR, PortReservation, reserve
 
 

@@ -3,6 +3,7 @@ whose modules imports from the bundle alone."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,95 @@ def test_the_pod_bundle_is_the_in_pod_packages_and_every_module_imports_from_it_
                             text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) == len(modules) > 40
+
+
+PACKAGES = ("runtime", "components", "testbed", "bench", "tests", "examples")
+PUBLIC_AGENT = ("runtime.agent.spec", "runtime.agent.contract", "runtime.agent.errors")
+"""The parts of ``runtime.agent`` that code outside it may import: the job spec and port layout, the
+environment contract, the errors."""
+HARNESSES = ("runtime.agent", "testbed", "bench", "tests")
+"""Code that drives the agent's own parts: the agent itself, and the tests and benchmarks' harnesses."""
+OUTSIDE_THE_SURFACE = {
+    "runtime": {"runtime.agent.execution.delivery", "runtime.agent.execution.torchgroup"},
+    "runtime.client": {"runtime.agent.service.wire", "runtime.agent.world"},
+    "runtime.hosts": {"runtime.agent.net.address", "runtime.agent.net.server", "runtime.agent.net.transport"},
+    "runtime.local": {"runtime.agent.execution.procs", "runtime.agent.net.address", "runtime.agent.net.transport"},
+    "runtime.workflow.attach": {"runtime.agent.world"},
+    "runtime.workflow.classes": {"runtime.agent.service.instances"},
+    "runtime.workflow.codesync": {"runtime.agent.code.archive", "runtime.agent.code.store"},
+    "runtime.workflow.compute": {"runtime.agent.service.wire"},
+    "runtime.workflow.existing": {"runtime.agent.service.wire"},
+    "runtime.workflow.kubernetes_compute": {"runtime.agent.service.wire"},
+    "runtime.workflow.local_compute": {"runtime.agent.code.store", "runtime.agent.service.wire"},
+    "runtime.workflow.output": {"runtime.agent.execution.console"},
+}
+"""The client and local mode's imports of the agent's private parts, as they stand (the user API
+``runtime.membership``/``runtime.distributed`` is in-pod code; the call wire format, the console's
+lines and the code store are shared with the client): none may be added, and the components and the
+launcher import none."""
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports, at any depth but a ``TYPE_CHECKING`` block: a ``from
+    package import name`` counts the submodule ``name`` when there is one."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and ast.unparse(block.test).endswith("TYPE_CHECKING") for stmt in block.body
+                   for node in ast.walk(stmt)}
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path.parent)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            base = ".".join([*parts, *([node.module] if node.module else [])])
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+    return {name for name in found if name in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = [p for root in PACKAGES for p in (ROOT / root).rglob("*.py") if "__pycache__" not in p.parts]
+    modules = {_module_name(p) for p in paths}
+    return {_module_name(p): _imports(p, modules) for p in paths}
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_no_module_imports_itself_back_through_another():
+    graph = _graph()
+    cycles = []
+    for start in sorted(graph):
+        seen, stack = set(), [(start, (start,))]
+        while stack:
+            module, path = stack.pop()
+            for imported in graph[module]:
+                if imported == start:
+                    cycles.append(" -> ".join((*path, start)))
+                elif imported not in seen:
+                    seen.add(imported)
+                    stack.append((imported, (*path, imported)))
+    assert cycles == []
+
+
+def test_outside_the_agent_only_its_spec_contract_and_errors_are_imported():
+    private = {module: {i for i in imports if _under(i, ("runtime.agent",)) and not _under(i, PUBLIC_AGENT)}
+               for module, imports in _graph().items() if not _under(module, HARNESSES)}
+    assert {module: found for module, found in private.items() if found} == OUTSIDE_THE_SURFACE
+
+
+def test_benchmarks_and_the_testbed_import_nothing_from_the_tests():
+    graph = _graph()
+    assert {m: i for m, i in graph.items() if _under(m, ("bench", "testbed")) and _under_any(i, ("tests",))} == {}
+
+
+def _under_any(modules: set[str], prefixes: tuple[str, ...]) -> bool:
+    return any(_under(m, prefixes) for m in modules)

@@ -20,21 +20,13 @@ import pulumi
 from components import arguments, docs, outputs
 from components.capabilities import NO_GANG
 from components.errors import InvalidJobArgs
-from components.job import access, checks, inputchecks, volumes
+from components.job import access, checks, inputchecks, rules, volumes
+from components.job.backends import INDEXED_JOB, STATEFULSET
 from runtime.agent import contract
 from runtime.agent.spec.job import SETTINGS, JobSpec, default
 
-INDEXED_JOB = "indexed-job"
-PYTORCHJOB = "pytorchjob"
-STATEFULSET = "statefulset"
-TRAINJOB = "trainjob"
-BACKENDS = (INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB)
 DEFAULT_BACKOFF_LIMIT = 3
 """Failed pods of an elastic batch job that Kubernetes replaces before it fails the job."""
-STATEFULSET_HASH_SUFFIX = 11
-"""A StatefulSet's pods carry ``controller-revision-hash: <name>-<hash of up to 10 characters>``, a
-63-character label: the name takes at most 52."""
-
 
 @dataclass(frozen=True)
 class DistributedJobArgs:
@@ -231,8 +223,6 @@ class DistributedJobArgs:
                 object.__setattr__(self, f.name, outputs.checked(value, INPUT_CHECKS[f.name]))
             else:
                 object.__setattr__(self, f.name, INPUT_CHECKS[f.name](value))
-        from components.job import rules  # it reads this module's names, so it is imported once they exist
-
         rules.validate(self)
 
     @classmethod

@@ -1,29 +1,23 @@
-"""Syntax checks for Kubernetes names, labels and quantities, raising :class:`InvalidJobArgs`.
+"""The checks of ``DistributedJobArgs`` fields, raising :class:`InvalidJobArgs`.
 
-Each check takes the argument's name (for the message) and its value, and returns nothing: it either
-passes or raises with the field, the value and the fix. The rules are the API server's own
-(:mod:`components.validate` holds them), so a bad value fails at preview instead of at apply.
+Each takes the argument's name (for the message) and its value, and returns nothing: it either passes or
+raises with the field, the value, the problem and the fix. The value checks are the job spec's and the API
+server's (``runtime.agent.spec.setting``, :mod:`components.validate`), raised through
+``components.validate.require``, so one rule has one wording, and a bad value fails at preview instead of
+at apply.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from typing import Any, Mapping, Optional
 
 import pulumi
 
+from components import validate
 from components.errors import InvalidJobArgs
-from components.validate import (
-    DNS1035_LABEL,
-    DNS1123_LABEL,
-    DNS1123_SUBDOMAIN,
-    ENV_NAME,
-    LABEL_NAME,
-    MAX_LABEL,
-    MAX_SUBDOMAIN,
-    QUANTITY,
-)
+from components.validate import DNS1123_SUBDOMAIN, LABEL_NAME, MAX_LABEL, MAX_SUBDOMAIN
+from runtime.agent.spec import setting
 
 PLAIN_FIX = "it decides what the job renders, which Pulumi must know when the job is created"
 
@@ -60,10 +54,16 @@ def require_int(field: str, value: Any, minimum: int) -> None:
     Raises:
         InvalidJobArgs: ``value`` is not an int, or is below ``minimum``.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidJobArgs(field, value, "must be a whole number", f"pass an int >= {minimum}")
-    if value < minimum:
-        raise InvalidJobArgs(field, value, f"must be >= {minimum}", f"pass an int >= {minimum}")
+    validate.require(field, value, validate.whole(minimum), InvalidJobArgs)
+
+
+def require_port(field: str, value: Any) -> None:
+    """Require a TCP port, 1 to 65535 (the agent's environment words the rule alike).
+
+    Raises:
+        InvalidJobArgs: ``value`` is not a whole number in that range.
+    """
+    validate.require(field, value, setting.tcp_port(), InvalidJobArgs)
 
 
 def require_positive_number(field: str, value: Any) -> None:
@@ -72,8 +72,7 @@ def require_positive_number(field: str, value: Any) -> None:
     Raises:
         InvalidJobArgs: ``value`` is not a number or is <= 0.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InvalidJobArgs(field, value, "must be a number > 0", "pass a positive int or float")
+    validate.require(field, value, setting.positive("pass a positive int or float"), InvalidJobArgs)
 
 
 def require_choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -82,8 +81,7 @@ def require_choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
     Raises:
         InvalidJobArgs: ``value`` is not one of them.
     """
-    if value not in choices:
-        raise InvalidJobArgs(field, value, "unknown value", f"use one of {', '.join(choices)}")
+    validate.require(field, value, setting.one_of(choices), InvalidJobArgs)
 
 
 def require_dns1035(field: str, value: Any, max_length: Optional[int] = MAX_LABEL) -> None:
@@ -97,8 +95,8 @@ def require_dns1035(field: str, value: Any, max_length: Optional[int] = MAX_LABE
     Raises:
         InvalidJobArgs: wrong type, pattern, or longer than ``max_length`` characters.
     """
-    _require_pattern(field, value, DNS1035_LABEL, max_length, "lower-case letters, digits and '-', "
-                     "starting with a letter and ending with a letter or digit")
+    validate.require(field, value, validate.pattern(validate.DNS1035_LABEL, validate.DNS1035_RULE, max_length),
+                     InvalidJobArgs)
 
 
 def require_dns1123_label(field: str, value: Any) -> None:
@@ -107,8 +105,7 @@ def require_dns1123_label(field: str, value: Any) -> None:
     Raises:
         InvalidJobArgs: wrong type, pattern or length.
     """
-    _require_pattern(field, value, DNS1123_LABEL, MAX_LABEL,
-                     "lower-case letters, digits and '-', starting and ending with a letter or digit")
+    validate.require(field, value, validate.DNS_LABEL, InvalidJobArgs)
 
 
 def require_dns1123_subdomain(field: str, value: Any) -> None:
@@ -117,8 +114,7 @@ def require_dns1123_subdomain(field: str, value: Any) -> None:
     Raises:
         InvalidJobArgs: wrong type, pattern or length.
     """
-    _require_pattern(field, value, DNS1123_SUBDOMAIN, MAX_SUBDOMAIN,
-                     "dot-separated lower-case labels of letters, digits and '-'")
+    validate.require(field, value, validate.SUBDOMAIN, InvalidJobArgs)
 
 
 def require_quantity(field: str, value: Any) -> None:
@@ -127,8 +123,7 @@ def require_quantity(field: str, value: Any) -> None:
     Raises:
         InvalidJobArgs: not a string in quantity syntax.
     """
-    if not isinstance(value, str) or not QUANTITY.match(value):
-        raise InvalidJobArgs(field, value, "not a Kubernetes quantity", 'write it like "512Mi" or "8Gi"')
+    validate.require(field, value, validate.quantity, InvalidJobArgs)
 
 
 def require_absolute_path(field: str, value: Any) -> None:
@@ -137,8 +132,7 @@ def require_absolute_path(field: str, value: Any) -> None:
     Raises:
         InvalidJobArgs: not a string starting with ``/``.
     """
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise InvalidJobArgs(field, value, "must be an absolute path in the container", 'start it with "/"')
+    validate.require(field, value, validate.absolute_path, InvalidJobArgs)
 
 
 def require_labels(field: str, labels: Any) -> None:
@@ -162,9 +156,7 @@ def require_env_name(field: str, name: Any) -> None:
     Raises:
         InvalidJobArgs: empty, not a string, or containing characters Kubernetes rejects.
     """
-    if not isinstance(name, str) or not ENV_NAME.match(name):
-        raise InvalidJobArgs(field, name, "not an environment variable name",
-                             "use letters, digits, '_', '-' or '.', not starting with a digit")
+    validate.require(field, name, validate.env_name, InvalidJobArgs)
 
 
 def _require_label_key(field: str, key: Any) -> None:
@@ -181,15 +173,6 @@ def _require_label_key(field: str, key: Any) -> None:
 
 def _is_label_name(name: str) -> bool:
     return len(name) <= MAX_LABEL and LABEL_NAME.match(name) is not None
-
-
-def _require_pattern(
-    field: str, value: Any, pattern: re.Pattern[str], max_length: Optional[int], rule: str
-) -> None:
-    if not isinstance(value, str) or not pattern.match(value):
-        raise InvalidJobArgs(field, value, "not a valid name", f"use {rule}")
-    if max_length is not None and len(value) > max_length:
-        raise InvalidJobArgs(field, value, f"is {len(value)} characters long", f"shorten it to {max_length}")
 
 
 def require_strings(name: str, value: Any, problem: str, fix: str) -> None:

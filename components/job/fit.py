@@ -26,7 +26,8 @@ from components.capabilities import (
     KueueFlavor,
 )
 from components.errors import InvalidJobArgs
-from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB, DistributedJobArgs
+from components.job.args import DistributedJobArgs
+from components.job.backends import INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB
 from components.job.platformfit import check_platform_fits
 from components.job.pod import cpu_quantity
 from runtime.agent import contract

@@ -17,7 +17,8 @@ import pulumi
 
 from components.addons.versions import KUEUE_API, SCHEDULER_PLUGINS_SCHEDULER, VOLCANO_API, VOLCANO_SCHEDULER
 from components.capabilities import KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
-from components.job.args import PYTORCHJOB, TRAINJOB, DistributedJobArgs
+from components.job.args import DistributedJobArgs
+from components.job.backends import PYTORCHJOB, TRAINJOB
 from components.job.naming import JobNames
 from components.outputs import Labels, merged
 

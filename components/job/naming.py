@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import pulumi
 
 from components import validate
 from components.errors import InvalidJobArgs
 from components.job import checks
-from components.job.args import PYTORCHJOB, STATEFULSET, STATEFULSET_HASH_SUFFIX, TRAINJOB, DistributedJobArgs
+from components.job.backends import PYTORCHJOB, STATEFULSET, STATEFULSET_HASH_SUFFIX, TRAINJOB
 from components.outputs import lift
+
+if TYPE_CHECKING:
+    from components.job.args import DistributedJobArgs
 
 PYTORCH_MASTER = "Master"
 PYTORCH_WORKER = "Worker"

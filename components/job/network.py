@@ -9,7 +9,7 @@ from components.job.naming import JobNames
 from components.job.pod import pod_selector
 from components.outputs import Labels, lift, merged
 from runtime.agent import contract
-from runtime.agent.execution import controller
+from runtime.agent.spec.ports import framework_ports
 
 
 def headless_service(names: JobNames, args: DistributedJobArgs, labels: Labels) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def headless_service(names: JobNames, args: DistributedJobArgs, labels: Labels) 
                 {"name": contract.MASTER_PORT_NAME, "port": args.master_port,
                  "targetPort": args.master_port, "protocol": "TCP"},
                 *({"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
-                  for name, port in controller.ports(args.distribution, args.master_port)),
+                  for name, port in framework_ports(args.distribution, args.master_port)),
             ],
         },
     }

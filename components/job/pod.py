@@ -17,9 +17,9 @@ from components.job.platform import platform_pod_spec, pod_annotations
 from components.job.volumes import BUNDLE_VOLUME, SHM_PATH, SHM_VOLUME
 from components.outputs import Labels, lift, merged
 from runtime.agent import contract
-from runtime.agent.execution import controller
 from runtime.agent.spec.environment import job_env
 from runtime.agent.spec.job import JobSpec
+from runtime.agent.spec.ports import framework_ports
 
 AGENT_CONTAINER = "agent"
 TOKEN_KEY = "token"  # noqa: S105 - the Secret's key, not a secret
@@ -186,7 +186,7 @@ def container(names: JobNames, args: DistributedJobArgs, role: PodRole) -> dict[
             {"name": contract.AGENT_PORT_NAME, "containerPort": args.agent_port, "protocol": "TCP"},
             {"name": role.rendezvous_port_name, "containerPort": args.master_port, "protocol": "TCP"},
             *({"name": name, "containerPort": port, "protocol": "TCP"}
-              for name, port in controller.ports(args.distribution, args.master_port)),
+              for name, port in framework_ports(args.distribution, args.master_port)),
         ],
         "volumeMounts": [
             {"name": BUNDLE_VOLUME, "mountPath": contract.BUNDLE_MOUNT_PATH, "readOnly": True},

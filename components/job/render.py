@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from components.addons.kueue import LOCAL_QUEUE_REPLACED_ON
 from components.capabilities import KUEUE
-from components.job.args import STATEFULSET, TRAINJOB, DistributedJobArgs
+from components.job.args import DistributedJobArgs
+from components.job.backends import STATEFULSET, TRAINJOB
 from components.job.bundle import RuntimeBundle, configmap_manifest
 from components.job.gang import local_queue_manifest, placement, podgroup_manifest
 from components.job.naming import JobNames, job_names, validate_job_name

@@ -6,15 +6,18 @@ A field that takes a ``pulumi.Input`` is looked at here only for whether it is s
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
 from components.job import checks, platform, trainjob_rules
-from components.job.args import BACKENDS, INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
+from components.job.backends import BACKENDS, INDEXED_JOB, PYTORCHJOB, STATEFULSET
 from runtime.agent.errors import SpecError
-from runtime.agent.execution import controller
-from runtime.agent.execution.environment import reserved_ports
 from runtime.agent.spec.job import PORT_FIX, SINGLE_CONTROLLER
+from runtime.agent.spec.ports import framework_ports, port_block, reserved_ports
+
+if TYPE_CHECKING:
+    from components.job.args import DistributedJobArgs
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -195,9 +198,7 @@ def _validate_pod(a: DistributedJobArgs) -> None:
 
 
 def _validate_network(a: DistributedJobArgs) -> None:
-    checks.require_int("agent_port", a.agent_port, 1)
-    if a.agent_port > 65535:
-        raise InvalidJobArgs("agent_port", a.agent_port, "is not a TCP port", "use 1..65535")
+    checks.require_port("agent_port", a.agent_port)
     if a.master_port == 0:
         raise InvalidJobArgs("master_port", a.master_port, "0 picks a free port when a job starts on one machine; "
                              "the pods of a job must know node 0's port in advance", PORT_FIX)
@@ -211,7 +212,7 @@ def _validate_single_controller(a: DistributedJobArgs) -> None:
     dist = a.distribution
     if dist not in SINGLE_CONTROLLER:
         return
-    for name, port in controller.ports(dist, a.master_port):  # inside the port block (_validate_port_block)
+    for name, port in framework_ports(dist, a.master_port):  # inside the port block (_validate_port_block)
         if port == a.agent_port:
             raise InvalidJobArgs("agent_port", a.agent_port, f"{dist} listens there ({name}: master_port + "
                                  f"{port - a.master_port})", "give agent_port another port")
@@ -221,12 +222,11 @@ def _validate_port_block(a: DistributedJobArgs) -> None:
     """The ports counted up from ``master_port`` (rendezvous per generation, JAX, TensorFlow; see
     ``contract.RENDEZVOUS_PORT_SPAN``) fit below 65536 and leave ``agent_port`` out. Each pod has its
     own address, so the TensorFlow block counts one pod's processes."""
-    reserved = reserved_ports(a.procs_per_node)
-    last = a.master_port + reserved - 1
-    if last > 65535:
-        raise InvalidJobArgs("master_port", a.master_port, f"the job uses {reserved} ports from it (rendezvous, "
-                             f"JAX, TensorFlow), up to {last}, beyond the last TCP port",
-                             f"use a master_port of at most {65536 - reserved}")
+    beyond = port_block(a.master_port, a.procs_per_node)
+    if beyond is not None:
+        problem, fix = beyond
+        raise InvalidJobArgs("master_port", a.master_port, problem, fix.format(master_port="master_port"))
+    last = a.master_port + reserved_ports(a.procs_per_node) - 1
     if a.master_port <= a.agent_port <= last:
         raise InvalidJobArgs("agent_port", a.agent_port, f"inside the ports the job counts up from master_port "
                              f"({a.master_port}..{last}: rendezvous, JAX, TensorFlow)",

@@ -17,12 +17,16 @@ the backend that can. Kubeflow Trainer v2.3.0's rules (github.com/kubeflow/train
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from components.addons.trainer_runtime import TRAINER_PORT
 from components.capabilities import SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
-from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB, DistributedJobArgs
+from components.job.backends import INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB
 from runtime.agent import contract
+
+if TYPE_CHECKING:
+    from components.job.args import DistributedJobArgs
 
 POD_FIELDS_NOT_PATCHED = {
     "scheduler_name": "the pods' schedulerName is the runtime's (its gang scheduler's)",

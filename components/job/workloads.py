@@ -15,7 +15,8 @@ from components.awaiting import CREATED, WAIT_FOR_ANNOTATION
 from components.capabilities import NO_GANG
 from components.errors import InvalidJobArgs, OperatorRuleError
 from components.job import checks
-from components.job.args import INDEXED_JOB, PYTORCHJOB, STATEFULSET, DistributedJobArgs
+from components.job.args import DistributedJobArgs
+from components.job.backends import INDEXED_JOB, PYTORCHJOB, STATEFULSET
 from components.job.bundle import RuntimeBundle
 from components.job.gang import GangPlacement, pytorch_scheduling_policy
 from components.job.naming import PYTORCH_MASTER, PYTORCH_WORKER, JobNames

@@ -15,14 +15,6 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from runtime.agent import contract
 from runtime.agent.net.address import host_port
 
-DISTRIBUTIONS = ("spmd", "pytorch", "jax", "tensorflow", "ray", "monarch")
-"""Distribution kinds the local agent knows. ``spmd`` sets every framework's variables."""
-SINGLE_CONTROLLER = ("ray", "monarch")
-"""Distributions with one driver process, on node 0; every node runs the framework's daemon
-(``runtime.agent.execution.controller``), and the driver's exit decides the job."""
-DEFAULT_ROLE = "default"
-"""torchrun's ``--role`` default: the workers' ``ROLE_NAME``."""
-
 RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"

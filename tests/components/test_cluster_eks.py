@@ -150,7 +150,7 @@ def test_subnet_cidrs_split_the_vpc_evenly():
     ("kwargs", "field", "message"),
     [
         ({"instance_types": []}, "instance_types", "list at least one value"),
-        ({"instance_types": "g5.xlarge"}, "instance_types", "use a list of strings"),
+        ({"instance_types": "g5.xlarge"}, "instance_types", "must be a list of strings"),
         ({"min_size": 3, "desired_size": 2}, "desired_size", r"keep min_size \(3\) <= desired_size"),
         ({"max_size": 0, "desired_size": 0}, "max_size", ">= 1"),
         ({"efa": True}, "availability_zone", "name the placement group's zone"),

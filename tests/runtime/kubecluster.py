@@ -6,7 +6,7 @@ with the rendered environment's processes per node, distribution, elastic bounds
 (an update that changes only the replicas scales the running job, as the StatefulSet controller
 adds or removes pods with the highest ordinals; any other change replaces it, as a rolling update does); the stack's
 outputs are the program's own, except the token, which is the one the job's agents really use (in a
-cluster, the Secret's). A :class:`~tests.runtime.fake_apiserver.FakeApiServer` forwards pod
+cluster, the Secret's). A :class:`~testbed.fake_apiserver.FakeApiServer` forwards pod
 ``<job>-0`` on the agent port to that job's coordinator, for the real ``kubernetes`` client.
 """
 
@@ -20,8 +20,8 @@ import pulumi
 
 from runtime.agent import contract
 from runtime.local import LocalJob, LocalJobSpec, start
+from testbed.fake_apiserver import FakeApiServer
 from tests.components.componenttest import Deployment, deploy
-from tests.runtime.fake_apiserver import FakeApiServer
 
 STATEFULSET = "kubernetes:apps/v1:StatefulSet"
 

@@ -12,8 +12,8 @@ import pytest
 from runtime.agent.errors import JobEnded, TransportError
 from runtime.client import JobClient
 from runtime.local import LocalJobSpec
+from testbed.jobs import serving
 from tests.conftest import ROOT, wait_until
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

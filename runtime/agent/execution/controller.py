@@ -112,15 +112,3 @@ def driver_wait(world: World) -> DriverWait:
     if world.distribution == "monarch":
         return DriverWait(tuple(world.worker_address(i).removeprefix("tcp://") for i in range(len(world.nodes))))
     return DriverWait()
-
-
-def ports(distribution: str, master_port: int) -> tuple[tuple[str, int], ...]:
-    """The named TCP ports a job of ``distribution`` listens on beyond the agent and rendezvous
-    ports, as ``(name, port)``: Ray's head and client ports, or Monarch's worker port."""
-    base = master_port + contract.CONTROLLER_PORT_OFFSET
-    if distribution == "ray":
-        return ((contract.RAY_HEAD_PORT_NAME, base),
-                (contract.RAY_CLIENT_PORT_NAME, master_port + contract.RAY_CLIENT_PORT_OFFSET))
-    if distribution == "monarch":
-        return ((contract.MONARCH_PORT_NAME, base),)
-    return ()

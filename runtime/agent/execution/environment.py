@@ -77,12 +77,6 @@ def process_env(world: World, node_rank: int, local_rank: int, role: str = DEFAU
     return env
 
 
-def reserved_ports(processes: int) -> int:
-    """How many ports from the job's base port up a job of ``processes`` processes may use:
-    rendezvous, JAX and TensorFlow (see ``contract.RENDEZVOUS_PORT_SPAN``)."""
-    return contract.TF_PORT_OFFSET + processes
-
-
 def host_of(addr: str) -> str:
     """The machine an address is on, for ports that must not collide: every loopback address
     (127.0.0.0/8, ``::1``, ``localhost``) is this one machine; any other address is its own."""

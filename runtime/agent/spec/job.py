@@ -1,7 +1,7 @@
 """The job spec: every setting a job's front ends share, declared once. Standard library only.
 
 Each field of :class:`JobSpec` is one setting (``setting.Setting``): name, type and default are the
-field's; unit, doc, the agent's environment variable and its encoding, the command-line spellings and
+field's; doc, the agent's environment variable and its encoding, the command-line spellings and
 the check are its metadata. The launcher's flags (``runtime.launch``), ``LocalJobSpec``
 (``runtime.local``), ``Compute`` (``runtime.workflow``), the agent's settings (``spec.settings``) and
 the environment both the launcher and the pod renderer give an agent (``spec.environment``) are
@@ -32,6 +32,7 @@ from runtime.agent.spec.setting import (
     SECONDS,
     STD,
     STRINGS,
+    TCP_PORT_FIX,
     Setting,
     flag,
     one_of,
@@ -53,7 +54,7 @@ SINGLE_CONTROLLER = ("ray", "monarch")
 (``runtime.agent.execution.controller``), and the driver's exit decides the job."""
 DEFAULT_ROLE = "default"
 """torchrun's ``--role`` default: the workers' ``ROLE_NAME``."""
-PORT_FIX = "use a TCP port from 1 to 65535, or 0 for a free one"
+PORT_FIX = f"{TCP_PORT_FIX}, or 0 for a free one"
 
 
 class _Rule(NamedTuple):
@@ -84,11 +85,11 @@ class JobSpec:
         check=text("name the job, e.g. digits"),
         doc="the job's id (TORCHELASTIC_RUN_ID); unset, the front end names it (local-<random> on this machine)")
     workers: int = setting(
-        1, env=contract.WORKERS, codec=INT, flags=("--workers", "--nnodes"), unit="nodes",
+        1, env=contract.WORKERS, codec=INT, flags=("--workers", "--nnodes"),
         check=whole(1, "use 1 or more nodes"), doc="nodes (agents; pods on Kubernetes) in the job")
     num_proc: int = setting(
         1, env=contract.NUM_PROC, codec=INT, flags=("--num-proc", "--nproc-per-node", "--nproc_per_node"),
-        unit="processes", check=whole(1, "use 1 or more processes per node"), doc="processes per node")
+        check=whole(1, "use 1 or more processes per node"), doc="processes per node")
     mode: str = setting(
         "batch", env=contract.MODE, flags=("--mode",), check=one_of(MODES),
         doc="batch runs the entrypoint on every rank; service keeps processes up for calls")
@@ -105,32 +106,32 @@ class JobSpec:
         doc="run the entrypoint as a command found on PATH instead of under the interpreter (torchrun's "
             "--no-python); batch mode only")
     quorum_workers: Optional[int] = setting(
-        None, env=contract.QUORUM_WORKERS, codec=INT, flags=("--quorum-workers",), unit="nodes", optional=True,
+        None, env=contract.QUORUM_WORKERS, codec=INT, flags=("--quorum-workers",), optional=True,
         check=whole(1, "use 1 or more nodes"), doc="nodes that must register before the world forms; unset: all")
     quorum_timeout: float = setting(
-        300.0, env=contract.QUORUM_TIMEOUT, codec=SECONDS, flags=("--quorum-timeout",), unit="seconds",
+        300.0, env=contract.QUORUM_TIMEOUT, codec=SECONDS, flags=("--quorum-timeout",),
         check=seconds(0, "use seconds > 0", inclusive=False), doc="seconds to wait for the quorum")
     timeout: Optional[float] = setting(
-        None, env=contract.TIMEOUT, codec=SECONDS, flags=("--timeout",), unit="seconds", optional=True,
+        None, env=contract.TIMEOUT, codec=SECONDS, flags=("--timeout",), optional=True,
         check=seconds(0, "use seconds > 0", inclusive=False),
         doc="the job's time limit, from the coordinator's start: past it the job fails with exit code 124 and a "
             "report of the ranks still running (on Kubernetes, active_deadline_seconds sets it); unset: none")
     hang_report_after: float = setting(
-        60.0, env=contract.HANG_REPORT_AFTER, codec=SECONDS, flags=("--hang-report-after",), unit="seconds",
+        60.0, env=contract.HANG_REPORT_AFTER, codec=SECONDS, flags=("--hang-report-after",),
         check=seconds(0, "use seconds > 0", inclusive=False),
         doc="once a rank has finished, report every rank that has neither exited nor written output for this many "
             "seconds (which rank, on which node, silent since when)")
     max_restarts: int = setting(
-        0, env=contract.MAX_RESTARTS, codec=INT, flags=("--max-restarts", "--max_restarts"), unit="restarts",
+        0, env=contract.MAX_RESTARTS, codec=INT, flags=("--max-restarts", "--max_restarts"),
         check=whole(0, "use 0 or more"),
         doc="fixed-size: restarts of the whole world after a failure; elastic: each node's failure budget, "
             "counted as torchrun counts (its per-agent restarts)")
     min_workers: Optional[int] = setting(
-        None, env=contract.MIN_WORKERS, codec=INT, flags=("--min-workers",), unit="nodes", optional=True,
+        None, env=contract.MIN_WORKERS, codec=INT, flags=("--min-workers",), optional=True,
         check=whole(1, "use 1 or more nodes"),
         doc="elastic: the job continues while at least this many nodes remain; unset: not elastic")
     max_workers: Optional[int] = setting(
-        None, env=contract.MAX_WORKERS, codec=INT, flags=("--max-workers",), unit="nodes", optional=True,
+        None, env=contract.MAX_WORKERS, codec=INT, flags=("--max-workers",), optional=True,
         check=whole(1, "use 1 or more nodes"),
         doc="elastic: late nodes are admitted up to this many; unset: not elastic")
     master_port: int = setting(
@@ -143,23 +144,23 @@ class JobSpec:
         doc="raise WorkerMembershipChanged in user processes on a membership change (runtime.membership.poll "
             "works either way)")
     heartbeat_interval: float = setting(
-        0.25, env=contract.HEARTBEAT_INTERVAL, codec=SECONDS, unit="seconds",
+        0.25, env=contract.HEARTBEAT_INTERVAL, codec=SECONDS,
         check=seconds(0, "use seconds > 0", inclusive=False), doc="seconds between heartbeats right after a change")
     heartbeat_ttl: float = setting(
-        3.0, env=contract.HEARTBEAT_TTL, codec=SECONDS, flags=("--heartbeat-ttl",), unit="seconds",
+        3.0, env=contract.HEARTBEAT_TTL, codec=SECONDS, flags=("--heartbeat-ttl",),
         check=seconds(0, "use seconds > 0", inclusive=False),
         doc="seconds without a heartbeat before a node is dead (removed after twice this)")
     grace_period: float = setting(
         5.0, env=contract.GRACE_PERIOD, codec=SECONDS, flags=("--grace-period", "--shutdown-timeout",
                                                               "--shutdown_timeout"),
-        unit="seconds", check=seconds(0, "use 0 or more seconds"),
+        check=seconds(0, "use 0 or more seconds"),
         doc="seconds between the stop signal and SIGKILL at teardown (and for a cancelled call to unwind)")
     tree_threshold: int = setting(
         contract.DEFAULT_TREE_THRESHOLD, env=contract.TREE_THRESHOLD, codec=INT, flags=("--tree-threshold",),
-        unit="nodes", check=whole(1, "use 1 or more nodes"),
+        check=whole(1, "use 1 or more nodes"),
         doc="calls to, worlds pushed to and liveness from this many nodes or more travel a tree")
     tree_fanout: int = setting(
-        contract.DEFAULT_TREE_FANOUT, env=contract.TREE_FANOUT, codec=INT, flags=("--tree-fanout",), unit="nodes",
+        contract.DEFAULT_TREE_FANOUT, env=contract.TREE_FANOUT, codec=INT, flags=("--tree-fanout",),
         check=whole(2, "use 2 or more children per node"), doc="children per node in the tree")
     allow_pickle: bool = setting(
         False, env=contract.ALLOW_PICKLE, codec=BOOL, flags=("--allow-pickle",), check=flag,

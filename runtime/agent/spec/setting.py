@@ -1,6 +1,6 @@
 """How a job setting is declared: a ``JobSpec`` field with a :class:`Setting` as its metadata.
 
-The field gives the setting's Python name, type and default; the :class:`Setting` its unit and doc,
+The field gives the setting's Python name, type and default; the :class:`Setting` its doc,
 the agent's environment variable and how the value is written there (:class:`Codec`), the
 command-line spellings, and the check of a value on its own (checks across settings are
 ``JobSpec``'s). Standard library only.
@@ -16,7 +16,10 @@ from typing import Any, Callable, Optional, Sequence
 from runtime.agent.spec import streams
 
 Check = Callable[[Any], Optional[tuple[str, str]]]
-"""A setting's own check: ``None`` for a good value, else ``(problem, fix)`` (``errors.SpecError``)."""
+"""A check of one value: ``None`` for a good value, else ``(problem, fix)``. The one vocabulary of checks:
+a setting's own (``errors.SpecError``), the agent's environment, ``DistributedJobArgs`` and the cluster and
+add-on args (``components.validate.require``) all use the checks below, so one rule has one wording."""
+TCP_PORT_FIX = "use a TCP port from 1 to 65535"
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,6 @@ class Setting:
         codec: how the value is written to ``env``.
         flags: the launcher's spellings of it, the preferred one first (torchrun's among them); none
             for a setting the command line does not take.
-        unit: what the number counts, e.g. ``seconds``, ``nodes`` (``""``: not a number).
         check: the value's own check.
         optional: ``None`` is a value (the setting may be unset).
     """
@@ -105,7 +107,6 @@ class Setting:
     doc: str
     codec: Codec = TEXT
     flags: tuple[str, ...] = ()
-    unit: str = ""
     check: Optional[Check] = None
     optional: bool = False
 
@@ -147,6 +148,21 @@ def seconds(low: float, fix: str, inclusive: bool = True) -> Check:
     return check
 
 
+def tcp_port(fix: str = TCP_PORT_FIX) -> Check:
+    """A check for a TCP port, 1 to 65535."""
+    return whole(1, fix, 65535)
+
+
+def positive(fix: str) -> Check:
+    """A check for a number greater than 0 (an int or a float, not a bool)."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+        return None if ok else ("must be a number > 0", fix)
+
+    return check
+
+
 def one_of(choices: Sequence[str]) -> Check:
     """A check for one of ``choices``."""
     listed = ", ".join(choices)
@@ -172,21 +188,28 @@ def parses(parse: Callable[[str], Any], fix: str) -> Check:
     return check
 
 
-def text(fix: str) -> Check:
-    """A check for non-empty text."""
+def text(fix: str, blank: bool = True) -> Check:
+    """A check for non-empty text; ``blank``: white space alone is text."""
 
     def check(value: Any) -> Optional[tuple[str, str]]:
-        return None if isinstance(value, str) and value else ("must be non-empty text", fix)
+        ok = isinstance(value, str) and bool(value if blank else value.strip())
+        return None if ok else ("must be non-empty text", fix)
 
     return check
 
 
-def strings(fix: str) -> Check:
-    """A check for a sequence of strings (a tuple)."""
+def strings(fix: str, empty_items: bool = True, at_least_one: bool = False) -> Check:
+    """A check for a list (or tuple) of strings; ``empty_items``: ``""`` is one of them; ``at_least_one``:
+    the list may not be empty."""
 
     def check(value: Any) -> Optional[tuple[str, str]]:
-        ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
-        return None if ok else ("must be a list of strings", fix)
+        if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+            return "must be a list of strings", fix
+        if not empty_items and not all(value):
+            return "must hold no empty string", fix
+        if at_least_one and not value:
+            return "must list at least one value", fix
+        return None
 
     return check
 

@@ -18,6 +18,7 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError, SpecError
 from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
+from runtime.agent.spec.setting import BOOL, INT, Check, Codec, tcp_port
 from runtime.agent.spec.trainer import check_trainer_env
 
 _ORDINAL = re.compile(r"-(\d+)$")
@@ -105,7 +106,7 @@ class AgentSettings:
                  f"use a node rank from 0 to {spec.max_nodes - 1}")
         for name, port in ((contract.AGENT_PORT_SETTING, node.agent_port), (contract.MASTER_PORT, spec.master_port),
                            (contract.COORDINATOR_HOST, node.coordinator_port)):
-            _require(1 <= port <= 65535, name, port, "use a TCP port from 1 to 65535")
+            _check(name, port, tcp_port())
         _require(not spec.outputs.writes_files or bool(spec.log_dir), contract.REDIRECTS, spec.redirects.encode(),
                  f"set {contract.LOG_DIR}: redirected and teed streams are written to files there")
 
@@ -168,15 +169,12 @@ def spec_from_env(env: Mapping[str, str], argv: Sequence[str] = ()) -> JobSpec:
         text = env.get(declared.env, "")
         if not text.strip() or f.name in values:
             continue
-        try:
-            values[f.name] = declared.codec.parse(text)
-        except ValueError as exc:
-            raise ConfigError(f"{declared.env}={text!r} " + declared.codec.wrong.format(reason=exc)) from None
+        values[f.name] = _parsed(declared.env, text, declared.codec)
     try:
         return JobSpec(**values)
     except SpecError as exc:
         _, fix = exc.render(lambda name: SETTINGS[name].env if name in SETTINGS else name)
-        raise ConfigError(f"{SETTINGS[exc.field].env}={exc.value!r} is invalid: {fix}") from None
+        raise _invalid(SETTINGS[exc.field].env, exc.value, fix) from None
 
 
 def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
@@ -224,16 +222,33 @@ def plumbing_from_env(env: Mapping[str, str]) -> Plumbing:
     )
 
 
+def _invalid(name: str, value: object, fix: str) -> ConfigError:
+    """The agent's one wording of a refused setting (its exit 2): the variable, the value and the fix of a
+    ``(problem, fix)`` check (``spec.setting.Check``) or a job spec rule."""
+    return ConfigError(f"{name}={value!r} is invalid: {fix}")
+
+
 def _require(ok: bool, name: str, value: object, fix: str) -> None:
     if not ok:
-        raise ConfigError(f"{name}={value!r} is invalid: {fix}")
+        raise _invalid(name, value, fix)
+
+
+def _check(name: str, value: object, check: Check) -> None:
+    found = check(value)
+    if found is not None:
+        raise _invalid(name, value, found[1])
+
+
+def _parsed(name: str, text: str, codec: Codec) -> Any:
+    """``text`` of variable ``name`` read by ``codec``, or the :class:`ConfigError` naming both."""
+    try:
+        return codec.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={text!r} " + codec.wrong.format(reason=exc)) from None
 
 
 def _parse_int(name: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{name}={text!r} is not a whole number") from None
+    return int(_parsed(name, text, INT))
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -243,11 +258,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     text = env.get(name, "").strip().lower()
-    if text in ("", "0", "false", "no", "off"):
-        return False
-    if text in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name}={text!r} is invalid: use true or false")
+    return bool(text) and bool(_parsed(name, text, BOOL))
 
 
 def _strings(env: Mapping[str, str], name: str) -> tuple[str, ...]:

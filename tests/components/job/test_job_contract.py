@@ -24,7 +24,7 @@ import pytest
 from components import DistributedJob
 from components.job.bundle import materialise
 from runtime.agent import contract
-from runtime.agent.execution.environment import reserved_ports
+from runtime.agent.spec.ports import reserved_ports
 from runtime.ports import free_port
 from tests.components.componenttest import REPO_ROOT, deploy, job_args, unsecret
 

@@ -25,9 +25,9 @@ from runtime.agent.errors import TransportError
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
 from runtime.workflow.portforward import Relay
+from testbed.fake_apiserver import FakeApiServer
+from testbed.jobs import serving
 from tests.conftest import ROOT, project_env, wait_until
-from tests.runtime.fake_apiserver import FakeApiServer
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

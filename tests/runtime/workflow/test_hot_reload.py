@@ -18,7 +18,7 @@ from runtime.client import JobClient
 from runtime.local import LocalJobSpec
 from runtime.workflow import ExistingCompute, LocalCompute, cls, fn
 from runtime.workflow.codesync import source_for
-from tests.runtime.jobs import serving
+from testbed.jobs import serving
 
 pytestmark = pytest.mark.process
 

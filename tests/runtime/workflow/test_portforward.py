@@ -17,9 +17,9 @@ from runtime.local import LocalJob, LocalJobSpec
 from runtime.ports import free_port
 from runtime.workflow import ExistingCompute, fn
 from runtime.workflow.portforward import Relay, pod_connector
+from testbed.fake_apiserver import FakeApiServer
+from testbed.jobs import serving
 from tests.runtime import service_fns
-from tests.runtime.fake_apiserver import FakeApiServer
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

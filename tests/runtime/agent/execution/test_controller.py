@@ -18,6 +18,7 @@ from runtime.agent.execution.environment import process_env
 from runtime.agent.membership.actions import Push
 from runtime.agent.membership.coordinator import Coordinator
 from runtime.agent.spec.job import JobSpec
+from runtime.agent.spec.ports import framework_ports
 from runtime.agent.world import FAILED, SUCCEEDED, Failure, Node, World
 from testbed.settings import agent_settings
 from tests.conftest import ROOT, project_env
@@ -58,12 +59,12 @@ def test_every_monarch_node_serves_its_own_address_and_the_driver_waits_for_all(
 @pytest.mark.parametrize("distribution", ["spmd", "pytorch", "jax", "tensorflow"])
 def test_spmd_distributions_run_no_daemon(distribution: str):
     w = world(distribution)
-    assert controller.daemon(w, 0) is None and controller.ports(distribution, 29500) == ()
+    assert controller.daemon(w, 0) is None and framework_ports(distribution, 29500) == ()
 
 
 def test_named_ports_follow_the_master_port():
-    assert controller.ports("ray", 30000) == (("ray-head", 30032), ("ray-client", 30033))
-    assert controller.ports("monarch", 30000) == (("monarch", 30032),)
+    assert framework_ports("ray", 30000) == (("ray-head", 30032), ("ray-client", 30033))
+    assert framework_ports("monarch", 30000) == (("monarch", 30032),)
 
 
 @pytest.mark.parametrize(("distribution", "variable", "value"), [

@@ -21,8 +21,8 @@ from runtime.agent import contract
 from runtime.agent.execution import controller
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
+from testbed.jobs import serving
 from tests.conftest import ROOT, AgentCluster, launch, processes_with, project_env, wait_until
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

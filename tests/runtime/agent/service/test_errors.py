@@ -14,9 +14,9 @@ from runtime.agent.service.calls import STR_FAILED, Invocation, remote_error
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
 from runtime.workflow import ExistingCompute, fn
+from testbed.jobs import serving
 from tests.conftest import ROOT
 from tests.runtime import service_fns
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

@@ -15,8 +15,8 @@ from runtime import CallTimeout, RemoteError, TransportError, Unauthorized
 from runtime.agent import contract
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
+from testbed.jobs import serving
 from tests.conftest import ROOT, wait_until
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

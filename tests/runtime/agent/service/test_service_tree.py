@@ -11,8 +11,8 @@ from runtime.agent import contract
 from runtime.agent.net.transport import request_json
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
+from testbed.jobs import serving
 from tests.conftest import ROOT, wait_until
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

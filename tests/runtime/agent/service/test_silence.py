@@ -16,8 +16,8 @@ import pytest
 from runtime.agent.service.silence import SilenceReport
 from runtime.local import LocalJobSpec
 from runtime.workflow import ExistingCompute, fn
+from testbed.jobs import serving
 from tests.conftest import wait_until
-from tests.runtime.jobs import serving
 
 pytestmark = pytest.mark.process
 

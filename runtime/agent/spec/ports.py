@@ -1,0 +1,42 @@
+"""The job's port layout: the ports counted up from its base port (``master_port``), as every front end
+and the pods' renderer plan them (``contract.RENDEZVOUS_PORT_SPAN`` gives the offsets). Standard library
+only."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from runtime.agent import contract
+
+
+def reserved_ports(processes: int) -> int:
+    """How many ports from the job's base port up a job of ``processes`` processes may use:
+    rendezvous, JAX and TensorFlow (see ``contract.RENDEZVOUS_PORT_SPAN``)."""
+    return contract.TF_PORT_OFFSET + processes
+
+
+def framework_ports(distribution: str, master_port: int) -> tuple[tuple[str, int], ...]:
+    """The named TCP ports a job of ``distribution`` listens on beyond the agent and rendezvous
+    ports, as ``(name, port)``: Ray's head and client ports, or Monarch's worker port (inside the
+    block :func:`reserved_ports` counts); none for an SPMD distribution."""
+    base = master_port + contract.CONTROLLER_PORT_OFFSET
+    if distribution == "ray":
+        return ((contract.RAY_HEAD_PORT_NAME, base),
+                (contract.RAY_CLIENT_PORT_NAME, master_port + contract.RAY_CLIENT_PORT_OFFSET))
+    if distribution == "monarch":
+        return ((contract.MONARCH_PORT_NAME, base),)
+    return ()
+
+
+def port_block(master_port: int, processes: int, free: bool = False) -> Optional[tuple[str, str]]:
+    """``(problem, fix)`` when the ports counted up from ``master_port`` for ``processes`` processes
+    (:func:`reserved_ports`) run past 65535, else ``None``; ``{master_port}`` in them names the setting
+    (each front end's name for it). ``free``: the front end takes 0 for a free port.
+    """
+    reserved = reserved_ports(processes)
+    last = master_port + reserved - 1
+    if last <= 65535 or (free and master_port == 0):
+        return None
+    return (f"the job uses {reserved} ports from it (rendezvous, JAX, TensorFlow), up to {last}, beyond the last "
+            f"TCP port", f"use a {{master_port}} of at most {65536 - reserved}" + (", or 0 for a free one" if free
+                                                                                   else ""))

@@ -1,0 +1,95 @@
+"""One rule, one wording: the same check refused by each front end (the launcher's command line, the
+agent's environment, a ``DistributedJobArgs`` at preview, a cluster or add-on argument) says the same
+problem and fix, each in the front end's names for the settings."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+from components.cluster.kind import KindClusterArgs
+from components.errors import ArgumentError, InvalidJobArgs
+from runtime.agent import contract
+from runtime.agent.errors import ConfigError
+from runtime.agent.spec.settings import AgentSettings
+from runtime.launch import build_parser, validate
+from tests.components.componenttest import job_args
+
+pytestmark = pytest.mark.unit
+
+NODE_ENV = {contract.NODE_RANK_SETTING: "0", contract.COORDINATOR_HOST: "127.0.0.1", contract.TOKEN: "t",
+            contract.JOB_NAME: "job", contract.ENTRYPOINT: '["train.py"]'}
+
+
+def launcher_error(argv: list[str]) -> str:
+    """The launcher's one-line parse error (exit 2) for ``argv``."""
+    parser = build_parser()
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exit_info:
+        validate(parser, parser.parse_args(argv))
+    assert exit_info.value.code == 2
+    return stderr.getvalue().strip().splitlines()[-1]
+
+
+def agent_error(env: dict[str, str]) -> str:
+    """The agent's refusal of its environment (it exits 2 with this message)."""
+    with pytest.raises(ConfigError) as info:
+        AgentSettings.from_env({**NODE_ENV, **env})
+    return str(info.value)
+
+
+def test_a_port_block_past_65535_is_worded_alike_by_the_launcher_and_the_job_args(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    line = launcher_error(["--nnodes", "1", "--nproc-per-node", "2", "--master-port", "65500", str(script)])
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(workers=1, num_proc=2, master_port=65500, agent_port=8080)
+    problem = "the job uses 66 ports from it (rendezvous, JAX, TensorFlow), up to 65565, beyond the last TCP port"
+    assert (info.value.field, info.value.problem, info.value.fix) == (
+        "master_port", problem, "use a master_port of at most 65470")
+    assert (f"error: --master-port: {problem} (got 65500); use a --master-port of at most 65470, or 0 for a free "
+            "one") in line
+
+
+def test_a_bad_tcp_port_is_worded_alike_by_the_agent_and_the_job_args():
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(agent_port=70000)
+    assert (info.value.problem, info.value.fix) == ("must be from 1 to 65535", "use a TCP port from 1 to 65535")
+    assert agent_error({contract.AGENT_PORT_SETTING: "70000"}) == (
+        f"{contract.AGENT_PORT_SETTING}=70000 is invalid: use a TCP port from 1 to 65535")
+
+
+def test_a_spec_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    line = launcher_error(["--nnodes", "2", "--quorum-workers", "3", str(script)])
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(workers=2, quorum_workers=3)
+    agent = agent_error({contract.WORKERS: "2", contract.QUORUM_WORKERS: "3"})
+    assert (info.value.problem, info.value.fix) == (
+        "must be from 1 to workers (2)", "use a quorum from 1 to the number of nodes (2)")
+    assert "error: --quorum-workers: must be from 1 to --nnodes (2) (got 3)" in line
+    assert agent == f"{contract.QUORUM_WORKERS}=3 is invalid: use a quorum from 1 to the number of nodes (2)"
+
+
+def test_a_whole_number_is_worded_alike_by_the_job_args_and_the_cluster_args():
+    with pytest.raises(InvalidJobArgs) as job:
+        job_args(gpus=-1)
+    with pytest.raises(ArgumentError) as cluster:
+        KindClusterArgs(workers=-1)
+    assert (job.value.problem, job.value.fix) == ("must be 0 or more", "use a whole number >= 0")
+    assert cluster.value.fix == "must be 0 or more; use a whole number >= 0"
+
+
+def test_a_choice_is_worded_alike_by_the_spec_the_job_args_and_the_add_on_args():
+    with pytest.raises(InvalidJobArgs) as spec_rule:
+        job_args(mode="interactive")
+    with pytest.raises(InvalidJobArgs) as job_rule:
+        job_args(image_pull_policy="always")
+    assert (spec_rule.value.problem, spec_rule.value.fix) == (
+        "must be one of batch, service", "use one of batch, service")
+    assert (job_rule.value.problem, job_rule.value.fix) == (
+        "must be one of Always, IfNotPresent, Never", "use one of Always, IfNotPresent, Never")
