@@ -36,7 +36,7 @@ from runtime.agent.errors import CallTimeout, TransportError
 from runtime.client import JobClient
 from runtime.local import LocalJob, LocalJobSpec
 from runtime.workflow.portforward import Relay
-from testbed.cluster import ROOT, project_env
+from testbed.agents import ROOT, project_env
 from testbed.jobs import serving
 
 FNS = "tests.runtime.service_fns"
