@@ -68,7 +68,9 @@ class Coordinator:
         self._probing: dict[int, int] = {}
         self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
         """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
-        node is still declared dead one TTL after its last heartbeat, and a dead one sooner."""
+        node is declared dead one TTL after its last heartbeat at the latest, and a dead one sooner;
+        a node that beats here directly is probed sooner still, within two beat caps
+        (``HeartbeatTiming.direct_suspect_after``), unless a majority is quiet."""
         self.lease = Lease(settings.node.node_id, epoch, self._ttl, self.probe_timeout, settings.spec.elastic)
         self._reporters_of: Optional[World] = None
         self._reporters: dict[int, Node] = {}
