@@ -21,13 +21,12 @@ from runtime.agent import contract
 from runtime.agent.errors import MembershipRefused, NotAMember
 from runtime.agent.membership.actions import CoordinatorAction, Probe, Push, Say
 from runtime.agent.membership.budget import FailureBudget
-from runtime.agent.membership.election import majority
+from runtime.agent.membership.detection import Detection
 from runtime.agent.membership.forming import Forming
-from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness, reports_to_coordinator
+from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership.lease import Lease
 from runtime.agent.membership.snapshot import members_view
 from runtime.agent.membership.stragglers import Stragglers
-from runtime.agent.membership.tree import layout
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
@@ -67,14 +66,11 @@ class Coordinator:
         self.stragglers = Stragglers(settings.spec.hang_report_after, settings.spec.timeout, self._job_start)
         self._probing: dict[int, int] = {}
         self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
-        """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
-        node is declared dead one TTL after its last heartbeat at the latest, and a dead one sooner;
-        a node that beats here directly is probed sooner still, within two beat caps
-        (``HeartbeatTiming.direct_suspect_after``), unless a majority is quiet."""
+        """Seconds a probe may take: a hung node is dead one TTL after its last beat at the latest (``detection``)."""
         self.lease = Lease(settings.node.node_id, epoch, self._ttl, self.probe_timeout, settings.spec.elastic)
-        self._reporters_of: Optional[World] = None
-        self._reporters: dict[int, Node] = {}
-        self._reporters_timing = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl)
+        self.detection = Detection(me=settings.node.node_id, interval=settings.spec.heartbeat_interval, ttl=self._ttl,
+                                   probe_timeout=self.probe_timeout, width=settings.spec.tree_fanout,
+                                   threshold=settings.spec.tree_threshold)
         if world is not None:
             for n in world.nodes:
                 self.members[n.node_id] = n
@@ -136,46 +132,10 @@ class Coordinator:
             self.world = world.finished(FAILED, expired, contract.EXIT_TIMEOUT)
             return [Say(f"job failed: {expired}"), Push(self.world, self._everyone(world))]
         probes: list[CoordinatorAction] = [*confirmed, *(Say(line) for line in said)]
-        suspect_after = self._ttl - self.probe_timeout
         quiet = [min(self.liveness.age(n.node_id, now), now - self._graced_at) for n in world.nodes]
-        silent = [q > suspect_after for q in quiet]
-        timing, direct = self._direct_reporters(world)
-        quick = not self._quiet_majority(world, quiet, timing)
-        for position, n in enumerate(world.nodes):
-            if n.node_id == self._s.node.node_id or n.node_id in self._probing:
-                continue
-            if quick and n.node_id in direct and quiet[position] > timing.direct_suspect_after:
-                # It beats here at least every cap: a missed beat and a probe it does not answer within
-                # the rest of two caps are a stopped or lost node.
-                reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {timing.direct_suspect_after:g} s"
-                probes.append(self._probe(world, n, reason, timing.direct_probe_timeout))
-                continue
-            if not silent[position] or self._silent_ancestor(world, position, silent):
-                continue  # its news travels through a silent parent: settle the parent first
-            reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {suspect_after:g} s"
-            probes.append(self._probe(world, n, reason))
+        for n, reason, timeout in self.detection.probes(world, quiet, self._probing):
+            probes.append(self._probe(world, n, reason, timeout))
         return probes
-
-    def _quiet_majority(self, world: World, quiet: Sequence[float], timing: HeartbeatTiming) -> bool:
-        """Whether the other nodes quiet (``quiet``: seconds, by position) past a direct reporter's
-        suspicion form a majority of ``world``: then this coordinator may be the one cut off, so no node
-        is lost on a quick probe; the lease decides (``lease``), on the TTL's terms."""
-        me = self._s.node.node_id
-        count = sum(1 for position, n in enumerate(world.nodes)
-                    if n.node_id != me and quiet[position] > timing.direct_suspect_after)
-        return count >= majority(len(world.nodes))
-
-    def _direct_reporters(self, world: World) -> tuple[HeartbeatTiming, dict[int, Node]]:
-        """``world``'s heartbeat timing and the nodes that beat to this coordinator directly (not through
-        a tree parent), by node id; computed once per world."""
-        if self._reporters_of is not world:
-            tree = layout(len(world.nodes), width=self._s.spec.tree_fanout, threshold=self._s.spec.tree_threshold)
-            me = self._s.node.node_id
-            self._reporters = {n.node_id: n for position, n in enumerate(world.nodes)
-                               if n.node_id != me and reports_to_coordinator(world, position, tree)}
-            self._reporters_timing = HeartbeatTiming(self._s.spec.heartbeat_interval, self._ttl, hops=tree.hops)
-            self._reporters_of = world
-        return self._reporters_timing, self._reporters
 
     def watched(self) -> tuple[Node, ...]:
         """The nodes whose agent ports this coordinator watches (``watch``): those that beat to it
@@ -183,7 +143,7 @@ class Coordinator:
         world = self.world
         if world is None or world.status != RUNNING or self.lease.deposed is not None:
             return ()
-        return tuple(self._direct_reporters(world)[1].values())
+        return tuple(self.detection.direct(world)[1].values())
 
     def _awake(self, now: float) -> None:
         """Note the time; after a stall of this host (e.g. SIGSTOP) the others get a grace for their
@@ -210,20 +170,9 @@ class Coordinator:
         self._probing[node.node_id] = world.generation
         return Probe(node, reason, world.generation, timeout)
 
-    def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
-        """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
-        tree = layout(len(world.nodes), width=self._s.spec.tree_fanout, threshold=self._s.spec.tree_threshold)
-        up = tree.parent(position)
-        while up:
-            if silent[up] or world.nodes[up].node_id in self._probing:
-                return True
-            up = tree.parent(up)
-        return False
-
     def suspect(self, node_id: int, reason: str) -> list[CoordinatorAction]:
-        """Something other than silence suggests a node is gone (a refused connection, a push refused,
-        its agent port's connection ended or reset: ``watch``): probe it now. The probe, not this
-        signal, decides (:meth:`probed`), so a node whose connection merely ended is kept.
+        """Something other than silence suggests a node is gone (a refused connection or push, its agent
+        port's connection ended: ``watch``): probe it now; the probe decides (:meth:`probed`).
 
         Returns:
             A :class:`Probe`, or nothing if the node is not in the world or is being probed already.
@@ -263,9 +212,8 @@ class Coordinator:
             return []
         if self.lease.holding(world, lambda i: self.liveness.age(i, now), now):
             return []
-        if probe.timeout is not None and self._quiet_majority(
-                world, [min(self.liveness.age(n.node_id, now), now - self._graced_at) for n in world.nodes],
-                self._direct_reporters(world)[0]):
+        if probe.timeout is not None and self.detection.quiet_majority(
+                world, [min(self.liveness.age(n.node_id, now), now - self._graced_at) for n in world.nodes]):
             return []  # a quick probe: with a majority quiet, the silence path decides (tick)
         self._dead[node_id] = now
         return self.lose(node_id, reason)
