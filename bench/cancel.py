@@ -3,6 +3,7 @@
 ::
 
     PYTHONPATH=. python bench/cancel.py     # 5 rounds per path, interleaved (about 30 s)
+    PYTHONPATH=. python bench/cancel.py --quick     # 1 round per path, the same last line
 
 A 2-node local service job runs ``service_fns.mark_then_wait`` on both ranks (it would wait two minutes
 for a gate file nobody creates); once both ranks run it, the call is ended one of three ways, and the
@@ -107,7 +108,10 @@ def main() -> None:
     """Run the rounds and print one line per path and the summary line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds per path (default 5)")
+    parser.add_argument("--quick", action="store_true", help="one round per path (a check that it runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds = 1
     spec = LocalJobSpec(workers=2, num_proc=1, mode="service", master_port=0, grace_period=1.0)
     paths = {"timeout": by_timeout, "cut": by_cut, "killed": by_kill}
     times: dict[str, list[float]] = {name: [] for name in paths}

@@ -4,6 +4,7 @@
 
     PYTHONPATH=. python bench/iterate.py     # both cases: 10 edits, 3 cold starts, one resize each
     PYTHONPATH=. python bench/iterate.py --case ddp
+    PYTHONPATH=. python bench/iterate.py --quick    # 3 edits, 1 cold start, no resize: the same last lines
 
 Two cases, each measured against its own cold start in the same run: ``plain`` (the module imports
 torch) and ``ddp`` (each call all-reduces over the job's process group, held by
@@ -74,6 +75,7 @@ class Measured(NamedTuple):
     edits: list[float]
     cold: list[float]
     resize: float
+    """``nan`` when not measured (``--quick``)."""
 
 
 def write(root: Path, value: int, source: str = SOURCE) -> None:
@@ -89,8 +91,9 @@ def first_with(remote: Any, expected: int, ranks: int) -> None:
             return
 
 
-def measure(case: str, edits_n: int, cold_starts: int) -> Measured:
-    """Cold starts, edits and one resize of one case, in a temporary directory of its own."""
+def measure(case: str, edits_n: int, cold_starts: int, resize_too: bool = True) -> Measured:
+    """Cold starts, edits and (``resize_too``) one resize of one case, in a temporary directory of
+    its own. The edits run on the last cold start's job, which has answered its first call."""
     source = SOURCES[case]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp, "src")
@@ -101,27 +104,29 @@ def measure(case: str, edits_n: int, cold_starts: int) -> Measured:
         module = importlib.import_module(MODULE)
         cold: list[float] = []
         try:
-            for _ in range(cold_starts):
+            for _ in range(cold_starts - 1):
                 started = time.perf_counter()
-                compute = LocalCompute(workers=2, num_proc=2, log_dir=str(Path(tmp, "logs")))
-                remote = fn(module.value).to(compute)
+                remote = fn(module.value).to(LocalCompute(workers=2, num_proc=2, log_dir=str(Path(tmp, "logs"))))
                 first_with(remote, 0, 4)
                 cold.append((time.perf_counter() - started) * 1000)
                 remote.teardown()
-            compute = LocalCompute(workers=2, num_proc=2, log_dir=str(Path(tmp, "logs")))
-            remote = fn(module.value).to(compute)
+            started = time.perf_counter()
+            remote = fn(module.value).to(LocalCompute(workers=2, num_proc=2, log_dir=str(Path(tmp, "logs"))))
             try:
                 first_with(remote, 0, 4)
+                cold.append((time.perf_counter() - started) * 1000)
                 edits: list[float] = []
                 for value in range(1, edits_n + 1):
                     started = time.perf_counter()
                     write(root, value, source)
                     first_with(remote, value, 4)
                     edits.append((time.perf_counter() - started) * 1000)
-                started = time.perf_counter()
-                remote = remote.to(LocalCompute(workers=3, num_proc=2, log_dir=str(Path(tmp, "logs"))))
-                first_with(remote, edits_n, 6)
-                resize = (time.perf_counter() - started) * 1000
+                resize = float("nan")
+                if resize_too:
+                    started = time.perf_counter()
+                    remote = remote.to(LocalCompute(workers=3, num_proc=2, log_dir=str(Path(tmp, "logs"))))
+                    first_with(remote, edits_n, 6)
+                    resize = (time.perf_counter() - started) * 1000
             finally:
                 remote.teardown()
         finally:
@@ -136,9 +141,14 @@ def main() -> None:
     parser.add_argument("--cold-starts", type=int, default=3, help="timed cold starts (default 3)")
     parser.add_argument("--case", choices=("plain", "ddp", "both"), default="both",
                         help="plain: the module imports torch; ddp: each call all-reduces over a kept group")
+    parser.add_argument("--quick", action="store_true", help="3 edits, 1 cold start and no resize per case")
     args = parser.parse_args()
+    if args.quick:
+        args.edits, args.cold_starts = 3, 1
+    if args.edits < 1 or args.cold_starts < 1:
+        parser.error(f"--edits {args.edits} --cold-starts {args.cold_starts}: use 1 or more of each")
     for case in ("plain", "ddp") if args.case == "both" else (args.case,):
-        measured = measure(case, args.edits, args.cold_starts)
+        measured = measure(case, args.edits, args.cold_starts, resize_too=not args.quick)
         edit, start = statistics.median(measured.edits), statistics.median(measured.cold)
         print(f"[{case}] edits ms: {' '.join(f'{t:.0f}' for t in measured.edits)}")
         print(f"[{case}] cold starts ms: {' '.join(f'{t:.0f}' for t in measured.cold)}")

@@ -5,7 +5,8 @@ Measured alternately in one run, so machine noise hits all three alike:
   (b) two ``torchrun`` agents with c10d rendezvous on 127.0.0.1 (what a user would pick instead),
   (c) the lower bound: the 4 processes started directly with their environment preset.
 
-Last line: ``launch ratio_vs_torchrun=<a/b median> ratio_vs_direct=<a/c median>``.
+Last line: ``launch ratio_vs_torchrun=<a/b median> ratio_vs_direct=<a/c median>``. ``--quick``: one
+run of each and no page-cache warm-up run (a check that it runs; its ratios are one sample).
 Targets (DESIGN.md): ratio_vs_torchrun <= 0.75, ratio_vs_direct <= 1.15.
 """
 
@@ -83,13 +84,17 @@ def main() -> None:
     """Alternate the three runners, print min/median of each and the ratios."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=7, help="runs of each; default 7")
+    p.add_argument("--quick", action="store_true", help="one run of each")
     args = p.parse_args()
+    if args.quick:
+        args.runs = 1
     runners = {"trainplane": run_ours, "torchrun": run_torchrun, "direct": run_direct}
     times: dict[str, list[float]] = {k: [] for k in runners}
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "allreduce.py")
         Path(script).write_text(WORKLOAD)
-        timed(run_direct, script)  # warm the page cache for torch's import
+        if not args.quick:
+            timed(run_direct, script)  # warm the page cache for torch's import
         for i in range(args.runs):
             for name, fn in runners.items():
                 times[name].append(timed(fn, script))

@@ -3,6 +3,7 @@
 ::
 
     PYTHONPATH=. python bench/relay.py     # 300 calls per path, interleaved (about 10 s)
+    PYTHONPATH=. python bench/relay.py --quick     # 20 calls per path, the same last line
 
 A 2-node local service job; one kept-alive ``JobClient`` per path, calls interleaved one by one so
 that every path sees the same background load:
@@ -42,7 +43,10 @@ def main() -> None:
     """Run the comparison and print one line per path and the summary line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300, help="timed calls per path (default 300)")
+    parser.add_argument("--quick", action="store_true", help="20 calls per path (a check that it runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.calls = 20
     spec = LocalJobSpec(workers=2, num_proc=1, mode="service", master_port=0, grace_period=1.0)
     with serving(spec, ready_timeout=120) as job, tempfile.TemporaryDirectory() as tmp:
         coordinator = (job.plan.addresses[0], job.plan.ports[0])

@@ -14,7 +14,8 @@ average is printed with every run, and beside the ratio of the medians, the medi
 own ratio (its two runs ran back to back, under nearly the same load).
 
 Last line: ``train ratio_vs_torchrun=<worse shape's median(a)/median(b)> 2x2=<ratio> 1x2=<ratio>``,
-steps/s of trainplane over torchrun's. Target (DESIGN.md): >= 0.98.
+steps/s of trainplane over torchrun's. Target (DESIGN.md): >= 0.98. ``--quick``: one round of
+50 timed steps (a check that it runs, in about a minute on an idle machine; one sample per side).
 """
 
 from __future__ import annotations
@@ -128,7 +129,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=9, help="runs of each launcher per shape; default 9")
     p.add_argument("--steps", type=int, default=300, help="timed steps per run; default 300")
+    p.add_argument("--quick", action="store_true", help="one round of 50 timed steps")
     args = p.parse_args()
+    if args.quick:
+        args.runs, args.steps = 1, 50
     rates: dict[tuple[str, tuple[int, int]], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "ddp_mlp.py")

@@ -5,7 +5,8 @@ All state changes happen on the main thread, which consumes one queue: events fo
 and discovery found: ``CoordinatorFound``, ``Registered``) and the actions
 of its coordinator, if it holds the role (decided under ``membership.coordination``'s lock in HTTP
 handler, probe and push threads). The agent performs the actions: its processes
-(``execution.generation``), registration, heartbeats, world pushes and probes (``membership``), and
+(``execution.generation``), registration, heartbeats, world pushes, probes and the coordinator's
+watch on its direct reporters' agent ports (``membership``), and
 reports, which go to the coordinator over the peer transport or, on the coordinator itself, to
 ``Coordinator`` directly. ``Member`` is the one writer of the node's state; helper threads
 (registration, heartbeats, reports, routes) read its immutable ``MemberView`` and only send and
@@ -50,6 +51,7 @@ from runtime.agent.membership.member import Member
 from runtime.agent.membership.push import Prober, WorldPusher
 from runtime.agent.membership.registration import Registration
 from runtime.agent.membership.stragglers import SubtreeRanks
+from runtime.agent.membership.watch import Watch
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.server import AgentServer
@@ -119,6 +121,8 @@ class Agent:
             node_id=node.node_id, transport=self._transport, width=spec.tree_fanout, threshold=spec.tree_threshold,
             ttl=timing.ttl, clock=clock, say=self.say, delivered=self._delivered,
             refused=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
+        self._watch = Watch(lambda n, why: self._suspect(n, f"node {n.node_id} ({n.addr}): {why}"),
+                            retry_after=timing.cap, clock=clock)
         self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason, epoch, addr: (
             self._decide(lambda c: c.probed(probe, alive, reason, self._clock(), epoch, addr))))
         self._resolver = resolver or Resolver(settings.plumbing.resolve)
@@ -184,6 +188,7 @@ class Agent:
         finally:
             self._stopping.set()
             self._wake.set()
+            self._watch.close()
             self._processes.close()
             self._pusher.join(timeout=5.0)
             self._transport.close()
@@ -235,6 +240,7 @@ class Agent:
                 if code is not None:
                     return code
             self._perform(self._coordination.decide(self._tick))
+            self._watch.follow(self._coordination.use(Coordinator.watched) or ())
 
     def _tick(self, coordinator: Coordinator) -> list[act.CoordinatorAction]:
         """The coordinator's time-driven decisions, its own node's ranks noted first (``stragglers``)."""
@@ -294,8 +300,9 @@ class Agent:
             self._events.put(_Decided(tuple(decided)))
 
     def _suspect(self, node: Node, reason: str) -> None:
-        """A connection to ``node`` was refused: on the coordinator, probe it now rather than wait out
-        its heartbeat TTL (elsewhere its silence reaches the coordinator the usual way)."""
+        """A connection to ``node`` was refused, reset or ended by its side (a push, a call, the
+        coordinator's ``watch``): on the coordinator, probe it now rather than wait out its heartbeat
+        TTL (elsewhere its silence reaches the coordinator the usual way)."""
         self._decide(lambda c: c.suspect(node.node_id, reason))
 
     def _delivered(self, node: Node, generation: int, now: float) -> None:

@@ -32,11 +32,13 @@ class Say:
 @dataclass(frozen=True)
 class Probe:
     """Ask ``node`` directly whether its agent is up and which epoch it knows (``GET /info`` within
-    :attr:`Coordinator.probe_timeout`); answer with :meth:`Coordinator.probed`."""
+    ``timeout`` seconds, :attr:`Coordinator.probe_timeout` when ``None``); answer with
+    :meth:`Coordinator.probed`."""
 
     node: Node
     reason: str
     generation: int
+    timeout: Optional[float] = None
 
 
 @dataclass(frozen=True)

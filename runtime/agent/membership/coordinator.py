@@ -21,12 +21,12 @@ from runtime.agent import contract
 from runtime.agent.errors import MembershipRefused, NotAMember
 from runtime.agent.membership.actions import CoordinatorAction, Probe, Push, Say
 from runtime.agent.membership.budget import FailureBudget
+from runtime.agent.membership.detection import Detection
 from runtime.agent.membership.forming import Forming
 from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership.lease import Lease
 from runtime.agent.membership.snapshot import members_view
 from runtime.agent.membership.stragglers import Stragglers
-from runtime.agent.membership.tree import layout
 from runtime.agent.spec.settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
@@ -66,9 +66,11 @@ class Coordinator:
         self.stragglers = Stragglers(settings.spec.hang_report_after, settings.spec.timeout, self._job_start)
         self._probing: dict[int, int] = {}
         self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
-        """Seconds a probe may take. A node silent for ``ttl - probe_timeout`` is probed, so a hung
-        node is still declared dead one TTL after its last heartbeat, and a dead one sooner."""
+        """Seconds a probe may take: a hung node is dead one TTL after its last beat at the latest (``detection``)."""
         self.lease = Lease(settings.node.node_id, epoch, self._ttl, self.probe_timeout, settings.spec.elastic)
+        self.detection = Detection(me=settings.node.node_id, interval=settings.spec.heartbeat_interval, ttl=self._ttl,
+                                   probe_timeout=self.probe_timeout, width=settings.spec.tree_fanout,
+                                   threshold=settings.spec.tree_threshold)
         if world is not None:
             for n in world.nodes:
                 self.members[n.node_id] = n
@@ -130,16 +132,18 @@ class Coordinator:
             self.world = world.finished(FAILED, expired, contract.EXIT_TIMEOUT)
             return [Say(f"job failed: {expired}"), Push(self.world, self._everyone(world))]
         probes: list[CoordinatorAction] = [*confirmed, *(Say(line) for line in said)]
-        suspect_after = self._ttl - self.probe_timeout
-        silent = [min(self.liveness.age(n.node_id, now), now - self._graced_at) > suspect_after for n in world.nodes]
-        for position, n in enumerate(world.nodes):
-            if not silent[position] or n.node_id == self._s.node.node_id or n.node_id in self._probing:
-                continue
-            if self._silent_ancestor(world, position, silent):
-                continue  # its news travels through a silent parent: settle the parent first
-            reason = f"node {n.node_id} ({n.addr}) sent no heartbeat for {suspect_after:g} s"
-            probes.append(self._probe(world, n, reason))
+        quiet = [min(self.liveness.age(n.node_id, now), now - self._graced_at) for n in world.nodes]
+        for n, reason, timeout in self.detection.probes(world, quiet, self._probing):
+            probes.append(self._probe(world, n, reason, timeout))
         return probes
+
+    def watched(self) -> tuple[Node, ...]:
+        """The nodes whose agent ports this coordinator watches (``watch``): those that beat to it
+        directly, while its world runs and it coordinates; none otherwise."""
+        world = self.world
+        if world is None or world.status != RUNNING or self.lease.deposed is not None:
+            return ()
+        return tuple(self.detection.direct(world)[1].values())
 
     def _awake(self, now: float) -> None:
         """Note the time; after a stall of this host (e.g. SIGSTOP) the others get a grace for their
@@ -160,23 +164,15 @@ class Coordinator:
                             f"(or only before a stall)")
                 for i in silent if i not in self._probing]
 
-    def _probe(self, world: World, node: Node, reason: str) -> Probe:
-        """A probe of ``node`` in ``world``, noted as pending until :meth:`probed` answers it."""
+    def _probe(self, world: World, node: Node, reason: str, timeout: Optional[float] = None) -> Probe:
+        """A probe of ``node`` in ``world`` (within ``timeout`` seconds; ``None``: :attr:`probe_timeout`),
+        noted as pending until :meth:`probed` answers it."""
         self._probing[node.node_id] = world.generation
-        return Probe(node, reason, world.generation)
-
-    def _silent_ancestor(self, world: World, position: int, silent: list[bool]) -> bool:
-        """Whether a node between ``position`` and the coordinator in the liveness tree is silent."""
-        tree = layout(len(world.nodes), width=self._s.spec.tree_fanout, threshold=self._s.spec.tree_threshold)
-        up = tree.parent(position)
-        while up:
-            if silent[up] or world.nodes[up].node_id in self._probing:
-                return True
-            up = tree.parent(up)
-        return False
+        return Probe(node, reason, world.generation, timeout)
 
     def suspect(self, node_id: int, reason: str) -> list[CoordinatorAction]:
-        """Something other than silence suggests a node is gone (a refused connection): probe it now.
+        """Something other than silence suggests a node is gone (a refused connection or push, its agent
+        port's connection ended: ``watch``): probe it now; the probe decides (:meth:`probed`).
 
         Returns:
             A :class:`Probe`, or nothing if the node is not in the world or is being probed already.
@@ -216,6 +212,9 @@ class Coordinator:
             return []
         if self.lease.holding(world, lambda i: self.liveness.age(i, now), now):
             return []
+        if probe.timeout is not None and self.detection.quiet_majority(
+                world, [min(self.liveness.age(n.node_id, now), now - self._graced_at) for n in world.nodes]):
+            return []  # a quick probe: with a majority quiet, the silence path decides (tick)
         self._dead[node_id] = now
         return self.lose(node_id, reason)
 

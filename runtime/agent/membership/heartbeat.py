@@ -21,8 +21,19 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
 from runtime.agent.membership.events import CoordinatorBack, CoordinatorLost, Event, Removed, WorldArrived
-from runtime.agent.membership.tree import layout
+from runtime.agent.membership.tree import Layout, layout
 from runtime.agent.world import RUNNING, Node, World
+
+LATE_BEAT = 0.25
+"""Fraction of a beat cap a direct reporter's beat may come late (scheduling, a busy host) before the
+coordinator probes it."""
+
+
+def reports_to_coordinator(world: World, position: int, tree: Layout) -> bool:
+    """Whether the node at ``position`` of ``world`` beats to the coordinator itself (a flat world, the
+    root, or a child of the coordinator's position in ``tree``) rather than to a tree parent."""
+    up = tree.parent(position)
+    return up is None or not tree.tree or world.nodes[up].node_id == world.coordinator[0]
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,18 @@ class HeartbeatTiming:
         """Seconds the coordinator gives a direct probe (``GET /healthz``) of a silent node: a third
         of the TTL. Probing starts that long before the TTL runs out."""
         return self.ttl / 3
+
+    @property
+    def direct_suspect_after(self) -> float:
+        """Seconds of silence after which the coordinator probes a node that beats to it directly:
+        one cap and :data:`LATE_BEAT` of another (such a node beats at least every cap)."""
+        return self.cap * (1 + LATE_BEAT)
+
+    @property
+    def direct_probe_timeout(self) -> float:
+        """Seconds such a probe may take: the rest of two caps, so a stopped node that beats to the
+        coordinator directly is lost at most two beat intervals after its last beat."""
+        return self.cap * (1 - LATE_BEAT)
 
     def next_interval(self, previous: float) -> float:
         """The interval after ``previous`` (0 for the first beat): doubled, within [interval, cap]."""
@@ -192,10 +215,11 @@ class HeartbeatState:
             self.timing = replace(self.timing, hops=tree.hops)
             self._generation, self._interval = world.generation, self.timing.first_delay(self._jitter())
             return None
-        up = tree.parent(world.node_rank_of(self._node_id))
-        to_coordinator = (self._direct or up is None or not tree.tree
-                          or world.nodes[up].node_id == world.coordinator[0])
-        return Beat(None if to_coordinator or up is None else world.nodes[up], self._generation, ages=True)
+        position = world.node_rank_of(self._node_id)
+        up = tree.parent(position)
+        if self._direct or up is None or reports_to_coordinator(world, position, tree):
+            return Beat(None, self._generation, ages=True)
+        return Beat(world.nodes[up], self._generation, ages=True)
 
     def answered(self, beat: Beat, world: Optional[World], now: float) -> Outcome:
         """The beat was answered (with a newer ``world``, or ``None``)."""

@@ -133,7 +133,7 @@ class Prober:
 
     Args:
         transport: the peer transport.
-        timeout: seconds a probe may take (``HeartbeatTiming.probe_timeout``).
+        timeout: seconds a probe may take unless it says otherwise (``HeartbeatTiming.probe_timeout``).
         answered: called with the probe, whether the agent answered, the reason (with how it failed),
             the epoch the node knows (0 without an answer) and its coordinator's ``(address, port)``.
     """
@@ -153,7 +153,7 @@ class Prober:
         node = probe.node
         exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_INFO)
         with self._slots:
-            answer = self._transport.exchange(exchange, self._timeout)
+            answer = self._transport.exchange(exchange, probe.timeout or self._timeout)
         try:
             info = answer.result(exchange)
         except TransportError as exc:

@@ -141,15 +141,18 @@ def test_a_delivered_push_counts_as_a_heartbeat_of_that_generation_only():
     assert [p.node.node_id for p in probes(c.tick(2.1))] == [2]
 
 
-def test_a_silent_node_is_probed_once_a_probe_timeout_before_its_ttl_and_kept_if_it_answers():
+def test_with_a_majority_silent_each_is_probed_a_probe_timeout_before_its_ttl_and_kept_if_it_answers():
+    """Nodes 1 and 2 silent together (this coordinator may be the one cut off): no quick probe
+    (test_detection.py), the TTL's rule."""
     c = ticked()
-    c.heartbeat(1, {}, 2.0)
     assert c.probe_timeout == 1.0
     assert not probes(c.tick(2.0))
-    [probe] = probes(c.tick(2.01))
-    assert probe.node.node_id == 2 and probe.generation == 1 and "no heartbeat" in probe.reason
+    got = probes(c.tick(2.01))
+    assert [p.node.node_id for p in got] == [1, 2]
+    assert all(p.generation == 1 and p.timeout is None and "no heartbeat for 2 s" in p.reason for p in got)
     assert not probes(c.tick(2.5)), "one probe at a time per node"
-    assert c.probed(probe, True, probe.reason, 2.6) == []
+    assert c.probed(got[0], True, got[0].reason, 2.6) == []
+    assert c.probed(got[1], True, got[1].reason, 2.6) == []
     assert not probes(c.tick(3.0)) and c.world.generation == 1
 
 

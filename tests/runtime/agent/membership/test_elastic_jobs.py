@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,9 +105,9 @@ def test_an_elastic_job_past_a_nodes_budget_fails_for_good_with_every_agent_exit
 
 
 def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder):
-    """How soon a killed node is lost is the coordinator's decision on a fake clock (test_coordinator.py:
-    probed before its TTL, lost when the probe fails) and bench/membership.py's ``kill_ms``; here, that
-    the survivors are told and go on."""
+    """A killed agent's connections end at once: the coordinator's watch on its agent port (not its
+    heartbeats' silence) has it probed, the refused probe loses it, and the survivors are told. How soon
+    is bench/membership.py's ``kill_ms``; here, the cause and the order of events."""
     _, out, stop = recorder
     with recording(tmp_path, recorder, 3, TRAINPLANE_MIN_WORKERS="2") as job:
         after = whole_world(job, 3) + 1
@@ -114,6 +115,12 @@ def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder
         assert wait_until(lambda: all_told(out, 2, after), timeout=15), job.log(0)
         told = told_of(out, after)
         assert all(e["removed"] == ["127.0.0.12"] for e in told)
+        lines = job.log(0).splitlines()
+        [loss] = [i for i, line in enumerate(lines) if f"generation {after}: 2 node(s)" in line]
+        assert re.search(r"node 2 \(127\.0\.0\.12\): its agent (closed the coordinator's connection to its agent "
+                         r"port|port refused a connection|port's connection was reset).*, and a direct probe failed",
+                         lines[loss]), lines[loss]
+        assert not any("node 2 (127.0.0.12) sent no heartbeat" in line for line in lines[:loss]), job.log(0)
         snapshot = job.members()
         assert snapshot["generation"] == after, job.log(0)
         assert [m["node_id"] for m in snapshot["members"] if m["node_rank"] is not None] == [0, 1]
@@ -164,8 +171,9 @@ def test_a_dead_tree_parent_is_removed_and_its_children_stay(tmp_path: Path, rec
 
 def test_sigstopped_agent_is_declared_dead_and_rejoins_cleanly_after_sigcont(tmp_path: Path, recorder):
     """How soon a silent node is dead is the coordinator's decision, tested on a fake clock
-    (test_coordinator.py: probed a probe timeout before its TTL, lost when the probe fails) and
-    measured by bench/membership.py (``stop_ms``); here, that it happens and the node comes back."""
+    (test_detection.py: probed 1.25 beat caps after its last beat, lost when the probe is not answered
+    within the rest of two caps) and measured by bench/membership.py (``stop_ms``); here, that it
+    happens and the node comes back."""
     stop = recorder[2]
     with recording(tmp_path, recorder, 3, TRAINPLANE_MIN_WORKERS="2") as job:
         after = whole_world(job, 3) + 1
