@@ -12,84 +12,22 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hmac
 import json
 import selectors
 import socket
 import sys
 import threading
-import traceback
-from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Callable, Collection, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Collection, Optional, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
+from runtime.agent.net import messages
 from runtime.agent.net.address import bind_family
+from runtime.agent.net.connection import Call, Connection, Pending
 from runtime.agent.net.handlers import HandlerPool
-from runtime.agent.net.requesthead import MAX_LINE, Headers, HeadReader, RequestHead
-
-
-@dataclass(frozen=True)
-class Request:
-    """One authenticated request as a route handler sees it.
-
-    Attributes:
-        method: ``GET``, ``PUT`` or ``POST``.
-        path: the path without query string.
-        body: the decoded JSON object (empty for GET).
-        peer: the client's address.
-        hung_up: ``hung_up(wait)`` waits up to ``wait`` seconds for the client to hang up (close or
-            reset its connection, or end its writing side) and says whether it did, so a long request
-            can stop working for a client that has gone; ``None`` where the request came over no
-            connection (an in-memory transport).
-        on_hang_up: ``on_hang_up(f)`` has the server call ``f()`` once the client hangs up while this
-            request runs (at once if it already has): from the server's loop, so ``f`` must not block
-            (a queue put); never after the request is answered. ``None`` as for :attr:`hung_up`.
-    """
-
-    method: str
-    path: str
-    body: Mapping[str, Any]
-    peer: str
-    hung_up: Optional[Callable[[float], bool]] = None
-    on_hang_up: Optional[Callable[[Callable[[], None]], None]] = None
-
-
-@dataclass(frozen=True)
-class Response:
-    """What a route handler returns: an HTTP status and a JSON object."""
-
-    status: int
-    body: Mapping[str, Any]
-
-
-Handler = Callable[[Request], Response]
-Routes = Dict[Tuple[str, str], Handler]
-
-
-def authorized(header: Optional[str], token: str) -> bool:
-    """Whether an ``Authorization`` header carries ``token``, compared in constant time."""
-    if not header:
-        return False
-    scheme, _, value = header.partition(" ")
-    return scheme == contract.AUTH_SCHEME and hmac.compare_digest(value.strip().encode(), token.encode())
-
-
-def route(routes: Routes, method: str, path: str) -> Handler:
-    """The handler of ``method path``.
-
-    Raises:
-        HttpError: 405 when ``path`` is served for other methods only, 404 when it is not served.
-    """
-    handler = routes.get((method, path))
-    if handler is None:
-        known = any(p == path for _, p in routes)
-        raise HttpError(405 if known else 404, f"no route {method} {path}")
-    return handler
-
-
-RouteKey = Tuple[str, str]
+from runtime.agent.net.messages import Request, Response, RouteKey, Routes, authorized, route
+from runtime.agent.net.requesthead import MAX_LINE, Headers, RequestHead
 
 LONG_WORKERS = 32
 """Most threads running long handlers (calls and execs, which hold their thread while the call runs;
@@ -167,8 +105,8 @@ class AgentServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._done: collections.deque[tuple[_Connection, Response, bool]] = collections.deque()
-        self._conns: set[_Connection] = set()
+        self._done: collections.deque[tuple[Connection, Response, bool]] = collections.deque()
+        self._conns: set[Connection] = set()
         self._lock = threading.Lock()
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
@@ -252,13 +190,13 @@ class AgentServer:
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Connection(sock, str(peer[0]))
+            conn = Connection(sock, str(peer[0]))
             self.accepted += 1
             with self._lock:
                 self._conns.add(conn)
             self._watch(conn)
 
-    def _on_event(self, conn: _Connection, mask: int) -> None:
+    def _on_event(self, conn: Connection, mask: int) -> None:
         if mask & selectors.EVENT_WRITE:
             self._flush(conn)
         if mask & selectors.EVENT_READ and not conn.closed:
@@ -277,7 +215,7 @@ class AgentServer:
         if not conn.closed:
             self._advance(conn)
 
-    def _advance(self, conn: _Connection) -> None:
+    def _advance(self, conn: Connection) -> None:
         """Take the connection's next step: parse what arrived, answer, or close; then watch it for
         what it waits for."""
         while not conn.closed and not conn.busy and not conn.out:
@@ -311,7 +249,7 @@ class AgentServer:
         if not conn.closed:
             self._watch(conn)
 
-    def _watch(self, conn: _Connection) -> None:
+    def _watch(self, conn: Connection) -> None:
         """Register the connection for what it waits for: to write its answer, to read its request
         (or, while its request runs, its hang-up), or nothing."""
         if conn.out:
@@ -332,7 +270,7 @@ class AgentServer:
 
     # --- one request -------------------------------------------------------------------------------
 
-    def _plan(self, conn: _Connection, head: RequestHead) -> _Pending:
+    def _plan(self, conn: Connection, head: RequestHead) -> Pending:
         """What follows a head: the body to read, then a fixed answer or a handler (auth, job and
         route checked first, as the body need not be read to refuse)."""
         headers = head.headers
@@ -342,77 +280,78 @@ class AgentServer:
         if method == "GET" and path == contract.ROUTE_HEALTHZ:
             return self._drained(conn, headers, keep_alive, Response(200, {"ok": True}))
         if not authorized(headers.get(contract.AUTH_HEADER), self.token):
-            return self._drained(conn, headers, keep_alive, _error(401, "missing or wrong bearer token"))
+            return self._drained(conn, headers, keep_alive, messages.error(401, "missing or wrong bearer token"))
         named = headers.get(contract.JOB_HEADER)
         if named is not None and named != self.job:
-            return self._drained(conn, headers, keep_alive, _error(
+            return self._drained(conn, headers, keep_alive, messages.error(
                 403, f"this agent serves job {self.job!r}, not {named!r}: a request from another job is refused"))
         try:
             handler = route(self.routes, method, path)
         except HttpError as exc:
-            return self._drained(conn, headers, keep_alive, _error(exc.status, str(exc)))
+            return self._drained(conn, headers, keep_alive, messages.error(exc.status, str(exc)))
         if method not in ("PUT", "POST"):
-            return self._drained(conn, headers, keep_alive, _Call(method, path, handler, False))
+            return self._drained(conn, headers, keep_alive, Call(method, path, handler, False))
         length_text = headers.get("Content-Length")
         if length_text is None:
-            return _Pending(0, _error(411, "Content-Length required"), False)
+            return Pending(0, messages.error(411, "Content-Length required"), False)
         try:
             length = int(length_text)
         except ValueError:
             length = -1
         if length < 0:
-            return _Pending(0, _error(400, f"bad Content-Length {length_text!r}"), False)
+            return Pending(0, messages.error(400, f"bad Content-Length {length_text!r}"), False)
         if length > self.max_body:
-            return _Pending(0, _error(413, f"body of {length} bytes exceeds the {self.max_body}-byte cap"), False)
+            too_big = f"body of {length} bytes exceeds the {self.max_body}-byte cap"
+            return Pending(0, messages.error(413, too_big), False)
         self._continue(conn, headers)
-        return _Pending(length, _Call(method, path, handler, True), keep_alive)
+        return Pending(length, Call(method, path, handler, True), keep_alive)
 
-    def _drained(self, conn: _Connection, headers: Headers, keep_alive: bool, then: Union[Response, _Call]) -> _Pending:
+    def _drained(self, conn: Connection, headers: Headers, keep_alive: bool, then: Union[Response, Call]) -> Pending:
         """Read and drop a body the answer does not need (one past the cap, or unreadable: close after)."""
         try:
             length = int(headers.get("Content-Length") or 0)
         except ValueError:
-            return _Pending(0, then, False)
+            return Pending(0, then, False)
         if 0 < length <= self.max_body:
             self._continue(conn, headers)
-            return _Pending(length, then, keep_alive)
-        return _Pending(0, then, keep_alive and not length)
+            return Pending(length, then, keep_alive)
+        return Pending(0, then, keep_alive and not length)
 
-    def _continue(self, conn: _Connection, headers: Headers) -> None:
+    def _continue(self, conn: Connection, headers: Headers) -> None:
         """Answer ``Expect: 100-continue`` (curl sends it for bodies over 1 KiB) before the body is read."""
         if (headers.get("Expect") or "").lower() == "100-continue":
             conn.out += b"HTTP/1.1 100 Continue\r\n\r\n"
             self._flush(conn)
 
-    def _dispatch(self, conn: _Connection, pending: _Pending, body: bytes) -> None:
+    def _dispatch(self, conn: Connection, pending: Pending, body: bytes) -> None:
         then = pending.then
         if isinstance(then, Response):
             self._answer(conn, then, pending.keep_alive)
             return
         try:
-            parsed = _json_object(body) if then.has_body else {}
+            parsed = messages.json_object(body) if then.has_body else {}
         except HttpError as exc:
-            self._answer(conn, _error(exc.status, str(exc)), pending.keep_alive)
+            self._answer(conn, messages.error(exc.status, str(exc)), pending.keep_alive)
             return
         gone = conn.gone
         request = Request(then.method, then.path, parsed, conn.peer, lambda wait: gone.wait(max(0.0, wait)),
                           conn.watch_hang_up)
         key = (then.method, then.path)
         if key in self._on_loop:
-            response, keep_alive = _run(then.handler, request, pending.keep_alive)
+            response, keep_alive = messages.run_handler(then.handler, request, pending.keep_alive)
             conn.answered()
             self._answer(conn, response, keep_alive)
             return
         conn.busy = True
         pool = self._long if key in self._long_running else self._short
-        pool.submit(lambda: self._finished(conn, *_run(then.handler, request, pending.keep_alive)))
+        pool.submit(lambda: self._finished(conn, *messages.run_handler(then.handler, request, pending.keep_alive)))
 
-    def _finished(self, conn: _Connection, response: Response, keep_alive: bool) -> None:
+    def _finished(self, conn: Connection, response: Response, keep_alive: bool) -> None:
         """A pooled handler's answer, handed to the loop (any thread)."""
         self._done.append((conn, response, keep_alive))
         self._wake()
 
-    def _answer(self, conn: _Connection, response: Response, keep_alive: bool) -> None:
+    def _answer(self, conn: Connection, response: Response, keep_alive: bool) -> None:
         data = json.dumps(response.body).encode()
         closing = "" if keep_alive else "Connection: close\r\n"
         head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}\r\n"
@@ -421,7 +360,7 @@ class AgentServer:
         conn.closing = conn.closing or not keep_alive
         self._flush(conn)
 
-    def _flush(self, conn: _Connection) -> None:
+    def _flush(self, conn: Connection) -> None:
         """Send what the socket takes now; the rest when it is writable again."""
         if conn.closed or not conn.out:
             return
@@ -434,7 +373,7 @@ class AgentServer:
             return
         del conn.out[:sent]
 
-    def _close(self, conn: _Connection) -> None:
+    def _close(self, conn: Connection) -> None:
         if conn.closed:
             return
         conn.closed = True
@@ -456,101 +395,3 @@ class AgentServer:
         self.socket.close()
         self._wake_r.close()
         self._wake_w.close()
-
-
-class _Call(NamedTuple):
-    """A request for a handler: what to run once the body has arrived."""
-
-    method: str
-    path: str
-    handler: Handler
-    has_body: bool
-
-
-class _Pending(NamedTuple):
-    """A parsed head's next step: ``length`` body bytes to read, then ``then`` (a fixed answer, or a
-    handler to call), then the connection stays open if ``keep_alive``."""
-
-    length: int
-    then: Union[Response, _Call]
-    keep_alive: bool
-
-
-class _Connection:
-    """One client connection's state, owned by the loop (``gone`` is read by handler threads)."""
-
-    def __init__(self, sock: socket.socket, peer: str) -> None:
-        self.sock = sock
-        self.peer = peer
-        self.inbuf = bytearray()
-        self.out = bytearray()
-        self.head = HeadReader()
-        self.pending: Optional[_Pending] = None
-        self.busy = False
-        """A handler runs for this connection's request in a pool."""
-        self.closing = False
-        """Close once :attr:`out` is sent."""
-        self.eof = False
-        self.closed = False
-        self.events = 0
-        self.gone = threading.Event()
-        """Set when the client hangs up (end of stream, a reset) or the connection closes: ``Request.hung_up``."""
-        self._watchers: list[Callable[[], None]] = []
-        self._watch_lock = threading.Lock()
-
-    def watch_hang_up(self, watcher: Callable[[], None]) -> None:
-        """``Request.on_hang_up`` (any thread)."""
-        with self._watch_lock:
-            if not self.gone.is_set():
-                self._watchers.append(watcher)
-                return
-        watcher()
-
-    def answered(self) -> None:
-        """The running request is answered: its hang-up watchers are done (loop)."""
-        with self._watch_lock:
-            self._watchers.clear()
-
-    def hang_up(self) -> None:
-        """The client went: tell the running request (loop)."""
-        with self._watch_lock:
-            if self.gone.is_set():
-                return
-            self.gone.set()
-            watchers, self._watchers = self._watchers, []
-        for watcher in watchers:
-            try:
-                watcher()
-            except Exception:  # a watcher's bug must not end the loop
-                traceback.print_exc()
-
-
-def _error(status: int, message: str) -> Response:
-    return Response(status, {"error": message})
-
-
-def _json_object(raw: bytes) -> Mapping[str, Any]:
-    """A request body: a JSON object.
-
-    Raises:
-        HttpError: 400 for anything else.
-    """
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HttpError(400, f"body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise HttpError(400, "body must be a JSON object")
-    return body
-
-
-def _run(handler: Handler, request: Request, keep_alive: bool) -> tuple[Response, bool]:
-    """The handler's answer, and whether the connection stays open: a handler's ``HttpError`` is its
-    status; anything else it raises is a bug, answered 500 (traceback on stderr) and the connection closed."""
-    try:
-        return handler(request), keep_alive
-    except HttpError as exc:
-        return _error(exc.status, str(exc)), keep_alive
-    except Exception as exc:  # a handler's bug must not end the loop: answer it
-        traceback.print_exc()
-        return _error(500, f"internal error serving {request.method} {request.path}: {exc!r}"), False

@@ -1,0 +1,79 @@
+"""One client connection of the agent's server as its event loop keeps it: buffers, the parsed
+head, the request in flight and its hang-up watchers. Standard library only."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import traceback
+from typing import Callable, NamedTuple, Optional, Union
+
+from runtime.agent.net.messages import Handler, Response
+from runtime.agent.net.requesthead import HeadReader
+
+
+class Call(NamedTuple):
+    """A request for a handler: what to run once the body has arrived."""
+
+    method: str
+    path: str
+    handler: Handler
+    has_body: bool
+
+
+class Pending(NamedTuple):
+    """A parsed head's next step: ``length`` body bytes to read, then ``then`` (a fixed answer, or a
+    handler to call), then the connection stays open if ``keep_alive``."""
+
+    length: int
+    then: Union[Response, Call]
+    keep_alive: bool
+
+
+class Connection:
+    """One client connection's state, owned by the loop (``gone`` is read by handler threads)."""
+
+    def __init__(self, sock: socket.socket, peer: str) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.inbuf = bytearray()
+        self.out = bytearray()
+        self.head = HeadReader()
+        self.pending: Optional[Pending] = None
+        self.busy = False
+        """A handler runs for this connection's request in a pool."""
+        self.closing = False
+        """Close once :attr:`out` is sent."""
+        self.eof = False
+        self.closed = False
+        self.events = 0
+        self.gone = threading.Event()
+        """Set when the client hangs up (end of stream, a reset) or the connection closes: ``Request.hung_up``."""
+        self._watchers: list[Callable[[], None]] = []
+        self._watch_lock = threading.Lock()
+
+    def watch_hang_up(self, watcher: Callable[[], None]) -> None:
+        """``Request.on_hang_up`` (any thread)."""
+        with self._watch_lock:
+            if not self.gone.is_set():
+                self._watchers.append(watcher)
+                return
+        watcher()
+
+    def answered(self) -> None:
+        """The running request is answered: its hang-up watchers are done (loop)."""
+        with self._watch_lock:
+            self._watchers.clear()
+
+    def hang_up(self) -> None:
+        """The client went: tell the running request (loop)."""
+        with self._watch_lock:
+            if self.gone.is_set():
+                return
+            self.gone.set()
+            watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            try:
+                watcher()
+            except Exception:  # a watcher's bug must not end the loop
+                traceback.print_exc()

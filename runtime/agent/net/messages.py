@@ -1,0 +1,106 @@
+"""Requests and responses as the agent's route handlers see them, the token check and the route
+lookup: what the server and the in-memory transport share. Standard library only."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from runtime.agent import contract
+from runtime.agent.errors import HttpError
+
+
+@dataclass(frozen=True)
+class Request:
+    """One authenticated request as a route handler sees it.
+
+    Attributes:
+        method: ``GET``, ``PUT`` or ``POST``.
+        path: the path without query string.
+        body: the decoded JSON object (empty for GET).
+        peer: the client's address.
+        hung_up: ``hung_up(wait)`` waits up to ``wait`` seconds for the client to hang up (close or
+            reset its connection, or end its writing side) and says whether it did, so a long request
+            can stop working for a client that has gone; ``None`` where the request came over no
+            connection (an in-memory transport).
+        on_hang_up: ``on_hang_up(f)`` has the server call ``f()`` once the client hangs up while this
+            request runs (at once if it already has): from the server's loop, so ``f`` must not block
+            (a queue put); never after the request is answered. ``None`` as for :attr:`hung_up`.
+    """
+
+    method: str
+    path: str
+    body: Mapping[str, Any]
+    peer: str
+    hung_up: Optional[Callable[[float], bool]] = None
+    on_hang_up: Optional[Callable[[Callable[[], None]], None]] = None
+
+
+@dataclass(frozen=True)
+class Response:
+    """What a route handler returns: an HTTP status and a JSON object."""
+
+    status: int
+    body: Mapping[str, Any]
+
+
+Handler = Callable[[Request], Response]
+RouteKey = Tuple[str, str]
+"""A route: ``(method, path)``."""
+Routes = Dict[RouteKey, Handler]
+
+
+def authorized(header: Optional[str], token: str) -> bool:
+    """Whether an ``Authorization`` header carries ``token``, compared in constant time."""
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    return scheme == contract.AUTH_SCHEME and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def route(routes: Routes, method: str, path: str) -> Handler:
+    """The handler of ``method path``.
+
+    Raises:
+        HttpError: 405 when ``path`` is served for other methods only, 404 when it is not served.
+    """
+    handler = routes.get((method, path))
+    if handler is None:
+        known = any(p == path for _, p in routes)
+        raise HttpError(405 if known else 404, f"no route {method} {path}")
+    return handler
+
+
+def error(status: int, message: str) -> Response:
+    """A JSON error answer: ``{"error": message}`` with ``status``."""
+    return Response(status, {"error": message})
+
+
+def json_object(raw: bytes) -> Mapping[str, Any]:
+    """A request body: a JSON object.
+
+    Raises:
+        HttpError: 400 for anything else.
+    """
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise HttpError(400, "body must be a JSON object")
+    return body
+
+
+def run_handler(handler: Handler, request: Request, keep_alive: bool) -> tuple[Response, bool]:
+    """The handler's answer, and whether the connection stays open: a handler's ``HttpError`` is its
+    status; anything else it raises is a bug, answered 500 (traceback on stderr) and the connection closed."""
+    try:
+        return handler(request), keep_alive
+    except HttpError as exc:
+        return error(exc.status, str(exc)), keep_alive
+    except Exception as exc:  # a handler's bug must not end the loop: answer it
+        traceback.print_exc()
+        return error(500, f"internal error serving {request.method} {request.path}: {exc!r}"), False
