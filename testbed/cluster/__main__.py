@@ -1,5 +1,8 @@
 """``python -m testbed.cluster build|up|down``: build the binaries, start the test cluster, stop it.
 
+``build --with pods`` also builds the optional real node (``realnode.py``: Debian's containerd, runc and CNI
+plugins installed with apt-get when missing, the kubelet and CoreDNS).
+
 ``up`` prints the admin kubeconfig's path (``export KUBECONFIG=$(python -m testbed.cluster up)``); the
 cluster runs on until ``down``. ``env`` prints the shell ``export`` lines that point the built ``pulumi``
 at the running cluster (``eval "$(python -m testbed.cluster env)"``): KUBECONFIG, PATH, a test-only
@@ -15,8 +18,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from testbed.cluster import crds, lifecycle
-from testbed.cluster.build import BuildError, build_all
+from testbed.cluster import crds, lifecycle, podsbuild
+from testbed.cluster.build import PARTS, BuildError, build_all
 from testbed.cluster.engine import Engine
 from testbed.cluster.waiting import Abort, Timeout
 
@@ -54,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate the CRDs")
+    build = sub.add_parser("build",
+                           help="build (or find cached) every binary the cluster tests need, and generate the CRDs")
+    build.add_argument("--with", dest="parts", action="append", default=[], choices=sorted(PARTS),
+                       help="also build an optional part: pods = the real node (Debian packages, kubelet, CoreDNS)")
     for name, text in (("up", "start the cluster (building first if needed); print the kubeconfig path"),
                        ("down", "stop the cluster and remove its state"),
                        ("env", "print export lines pointing the built pulumi at the running cluster")):
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             build_all()
             print(f"CRDs: {crds.generate()}")
+            if "pods" in args.parts:
+                podsbuild.build()
         elif args.command == "up":
             build_all(report=lambda line: print(line, file=sys.stderr))
             print(lifecycle.up(args.state).kubeconfig)
