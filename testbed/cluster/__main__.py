@@ -1,5 +1,8 @@
 """``python -m testbed.cluster build|up|down``: build the binaries, start the test cluster, stop it.
 
+``build --with pods`` also builds the optional real node (``realnode.py``: Debian's containerd, runc and CNI
+plugins installed with apt-get when missing, the kubelet and CoreDNS).
+
 ``up`` prints the admin kubeconfig's path (``export KUBECONFIG=$(python -m testbed.cluster up)``); the
 cluster runs on until ``down``. ``env`` prints the shell ``export`` lines that point the built ``pulumi``
 at the running cluster (``eval "$(python -m testbed.cluster env)"``): KUBECONFIG, PATH, a test-only
@@ -15,13 +18,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from testbed.cluster import crds, lifecycle
-from testbed.cluster.build import TOOLS, BuildError, GoTool, build_all
+from testbed.cluster import crds, lifecycle, podsbuild
+from testbed.cluster.build import PARTS, TOOLS, BuildError, GoTool, build_all
 from testbed.cluster.engine import Engine
 from testbed.cluster.trainer import TRAINER_TOOL
 from testbed.cluster.waiting import Abort, Timeout
 
-OPTIONAL: dict[str, GoTool] = {"trainer": TRAINER_TOOL}
+OPTIONAL: dict[str, tuple[GoTool, ...]] = {"trainer": (TRAINER_TOOL,), "pods": PARTS["pods"]}
 """The parts ``build`` leaves out unless named with ``--with`` (each only for a ``tests/cluster/live_*.py``)."""
 
 
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                            "CRDs")
     build.add_argument("--with", dest="extra", action="append", choices=sorted(OPTIONAL), default=[],
                        help="also build an optional part (trainer: the Kubeflow Trainer v2 and JobSet managers, for "
-                            "tests/cluster/live_trainer.py); repeatable")
+                            "tests/cluster/live_trainer.py; pods: the real node, Debian packages, kubelet and CoreDNS, "
+                            "for tests/cluster/live_real_node.py); repeatable")
     for name, text in (("up", "start the cluster (building first if needed); print the kubeconfig path"),
                        ("down", "stop the cluster and remove its state"),
                        ("env", "print export lines pointing the built pulumi at the running cluster")):
@@ -76,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            build_all((*TOOLS, *(OPTIONAL[name] for name in args.extra)))
+            build_all((*TOOLS, *(tool for name in args.extra if name != "pods" for tool in OPTIONAL[name])))
             print(f"CRDs: {crds.generate()}")
+            if "pods" in args.extra:
+                podsbuild.build()
         elif args.command == "up":
             build_all(report=lambda line: print(line, file=sys.stderr))
             print(lifecycle.up(args.state).kubeconfig)

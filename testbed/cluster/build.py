@@ -129,6 +129,20 @@ TOOLS: tuple[GoTool, ...] = (
            ldflags=_kube_ldflags(), extra_replaces=_kubernetes_staging),
 )
 
+KUBELET = GoTool("kubelet", "k8s.io/kubernetes", versions.KUBERNETES, ("k8s.io/kubernetes/cmd/kubelet",),
+                 ldflags=_kube_ldflags(), extra_replaces=_kubernetes_staging)
+"""The real node's kubelet: the same module and flags as the control plane's build, so most packages come out of
+go's build cache (its own cache directory, so the default build is unchanged)."""
+
+COREDNS = GoTool("coredns", "github.com/coredns/coredns", versions.COREDNS, ("github.com/coredns/coredns",),
+                 ldflags=(f"github.com/coredns/coredns/coremain.GitCommit={versions.COREDNS}",))
+"""CoreDNS with its default plugin list (``core/plugin/zplugin.go``, committed upstream): ``kubernetes`` serves
+the cluster domain from the API server."""
+
+PARTS: dict[str, tuple[GoTool, ...]] = {"pods": (KUBELET, COREDNS)}
+"""Optional builds (``python -m testbed.cluster build --with NAME``), left out of the default build: ``pods`` is
+the real node that runs containers (``realnode.py``)."""
+
 
 def tool_dir(tool: GoTool) -> Path:
     """The tool's cache directory (``src/``, ``bin/`` and the ``.done`` stamp)."""
@@ -141,7 +155,7 @@ def binary(name: str) -> Path:
     Raises:
         BuildError: no tool builds it, or it is not built yet (run ``python -m testbed.cluster build``).
     """
-    for tool in TOOLS:
+    for tool in (*TOOLS, *(t for part in PARTS.values() for t in part)):
         if name in tool.binaries:
             path = tool_dir(tool) / "bin" / name
             if not (tool_dir(tool) / ".done").exists() or not path.exists():

@@ -72,7 +72,9 @@ def etcd(bin_path: Path, layout: Layout, ports: Ports) -> list[str]:
 
 
 def apiserver(bin_path: Path, layout: Layout, ports: Ports) -> list[str]:
-    """kube-apiserver with client-certificate authentication, RBAC and the Node authorizer."""
+    """kube-apiserver with client-certificate authentication, RBAC and the Node authorizer; it calls a kubelet
+    (``logs``, ``exec``, ``portforward`` of the real node's pods, ``realnode.py``) at the node's InternalIP with
+    its own client certificate and checks the kubelet's serving certificate against the cluster's CA."""
     pki = layout.pki
     return [str(bin_path), f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports.apiserver}",
@@ -83,7 +85,10 @@ def apiserver(bin_path: Path, layout: Layout, ports: Ports) -> list[str]:
             f"--service-account-key-file={pki.service_account_pub}",
             f"--service-account-signing-key-file={pki.service_account_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
-            "--allow-privileged=true", "--endpoint-reconciler-type=none", "--profiling=false"]
+            "--allow-privileged=true", "--endpoint-reconciler-type=none", "--profiling=false",
+            f"--kubelet-client-certificate={pki.cert('apiserver-kubelet-client')}",
+            f"--kubelet-client-key={pki.key('apiserver-kubelet-client')}",
+            f"--kubelet-certificate-authority={pki.ca}", "--kubelet-preferred-address-types=InternalIP"]
 
 
 def _component_auth(layout: Layout, client: str) -> list[str]:

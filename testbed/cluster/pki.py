@@ -24,8 +24,12 @@ CLIENTS = {
     "admin": ("kubernetes-admin", "system:masters"),
     "controller-manager": ("system:kube-controller-manager", None),
     "scheduler": ("system:kube-scheduler", None),
+    "kubelet": ("system:node:real-0", "system:nodes"),
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
 }
-"""Client certificate name -> (common name = user, organisation = group); RBAC binds each user."""
+"""Client certificate name -> (common name = user, organisation = group); RBAC binds each user. ``kubelet`` is
+the real node's (``realnode.py``; the Node authorizer's ``system:node:<name>``), ``apiserver-kubelet-client`` the
+one the API server shows a kubelet (``--kubelet-client-certificate``)."""
 
 
 @dataclass(frozen=True)
@@ -159,10 +163,11 @@ current-context: trainplane-test
 """
 
 
-def issue_loopback_serving(pki: Pki, directory: Path, common: str) -> Path:
-    """A serving certificate for ``127.0.0.1`` and ``localhost`` signed by the cluster's CA, written as
+def issue_loopback_serving(pki: Pki, directory: Path, common: str, ips: tuple[str, ...] = ()) -> Path:
+    """A serving certificate for ``127.0.0.1``, ``localhost`` and ``ips`` signed by the cluster's CA, written as
     ``tls.crt`` and ``tls.key`` into ``directory`` (the names controller-runtime's webhook server reads), so
-    the API server verifies a webhook on this machine the way it verifies its own clients' servers.
+    the API server verifies a webhook (or the real node's kubelet, on its bridge address) on this machine the way
+    it verifies its own clients' servers.
 
     Returns:
         ``directory``.
@@ -172,7 +177,7 @@ def issue_loopback_serving(pki: Pki, directory: Path, common: str) -> Path:
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{pki.ca_key} holds no EC key")
+    addresses = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", *ips)]
     _issue(ca_cert.subject, ca_key, _name(common), ExtendedKeyUsageOID.SERVER_AUTH,
-           [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
-           directory / "tls.crt", directory / "tls.key")
+           [x509.DNSName("localhost"), *addresses], directory / "tls.crt", directory / "tls.key")
     return directory

@@ -28,6 +28,7 @@ Why these releases:
   module proxy here, any version; ``testbed/randomprovider`` stands in for its one resource the program uses,
   installed as the version of the ``pulumi-random`` SDK in the venv (the version that SDK asks the engine for).
 - pulumi-yaml v1.25.0: the newest served; the YAML language host for examples/yaml.
+- CoreDNS v1.15.0: served by the Go module proxy; the cluster DNS of the optional ``pods`` part.
 - kwok v0.7.0, controller-tools v0.23.0: the newest served releases.
 - Kueue v0.19.2: the release the Kueue add-on installs (its chart 0.19.2), served by the Go module proxy here,
   so the manager the live tests run is the add-on's own (``kueue.py``; not part of ``build``).
@@ -65,6 +66,10 @@ PULUMI_KUBERNETES_PLUGIN = "4.34.2"
 KUEUE = "v0.19.2"
 """sigs.k8s.io/kueue: the Kueue manager (``cmd/kueue``), its CRDs and webhooks; the release the Kueue add-on
 installs (``components/addons/versions.py``, chart 0.19.2), served by the Go module proxy here."""
+
+COREDNS = "v1.15.0"
+"""github.com/coredns/coredns: the cluster DNS of the ``pods`` part (the real node, ``realnode.py``); the release
+the Go module proxy serves here. The real node's kubelet is k8s.io/kubernetes at :data:`KUBERNETES` (cmd/kubelet)."""
 
 GO = "go1.26.8"
 """The Go toolchain the cache key names (the machine's ``go``)."""

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from testbed.cluster import lifecycle
+from testbed.cluster import lifecycle, podsbuild, realnode
 from testbed.cluster.build import build_all
 from testbed.cluster.lifecycle import Cluster
+from testbed.cluster.realnode import RealNode
 from testbed.cluster.waiting import wait_for
 
 
@@ -26,6 +27,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     running = lifecycle.start(tmp_path_factory.mktemp("cluster") / "state")
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    """The node that really runs containers (``testbed/cluster/realnode.py``) beside the test cluster, for the
+    session: builds the ``pods`` part when it is not cached (``python -m testbed.cluster build --with pods``:
+    Debian's containerd, runc and CNI plugins, the kubelet, CoreDNS), starts containerd, CoreDNS and the kubelet,
+    waits until node ``real-0`` is Ready, and stops them (every container with them) at the end."""
+    podsbuild.build(report=lambda _line: None)
+    with realnode.running(cluster, tmp_path_factory.mktemp("real-node")) as node:
+        yield node
 
 
 @pytest.fixture(scope="session")
