@@ -22,6 +22,7 @@ from testbed.cluster import versions
 from testbed.cluster.paths import cache_root, go_binary
 
 _STAGING = re.compile(r"^\s*(k8s\.io/[a-z0-9-]+) v0\.0\.0$", re.MULTILINE)
+_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?: v\S+)? => (\S+) (v\S+)\s*$", re.MULTILINE)
 
 
 class BuildError(RuntimeError):
@@ -86,6 +87,12 @@ def _go_binary_name(package: str) -> str:
 def _kubernetes_staging(upstream_gomod: str) -> list[str]:
     minor = versions.KUBERNETES.removeprefix("v1.")
     return [f"{m} => {m} v0.{minor}" for m in sorted(set(_STAGING.findall(upstream_gomod)))]
+
+
+def upstream_replaces(gomod: str) -> list[str]:
+    """The upstream go.mod's replace directives that pin a published version (a dependency's replaces
+    do not apply to the module requiring it, so they are restated)."""
+    return [f"{old} => {new} {version}" for old, new, version in _REPLACE.findall(gomod)]
 
 
 def _kube_ldflags() -> tuple[str, ...]:

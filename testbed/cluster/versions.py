@@ -66,5 +66,9 @@ KUEUE = "v0.19.2"
 """sigs.k8s.io/kueue: the Kueue manager (``cmd/kueue``), its CRDs and webhooks; the release the Kueue add-on
 installs (``components/addons/versions.py``, chart 0.19.2), served by the Go module proxy here."""
 
+VOLCANO = "v1.15.1"
+"""volcano.sh/volcano: the release the Volcano add-on installs (its chart 1.15.1); its module zip holds the CRDs
+(``crds.PUBLISHED``) and the scheduler's and controllers' sources."""
+
 GO = "go1.26.8"
 """The Go toolchain the cache key names (the machine's ``go``)."""
