@@ -1,5 +1,8 @@
 """``python -m testbed.cluster build|up|down``: build the binaries, start the test cluster, stop it.
 
+``build --with NAME`` (repeatable) also builds a named part (``build.PARTS``: ``training-operator``,
+``scheduler-plugins``), which the default build and CI leave out.
+
 ``up`` prints the admin kubeconfig's path (``export KUBECONFIG=$(python -m testbed.cluster up)``); the
 cluster runs on until ``down``. ``env`` prints the shell ``export`` lines that point the built ``pulumi``
 at the running cluster (``eval "$(python -m testbed.cluster env)"``): KUBECONFIG, PATH, a test-only
@@ -16,7 +19,7 @@ import sys
 from pathlib import Path
 
 from testbed.cluster import crds, lifecycle
-from testbed.cluster.build import BuildError, build_all
+from testbed.cluster.build import PARTS, TOOLS, BuildError, build_all
 from testbed.cluster.engine import Engine
 from testbed.cluster.waiting import Abort, Timeout
 
@@ -54,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate the CRDs")
+    build = sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate "
+                                         "the CRDs")
+    build.add_argument("--with", dest="parts", action="append", default=[], choices=sorted(PARTS),
+                       help="also build this named part (a controller only the live add-on tests run); repeatable")
     for name, text in (("up", "start the cluster (building first if needed); print the kubeconfig path"),
                        ("down", "stop the cluster and remove its state"),
                        ("env", "print export lines pointing the built pulumi at the running cluster")):
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            build_all()
+            build_all((*TOOLS, *(PARTS[name] for name in args.parts)))
             print(f"CRDs: {crds.generate()}")
         elif args.command == "up":
             build_all(report=lambda line: print(line, file=sys.stderr))

@@ -136,6 +136,22 @@ TOOLS: tuple[GoTool, ...] = (
            ldflags=_kube_ldflags(), extra_replaces=_kubernetes_staging),
 )
 
+PARTS: dict[str, GoTool] = {
+    "training-operator": GoTool(
+        "training-operator", "github.com/kubeflow/training-operator", versions.TRAINING_OPERATOR,
+        ("github.com/kubeflow/training-operator/cmd/training-operator.v1",), rename=(("training-operator.v1",
+                                                                                   "training-operator"),)),
+    "scheduler-plugins": GoTool(
+        "scheduler-plugins", "sigs.k8s.io/scheduler-plugins", versions.SCHEDULER_PLUGINS,
+        ("sigs.k8s.io/scheduler-plugins/cmd/scheduler",), rename=(("scheduler", "scheduler-plugins-scheduler"),),
+        ldflags=(f"k8s.io/component-base/version.gitVersion={versions.SCHEDULER_PLUGINS}",),
+        extra_replaces=upstream_replaces),
+}
+"""Named parts ``build`` leaves out unless asked (``python -m testbed.cluster build --with NAME``): controllers
+only the live add-on tests run (their cold builds are measured in their docstrings' modules). The builds are
+upstream's ``Makefile`` targets by module path: the operator's ``build`` (``go build ./cmd/training-operator.v1``),
+scheduler-plugins' ``build-scheduler`` (``-X k8s.io/component-base/version.gitVersion=$(VERSION)``)."""
+
 
 def tool_dir(tool: GoTool) -> Path:
     """The tool's cache directory (``src/``, ``bin/`` and the ``.done`` stamp)."""
@@ -146,13 +162,15 @@ def binary(name: str) -> Path:
     """The built binary ``name`` (e.g. ``kube-apiserver``).
 
     Raises:
-        BuildError: no tool builds it, or it is not built yet (run ``python -m testbed.cluster build``).
+        BuildError: no tool builds it, or it is not built yet (run ``python -m testbed.cluster build``, with
+            ``--with NAME`` for a binary of a named part).
     """
-    for tool in TOOLS:
+    parts = {tool: f" --with {part}" for part, tool in PARTS.items()}
+    for tool in (*TOOLS, *PARTS.values()):
         if name in tool.binaries:
             path = tool_dir(tool) / "bin" / name
             if not (tool_dir(tool) / ".done").exists() or not path.exists():
-                raise BuildError(f"{name} is not built; run: python -m testbed.cluster build")
+                raise BuildError(f"{name} is not built; run: python -m testbed.cluster build{parts.get(tool, '')}")
             return path
     raise BuildError(f"no tool builds {name!r}")
 
