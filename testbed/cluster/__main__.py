@@ -1,7 +1,9 @@
 """``python -m testbed.cluster build|up|down``: build the binaries, start the test cluster, stop it.
 
-``build --with pods`` also builds the optional real node (``realnode.py``: Debian's containerd, runc and CNI
-plugins installed with apt-get when missing, the kubelet and CoreDNS).
+``build --with NAME`` (repeatable) also builds an optional part, which the default build and CI leave out:
+``pods``, the real node (``realnode.py``: Debian's containerd, runc and CNI plugins installed with apt-get when
+missing, the kubelet and CoreDNS), ``trainer`` (Kubeflow Trainer v2 and JobSet), ``training-operator``,
+``scheduler-plugins`` (``build.PARTS``).
 
 ``up`` prints the admin kubeconfig's path (``export KUBECONFIG=$(python -m testbed.cluster up)``); the
 cluster runs on until ``down``. ``env`` prints the shell ``export`` lines that point the built ``pulumi``
@@ -24,7 +26,7 @@ from testbed.cluster.engine import Engine
 from testbed.cluster.trainer import TRAINER_TOOL
 from testbed.cluster.waiting import Abort, Timeout
 
-OPTIONAL: dict[str, tuple[GoTool, ...]] = {"trainer": (TRAINER_TOOL,), "pods": PARTS["pods"]}
+OPTIONAL: dict[str, tuple[GoTool, ...]] = {"trainer": (TRAINER_TOOL,), **PARTS}
 """The parts ``build`` leaves out unless named with ``--with`` (each only for a ``tests/cluster/live_*.py``)."""
 
 
@@ -64,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate the "
                            "CRDs")
     build.add_argument("--with", dest="extra", action="append", choices=sorted(OPTIONAL), default=[],
-                       help="also build an optional part (trainer: the Kubeflow Trainer v2 and JobSet managers, for "
-                            "tests/cluster/live_trainer.py; pods: the real node, Debian packages, kubelet and CoreDNS, "
-                            "for tests/cluster/live_real_node.py); repeatable")
+                       help="also build an optional part, for a tests/cluster/live_*.py (pods: the real node, Debian "
+                            "packages, kubelet and CoreDNS; trainer: the Kubeflow Trainer v2 and JobSet managers; "
+                            "training-operator; scheduler-plugins); repeatable")
     for name, text in (("up", "start the cluster (building first if needed); print the kubeconfig path"),
                        ("down", "stop the cluster and remove its state"),
                        ("env", "print export lines pointing the built pulumi at the running cluster")):

@@ -22,6 +22,7 @@ from testbed.cluster import versions
 from testbed.cluster.paths import cache_root, go_binary
 
 _STAGING = re.compile(r"^\s*(k8s\.io/[a-z0-9-]+) v0\.0\.0$", re.MULTILINE)
+_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?: v\S+)? => (\S+) (v\S+)\s*$", re.MULTILINE)
 
 
 class BuildError(RuntimeError):
@@ -88,6 +89,12 @@ def _kubernetes_staging(upstream_gomod: str) -> list[str]:
     return [f"{m} => {m} v0.{minor}" for m in sorted(set(_STAGING.findall(upstream_gomod)))]
 
 
+def upstream_replaces(gomod: str) -> list[str]:
+    """The upstream go.mod's replace directives that pin a published version (a dependency's replaces
+    do not apply to the module requiring it, so they are restated)."""
+    return [f"{old} => {new} {version}" for old, new, version in _REPLACE.findall(gomod)]
+
+
 def _kube_ldflags() -> tuple[str, ...]:
     major, minor = versions.KUBERNETES.removeprefix("v").split(".")[:2]
     out: list[str] = []
@@ -139,9 +146,23 @@ COREDNS = GoTool("coredns", "github.com/coredns/coredns", versions.COREDNS, ("gi
 """CoreDNS with its default plugin list (``core/plugin/zplugin.go``, committed upstream): ``kubernetes`` serves
 the cluster domain from the API server."""
 
-PARTS: dict[str, tuple[GoTool, ...]] = {"pods": (KUBELET, COREDNS)}
-"""Optional builds (``python -m testbed.cluster build --with NAME``), left out of the default build: ``pods`` is
-the real node that runs containers (``realnode.py``)."""
+PARTS: dict[str, tuple[GoTool, ...]] = {
+    "pods": (KUBELET, COREDNS),
+    "training-operator": (GoTool(
+        "training-operator", "github.com/kubeflow/training-operator", versions.TRAINING_OPERATOR,
+        ("github.com/kubeflow/training-operator/cmd/training-operator.v1",), rename=(("training-operator.v1",
+                                                                                   "training-operator"),)),),
+    "scheduler-plugins": (GoTool(
+        "scheduler-plugins", "sigs.k8s.io/scheduler-plugins", versions.SCHEDULER_PLUGINS,
+        ("sigs.k8s.io/scheduler-plugins/cmd/scheduler",), rename=(("scheduler", "scheduler-plugins-scheduler"),),
+        ldflags=(f"k8s.io/component-base/version.gitVersion={versions.SCHEDULER_PLUGINS}",),
+        extra_replaces=upstream_replaces),),
+}
+"""Named parts ``build`` leaves out unless asked (``python -m testbed.cluster build --with NAME``), for the live
+tests only: ``pods`` is the real node that runs containers (``realnode.py``), the others are controllers (their
+cold builds are measured in their modules' docstrings). The controllers' builds are upstream's ``Makefile`` targets by module path: the operator's ``build``
+(``go build ./cmd/training-operator.v1``),
+scheduler-plugins' ``build-scheduler`` (``-X k8s.io/component-base/version.gitVersion=$(VERSION)``)."""
 
 
 def tool_dir(tool: GoTool) -> Path:
@@ -153,13 +174,15 @@ def binary(name: str) -> Path:
     """The built binary ``name`` (e.g. ``kube-apiserver``).
 
     Raises:
-        BuildError: no tool builds it, or it is not built yet (run ``python -m testbed.cluster build``).
+        BuildError: no tool builds it, or it is not built yet (run ``python -m testbed.cluster build``, with
+            ``--with NAME`` for a binary of a named part).
     """
-    for tool in (*TOOLS, *(t for part in PARTS.values() for t in part)):
+    parts = {tool: f" --with {part}" for part, tools in PARTS.items() for tool in tools}
+    for tool in (*TOOLS, *parts):
         if name in tool.binaries:
             path = tool_dir(tool) / "bin" / name
             if not (tool_dir(tool) / ".done").exists() or not path.exists():
-                raise BuildError(f"{name} is not built; run: python -m testbed.cluster build")
+                raise BuildError(f"{name} is not built; run: python -m testbed.cluster build{parts.get(tool, '')}")
             return path
     raise BuildError(f"no tool builds {name!r}")
 

@@ -16,10 +16,13 @@ controller-gen v0.18.0 with the same option), so they are copied from the module
 (``CrdSource.shipped``): the files the releases' own manifests and charts install, byte for byte, where
 controller-gen v0.23.0 would word their descriptions differently.
 
-Volcano's API types live in the module volcano.sh/apis, which the Go module proxy here does not serve
-(403 for every version; volcano.sh/volcano replaces it with a directory its module zip leaves out), so
-Volcano's Queue and PodGroup CRDs are not generated: without ``shared/schemas`` the tests that validate
-them say so by name.
+Volcano's API types live in the module volcano.sh/apis, which the Go module proxy here does not serve at the
+release volcano.sh/volcano v1.15.1 requires (``volcano.sh/apis v1.15.1``, refused; its go.mod replaces it with
+``./staging/src/volcano.sh/apis``, a directory its module zip leaves out), so controller-gen cannot read them.
+The module zip of volcano.sh/volcano v1.15.1 does hold the files upstream's ``make manifests`` generates from
+them (``Makefile``: ``controller-gen crd:crdVersions=v1,generateEmbeddedObjectMeta=true`` into
+``config/crd/volcano/bases``), committed beside the sources and the chart's copy; those are taken as they are
+(:data:`PUBLISHED`; byte for byte the files ``shared/schemas`` lists, same git blobs).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.cluster import versions
-from testbed.cluster.build import BuildError, _go_env, binary
+from testbed.cluster.build import BuildError, _go_env, binary, upstream_replaces
 from testbed.cluster.paths import cache_root, go_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -78,14 +81,39 @@ SOURCES = (
               shipped="manifests/base/crds"),
 )
 
-METASCHEMA = "pulumi-package-metaschema.json"
 
-_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?: v\S+)? => (\S+) (v\S+)\s*$", re.MULTILINE)
+
+@dataclass(frozen=True)
+class PublishedCrds:
+    """CRD files an upstream module's zip holds as its Makefile generated them, taken from the module as they are.
+
+    Args:
+        module: the module path.
+        version: the release (``components/addons/versions.py`` pins the same for the add-on).
+        directory: where the generated files are inside the module.
+        files: the CRD files kept.
+    """
+
+    module: str
+    version: str
+    directory: str
+    files: tuple[str, ...]
+
+
+PUBLISHED = (
+    PublishedCrds("volcano.sh/volcano", versions.VOLCANO, "config/crd/volcano/bases",
+                  ("scheduling.volcano.sh_podgroups.yaml", "scheduling.volcano.sh_queues.yaml")),
+)
+
+FILES = tuple(f for s in (*SOURCES, *PUBLISHED) for f in s.files)
+"""Every CRD file ``generate`` writes."""
+
+METASCHEMA = "pulumi-package-metaschema.json"
 
 
 def generated_dir() -> Path:
     """Where ``generate`` writes the CRDs (keyed by controller-tools' and every source's version)."""
-    key = "-".join([versions.CONTROLLER_TOOLS, versions.PULUMI, *(s.version for s in SOURCES)])
+    key = "-".join([versions.CONTROLLER_TOOLS, versions.PULUMI, *(s.version for s in (*SOURCES, *PUBLISHED))])
     return cache_root() / f"crds-{key}"
 
 
@@ -100,12 +128,6 @@ def schemas_dir() -> Path:
 def crd_file(name: str) -> Path:
     """The CRD file ``name`` (e.g. ``kubeflow.org_pytorchjobs.yaml``) from ``schemas_dir()``."""
     return schemas_dir() / name
-
-
-def _upstream_replaces(gomod: str) -> list[str]:
-    """The upstream go.mod's replace directives that pin a published version (a dependency's replaces
-    do not apply to the module requiring it, so they are restated)."""
-    return [f"{old} => {new} {version}" for old, new, version in _REPLACE.findall(gomod)]
 
 
 def _download(module: str, version: str, work: Path, field: str) -> Path:
@@ -135,7 +157,7 @@ def _generate_one(source: CrdSource, out: Path, work: Path) -> None:
     env = _go_env(work)
     (work / "go.mod").write_text(
         f"module trainplane.build/crds\n\ngo 1.24.0\n\nrequire {source.module} {source.version}\n")
-    replaces = _upstream_replaces(_download(source.module, source.version, work, "GoMod").read_text())
+    replaces = upstream_replaces(_download(source.module, source.version, work, "GoMod").read_text())
     if replaces:
         with (work / "go.mod").open("a") as gomod:
             gomod.write("\nreplace (\n" + "".join(f"\t{r}\n" for r in replaces) + ")\n")
@@ -153,7 +175,7 @@ def _generate_one(source: CrdSource, out: Path, work: Path) -> None:
 
 
 def generate() -> Path:
-    """Generate every CRD of ``SOURCES`` unless already generated; returns the directory.
+    """Generate every CRD of ``SOURCES`` and copy those of ``PUBLISHED`` unless already done; returns the directory.
 
     Raises:
         BuildError: a module could not be downloaded or controller-gen failed (the message has its output).
@@ -165,9 +187,13 @@ def generate() -> Path:
     out.mkdir(parents=True)
     for i, source in enumerate(SOURCES):
         _generate_one(source, out, out / f".work-{i}")
+    for published in PUBLISHED:
+        module = _download(published.module, published.version, out, "Dir")
+        for name in published.files:
+            shutil.copyfile(module / published.directory / name, out / name)
     pulumi = _download("github.com/pulumi/pulumi/pkg/v3", versions.PULUMI, out, "Dir")
     shutil.copy(pulumi / "codegen" / "schema" / "pulumi.json", out / METASCHEMA)
     for i in range(len(SOURCES)):
         shutil.rmtree(out / f".work-{i}", ignore_errors=True)
-    (out / ".done").write_text("\n".join(f"{s.module}@{s.version}" for s in SOURCES) + "\n")
+    (out / ".done").write_text("\n".join(f"{s.module}@{s.version}" for s in (*SOURCES, *PUBLISHED)) + "\n")
     return out

@@ -84,11 +84,12 @@ def _name(common: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+def _builder(subject: x509.Name, issuer: x509.Name, public: ec.EllipticCurvePublicKey,
+             days: int = 1) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.timezone.utc)
     return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public)
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1)))
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days)))
 
 
 def _issue(issuer: x509.Name, ca_key: ec.EllipticCurvePrivateKey, subject: x509.Name,
@@ -181,3 +182,37 @@ def issue_loopback_serving(pki: Pki, directory: Path, common: str, ips: tuple[st
     _issue(ca_cert.subject, ca_key, _name(common), ExtendedKeyUsageOID.SERVER_AUTH,
            [x509.DNSName("localhost"), *addresses], directory / "tls.crt", directory / "tls.key")
     return directory
+
+
+def rotator_secret(ca_name: str, dns_name: str, days: int) -> dict[str, bytes]:
+    """The data of a webhook certificate Secret as open-policy-agent/cert-controller's rotator keeps it (``ca.crt``,
+    ``ca.key``, ``tls.crt``, ``tls.key``): a CA of its own whose certificate names ``ca_name`` and a serving
+    certificate for ``dns_name`` and ``127.0.0.1``, both valid ``days`` days.
+
+    The rotator keeps such a Secret as it is when both verify for its names more than its look-ahead (90 days)
+    from now (cert-controller v0.16.0 ``pkg/rotator/rotator.go``, ``refreshCertIfNeeded``, ``ValidCert``), and
+    injects ``ca.crt`` into its webhook configuration, so a webhook server on this machine is trusted for a URL
+    on ``127.0.0.1``, which the certificate it would make (``dns_name`` only) is not.
+    """
+    ca_key, key = _key(), _key()
+    subject = _name(ca_name)
+    ca = (_builder(subject, subject, ca_key.public_key(), days)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectAlternativeName([x509.DNSName(ca_name)]), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    serving = (_builder(_name(dns_name), subject, key.public_key(), days)
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+               .add_extension(x509.SubjectAlternativeName(
+                   [x509.DNSName(dns_name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+               .sign(ca_key, hashes.SHA256()))
+
+    def pem_key(k: ec.EllipticCurvePrivateKey) -> bytes:
+        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption())
+
+    return {"ca.crt": ca.public_bytes(serialization.Encoding.PEM), "ca.key": pem_key(ca_key),
+            "tls.crt": serving.public_bytes(serialization.Encoding.PEM), "tls.key": pem_key(key)}

@@ -71,6 +71,19 @@ COREDNS = "v1.15.0"
 """github.com/coredns/coredns: the cluster DNS of the ``pods`` part (the real node, ``realnode.py``); the release
 the Go module proxy serves here. The real node's kubelet is k8s.io/kubernetes at :data:`KUBERNETES` (cmd/kubelet)."""
 
+VOLCANO = "v1.15.1"
+"""volcano.sh/volcano: the release the Volcano add-on installs (its chart 1.15.1); its module zip holds the CRDs
+(``crds.PUBLISHED``) and the scheduler's and controllers' sources."""
+
+TRAINING_OPERATOR = "v1.9.4"
+"""github.com/kubeflow/training-operator: the Kubeflow training operator (``cmd/training-operator.v1``), the release
+the training-operator add-on installs (``components/addons/versions.py``); a named part (``build --with``)."""
+
+SCHEDULER_PLUGINS = "v0.34.7"
+"""sigs.k8s.io/scheduler-plugins: the second scheduler with coscheduling (``cmd/scheduler``); the release for
+Kubernetes 1.34 (its go.mod requires k8s.io/kubernetes v1.34.7), whose PodGroup CRD ``crds.SOURCES`` generates
+and whose API the training operator v1.9.4 imports; a named part (``build --with``)."""
+
 GO = "go1.26.8"
 """The Go toolchain the cache key names (the machine's ``go``)."""
 

@@ -1,0 +1,175 @@
+"""The Kubeflow training operator v1.9.4, built from its Go module (``testbed/cluster/training_operator.py``) and
+run with the add-on's flags against the test cluster, reconciles the PyTorchJob a DistributedJob with
+``backend="pytorchjob"`` registers through the real Pulumi engine: its pods (bound to kwok nodes), its
+per-replica Services, the env the agents read; an edit of the job replaces it and the operator's pods with it.
+
+What the component relies on, each read in kubeflow/trainer (training-operator) v1.9.4:
+
+- pod and Service names ``<job>-<replica type>-<index>`` (``pkg/controller.v1/pytorch/envvar.go``, ``replicaName``;
+  ``pkg/core/service.go``), one headless Service per pod (``pkg/controller.v1/common/service.go``,
+  ``CreateNewService``: ``ClusterIP: None``) with the ``pytorchjob-port`` port;
+- in the ``pytorch`` container: ``MASTER_ADDR``/``PET_MASTER_ADDR`` = ``<job>-master-0``, ``MASTER_PORT`` = the
+  container port named ``pytorchjob-port``, ``RANK``/``PET_NODE_RANK`` = Master 0, Worker i+1, ``PET_NNODES`` =
+  the replica count and ``WORLD_SIZE`` = replicas x ``nprocPerNode`` (``envvar.go``, ``setPodEnv``;
+  ``master.go``); the agent takes its node id from ``RANK`` and its coordinator from ``MASTER_ADDR``
+  (``runtime/agent/spec/settings.py``), checked here on the pods' own env;
+- an edit of ``spec`` replaces the PyTorchJob (the component's ``replaceOnChanges: [spec]``,
+  ``deleteBeforeReplace``): the old pods go with it (owner references) and the operator makes the new world.
+
+Not collected by a plain ``pytest`` (CI does not build the operator; its cold build time is in
+``testbed/cluster/training_operator.py``). Run it by path:
+``.venv/bin/python -m pytest -q tests/cluster/live_training_operator.py`` (the first run builds the operator).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from components.job.render import RenderedJob
+from runtime.agent.spec.settings import identity_from_env
+from runtime.ports import free_port
+from testbed.cluster import crds, nodes, training_operator
+from testbed.cluster.lifecycle import Cluster
+from testbed.cluster.waiting import wait_for
+from tests.cluster.kube import WAIT, apply_crd, create, delete_crd, live, pods
+from tests.cluster.test_engine import program, rendered, stack
+from tests.cluster.test_workloads import selector
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
+
+PORT_NAME = "pytorchjob-port"
+
+
+@dataclass(frozen=True)
+class LiveOperator:
+    """The running operator and the namespace its webhooks admit."""
+
+    operator: training_operator.Operator
+    namespace: str
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[LiveOperator]:
+    """The PyTorchJob CRD, the operator's namespace, certificate Secret and webhook configuration, and the operator
+    with the add-on's flags (no gang scheduler); all removed afterwards, the webhooks first."""
+    core, admission = client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
+    crd = apply_crd(api, crds.crd_file("kubeflow.org_pytorchjobs.yaml"))
+    namespace = f"op-{uuid.uuid4().hex[:8]}"
+    for name in (training_operator.NAMESPACE, namespace):
+        core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), WAIT, "the default ServiceAccount")
+    ports: list[int] = []
+    for _ in range(3):
+        ports.append(free_port("127.0.0.1", avoid=ports))
+    secret = create(api, training_operator.certificate_secret())
+    hook = create(api, training_operator.webhook_configuration(ports[2], [namespace]))
+    started = None
+    try:
+        started = training_operator.start(training_operator.rendered_args(None), secret, cluster.kubeconfig, ports)
+        yield LiveOperator(started, namespace)
+    finally:
+        admission.delete_validating_webhook_configuration(hook["metadata"]["name"])
+        if started is not None:
+            started.stop()
+        for name in (training_operator.NAMESPACE, namespace):
+            core.delete_namespace(name)
+        delete_crd(api, crd)
+
+
+def env_of(pod: client.V1Pod) -> dict[str, str]:
+    """The ``pytorch`` container's literal env (``valueFrom`` entries left out)."""
+    container = next(c for c in pod.spec.containers if c.name == "pytorch")
+    return {e.name: e.value for e in container.env or [] if e.value is not None}
+
+
+def owned_pods(api: client.ApiClient, namespace: str, job: RenderedJob, uid: str, count: int) -> list[client.V1Pod]:
+    """The job's ``count`` pods once every one of them is owned by the PyTorchJob ``uid`` and bound."""
+    def found() -> list[client.V1Pod] | None:
+        now = pods(api, namespace, selector(job))
+        owned = [p for p in now if any(o.uid == uid for o in p.metadata.owner_references or [])]
+        return owned if len(now) == count and len(owned) == count and all(p.spec.node_name for p in owned) else None
+
+    return wait_for(found, WAIT, f"{count} bound pods of PyTorchJob {uid}")
+
+
+def pytorchjob_uid(api: client.ApiClient, job: RenderedJob) -> str:
+    stored = live(api, next(m.body for m in job.manifests if m.role == "pytorchjob"))
+    assert stored is not None
+    return str(stored["metadata"]["uid"])
+
+
+def check_world(api: client.ApiClient, namespace: str, job: RenderedJob, uid: str, workers: int) -> None:
+    """The operator's pods and Services of a fixed-size job of ``workers`` nodes (one Master)."""
+    name = job.names.job
+    found = owned_pods(api, namespace, job, uid, workers)
+    expected = [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(workers - 1))]
+    assert sorted(p.metadata.name for p in found) == sorted(expected)
+    assert {p.spec.node_name for p in found} <= set(nodes.CPU_NODES)
+    port = next(p.container_port for c in found[0].spec.containers for p in c.ports or [] if p.name == PORT_NAME)
+    procs = next(m.body for m in job.manifests if m.role == "pytorchjob")["spec"]["nprocPerNode"]
+    for pod in found:
+        env = env_of(pod)
+        rank = 0 if pod.metadata.name.endswith("-master-0") else int(pod.metadata.name.rsplit("-", 1)[1]) + 1
+        assert {k: env.get(k) for k in ("MASTER_ADDR", "PET_MASTER_ADDR", "MASTER_PORT", "PET_MASTER_PORT", "RANK",
+                                        "PET_NODE_RANK", "PET_NNODES", "WORLD_SIZE", "PET_NPROC_PER_NODE")} == {
+            "MASTER_ADDR": f"{name}-master-0", "PET_MASTER_ADDR": f"{name}-master-0", "MASTER_PORT": str(port),
+            "PET_MASTER_PORT": str(port), "RANK": str(rank), "PET_NODE_RANK": str(rank), "PET_NNODES": str(workers),
+            "WORLD_SIZE": str(workers * int(procs)), "PET_NPROC_PER_NODE": procs}, pod.metadata.name
+        identity = identity_from_env(env)
+        assert (identity.node_id, identity.coordinator) == (rank, f"{name}-master-0"), pod.metadata.name
+
+    def services() -> list[client.V1Service] | None:
+        listed = client.CoreV1Api(api).list_namespaced_service(
+            namespace, label_selector=f"training.kubeflow.org/job-name={name}").items
+        owned = [s for s in listed if any(o.uid == uid for o in s.metadata.owner_references or [])]
+        return owned if len(owned) == workers else None
+
+    made = wait_for(services, WAIT, f"the operator's {workers} Services")
+    assert sorted(s.metadata.name for s in made) == sorted(expected)
+    for service in made:
+        assert service.spec.cluster_ip == "None", service.metadata.name
+        assert [(p.name, p.port) for p in service.spec.ports] == [(PORT_NAME, port)], service.metadata.name
+
+
+def running_conditions(stored: dict[str, Any] | None) -> set[str]:
+    """The PyTorchJob's true condition types (``Created``, ``Running``...: the operator's ``UpdateJobStatus`` sets
+    ``Running`` once kwok reports the pods Running)."""
+    return {c["type"] for c in ((stored or {}).get("status") or {}).get("conditions", []) if c["status"] == "True"}
+
+
+def test_the_operator_runs_with_the_addons_flags(operator: LiveOperator) -> None:
+    """The process's arguments begin with the release Deployment's own (none: ``/manager`` alone), and with a gang
+    scheduler the add-on's transform adds exactly ``--gang-scheduler-name``."""
+    assert training_operator.rendered_args(None) == []
+    assert training_operator.rendered_args("volcano") == ["--gang-scheduler-name=volcano"]
+    assert operator.operator.process.poll() is None
+
+
+def test_a_pytorchjob_through_the_engine_gets_the_operators_pods_services_and_env_then_an_edit_replaces_them(
+        tmp_path: Path, cluster: Cluster, api: client.ApiClient, operator: LiveOperator) -> None:
+    namespace = operator.namespace
+    job = rendered(namespace, backend="pytorchjob", workers=2)
+    engine = stack(tmp_path, cluster, job)
+    engine.run("up", "--yes")
+    first = pytorchjob_uid(api, job)
+    check_world(api, namespace, job, first, 2)
+    body = next(m.body for m in job.manifests if m.role == "pytorchjob")
+    wait_for(lambda: "Running" in running_conditions(live(api, body)), WAIT, "the PyTorchJob's Running condition")
+
+    grown = rendered(namespace, backend="pytorchjob", workers=3)
+    program(engine, grown)
+    out = engine.run("up", "--yes").stdout
+    assert "+-1 replaced" in out or "1 replaced" in out, out
+    second = pytorchjob_uid(api, grown)
+    assert second != first
+    check_world(api, namespace, grown, second, 3)
+
+    engine.run("destroy", "--yes")
+    wait_for(lambda: pods(api, namespace, selector(grown)) == [], WAIT, "the operator's pods to go")

@@ -1,0 +1,81 @@
+"""The pure parts of the live controllers' harness: the named build parts, the upstream replace lines restated,
+the certificate Secret the training operator's rotator keeps, the operator's command line and the second
+scheduler's profile from the chart's values."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from testbed.cluster import coscheduling, training_operator
+from testbed.cluster.build import PARTS, TOOLS, BuildError, binary, tool_dir, upstream_replaces
+from testbed.cluster.pki import rotator_secret
+
+pytestmark = pytest.mark.unit
+
+LOOKAHEAD = datetime.timedelta(days=90)
+"""cert-controller v0.16.0 ``pkg/rotator/rotator.go``, ``defaultLookaheadInterval``: a certificate that expires
+sooner is made again (with the service name only)."""
+
+
+def test_the_named_parts_are_not_in_the_default_build_and_their_error_says_how_to_build_them() -> None:
+    assert not set(PARTS.values()) & set(TOOLS)
+    assert PARTS["training-operator"].binaries == ("training-operator",)
+    assert PARTS["scheduler-plugins"].binaries == ("scheduler-plugins-scheduler",)
+    if not (tool_dir(PARTS["scheduler-plugins"]) / ".done").exists():
+        with pytest.raises(BuildError, match="build --with scheduler-plugins"):
+            binary("scheduler-plugins-scheduler")
+    with pytest.raises(BuildError, match="no tool builds 'volcano'"):
+        binary("volcano")
+
+
+def test_upstream_replaces_are_restated_in_both_go_mod_forms_and_relative_ones_left_out() -> None:
+    gomod = ("replace (\n\tk8s.io/api => k8s.io/api v0.34.7\n)\n\n"
+             "replace k8s.io/externaljwt => k8s.io/externaljwt v0.34.7\n"
+             "replace volcano.sh/apis => ./staging/src/volcano.sh/apis\n")
+    assert upstream_replaces(gomod) == ["k8s.io/api => k8s.io/api v0.34.7",
+                                        "k8s.io/externaljwt => k8s.io/externaljwt v0.34.7"]
+
+
+def test_the_rotator_secret_verifies_for_the_service_name_and_loopback_beyond_the_rotators_lookahead() -> None:
+    data = rotator_secret("training-operator-ca", "training-operator.kubeflow.svc", days=365)
+    assert set(data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    ca = x509.load_pem_x509_certificate(data["ca.crt"])
+    serving = x509.load_pem_x509_certificate(data["tls.crt"])
+    serving.verify_directly_issued_by(ca)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert ca.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName) == ["training-operator-ca"]
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["training-operator.kubeflow.svc"]
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    horizon = datetime.datetime.now(datetime.timezone.utc) + LOOKAHEAD
+    assert ca.not_valid_after_utc > horizon and serving.not_valid_after_utc > horizon
+    public = serving.public_key()
+    assert isinstance(public, ec.EllipticCurvePublicKey)
+
+
+def test_the_operators_command_keeps_the_rendered_args_first_and_moves_only_its_listeners() -> None:
+    command = training_operator.command(["--gang-scheduler-name=volcano"], Path("/k/config"), (1, 2, 3))
+    assert command == ["--gang-scheduler-name=volcano", "--kubeconfig=/k/config",
+                       "--health-probe-bind-address=127.0.0.1:1", "--metrics-bind-address=127.0.0.1:2",
+                       "--webhook-server-port=3", "--enable-scheme=pytorchjob", "--leader-elect=false"]
+
+
+def test_the_second_schedulers_profile_is_the_charts_with_only_the_kept_plugins() -> None:
+    values = {"scheduler": {"name": "scheduler-plugins-scheduler", "leaderElect": False},
+              "plugins": {"enabled": ["Coscheduling", "CapacityScheduling", "NodeResourceTopologyMatch"],
+                          "disabled": ["PrioritySort"]},
+              "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": 10}}]}
+    config = coscheduling.scheduler_config(values, Path("/k/config"))
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert config["clientConnection"] == {"kubeconfig": "/k/config"}
+    assert config["profiles"] == [{
+        "schedulerName": "scheduler-plugins-scheduler",
+        "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "PrioritySort"}]}},
+        "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": 10}}]}]
