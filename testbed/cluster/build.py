@@ -160,9 +160,9 @@ PARTS: dict[str, tuple[GoTool, ...]] = {
 }
 """Named parts ``build`` leaves out unless asked (``python -m testbed.cluster build --with NAME``), for the live
 tests only: ``pods`` is the real node that runs containers (``realnode.py``), the others are controllers (their
-cold builds are measured in their modules' docstrings). The controllers' builds are upstream's ``Makefile`` targets by module path: the operator's ``build``
-(``go build ./cmd/training-operator.v1``),
-scheduler-plugins' ``build-scheduler`` (``-X k8s.io/component-base/version.gitVersion=$(VERSION)``)."""
+cold builds are measured in their modules' docstrings). The controllers' builds are upstream's ``Makefile``
+targets by module path: the operator's ``build`` (``go build ./cmd/training-operator.v1``), scheduler-plugins'
+``build-scheduler`` (``-X k8s.io/component-base/version.gitVersion=$(VERSION)``)."""
 
 
 def tool_dir(tool: GoTool) -> Path:

@@ -33,7 +33,7 @@ from testbed.cluster.build import PARTS, build_tool, tool_dir
 from testbed.cluster.crds import _download
 from testbed.cluster.waiting import Abort, Timeout, die_with_parent, wait_for
 
-SCHEDULER_TOOL = PARTS["scheduler-plugins"]
+(SCHEDULER_TOOL,) = PARTS["scheduler-plugins"]
 CHART = Path("manifests/install/charts/as-a-second-scheduler")
 KEPT_PLUGINS = ("Coscheduling",)
 """The chart's enabled plugins run here (see the module docstring)."""

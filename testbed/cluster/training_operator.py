@@ -50,7 +50,7 @@ from testbed.cluster.paths import cache_root
 from testbed.cluster.pki import rotator_secret
 from testbed.cluster.waiting import Abort, Timeout, die_with_parent, wait_for
 
-OPERATOR_TOOL = PARTS["training-operator"]
+(OPERATOR_TOOL,) = PARTS["training-operator"]
 NAMESPACE = "kubeflow"
 """The operator's namespace (``MY_POD_NAMESPACE`` unset: ``pkg/cert/cert.go``, ``defaultOperatorNamespace``)."""
 CERT_DIR = Path("k8s-webhook-server/serving-certs")
