@@ -279,7 +279,8 @@ def node_env(spec: LocalJobSpec, identity: NodeIdentity, job: str, token: str, l
                  forward_stdin=spec.forward_stdin and node_id == 0,
                  console_file=os.path.join(run_root(log_dir), CONSOLE_STATE)),
     )
-    env = {**os.environ, **spec.env, **environment.agent_env(settings)}
+    env = {**os.environ, **spec.env, **environment.agent_env(settings),
+           contract.PARENT_PID: str(os.getpid())}  # this launcher, the agent's parent, whose death it follows
     if spec.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, env.get("PYTHONPATH", "")) if p)
     return env

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Optional, TextIO, Union
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
 from runtime.agent.execution import console, verdict
-from runtime.agent.execution.bootstrap import die_with_parent
+from runtime.agent.execution.bootstrap import die_with_parent, parent_pid
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
 from runtime.agent.execution.procs import LocalProcesses, Spawner
@@ -167,7 +167,7 @@ class Agent:
     def run(self) -> int:
         """Serve, join the world, run processes until a verdict; return the exit code."""
         if self.settings.plumbing.die_with_parent:
-            die_with_parent(signal.SIGTERM)
+            die_with_parent(signal.SIGTERM, parent_pid())
         if self.settings.plumbing.console_file:
             console.default().share(self.settings.plumbing.console_file)
         if threading.current_thread() is threading.main_thread():

@@ -91,6 +91,7 @@ ENTRYPOINT = "TRAINPLANE_ENTRYPOINT"  # JSON list: the user command after the in
 NO_PYTHON = "TRAINPLANE_NO_PYTHON"  # "true": ENTRYPOINT is an argv run as is, not under the interpreter
 GRACE_PERIOD = "TRAINPLANE_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL at teardown
 DIE_WITH_PARENT = "TRAINPLANE_DIE_WITH_PARENT"  # local mode: exit when the launcher dies
+PARENT_PID = "TRAINPLANE_PARENT_PID"  # pid of the process that started this one (agent/launcher)
 PEERS = "TRAINPLANE_PEERS"  # every node index's agent, host[:port], comma-separated; {index} expands
 RESOLVE = "TRAINPLANE_RESOLVE"  # JSON object host name -> address, consulted before DNS
 HEARTBEAT_INTERVAL = "TRAINPLANE_HEARTBEAT_INTERVAL"  # seconds, first interval after a change

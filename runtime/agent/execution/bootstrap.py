@@ -30,7 +30,7 @@ import socket
 import sys
 import time
 import types
-from typing import NoReturn, Sequence
+from typing import NoReturn, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.execution import delivery, jaxcluster, raynodes
@@ -47,19 +47,32 @@ WAIT_INTERVAL = 0.2
 """Seconds between connection attempts while waiting."""
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
+def die_with_parent(sig: int = signal.SIGKILL, parent: Optional[int] = None) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent exits (Linux only).
 
-    On other systems this does nothing. If the parent is already gone (adopted by init), exit now.
+    ``parent`` is the pid the parent had when it started this process (``None``: the parent now). If the
+    process's parent is no longer that pid (the parent died before the signal was armed and the process was
+    adopted by init or a subreaper), exit now with ``128 + sig``. A parent that is itself pid 1 (the agent as a
+    container's entrypoint, in its own pid namespace) is a live parent, not a sign of adoption.
+    On other systems this does nothing.
     """
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
+    expected = os.getppid() if parent is None else parent
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    if os.getppid() == 1:
+    if os.getppid() != expected:
         os._exit(128 + sig)
+
+
+def parent_pid() -> Optional[int]:
+    """Take the parent's pid out of this process's environment (``TRAINPLANE_PARENT_PID``: the agent's pid
+    for a rank, the local launcher's for an agent; the user's code does not see it), for :func:`die_with_parent`;
+    ``None`` when it is unset or not a pid."""
+    value = os.environ.pop(contract.PARENT_PID, "")
+    return int(value) if value.isdigit() else None
 
 
 def wait_for(endpoint: str, timeout: float, what: str = "the job's head") -> None:
@@ -170,7 +183,7 @@ def starter(root: str) -> str:
 
 def main() -> None:
     """Set the process up and run what ``sys.argv[1:]`` names (module docstring)."""
-    die_with_parent()
+    die_with_parent(parent=parent_pid())
     if sys.argv[1:2] == [EXEC_FLAG]:
         exec_command(sys.argv[2:])
     if os.environ.get(contract.MONITOR_MEMBERS, "true") == "false":

@@ -217,7 +217,7 @@ class LocalProcesses:
             rank = self._first_rank + local_rank
             proc = subprocess.Popen(
                 self._argv,
-                env=dict(env),
+                env={**env, contract.PARENT_PID: str(os.getpid())},
                 stdin=None if local_rank == self._stdin_local_rank else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
