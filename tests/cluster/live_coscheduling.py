@@ -3,6 +3,10 @@
 ``gang_scheduler="scheduler-plugins"``: with room for all but one of its pods, none is bound; once a node with
 room appears, all are.
 
+Not run yet (2026-12-02): ``build --with scheduler-plugins`` fails: k8s.io/csi-translation-lib v0.34.7, which
+k8s.io/kubernetes v1.34.7's nodevolumelimits plugin imports, is refused by the module proxy (v0.34.5 is served:
+a replace in the part's go.mod is the likely fix).
+
 The rules, read in sigs.k8s.io/scheduler-plugins v0.34.7 ``pkg/coscheduling/coscheduling.go`` and
 ``core/core.go``: a pod labelled ``scheduling.x-k8s.io/pod-group`` waits in ``Permit`` until ``minMember`` pods of its
 PodGroup are assumed, and a pod of the group that fails ``Filter`` makes ``PostFilter`` reject the group's waiting
