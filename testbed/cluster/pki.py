@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVICE_IP = "10.0.0.1"
@@ -71,6 +71,10 @@ def _key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
+def _rsa_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                        serialization.NoEncryption()))
@@ -84,7 +88,7 @@ def _name(common: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public: ec.EllipticCurvePublicKey,
+def _builder(subject: x509.Name, issuer: x509.Name, public: ec.EllipticCurvePublicKey | rsa.RSAPublicKey,
              days: int = 1) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.timezone.utc)
     return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public)
@@ -192,9 +196,12 @@ def rotator_secret(ca_name: str, dns_name: str, days: int) -> dict[str, bytes]:
     The rotator keeps such a Secret as it is when both verify for its names more than its look-ahead (90 days)
     from now (cert-controller v0.16.0 ``pkg/rotator/rotator.go``, ``refreshCertIfNeeded``, ``ValidCert``), and
     injects ``ca.crt`` into its webhook configuration, so a webhook server on this machine is trusted for a URL
-    on ``127.0.0.1``, which the certificate it would make (``dns_name`` only) is not.
+    on ``127.0.0.1``, which the certificate it would make (``dns_name`` only) is not. Its keys are RSA in PKCS #1
+    ("RSA PRIVATE KEY"), the only form the rotator reads back (``buildArtifactsFromSecret``:
+    ``x509.ParsePKCS1PrivateKey``; with an EC or PKCS #8 key it logs "secret is not well-formed" and never
+    reports ready).
     """
-    ca_key, key = _key(), _key()
+    ca_key, key = _rsa_key(), _rsa_key()
     subject = _name(ca_name)
     ca = (_builder(subject, subject, ca_key.public_key(), days)
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -210,8 +217,8 @@ def rotator_secret(ca_name: str, dns_name: str, days: int) -> dict[str, bytes]:
                    [x509.DNSName(dns_name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
                .sign(ca_key, hashes.SHA256()))
 
-    def pem_key(k: ec.EllipticCurvePrivateKey) -> bytes:
-        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    def pem_key(k: rsa.RSAPrivateKey) -> bytes:
+        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                                serialization.NoEncryption())
 
     return {"ca.crt": ca.public_bytes(serialization.Encoding.PEM), "ca.key": pem_key(ca_key),

@@ -3,15 +3,15 @@ run with the add-on's flags against the test cluster, reconciles the PyTorchJob 
 ``backend="pytorchjob"`` registers through the real Pulumi engine: its pods (bound to kwok nodes), its
 per-replica Services, the env the agents read; an edit of the job replaces it and the operator's pods with it.
 
-Not passing yet (2026-12-02): the operator never reports ready here: its certificate rotator
-(open-policy-agent/cert-controller) keeps answering ``readyz`` with "certificates are not ready" for the
-Secret made beforehand (``pki.rotator_secret``), so the fixture times out.
+Two tests, 53 s here (the operator's cold build took 1136 s at load 30-190, 201 s of CPU). The program runs on
+the Python host: the YAML host cannot register a CustomResource (pulumi/pulumi-kubernetes#1971).
 
 What the component relies on, each read in kubeflow/trainer (training-operator) v1.9.4:
 
 - pod and Service names ``<job>-<replica type>-<index>`` (``pkg/controller.v1/pytorch/envvar.go``, ``replicaName``;
   ``pkg/core/service.go``), one headless Service per pod (``pkg/controller.v1/common/service.go``,
-  ``CreateNewService``: ``ClusterIP: None``) with the ``pytorchjob-port`` port;
+  ``CreateNewService``: ``ClusterIP: None``) with every named port of the container (``pytorchjob-port`` and
+  the agent's: ``pkg/core/service.go``, ``GetPortsFromJob``);
 - in the ``pytorch`` container: ``MASTER_ADDR``/``PET_MASTER_ADDR`` = ``<job>-master-0``, ``MASTER_PORT`` = the
   container port named ``pytorchjob-port``, ``RANK``/``PET_NODE_RANK`` = Master 0, Worker i+1, ``PET_NNODES`` =
   the replica count and ``WORLD_SIZE`` = replicas x ``nprocPerNode`` (``envvar.go``, ``setPodEnv``;
@@ -27,6 +27,8 @@ Not collected by a plain ``pytest`` (CI does not build the operator; its cold bu
 
 from __future__ import annotations
 
+import dataclasses
+import textwrap
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,10 +42,12 @@ from components.job.render import RenderedJob
 from runtime.agent.spec.settings import identity_from_env
 from runtime.ports import free_port
 from testbed.cluster import crds, nodes, training_operator
+from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster
+from testbed.cluster.project import cluster_stack, copy_project
 from testbed.cluster.waiting import wait_for
 from tests.cluster.kube import WAIT, apply_crd, create, delete_crd, live, pods
-from tests.cluster.test_engine import program, rendered, stack
+from tests.cluster.test_engine import rendered
 from tests.cluster.test_workloads import selector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
@@ -137,9 +141,15 @@ def check_world(api: client.ApiClient, namespace: str, job: RenderedJob, uid: st
 
     made = wait_for(services, WAIT, f"the operator's {workers} Services")
     assert sorted(s.metadata.name for s in made) == sorted(expected)
+    # Every named port of the ``pytorch`` container, the agent's among them (v1.9.4 ``pkg/core/service.go``,
+    # ``GetPortsFromJob``: all of the default container's ports, by name), so a pod's agent is reachable through
+    # its Service too.
+    named = sorted((p.name, p.container_port) for c in found[0].spec.containers if c.name == "pytorch"
+                   for p in c.ports or [] if p.name)
+    assert (PORT_NAME, port) in named
     for service in made:
         assert service.spec.cluster_ip == "None", service.metadata.name
-        assert [(p.name, p.port) for p in service.spec.ports] == [(PORT_NAME, port)], service.metadata.name
+        assert sorted((p.name, p.port) for p in service.spec.ports) == named, service.metadata.name
 
 
 def running_conditions(stored: dict[str, Any] | None) -> set[str]:
@@ -156,24 +166,51 @@ def test_the_operator_runs_with_the_addons_flags(operator: LiveOperator) -> None
     assert operator.operator.process.poll() is None
 
 
+PROGRAM = textwrap.dedent('''
+    import os
+
+    import pulumi
+    import pulumi_kubernetes as k8s
+
+    from components.job import DistributedJob, DistributedJobArgs
+
+    provider = k8s.Provider("cluster", kubeconfig=open(os.environ["KUBECONFIG"]).read())
+    job = DistributedJob("demo", DistributedJobArgs(image="python:3.11-slim", workers=int(os.environ["JOB_WORKERS"]),
+                                                 num_proc=2, script="train.py", backend="pytorchjob",
+                                                 namespace=os.environ["JOB_NAMESPACE"]),
+                         opts=pulumi.ResourceOptions(provider=provider))
+    pulumi.export("job", job.job_name)
+''')
+"""The stack's program: a PyTorchJob registers as a CustomResource, which the YAML language host cannot
+register (pulumi/pulumi-kubernetes#1971), so it runs on the Python host, as a user's program would."""
+
+
 def test_a_pytorchjob_through_the_engine_gets_the_operators_pods_services_and_env_then_an_edit_replaces_them(
         tmp_path: Path, cluster: Cluster, api: client.ApiClient, operator: LiveOperator) -> None:
+    """``up`` of a two-node PyTorchJob gets the operator's pods, Services and env and its ``Running`` condition;
+    growing it to three nodes replaces it (the component replaces a PyTorchJob on a size change) with the
+    operator's three pods under the new uid; ``destroy`` takes the pods with it."""
     namespace = operator.namespace
     job = rendered(namespace, backend="pytorchjob", workers=2)
-    engine = stack(tmp_path, cluster, job)
-    engine.run("up", "--yes")
-    first = pytorchjob_uid(api, job)
-    check_world(api, namespace, job, first, 2)
-    body = next(m.body for m in job.manifests if m.role == "pytorchjob")
-    wait_for(lambda: "Running" in running_conditions(live(api, body)), WAIT, "the PyTorchJob's Running condition")
-
+    project = copy_project(tmp_path / "project", "dev", cluster_stack("existing", cluster.kubeconfig).config)
+    (project / "__main__.py").write_text(PROGRAM)
+    env = {"JOB_NAMESPACE": namespace, "JOB_WORKERS": "2"}
+    engine = Engine(project, tmp_path / "state", cluster.kubeconfig, env)
+    engine.run("stack", "init", "dev")
     grown = rendered(namespace, backend="pytorchjob", workers=3)
-    program(engine, grown)
-    out = engine.run("up", "--yes").stdout
-    assert "+-1 replaced" in out or "1 replaced" in out, out
-    second = pytorchjob_uid(api, grown)
-    assert second != first
-    check_world(api, namespace, grown, second, 3)
+    try:
+        engine.run("up", "--yes", timeout=1200)
+        first = pytorchjob_uid(api, job)
+        check_world(api, namespace, job, first, 2)
+        body = next(m.body for m in job.manifests if m.role == "pytorchjob")
+        wait_for(lambda: "Running" in running_conditions(live(api, body)), WAIT, "the PyTorchJob's Running condition")
 
-    engine.run("destroy", "--yes")
+        engine = dataclasses.replace(engine, extra_env={**env, "JOB_WORKERS": "3"})
+        out = engine.run("up", "--yes", timeout=1200).stdout
+        assert "replaced" in out, out
+        second = pytorchjob_uid(api, grown)
+        assert second != first
+        check_world(api, namespace, grown, second, 3)
+    finally:
+        engine.run("destroy", "--yes", timeout=1200, check=False)
     wait_for(lambda: pods(api, namespace, selector(grown)) == [], WAIT, "the operator's pods to go")
