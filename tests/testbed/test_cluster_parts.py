@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from testbed.cluster import coscheduling, training_operator
 from testbed.cluster.build import PARTS, TOOLS, BuildError, binary, tool_dir, upstream_replaces
@@ -56,8 +57,12 @@ def test_the_rotator_secret_verifies_for_the_service_name_and_loopback_beyond_th
     assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     horizon = datetime.datetime.now(datetime.timezone.utc) + LOOKAHEAD
     assert ca.not_valid_after_utc > horizon and serving.not_valid_after_utc > horizon
-    public = serving.public_key()
-    assert isinstance(public, ec.EllipticCurvePublicKey)
+    assert isinstance(serving.public_key(), rsa.RSAPublicKey)
+    # The rotator reads its keys back with x509.ParsePKCS1PrivateKey (cert-controller v0.16.0
+    # pkg/rotator/rotator.go, buildArtifactsFromSecret): RSA, PEM type "RSA PRIVATE KEY".
+    for name in ("ca.key", "tls.key"):
+        assert data[name].startswith(b"-----BEGIN RSA PRIVATE KEY-----"), name
+        assert isinstance(serialization.load_pem_private_key(data[name], password=None), rsa.RSAPrivateKey)
 
 
 def test_the_operators_command_keeps_the_rendered_args_first_and_moves_only_its_listeners() -> None:
