@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import ssl
 import subprocess
 import tempfile
@@ -29,9 +28,10 @@ from typing import Any
 import yaml
 
 from components.addons.versions import SCHEDULER_PLUGINS_SCHEDULER
+from testbed.cluster import processes
 from testbed.cluster.build import PARTS, build_tool, tool_dir
 from testbed.cluster.crds import _download
-from testbed.cluster.waiting import Abort, Timeout, die_with_parent, wait_for
+from testbed.cluster.waiting import Abort, die_with_parent
 
 (SCHEDULER_TOOL,) = PARTS["scheduler-plugins"]
 CHART = Path("manifests/install/charts/as-a-second-scheduler")
@@ -82,13 +82,7 @@ class SecondScheduler:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, SIGKILL after ``grace`` seconds."""
-        self.process.terminate()
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        processes.stop(self.process, self.workdir, grace)
 
 
 def start(kubeconfig: Path, port: int, timeout: float = 180.0) -> SecondScheduler:
@@ -116,18 +110,6 @@ def start(kubeconfig: Path, port: int, timeout: float = 180.0) -> SecondSchedule
                                    env={**os.environ}, preexec_fn=die_with_parent())  # noqa: PLW1509 (prctl only)
     scheduler = SecondScheduler(process, workdir, log, config)
 
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise Abort(f"the scheduler exited {process.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
-        return _healthy(port)
-
-    try:
-        wait_for(healthy, timeout, "scheduler-plugins' scheduler to be healthy")
-    except Timeout as late:
-        tail = log.read_text(errors="replace")[-4000:]
-        scheduler.stop()
-        raise Timeout(f"{late}; its log ends:\n{tail}") from late
-    except BaseException:
-        scheduler.stop()
-        raise
+    processes.await_ready(process, log, "the scheduler", lambda: _healthy(port),
+                          timeout, "scheduler-plugins' scheduler to be healthy", scheduler.stop)
     return scheduler

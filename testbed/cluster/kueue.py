@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +37,11 @@ from typing import Any
 
 import yaml
 
-from testbed.cluster import versions
+from testbed.cluster import processes, versions
 from testbed.cluster.build import GoTool, _go_env, binary, build_tool, tool_dir
 from testbed.cluster.paths import cache_root
 from testbed.cluster.pki import Pki, issue_loopback_serving
-from testbed.cluster.waiting import Abort, Timeout, die_with_parent, wait_for
+from testbed.cluster.waiting import die_with_parent
 
 KUEUE_TOOL = GoTool("kueue", "sigs.k8s.io/kueue", versions.KUEUE, ("sigs.k8s.io/kueue/cmd/kueue",),
                     ldflags=(f"sigs.k8s.io/kueue/pkg/version.GitVersion={versions.KUEUE}",))
@@ -136,10 +135,6 @@ def webhook_configurations(path: Path, port: int, ca: Path, namespaces: Sequence
     return out
 
 
-def _ready(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 (loopback http)
-        return bool(answer.status == 200)
-
 
 @dataclass
 class KueueManager:
@@ -153,13 +148,7 @@ class KueueManager:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, SIGKILL after ``grace`` seconds; the private mounts go with the process."""
-        self.process.terminate()
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        processes.stop(self.process, self.workdir, grace)
 
 
 def start(rendered: str, kubeconfig: Path, pki: Pki, ports: Sequence[int], timeout: float = 180.0) -> KueueManager:
@@ -192,18 +181,6 @@ def start(rendered: str, kubeconfig: Path, pki: Pki, ports: Sequence[int], timeo
                                    env={**os.environ}, preexec_fn=die_with_parent())  # noqa: PLW1509 (prctl only)
     manager = KueueManager(process, workdir, log, webhook, config)
 
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise Abort(f"kueue exited {process.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
-        return _ready(f"http://127.0.0.1:{health}/readyz")
-
-    try:
-        wait_for(ready, timeout, "Kueue's manager to be ready")
-    except Timeout as late:
-        tail = log.read_text(errors="replace")[-4000:]
-        manager.stop()
-        raise Timeout(f"{late}; its log ends:\n{tail}") from late
-    except BaseException:
-        manager.stop()
-        raise
+    processes.await_ready(process, log, "kueue", lambda: processes.http_ok(f"http://127.0.0.1:{health}/readyz"),
+                          timeout, "Kueue's manager to be ready", manager.stop)
     return manager

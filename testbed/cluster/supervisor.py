@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.ports import free_port
-from testbed.cluster import commands, nodes
+from testbed.cluster import commands, nodes, processes
 from testbed.cluster.build import binary
 from testbed.cluster.commands import Layout, Ports
 from testbed.cluster.pki import CLIENTS, kubeconfig, make_pki
@@ -47,11 +47,6 @@ def _https_ok(url: str, layout: Layout) -> bool:
     context = ssl.create_default_context(cafile=str(pki.ca))
     context.load_cert_chain(str(pki.cert("admin")), str(pki.key("admin")))
     with urllib.request.urlopen(url, context=context, timeout=5) as answer:  # noqa: S310 (loopback https)
-        return bool(answer.status == 200)
-
-
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 (loopback http)
         return bool(answer.status == 200)
 
 
@@ -94,7 +89,7 @@ class Supervisor:
         for client in CLIENTS:
             layout.kubeconfig(client).write_text(kubeconfig(pki, client, server))
         self._start("etcd", commands.etcd(binary("etcd"), layout, ports))
-        self._wait(lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"), "etcd's /health")
+        self._wait(lambda: processes.http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"), "etcd's /health")
         self._start("kube-apiserver", commands.apiserver(binary("kube-apiserver"), layout, ports))
         self._wait(lambda: _https_ok(f"{server}/readyz", layout), "the API server's /readyz")
         self._start("kube-controller-manager",

@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +37,11 @@ from typing import Any
 
 import yaml
 
-from testbed.cluster import versions
+from testbed.cluster import processes, versions
 from testbed.cluster.build import GoTool, build_tool
 from testbed.cluster.crds import _download
 from testbed.cluster.pki import Pki, issue_loopback_serving
-from testbed.cluster.waiting import Abort, Timeout, die_with_parent, wait_for
+from testbed.cluster.waiting import die_with_parent
 
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
 JOBSET_MODULE = "sigs.k8s.io/jobset"
@@ -121,10 +120,6 @@ def webhook_configurations(manager: Manager, port: int, ca: Path, namespaces: Se
     return out
 
 
-def _ready(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 (loopback http)
-        return bool(answer.status == 200)
-
 
 @dataclass
 class Running:
@@ -139,13 +134,7 @@ class Running:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, SIGKILL after ``grace`` seconds; its working directory is removed."""
-        self.process.terminate()
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        processes.stop(self.process, self.workdir, grace)
 
 
 def start(manager: Manager, kubeconfig: Path, pki: Pki, ports: Sequence[int], timeout: float = 180.0) -> Running:
@@ -177,18 +166,6 @@ def start(manager: Manager, kubeconfig: Path, pki: Pki, ports: Sequence[int], ti
                                    preexec_fn=die_with_parent())  # noqa: PLW1509 (prctl only)
     running = Running(manager, process, workdir, log, webhook, config)
 
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise Abort(f"{manager.name} exited {process.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
-        return _ready(f"http://127.0.0.1:{health}/readyz")
-
-    try:
-        wait_for(ready, timeout, f"{manager.name}'s manager to be ready")
-    except Timeout as late:
-        tail = log.read_text(errors="replace")[-4000:]
-        running.stop()
-        raise Timeout(f"{late}; its log ends:\n{tail}") from late
-    except BaseException:
-        running.stop()
-        raise
+    processes.await_ready(process, log, manager.name, lambda: processes.http_ok(f"http://127.0.0.1:{health}/readyz"),
+                          timeout, f"{manager.name}'s manager to be ready", running.stop)
     return running

@@ -27,10 +27,8 @@ from __future__ import annotations
 import base64
 import copy
 import os
-import shutil
 import subprocess
 import tempfile
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +42,12 @@ from components.addons.training_operator import (
     WEBHOOK_CONFIGURATION,
     with_gang_scheduler,
 )
+from testbed.cluster import processes
 from testbed.cluster.build import PARTS, build_tool, tool_dir
 from testbed.cluster.crds import _download
 from testbed.cluster.paths import cache_root
 from testbed.cluster.pki import rotator_secret
-from testbed.cluster.waiting import Abort, Timeout, die_with_parent, wait_for
+from testbed.cluster.waiting import die_with_parent
 
 (OPERATOR_TOOL,) = PARTS["training-operator"]
 NAMESPACE = "kubeflow"
@@ -117,10 +116,6 @@ def command(args: Sequence[str], kubeconfig: Path, ports: Sequence[int]) -> list
             "--enable-scheme=pytorchjob", "--leader-elect=false"]
 
 
-def _ready(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 (loopback http)
-        return bool(answer.status == 200)
-
 
 @dataclass
 class Operator:
@@ -132,13 +127,7 @@ class Operator:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, SIGKILL after ``grace`` seconds; its overlay goes with the process."""
-        self.process.terminate()
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        processes.stop(self.process, self.workdir, grace)
 
 
 def start(args: Sequence[str], secret: dict[str, Any], kubeconfig: Path, ports: Sequence[int],
@@ -170,18 +159,6 @@ def start(args: Sequence[str], secret: dict[str, Any], kubeconfig: Path, ports: 
                                    env={**os.environ}, preexec_fn=die_with_parent())  # noqa: PLW1509 (prctl only)
     operator = Operator(process, workdir, log)
 
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise Abort(f"training-operator exited {process.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
-        return _ready(f"http://127.0.0.1:{health}/readyz")
-
-    try:
-        wait_for(ready, timeout, "the training operator to be ready")
-    except Timeout as late:
-        tail = log.read_text(errors="replace")[-4000:]
-        operator.stop()
-        raise Timeout(f"{late}; its log ends:\n{tail}") from late
-    except BaseException:
-        operator.stop()
-        raise
+    processes.await_ready(process, log, "training-operator", lambda: processes.http_ok(f"http://127.0.0.1:{health}/readyz"),
+                          timeout, "the training operator to be ready", operator.stop)
     return operator
