@@ -34,7 +34,7 @@ from runtime.ports import free_port
 from testbed.agents import project_env
 
 WORKLOAD = """
-import json, os, sys, time
+import gc, json, os, sys, time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -85,6 +85,10 @@ if rank == 0:
         json.dump({"steps_per_s": steps / elapsed, "threads": torch.get_num_threads(), "launcher_cpu_s": cpu,
                    "omp": os.environ.get("OMP_NUM_THREADS"), "loss": float(loss)}, f)
 dist.destroy_process_group()
+# Free the DDP model (a reference cycle) now, under torchrun too, not in the interpreter's finalization, where the
+# gloo group's threads can no longer take the GIL (runtime/agent/execution/bootstrap.py, collect_before_exit).
+del model, optimizer
+gc.collect()
 """
 SHAPES = ((2, 2), (1, 2))
 """(nodes, processes per node) measured."""

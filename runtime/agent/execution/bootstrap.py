@@ -22,6 +22,7 @@ disposition survives ``exec``); the new world is still written to ``TRAINPLANE_W
 from __future__ import annotations
 
 import builtins
+import gc
 import io
 import os
 import runpy
@@ -201,6 +202,21 @@ def main() -> None:
         run(sys.argv[1:])
     finally:
         delivery.finish()  # a change arriving during the normal exit is not fatal
+        collect_before_exit()
+
+
+def collect_before_exit() -> None:
+    """Collect the garbage the user's code left (reference cycles) while the interpreter is still whole.
+
+    CPython's own last collection runs after it has marked itself finalizing, when a thread that is not Python's
+    main thread can no longer take the GIL: one that tries is ended with ``pthread_exit`` (``Python/pylifecycle.c``,
+    ``Py_FinalizeEx``: ``_PyRuntimeState_SetFinalizing``, then ``_PyGC_CollectIfEnabled``). A DDP model is such a
+    cycle: freeing it then destroys the gloo process group, whose worker threads may still drop a tensor owned by
+    Python, and the forced unwind through torch's C++ ends the rank with ``terminate called without an active
+    exception`` (SIGABRT, exit 134) after its work was done. Collecting here frees those objects first, as a
+    ``python SCRIPT`` whose garbage was already collected would.
+    """
+    gc.collect()
 
 
 if __name__ == "__main__":
