@@ -9,12 +9,14 @@ tool with a stamp is not built again.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,6 +264,27 @@ def build_tool(tool: GoTool) -> tuple[Path, bool]:
     bin_dir = root / "bin"
     if (root / ".done").exists():
         return bin_dir, False
+    with building(root):
+        if (root / ".done").exists():  # built by the process this one waited for
+            return bin_dir, False
+        _build(tool, root)
+    return bin_dir, True
+
+
+@contextlib.contextmanager
+def building(root: Path) -> Iterator[None]:
+    """Hold the build lock of the cache directory ``root`` (an exclusive ``flock`` on ``<root>.lock`` beside it, which
+    a build's clean start does not remove) for the ``with`` block, waiting while another process holds it: two runs
+    needing the same tool (a test run beside ``python -m testbed.cluster build``) build it once, the second finding it
+    done, instead of one clearing the directory under the other's ``go build``."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f"{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build(tool: GoTool, root: Path) -> None:
+    bin_dir = root / "bin"
     shutil.rmtree(root, ignore_errors=True)
     src = root / "src"
     root.mkdir(parents=True)
@@ -279,7 +302,6 @@ def build_tool(tool: GoTool) -> tuple[Path, bool]:
         shutil.copyfile(_module_dir(tool, src) / inside, bin_dir / name)
         (bin_dir / name).chmod(0o755)
     (root / ".done").write_text(f"{tool.module}@{tool.version}\n")
-    return bin_dir, True
 
 
 def build_all(tools: Iterable[GoTool] = TOOLS, report: Callable[[str], None] = print) -> dict[str, Path]:
