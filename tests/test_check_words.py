@@ -15,7 +15,7 @@ from components.errors import ArgumentError, InvalidJobArgs
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.settings import AgentSettings
-from runtime.launch import build_parser, validate
+from runtime.local.launch import build_parser, validate
 from tests.components.componenttest import job_args
 
 pytestmark = pytest.mark.unit

@@ -40,7 +40,7 @@ from kubernetes import client
 
 from components.job.render import RenderedJob
 from runtime.agent.spec.settings import identity_from_env
-from runtime.ports import free_port
+from runtime.local.ports import free_port
 from testbed.cluster import crds, nodes, training_operator
 from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster

@@ -1,6 +1,6 @@
 """The one writer of an agent's environment: the inverse of ``AgentSettings.from_env``.
 
-The local launcher (``runtime.local``) starts every agent with :func:`agent_env`; the pod renderer
+The local launcher (``runtime.local.jobs``) starts every agent with :func:`agent_env`; the pod renderer
 (``components.job.pod``) writes :func:`job_env` into the pod template and adds what only Kubernetes
 knows at run time (the node's rank and address, the token from its Secret). Standard library only.
 """

@@ -21,7 +21,6 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Mapping, Optional, Sequence
 
-from runtime import logdirs
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
@@ -32,9 +31,10 @@ from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
-from runtime.localray import ray_defaults
-from runtime.outcome import Outcome
-from runtime.ports import LaunchPlan, free_port, plan, port_is_free
+from runtime.local import logdirs
+from runtime.local.outcome import Outcome
+from runtime.local.ports import LaunchPlan, free_port, plan, port_is_free
+from runtime.local.ray_defaults import ray_defaults
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
@@ -192,7 +192,7 @@ class LocalJob:
 
     def _over(self) -> None:
         """Every agent has exited: remove the run directories, release the job's ports, and let its
-        log directory be pruned (``runtime.logdirs``)."""
+        log directory be pruned (``runtime.local.logdirs``)."""
         shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
         if self.plan.reservation is not None:
             self.plan.reservation.release()
@@ -267,7 +267,7 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
 
 def node_env(spec: LocalJobSpec, identity: NodeIdentity, job: str, token: str, log_dir: str,
              master_port: int) -> dict[str, str]:
-    """The environment of the agent of node ``identity`` (:func:`agent_env`; ``runtime.hosts``: the
+    """The environment of the agent of node ``identity`` (:func:`agent_env`; ``runtime.local.hosts``: the
     one node of a job's host that this launcher runs), its logs under ``log_dir/node-<id>``."""
     node_id = identity.node_id
     daemon_args = (*ray_defaults(spec.workers), *spec.daemon_args) if spec.distribution == "ray" else ()
