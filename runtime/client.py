@@ -44,7 +44,7 @@ from runtime.agent.service.wire import (
     unpack_result,
 )
 from runtime.agent.world import TERMINAL
-from runtime.call_output import OutputChunk, OutputReader
+from runtime.output_reader import OutputChunk, OutputReader
 
 ANSWER_SLACK = 10.0
 """Seconds the client waits for the coordinator beyond a call's own timeout (the coordinator answers
@@ -353,7 +353,7 @@ class JobClient:
         return int(answer.get("nodes", 0))
 
     def read_output(self, key: str, after: int, wait: float) -> dict[str, Any]:
-        """One read of a call's output (``POST /output``; ``runtime.agent.service.output``)."""
+        """One read of a call's output (``POST /output``; ``runtime.agent.service.output_relay``)."""
         content = json.dumps({"output": key, "after": after, "wait": wait}).encode()
         return self._request("POST", contract.ROUTE_OUTPUT, content,
                              httpx.Timeout(wait + READ_TIMEOUT, connect=CONNECT_TIMEOUT))

@@ -65,7 +65,7 @@ OUTSIDE_THE_SURFACE = {
     "runtime.workflow.existing": {"runtime.agent.service.wire"},
     "runtime.workflow.kubernetes_compute": {"runtime.agent.service.wire"},
     "runtime.workflow.local_compute": {"runtime.agent.code.store", "runtime.agent.service.wire"},
-    "runtime.workflow.output": {"runtime.agent.execution.console"},
+    "runtime.workflow.printer": {"runtime.agent.execution.console"},
 }
 """The client and local mode's imports of the agent's private parts, as they stand (the user API
 ``runtime.membership``/``runtime.distributed`` is in-pod code; the call wire format, the console's

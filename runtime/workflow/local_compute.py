@@ -2,7 +2,7 @@
 
 The agents' own output (their lines and their copy of every rank's) goes to ``agents.log`` in the
 job's log directory, not to the caller's terminal: what the ranks write during a call reaches the
-caller as the call's output (``runtime.workflow.output``), once.
+caller as the call's output (``runtime.workflow.printer``), once.
 
 The job is elastic (up to ``resize_limit`` nodes), so ``.to()`` with a ``LocalCompute`` of the same
 shape at another size resizes it in place: agents are started (they join the running world) or
