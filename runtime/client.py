@@ -103,8 +103,9 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
-class Member:
-    """One node in the membership snapshot."""
+class MemberInfo:
+    """One node in the coordinator's membership snapshot, as the client reads it (the agent's node-side state
+    machine is ``runtime.agent.membership.member.Member``)."""
 
     node_id: int
     addr: str
@@ -128,7 +129,7 @@ class Membership:
     job: str
     generation: int
     status: str
-    members: tuple[Member, ...]
+    members: tuple[MemberInfo, ...]
     raw: Mapping[str, Any]
 
 
@@ -314,7 +315,7 @@ class JobClient:
         """The coordinator's membership snapshot."""
         raw = self._get(contract.ROUTE_MEMBERS)
         members = tuple(
-            Member(int(m["node_id"]), str(m["addr"]), int(m["port"]), int(m["num_proc"]), str(m.get("state", "")))
+            MemberInfo(int(m["node_id"]), str(m["addr"]), int(m["port"]), int(m["num_proc"]), str(m.get("state", "")))
             for m in raw.get("members", [])
         )
         return Membership(str(raw.get("job", "")), int(raw.get("generation", 0)), str(raw.get("status", "")),

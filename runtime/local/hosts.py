@@ -33,7 +33,7 @@ from runtime.agent.errors import HttpError, TransportError
 from runtime.agent.net.address import bind_family, split_host_port
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import request_json
-from runtime.agent.spec.settings import NodeIdentity
+from runtime.agent.spec.agent_settings import NodeIdentity
 from runtime.local import jobs, logdirs, ports
 
 ROUTE_JOIN = "/join"

@@ -26,9 +26,9 @@ from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
 from runtime.agent.net.address import url
 from runtime.agent.net.transport import request_json
-from runtime.agent.spec import environment
+from runtime.agent.spec import env_writer
+from runtime.agent.spec.agent_settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.job import SETTINGS, JobSpec
-from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
 from runtime.local import logdirs
@@ -259,7 +259,7 @@ class LocalJob:
 
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
     """The environment of node ``node_id``'s agent: the variables a pod's agent reads, written by the
-    same writer (``runtime.agent.spec.environment``), over this process's environment and ``spec.env``."""
+    same writer (``runtime.agent.spec.env_writer``), over this process's environment and ``spec.env``."""
     identity = NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
                             lp.addresses[node_id])
     return node_env(spec, identity, job, token, log_dir, lp.master_port)
@@ -279,7 +279,7 @@ def node_env(spec: LocalJobSpec, identity: NodeIdentity, job: str, token: str, l
                  forward_stdin=spec.forward_stdin and node_id == 0,
                  console_file=os.path.join(run_root(log_dir), CONSOLE_STATE)),
     )
-    env = {**os.environ, **spec.env, **environment.agent_env(settings),
+    env = {**os.environ, **spec.env, **env_writer.agent_env(settings),
            contract.PARENT_PID: str(os.getpid())}  # this launcher, the agent's parent, whose death it follows
     if spec.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, env.get("PYTHONPATH", "")) if p)

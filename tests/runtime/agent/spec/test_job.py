@@ -11,9 +11,9 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, SpecError
 from runtime.agent.spec import streams
-from runtime.agent.spec.environment import agent_env, job_env
+from runtime.agent.spec.agent_settings import AgentSettings, spec_from_env
+from runtime.agent.spec.env_writer import agent_env, job_env
 from runtime.agent.spec.job import SETTINGS, JobSpec, check, default, problem
-from runtime.agent.spec.settings import AgentSettings, spec_from_env
 from runtime.local import jobs, launch
 from runtime.workflow import KubernetesCompute, LocalCompute
 from runtime.workflow.compute import Compute
