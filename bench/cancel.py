@@ -35,7 +35,7 @@ from typing import Callable
 
 from runtime.agent.errors import CallTimeout, TransportError
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec
+from runtime.local.jobs import LocalJob, LocalJobSpec
 from runtime.workflow.portforward import Relay
 from testbed.agents import ROOT, project_env
 from testbed.jobs import serving

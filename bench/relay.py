@@ -31,7 +31,7 @@ from pathlib import Path
 from kubernetes import config
 
 from runtime.client import JobClient
-from runtime.local import LocalJobSpec
+from runtime.local.jobs import LocalJobSpec
 from runtime.workflow.portforward import Relay, pod_connector
 from testbed.fake_apiserver import FakeApiServer
 from testbed.jobs import serving

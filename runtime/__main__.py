@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from runtime import launch
+from runtime.local import launch
 
 USAGE = "usage: python -m runtime launch [options] SCRIPT [ARGS...]   (python -m runtime launch --help)"
 

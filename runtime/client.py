@@ -44,7 +44,7 @@ from runtime.agent.service.wire import (
     unpack_result,
 )
 from runtime.agent.world import TERMINAL
-from runtime.call_output import OutputChunk, OutputReader
+from runtime.output_reader import OutputChunk, OutputReader
 
 ANSWER_SLACK = 10.0
 """Seconds the client waits for the coordinator beyond a call's own timeout (the coordinator answers
@@ -103,8 +103,9 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
-class Member:
-    """One node in the membership snapshot."""
+class MemberInfo:
+    """One node in the coordinator's membership snapshot, as the client reads it (the agent's node-side state
+    machine is ``runtime.agent.membership.member.Member``)."""
 
     node_id: int
     addr: str
@@ -128,7 +129,7 @@ class Membership:
     job: str
     generation: int
     status: str
-    members: tuple[Member, ...]
+    members: tuple[MemberInfo, ...]
     raw: Mapping[str, Any]
 
 
@@ -314,7 +315,7 @@ class JobClient:
         """The coordinator's membership snapshot."""
         raw = self._get(contract.ROUTE_MEMBERS)
         members = tuple(
-            Member(int(m["node_id"]), str(m["addr"]), int(m["port"]), int(m["num_proc"]), str(m.get("state", "")))
+            MemberInfo(int(m["node_id"]), str(m["addr"]), int(m["port"]), int(m["num_proc"]), str(m.get("state", "")))
             for m in raw.get("members", [])
         )
         return Membership(str(raw.get("job", "")), int(raw.get("generation", 0)), str(raw.get("status", "")),
@@ -353,7 +354,7 @@ class JobClient:
         return int(answer.get("nodes", 0))
 
     def read_output(self, key: str, after: int, wait: float) -> dict[str, Any]:
-        """One read of a call's output (``POST /output``; ``runtime.agent.service.output``)."""
+        """One read of a call's output (``POST /output``; ``runtime.agent.service.output_relay``)."""
         content = json.dumps({"output": key, "after": after, "wait": wait}).encode()
         return self._request("POST", contract.ROUTE_OUTPUT, content,
                              httpx.Timeout(wait + READ_TIMEOUT, connect=CONNECT_TIMEOUT))

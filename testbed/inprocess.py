@@ -21,7 +21,7 @@ from runtime.agent.service.calls import remote_error
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.executor import LocalCall, RankDone, RankEvent, RankFailed
 from runtime.agent.service.wire import JSON, pack_result
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import World
 
 _context = threading.local()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from runtime.local import LocalJob, LocalJobSpec, start
+from runtime.local.jobs import LocalJob, LocalJobSpec, start
 
 
 @contextlib.contextmanager

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from runtime.agent.spec.agent_settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.job import JobSpec
-from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 
 DEFAULTS: dict[str, Any] = {"job_name": "job", "token": "token", "node_id": 0, "coordinator": "127.0.0.1"}
 """What every agent these build gets unless told otherwise (the job spec's defaults for the rest)."""

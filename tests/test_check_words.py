@@ -14,8 +14,8 @@ from components.cluster.kind import KindClusterArgs
 from components.errors import ArgumentError, InvalidJobArgs
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
-from runtime.agent.spec.settings import AgentSettings
-from runtime.launch import build_parser, validate
+from runtime.agent.spec.agent_settings import AgentSettings
+from runtime.local.launch import build_parser, validate
 from tests.components.componenttest import job_args
 
 pytestmark = pytest.mark.unit

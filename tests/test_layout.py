@@ -56,8 +56,8 @@ HARNESSES = ("runtime.agent", "testbed", "bench", "tests")
 OUTSIDE_THE_SURFACE = {
     "runtime": {"runtime.agent.execution.delivery", "runtime.agent.execution.torchgroup"},
     "runtime.client": {"runtime.agent.service.wire", "runtime.agent.world"},
-    "runtime.hosts": {"runtime.agent.net.address", "runtime.agent.net.server", "runtime.agent.net.transport"},
-    "runtime.local": {"runtime.agent.execution.procs", "runtime.agent.net.address", "runtime.agent.net.transport"},
+    "runtime.local.hosts": {"runtime.agent.net.address", "runtime.agent.net.server", "runtime.agent.net.transport"},
+    "runtime.local.jobs": {"runtime.agent.execution.procs", "runtime.agent.net.address", "runtime.agent.net.transport"},
     "runtime.workflow.attach": {"runtime.agent.world"},
     "runtime.workflow.classes": {"runtime.agent.service.instances"},
     "runtime.workflow.codesync": {"runtime.agent.code.archive", "runtime.agent.code.store"},
@@ -65,7 +65,7 @@ OUTSIDE_THE_SURFACE = {
     "runtime.workflow.existing": {"runtime.agent.service.wire"},
     "runtime.workflow.kubernetes_compute": {"runtime.agent.service.wire"},
     "runtime.workflow.local_compute": {"runtime.agent.code.store", "runtime.agent.service.wire"},
-    "runtime.workflow.output": {"runtime.agent.execution.console"},
+    "runtime.workflow.printer": {"runtime.agent.execution.console"},
 }
 """The client and local mode's imports of the agent's private parts, as they stand (the user API
 ``runtime.membership``/``runtime.distributed`` is in-pod code; the call wire format, the console's

@@ -17,7 +17,7 @@ from components.job.platform import platform_pod_spec, pod_annotations
 from components.job.volumes import BUNDLE_VOLUME, SHM_PATH, SHM_VOLUME
 from components.outputs import Labels, lift, merged
 from runtime.agent import contract
-from runtime.agent.spec.environment import job_env
+from runtime.agent.spec.env_writer import job_env
 from runtime.agent.spec.job import JobSpec
 from runtime.agent.spec.ports import framework_ports
 
@@ -116,7 +116,7 @@ def agent_deadline(active_deadline_seconds: int) -> float:
 
 def job_spec(names: JobNames, args: DistributedJobArgs, entrypoint: tuple[str, ...]) -> JobSpec:
     """The job spec the arguments describe, for the one writer of the agent's environment
-    (``runtime.agent.spec.environment``): ``args.spec`` with the job's name, ``entrypoint`` (``args.entrypoint``
+    (``runtime.agent.spec.env_writer``): ``args.spec`` with the job's name, ``entrypoint`` (``args.entrypoint``
     resolved, an Output when ``args.args`` is one), for ``ray`` every pod's ``ray start`` arguments
     (:attr:`~components.job.args.DistributedJobArgs.ray_start_args`), and the agents' time limit
     (:func:`agent_deadline`)."""
@@ -128,7 +128,7 @@ def job_spec(names: JobNames, args: DistributedJobArgs, entrypoint: tuple[str, .
 
 def agent_env(names: JobNames, args: DistributedJobArgs, role: PodRole) -> pulumi.Input[list[dict[str, Any]]]:
     """The agent's environment: downward API, the bundle path, the token, the job's settings (written
-    by ``runtime.agent.spec.environment``, as the local launcher writes them), where the coordinator
+    by ``runtime.agent.spec.env_writer``, as the local launcher writes them), where the coordinator
     is, then the user's env. An Output when ``pythonpath``, ``args`` or ``env`` is one."""
 
     def env_list(pythonpath: tuple[str, ...], entrypoint: tuple[str, ...], user: Mapping[str, str]) -> list:

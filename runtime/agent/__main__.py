@@ -10,7 +10,7 @@ from typing import Sequence
 from runtime.agent import contract
 from runtime.agent.agent import Agent
 from runtime.agent.errors import ConfigError
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 
 
 def main(argv: Sequence[str] = ()) -> int:

@@ -32,9 +32,8 @@ from runtime.agent.execution.generation import NodeProcesses
 from runtime.agent.execution.procs import LocalProcesses, Spawner
 from runtime.agent.membership import actions as act
 from runtime.agent.membership import voting
-from runtime.agent.membership.beating import Heartbeats
-from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.coordinator_lock import Coordination
 from runtime.agent.membership.discovery import peer_addresses, running_coordinator
 from runtime.agent.membership.events import (
     CoordinatorFound,
@@ -47,6 +46,7 @@ from runtime.agent.membership.events import (
     WorldArrived,
 )
 from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
+from runtime.agent.membership.heartbeat_thread import Heartbeats
 from runtime.agent.membership.member import Member
 from runtime.agent.membership.push import Prober, WorldPusher
 from runtime.agent.membership.registration import Registration
@@ -58,7 +58,7 @@ from runtime.agent.net.server import AgentServer
 from runtime.agent.net.transport import HttpTransport, encode
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.signals import STOP_SIGNALS, handled
 from runtime.agent.world import FAILED, STOPPED, Node, World
 

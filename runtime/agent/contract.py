@@ -229,7 +229,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 """Bad command-line input (argparse's convention). The launcher's own exit codes (this, 3, 128 + N)
 share numbers with a rank's: a rank's code is passed through as the job's. The launcher's last line
-says whose a non-zero code is (``runtime.local.Outcome``)."""
+says whose a non-zero code is (``runtime.local.outcome.Outcome``)."""
 EXIT_RENDEZVOUS = 3
 """Quorum not met, coordinator unreachable, or the world could not be formed."""
 EXIT_TIMEOUT = 124

@@ -13,8 +13,8 @@ from runtime.agent import contract
 from runtime.agent.errors import HttpError, MembershipRefused, NotAMember
 from runtime.agent.membership import voting
 from runtime.agent.membership.actions import CoordinatorAction
-from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.coordinator_lock import Coordination
 from runtime.agent.membership.election import Ballot
 from runtime.agent.membership.events import Event, WorldArrived
 from runtime.agent.membership.heartbeat import Liveness
@@ -22,7 +22,7 @@ from runtime.agent.membership.nodestate import MemberView
 from runtime.agent.membership.push import RELAY, WorldPusher
 from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.server import Request, Response, Routes
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import TERMINAL, Failure, Node, World
 
 

@@ -297,7 +297,7 @@ class World:
         return replace(self, status=status, message=message, exit_code=exit_code, cause=cause)
 
     def verdict(self) -> dict[str, Any]:
-        """The job's verdict as the local launcher reads it (``runtime.local``): ``status``,
+        """The job's verdict as the local launcher reads it (``runtime.local.jobs``): ``status``,
         ``exit_code``, ``message`` and ``cause`` (the root cause, :meth:`Failure.to_json`, or ``None``)."""
         return {"status": self.status, "exit_code": self.exit_code, "message": self.message,
                 "cause": self.cause.to_json() if self.cause else None}

@@ -16,7 +16,7 @@ it (URL and token), and a :class:`RemoteFunction` is *what to call* there throug
 
 Compute kinds, one module each; a kind implements ``_start(request) -> Endpoint`` and ``_stop()``:
 
-* :class:`LocalCompute` (``local_compute``) starts local agent processes (``runtime.local``);
+* :class:`LocalCompute` (``local_compute``) starts local agent processes (``runtime.local.jobs``);
 * :class:`ExistingCompute` (``existing``) attaches to a service-mode job that is already running,
   such as a stack's job reached through ``kubectl port-forward``; it neither starts nor stops it;
 * :class:`KubernetesCompute` (``kubernetes_compute``) deploys a service-mode ``DistributedJob`` as

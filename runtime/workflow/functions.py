@@ -29,7 +29,7 @@ from runtime.client import CodeMissing, JobClient
 from runtime.workflow.codesync import Snapshot, Source, source_for
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint
 from runtime.workflow.locate import locate
-from runtime.workflow.output import RankPrinter
+from runtime.workflow.printer import RankPrinter
 
 UNSET: Any = object()
 """Marks an option that :meth:`RemoteFunction.options` leaves as it was."""

@@ -2,7 +2,7 @@
 
 The agents' own output (their lines and their copy of every rank's) goes to ``agents.log`` in the
 job's log directory, not to the caller's terminal: what the ranks write during a call reaches the
-caller as the call's output (``runtime.workflow.output``), once.
+caller as the call's output (``runtime.workflow.printer``), once.
 
 The job is elastic (up to ``resize_limit`` nodes), so ``.to()`` with a ``LocalCompute`` of the same
 shape at another size resizes it in place: agents are started (they join the running world) or
@@ -17,11 +17,11 @@ import os
 import uuid
 from typing import Mapping, Optional
 
-from runtime import local, logdirs
 from runtime.agent.code.store import tag_cache_dir
 from runtime.agent.errors import RendezvousError
 from runtime.agent.service.wire import JSON, PICKLE
 from runtime.agent.spec.job import SINGLE_CONTROLLER, check, default
+from runtime.local import jobs, logdirs
 from runtime.workflow.attach import Expectation, wait_until_serving
 from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint, resize_limit_of
 
@@ -34,7 +34,7 @@ RESIZE_LIMIT = 64
 
 
 class LocalCompute(Compute):
-    """Agents and processes on this machine (``runtime.local``), one loopback address per node.
+    """Agents and processes on this machine (``runtime.local.jobs``), one loopback address per node.
 
     Args:
         workers: nodes.
@@ -43,7 +43,7 @@ class LocalCompute(Compute):
         serialization: see :class:`~runtime.workflow.compute.Compute`.
         env: further environment variables for every agent and process.
         log_dir: directory for per-rank logs and the agents' ``agents.log`` (default: ``<job>`` in this
-            user's directory of ``runtime.logdirs``, which keeps the newest 20 jobs' directories).
+            user's directory of ``runtime.local.logdirs``, which keeps the newest 20 jobs' directories).
         grace_period: seconds a cancelled call gets before its process is replaced; also the
             SIGTERM-to-SIGKILL grace at teardown.
         tree_threshold: calls to this many nodes or more travel a tree.
@@ -70,10 +70,10 @@ class LocalCompute(Compute):
         self.tree_threshold = tree_threshold
         self.tree_fanout = tree_fanout
         self.ready_timeout = ready_timeout
-        self.job: Optional[local.LocalJob] = None
-        self._spec: Optional[local.LocalJobSpec] = None
+        self.job: Optional[jobs.LocalJob] = None
+        self._spec: Optional[jobs.LocalJobSpec] = None
         self._log_path = ""
-        self._adopted: Optional[tuple[local.LocalJob, local.LocalJobSpec, str]] = None
+        self._adopted: Optional[tuple[jobs.LocalJob, jobs.LocalJobSpec, str]] = None
 
     def continues(self, previous: Compute) -> bool:
         """Whether ``previous`` is a running local job of this shape (processes per node, distribution,
@@ -106,7 +106,7 @@ class LocalCompute(Compute):
         job_dir = self.log_dir or os.path.join(logdirs.default_base(), job_name)
         os.makedirs(job_dir, exist_ok=True)
         tag_cache_dir(job_dir)  # a log directory inside the project is not synced as code
-        spec = local.LocalJobSpec(workers=self.workers, num_proc=self.num_proc, mode="service",
+        spec = jobs.LocalJobSpec(workers=self.workers, num_proc=self.num_proc, mode="service",
                                   distribution=self.distribution, master_port=0, log_dir=self.log_dir,
                                   job_name=job_name,
                                   grace_period=self.grace_period, tree_threshold=self.tree_threshold,
@@ -115,7 +115,7 @@ class LocalCompute(Compute):
                                   max_workers=self._most() if elastic else None)
         log_path = os.path.join(job_dir, AGENTS_LOG)
         with open(log_path, "ab") as log:
-            job = local.start(spec, stdout=log, stderr=log, new_session=True)
+            job = jobs.start(spec, stdout=log, stderr=log, new_session=True)
         try:
             job.wait_ready(self.ready_timeout)
         except RendezvousError as exc:
@@ -130,7 +130,7 @@ class LocalCompute(Compute):
         """The most nodes the job can be resized to."""
         return max(self.resize_limit, self.workers)
 
-    def _resize(self, job: local.LocalJob, spec: local.LocalJobSpec, log_path: str) -> Endpoint:
+    def _resize(self, job: jobs.LocalJob, spec: jobs.LocalJobSpec, log_path: str) -> Endpoint:
         """Grow or shrink ``job`` to :attr:`workers` nodes (``LocalJob.scale``) and wait until its world has them.
 
         Raises:

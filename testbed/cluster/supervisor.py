@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.ports import free_port
+from runtime.local.ports import free_port
 from testbed.cluster import commands, nodes, processes
 from testbed.cluster.build import binary
 from testbed.cluster.commands import Layout, Ports

@@ -27,7 +27,7 @@ from kubernetes import client
 
 from components.addons.versions import SCHEDULER_PLUGINS_SCHEDULER
 from components.job.gang import COSCHEDULING_GROUP_LABEL
-from runtime.ports import free_port
+from runtime.local.ports import free_port
 from testbed.cluster import coscheduling, crds, nodes
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.waiting import wait_for

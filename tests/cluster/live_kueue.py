@@ -39,7 +39,7 @@ from components.addons.kueue import (
 )
 from components.addons.versions import KUEUE_API
 from components.errors import ArgumentError
-from runtime.ports import free_port
+from runtime.local.ports import free_port
 from testbed.cluster import kueue
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.pki import Pki

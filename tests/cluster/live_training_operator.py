@@ -16,7 +16,7 @@ What the component relies on, each read in kubeflow/trainer (training-operator) 
   container port named ``pytorchjob-port``, ``RANK``/``PET_NODE_RANK`` = Master 0, Worker i+1, ``PET_NNODES`` =
   the replica count and ``WORLD_SIZE`` = replicas x ``nprocPerNode`` (``envvar.go``, ``setPodEnv``;
   ``master.go``); the agent takes its node id from ``RANK`` and its coordinator from ``MASTER_ADDR``
-  (``runtime/agent/spec/settings.py``), checked here on the pods' own env;
+  (``runtime/agent/spec/agent_settings.py``), checked here on the pods' own env;
 - an edit of ``spec`` replaces the PyTorchJob (the component's ``replaceOnChanges: [spec]``,
   ``deleteBeforeReplace``): the old pods go with it (owner references) and the operator makes the new world.
 
@@ -39,8 +39,8 @@ import pytest
 from kubernetes import client
 
 from components.job.render import RenderedJob
-from runtime.agent.spec.settings import identity_from_env
-from runtime.ports import free_port
+from runtime.agent.spec.agent_settings import identity_from_env
+from runtime.local.ports import free_port
 from testbed.cluster import crds, nodes, training_operator
 from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 import pulumi
 
 from runtime.agent import contract
-from runtime.local import LocalJob, LocalJobSpec, start
+from runtime.local.jobs import LocalJob, LocalJobSpec, start
 from testbed.fake_apiserver import FakeApiServer
 from tests.components.componenttest import Deployment, deploy
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime import local
 from runtime.agent.net.transport import request_json
+from runtime.local import jobs
 from tests.conftest import ROOT, Lines, project_env, wait_until
 from tests.runtime.agent.membership.test_elastic_jobs import all_told, recording, told_of, whole_world
 
@@ -39,7 +39,7 @@ def test_node_0s_agent_lost_under_the_launcher_leaves_the_survivors_running(tmp_
         os.kill(int(started[1]), sig)
         killed = time.monotonic()
         assert wait_until(lambda: all_told(out, 2, 2), timeout=30), lines.text()
-        time.sleep(max(0.0, killed + local.AGENT_EXIT_GRACE + 1 - time.monotonic()))
+        time.sleep(max(0.0, killed + jobs.AGENT_EXIT_GRACE + 1 - time.monotonic()))
         assert proc.poll() is None, "the survivors outlive the old coordinator's grace"
         told = told_of(out, 2)
         assert sorted((e["rank"], e["world_size"], e["master"]) for e in told) == [("0", "2", "127.0.0.3"),

@@ -11,7 +11,7 @@ import pytest
 
 from runtime.agent.errors import JobEnded, TransportError
 from runtime.client import JobClient
-from runtime.local import LocalJobSpec
+from runtime.local.jobs import LocalJobSpec
 from testbed.jobs import serving
 from tests.conftest import ROOT, wait_until
 

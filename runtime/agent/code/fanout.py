@@ -33,7 +33,7 @@ from runtime.agent.errors import HttpError
 from runtime.agent.membership.tree import plan_node, plan_root
 from runtime.agent.net.peer import Answer, Exchange, PeerTransport
 from runtime.agent.net.transport import encode
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import RUNNING, World
 
 SEND_TIMEOUT = 60.0

@@ -24,7 +24,7 @@ from runtime.agent.execution.environment import process_env
 from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.pool import WorkerPool
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import Failure, World
 
 DAEMON_MODULE = "runtime.agent.execution.daemon"

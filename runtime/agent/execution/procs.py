@@ -3,7 +3,7 @@
 Each process runs in its own session (so teardown reaches everything it spawned), under the
 bootstrap (``runtime.agent.execution.bootstrap``) that ties its life to the agent's (a command run without
 Python replaces the bootstrap, keeping its pid and parent-death signal). Its output is copied to
-the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log`` (``output.Output``); the last
+the agent's stdout/stderr with a ``[rank N]`` prefix and to ``<log_dir>/rank-N.log`` (``tee.Output``); the last
 stderr lines are kept for the root-cause report.
 """
 
@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 from runtime.agent import contract
 from runtime.agent.execution import console
 from runtime.agent.execution.bootstrap import EXEC_FLAG, starter
-from runtime.agent.execution.output import Output
+from runtime.agent.execution.tee import Output
 from runtime.agent.spec import streams
 from runtime.agent.spec.job import SETTINGS
 from runtime.agent.world import ended_text

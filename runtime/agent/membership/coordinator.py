@@ -27,7 +27,7 @@ from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
 from runtime.agent.membership.lease import Lease
 from runtime.agent.membership.snapshot import members_view
 from runtime.agent.membership.stragglers import Stragglers
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
 

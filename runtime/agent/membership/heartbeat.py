@@ -154,7 +154,7 @@ class Outcome:
 class HeartbeatState:
     """The heartbeat loop's decisions, apart from its sending: when the next beat is due, where it goes
     (the node's parent in the tree, or the coordinator), and what each outcome means. Pure: the
-    heartbeat thread (``membership.beating``) waits :meth:`delay`, asks :meth:`next`, sends, and
+    heartbeat thread (``membership.heartbeat_thread``) waits :meth:`delay`, asks :meth:`next`, sends, and
     reports the outcome to :meth:`answered`, :meth:`refused` or :meth:`failed`.
 
     A beat refused by a parent (the child is not in its world yet) goes straight to the coordinator

@@ -17,7 +17,7 @@ Standard library only. Bodies are JSON objects (``runtime.agent.service.wire`` c
 
 ``timeout`` is relative (seconds remaining), so no hop depends on another host's clock. ``workers``
 names node ranks; ``null`` means every node. ``output`` (optional) is the caller's key for reading
-what the ranks write during the call (``runtime.agent.service.output``); without it nothing is sent.
+what the ranks write during the call (``runtime.agent.service.output_relay``); without it nothing is sent.
 ``code`` (optional) names the synced tree the call imports from (``runtime.agent.code``); without
 it the processes import from their own PYTHONPATH.
 """
@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from runtime.agent.code.archive import ArchiveError, check_digest
 from runtime.agent.errors import HttpError, RemoteError
-from runtime.agent.service.output import parse_key
+from runtime.agent.service.output_relay import parse_key
 from runtime.agent.service.wire import JSON, PICKLE, SERIALIZATIONS, unpack_pickled_arguments
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"

@@ -38,9 +38,9 @@ from runtime.agent.net.transport import HttpTransport
 from runtime.agent.service.calls import CallRequest, ExecRequest
 from runtime.agent.service.executor import LocalExecutor
 from runtime.agent.service.hop import Abort, Event, Hop, Links, Results
-from runtime.agent.service.output import CallOutputs, OutputForwarder, sink
+from runtime.agent.service.output_relay import CallOutputs, OutputForwarder, sink
 from runtime.agent.service.wire import error_body, error_status
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import RUNNING, TERMINAL, Node, World
 
 REMEMBERED_CANCELS = 4096

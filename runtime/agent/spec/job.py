@@ -2,9 +2,9 @@
 
 Each field of :class:`JobSpec` is one setting (``setting.Setting``): name, type and default are the
 field's; doc, the agent's environment variable and its encoding, the command-line spellings and
-the check are its metadata. The launcher's flags (``runtime.launch``), ``LocalJobSpec``
-(``runtime.local``), ``Compute`` (``runtime.workflow``), the agent's settings (``spec.settings``) and
-the environment both the launcher and the pod renderer give an agent (``spec.environment``) are
+the check are its metadata. The launcher's flags (``runtime.local.launch``), ``LocalJobSpec``
+(``runtime.local.jobs``), ``Compute`` (``runtime.workflow``), the agent's settings (``spec.agent_settings``) and
+the environment both the launcher and the pod renderer give an agent (``spec.env_writer``) are
 built from it; a front end adds settings of its own, never a shared one's default or check.
 :func:`problem` checks one value as every front end does, and :class:`errors.SpecError` words the
 answer in the front end's names.

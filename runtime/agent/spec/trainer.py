@@ -18,8 +18,8 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 
 if TYPE_CHECKING:
+    from runtime.agent.spec.agent_settings import NodeIdentity
     from runtime.agent.spec.job import JobSpec
-    from runtime.agent.spec.settings import NodeIdentity
 
 TRUE = ("1", "true", "yes", "on")
 

@@ -116,7 +116,7 @@ def test_pod_runs_the_agent_with_the_env_contract() -> None:
         contract.MODE: "batch",
         contract.MONITOR_MEMBERS: "false",
     }
-    # One writer for pods and local agents (runtime/agent/spec/environment.py): every setting with a
+    # One writer for pods and local agents (runtime/agent/spec/env_writer.py): every setting with a
     # value, unset ones left to the agent's default (a quorum of every node).
     assert contract.MIN_WORKERS not in env and contract.LOG_DIR not in env and contract.QUORUM_WORKERS not in env
     assert env[contract.NO_PYTHON] == "false", "a script runs under the interpreter"

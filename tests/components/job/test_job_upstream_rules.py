@@ -152,7 +152,7 @@ def test_the_job_level_time_limit_is_rendered_where_the_workload_takes_it(overri
 def test_pods_stop_within_a_grace_period_that_covers_the_agents() -> None:
     """Kubernetes sends SIGTERM and kills the pod ``terminationGracePeriodSeconds`` later (30 s when
     unset); the agent gives its processes ``TRAINPLANE_GRACE_PERIOD`` between SIGTERM and SIGKILL
-    (``runtime.agent.spec.settings``), so a rank's checkpoint-on-SIGTERM needs both to cover it."""
+    (``runtime.agent.spec.agent_settings``), so a rank's checkpoint-on-SIGTERM needs both to cover it."""
     for template in templates(render(grace_period=45)):
         assert env_of(template)[contract.GRACE_PERIOD] == "45"
         assert template["spec"]["terminationGracePeriodSeconds"] == 55

@@ -15,7 +15,7 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
 from runtime.agent.net.transport import request_json
-from runtime.ports import free_port
+from runtime.local.ports import free_port
 from tests.conftest import ROOT, project_env, wait_until
 
 pytestmark = pytest.mark.process
@@ -55,7 +55,7 @@ def test_agent_imports_and_runs_without_site_packages(tmp_path: Path):
 def test_runtime_and_its_exceptions_import_without_site_packages():
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import runtime, runtime.agent, runtime.local, runtime.launch, runtime.agent.service.worker; "
+        "import runtime, runtime.agent, runtime.local.jobs, runtime.local.launch, runtime.agent.service.worker; "
         "from runtime.agent import errors; "
         "assert runtime.WorkerMembershipChanged is errors.WorkerMembershipChanged; "
         "assert runtime.RemoteError is errors.RemoteError and runtime.CallTimeout is errors.CallTimeout; "

@@ -7,8 +7,8 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
-from runtime.agent.membership.coordination import Coordination
 from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.membership.coordinator_lock import Coordination
 from runtime.agent.membership.forming import LAST_CALL
 from runtime.agent.membership.heartbeat import Liveness
 from runtime.agent.membership.nodestate import MemberView

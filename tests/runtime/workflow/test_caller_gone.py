@@ -23,7 +23,7 @@ import pytest
 
 from runtime.agent.errors import TransportError
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec
+from runtime.local.jobs import LocalJob, LocalJobSpec
 from runtime.workflow.portforward import Relay
 from testbed.fake_apiserver import FakeApiServer
 from testbed.jobs import serving

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime import Unauthorized, local, ports
+from runtime import Unauthorized
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError
 from runtime.client import JobClient
+from runtime.local import jobs, ports
 from runtime.workflow import ExistingCompute, fn
 from runtime.workflow.attach import POLL_INTERVAL, wait_until_serving
 from tests.conftest import ROOT, project_env
@@ -25,16 +26,16 @@ pytestmark = pytest.mark.process
 EXAMPLES = ROOT / "examples"
 
 
-def service_job(tmp_path: Path, workers: int) -> local.LocalJob:
+def service_job(tmp_path: Path, workers: int) -> jobs.LocalJob:
     """A local service-mode job (pytorch) whose processes import from ``examples/``, as the stack's do."""
-    return local.start(local.LocalJobSpec(
+    return jobs.start(jobs.LocalJobSpec(
         workers=workers, num_proc=1, mode="service", distribution="pytorch", master_port=0, grace_period=1.0,
         log_dir=str(tmp_path / "logs"), pythonpath=(str(EXAMPLES),),
     ))
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local.LocalJob]:
+def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[jobs.LocalJob]:
     """One running 2-node job, started by someone other than the test (as a stack's job is)."""
     started = service_job(tmp_path_factory.mktemp("existing"), workers=2)
     try:
@@ -44,12 +45,12 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local.LocalJob]:
         started.stop(timeout=15)
 
 
-def status_of(job: local.LocalJob) -> str:
+def status_of(job: jobs.LocalJob) -> str:
     with JobClient(job.url, job.token) as client:
         return client.info().status
 
 
-def test_attach_reads_the_jobs_shape_calls_it_and_detaching_leaves_it_running(job: local.LocalJob):
+def test_attach_reads_the_jobs_shape_calls_it_and_detaching_leaves_it_running(job: jobs.LocalJob):
     compute = ExistingCompute(job.url, job.token)
     with fn(service_fns.whoami).to(compute) as whoami:
         assert (compute.workers, compute.num_proc, compute.distribution) == (2, 1, "pytorch")
@@ -97,7 +98,7 @@ def test_the_ready_timeout_is_kept_on_the_clock_looking_every_poll_interval():
     assert looks == [POLL_INTERVAL * i for i in range(6)] and now[0] == 6 * POLL_INTERVAL
 
 
-def test_a_wrong_token_fails_at_once_as_unauthorized(job: local.LocalJob):
+def test_a_wrong_token_fails_at_once_as_unauthorized(job: jobs.LocalJob):
     """Not retried: a retried wrong token would end in the ready timeout's RendezvousError instead."""
     compute = ExistingCompute(job.url, "wrong-token", ready_timeout=60)
     with pytest.raises(Unauthorized, match="401"):
@@ -105,7 +106,7 @@ def test_a_wrong_token_fails_at_once_as_unauthorized(job: local.LocalJob):
     assert not compute.running
 
 
-def test_a_url_of_another_node_is_refused_pointing_at_node_0(job: local.LocalJob):
+def test_a_url_of_another_node_is_refused_pointing_at_node_0(job: jobs.LocalJob):
     node_1 = f"http://{job.plan.addresses[1]}:{job.plan.ports[1]}"
     with pytest.raises(ConfigError, match=r"not its coordinator: connect to node 0 \(pod <job>-0\)"):
         fn(service_fns.rank).to(ExistingCompute(node_1, job.token))
@@ -113,7 +114,7 @@ def test_a_url_of_another_node_is_refused_pointing_at_node_0(job: local.LocalJob
 
 def test_a_batch_job_is_refused(tmp_path: Path, script):
     sleeper = script("import time\ntime.sleep(60)\n")
-    batch = local.start(local.LocalJobSpec(entrypoint=(str(sleeper),), master_port=0, grace_period=1.0,
+    batch = jobs.start(jobs.LocalJobSpec(entrypoint=(str(sleeper),), master_port=0, grace_period=1.0,
                                            log_dir=str(tmp_path / "logs")))
     try:
         with pytest.raises(ConfigError, match="is a batch-mode job, which takes no calls"):
@@ -141,7 +142,7 @@ def run_example(*args: str, token: str, cwd: Path) -> subprocess.CompletedProces
                           env=project_env(**{contract.TOKEN: token}), capture_output=True, text=True, timeout=600)
 
 
-def test_the_example_trains_an_existing_job_and_checks_its_accuracy(job: local.LocalJob, tmp_path: Path):
+def test_the_example_trains_an_existing_job_and_checks_its_accuracy(job: jobs.LocalJob, tmp_path: Path):
     passed = run_example("--url", job.url, "--calls", "2", "--epochs-per-call", "4", "--min-accuracy", "0.9",
                          token=job.token, cwd=tmp_path)
 

@@ -15,7 +15,7 @@ import pytest
 
 from runtime import RemoteError, TransportError, Unauthorized
 from runtime.client import JobClient
-from runtime.local import LocalJobSpec
+from runtime.local.jobs import LocalJobSpec
 from runtime.workflow import ExistingCompute, LocalCompute, cls, fn
 from runtime.workflow.codesync import source_for
 from testbed.jobs import serving

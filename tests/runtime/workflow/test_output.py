@@ -14,7 +14,7 @@ import pytest
 from runtime import RemoteError
 from runtime.client import JobClient, OutputChunk
 from runtime.workflow import LocalCompute, fn
-from runtime.workflow.output import RankPrinter
+from runtime.workflow.printer import RankPrinter
 from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process

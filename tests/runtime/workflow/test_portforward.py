@@ -13,8 +13,8 @@ import pytest
 from kubernetes import config
 
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec
-from runtime.ports import free_port
+from runtime.local.jobs import LocalJob, LocalJobSpec
+from runtime.local.ports import free_port
 from runtime.workflow import ExistingCompute, fn
 from runtime.workflow.portforward import Relay, pod_connector
 from testbed.fake_apiserver import FakeApiServer

@@ -13,7 +13,7 @@ from runtime.agent.errors import ConfigError
 from runtime.agent.execution import errorfile, jaxcluster, raynodes, torchrun
 from runtime.agent.execution.environment import host_of, process_env
 from runtime.agent.spec import streams
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
 from runtime.agent.world import Node, World

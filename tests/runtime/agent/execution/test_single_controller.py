@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime import TransportError, local, ports
+from runtime import TransportError
 from runtime.agent import contract
 from runtime.agent.execution import controller
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec
+from runtime.local import jobs, ports
+from runtime.local.jobs import LocalJob, LocalJobSpec
 from testbed.jobs import serving
 from tests.conftest import ROOT, AgentCluster, launch, processes_with, project_env, wait_until
 
@@ -167,12 +168,12 @@ def test_monarch_workers_sharing_an_address_get_ports_of_their_own(tmp_path: Pat
     spec = LocalJobSpec(workers=3, num_proc=1, distribution="monarch", master_port=0, grace_period=1,
                         entrypoint=(str(script(MONARCH_DRIVER)), str(tmp_path), "wait"),
                         log_dir=str(tmp_path / "logs"))
-    job = local.start(spec)
+    job = jobs.start(spec)
     try:
         assert wait_until(lambda: not job.running(), timeout=120)
     finally:
         job.stop()
-    assert json.loads(Path(local.verdict_path(job.log_dir)).read_text())["exit_code"] == 0
+    assert json.loads(Path(jobs.verdict_path(job.log_dir)).read_text())["exit_code"] == 0
     [driver] = [json.loads(line) for line in (tmp_path / "driver.jsonl").read_text().splitlines()]
     port = int(driver["MASTER_PORT"]) + contract.CONTROLLER_PORT_OFFSET
     addresses = [f"tcp://127.0.0.1:{port + i}" for i in range(3)]

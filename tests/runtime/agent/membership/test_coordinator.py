@@ -8,7 +8,7 @@ from runtime.agent.errors import MembershipRefused, NotAMember
 from runtime.agent.membership.actions import Probe, Push, Say
 from runtime.agent.membership.coordinator import Coordinator
 from runtime.agent.membership.forming import LAST_CALL, PROGRESS_MIN_GAP
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
 from testbed.settings import agent_settings
 

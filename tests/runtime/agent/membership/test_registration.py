@@ -11,9 +11,9 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
-from runtime.agent.membership.beating import Heartbeats
 from runtime.agent.membership.events import CoordinatorFound, Event, Fatal, Registered, Removed, WorldArrived
 from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
+from runtime.agent.membership.heartbeat_thread import Heartbeats
 from runtime.agent.membership.member import MemberView
 from runtime.agent.membership.registration import Registration
 from runtime.agent.net.resolver import Resolver

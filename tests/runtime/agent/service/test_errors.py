@@ -12,7 +12,7 @@ import pytest
 from runtime import RemoteError
 from runtime.agent.service.calls import STR_FAILED, Invocation, remote_error
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec
+from runtime.local.jobs import LocalJob, LocalJobSpec
 from runtime.workflow import ExistingCompute, fn
 from testbed.jobs import serving
 from tests.conftest import ROOT

@@ -14,7 +14,7 @@ import pytest
 from runtime import CallTimeout, RemoteError, TransportError, Unauthorized
 from runtime.agent import contract
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec
+from runtime.local.jobs import LocalJob, LocalJobSpec
 from testbed.jobs import serving
 from tests.conftest import ROOT, wait_until
 

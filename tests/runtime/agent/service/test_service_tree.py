@@ -10,7 +10,7 @@ from runtime import RemoteError
 from runtime.agent import contract
 from runtime.agent.net.transport import request_json
 from runtime.client import JobClient
-from runtime.local import LocalJob, LocalJobSpec
+from runtime.local.jobs import LocalJob, LocalJobSpec
 from testbed.jobs import serving
 from tests.conftest import ROOT, wait_until
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runtime.agent.service.silence import SilenceReport
-from runtime.local import LocalJobSpec
+from runtime.local.jobs import LocalJobSpec
 from runtime.workflow import ExistingCompute, fn
 from testbed.jobs import serving
 from tests.conftest import wait_until

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from runtime import launch, local
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, SpecError
 from runtime.agent.spec import streams
-from runtime.agent.spec.environment import agent_env, job_env
+from runtime.agent.spec.agent_settings import AgentSettings, spec_from_env
+from runtime.agent.spec.env_writer import agent_env, job_env
 from runtime.agent.spec.job import SETTINGS, JobSpec, check, default, problem
-from runtime.agent.spec.settings import AgentSettings, spec_from_env
+from runtime.local import jobs, launch
 from runtime.workflow import KubernetesCompute, LocalCompute
 from runtime.workflow.compute import Compute
 from testbed.settings import agent_settings
@@ -46,7 +46,7 @@ def test_the_launcher_takes_every_setting_with_a_flag_and_its_one_default(monkey
 def test_every_front_end_defaults_to_the_specs_defaults():
     """LocalJobSpec, the computes and the agent reading a bare environment take each shared setting's
     one default; the place for DistributedJobArgs' is issue 15's (it takes them from the spec)."""
-    local_spec = local.LocalJobSpec(entrypoint=("x.py",))
+    local_spec = jobs.LocalJobSpec(entrypoint=("x.py",))
     for name in SETTINGS:
         if name != "entrypoint":
             assert getattr(local_spec, name) == default(name), name
@@ -130,5 +130,5 @@ def test_each_setting_checks_a_value_on_its_own_as_the_spec_does(name: str, valu
 def test_a_local_job_refuses_a_job_setting_given_as_an_environment_variable():
     with pytest.raises(ConfigError, match="TRAINPLANE_TREE_FANOUT is the job setting tree_fanout; set LocalJobSpec's "
                                           "tree_fanout instead"):
-        local.LocalJobSpec(mode="service", env={contract.TREE_FANOUT: "3"})
-    assert local.LocalJobSpec(mode="service", env={"OTHER": "1"}).env == {"OTHER": "1"}
+        jobs.LocalJobSpec(mode="service", env={contract.TREE_FANOUT: "3"})
+    assert jobs.LocalJobSpec(mode="service", env={"OTHER": "1"}).env == {"OTHER": "1"}

@@ -10,7 +10,7 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """Where a local job's agents listen: one loopback address and agent port per node, and the block
-of ports the job counts up from its master port, reserved across processes (``runtime.reservation``)
+of ports the job counts up from its master port, reserved across processes (``runtime.local.reservation``)
 so that a job planned at the same moment by another process picks others. Standard library only.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from runtime.agent.spec.ports import reserved_ports
-from runtime.reservation import LOCK_DIR, PortReservation, reserve
+from runtime.local.reservation import LOCK_DIR, PortReservation, reserve
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class LaunchPlan:
         ports: one agent port per node, by node id.
         master_port: rendezvous port on node 0.
         reservation: the locks that keep another job planned on this machine off these ports
-            (``runtime.reservation``), held until the job is over.
+            (``runtime.local.reservation``), held until the job is over.
     """
 
     addresses: tuple[str, ...]
@@ -127,7 +127,7 @@ PLAN_ATTEMPTS = 100
 
 
 def plan(workers: int, master_port: int, num_proc: int = 1, lock_dir: str = LOCK_DIR) -> LaunchPlan:
-    """Choose addresses and ports, and reserve the ports (``runtime.reservation``) so that a job
+    """Choose addresses and ports, and reserve the ports (``runtime.local.reservation``) so that a job
     planned at the same moment by another process on this machine picks others: distinct loopback
     addresses (127.0.0.2, 127.0.0.3, ...) when :func:`loopback_range_usable`, else 127.0.0.1 for
     every node with distinct agent ports. The job releases the reservation when it is over (this

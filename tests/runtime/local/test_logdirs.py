@@ -13,14 +13,14 @@ from typing import Optional
 
 import pytest
 
-from runtime import logdirs
+from runtime.local import logdirs
 from tests.conftest import ROOT, launch, project_env
 
 pytestmark = pytest.mark.process
 
 HOLD_DIR = """
 import sys, time
-from runtime import logdirs
+from runtime.local import logdirs
 logdirs.hold(sys.argv[1])
 print("held", flush=True)
 time.sleep(60)

@@ -16,7 +16,7 @@ import pytest
 
 from runtime.agent import contract
 from tests.conftest import ROOT, Lines, fault_lasts, launch, project_env, wait_until
-from tests.runtime.test_launch import QUORUM_DRIVER
+from tests.runtime.local.test_launch import QUORUM_DRIVER
 
 pytestmark = pytest.mark.process
 

@@ -29,14 +29,14 @@ spellings and value forms, then named in one notice line, so a torchrun command 
 unchanged and what runs is never silently different."""
 PER_NODE_HELP = {
     "rdzv_endpoint": "HOST[:PORT]: run one node per host, each launcher joining the others there (torchrun's "
-                     "per-node command line; runtime.hosts); ignored with --standalone, where every node runs on "
+                     "per-node command line; runtime.local.hosts); ignored with --standalone, where every node runs on "
                      "this machine",
     "node_rank": "with --rdzv-endpoint: this host's node rank (default: the order hosts join in); ignored "
                  "otherwise, where the launcher starts every node itself",
     "local_addr": "with --rdzv-endpoint: the address the others reach this host's agent at; ignored otherwise, "
                   "where each node has its own loopback address",
 }
-"""``--help`` of the options that mean something on a per-node command line (``runtime.hosts``) and are
+"""``--help`` of the options that mean something on a per-node command line (``runtime.local.hosts``) and are
 ignored otherwise; :data:`IGNORED` keeps why, for the notice line when they are ignored."""
 NUMA_MODES = ("node", "socket", "exclusive", "core-complex")
 """torchrun's ``--numa-binding`` choices (torch 2.13.0 ``torch.numa.binding.AffinityMode``)."""
@@ -112,7 +112,7 @@ def resolve_nproc(value: Union[int, str]) -> int:
 def ignored_notice(ns: argparse.Namespace, used: tuple[str, ...] = ()) -> str:
     """The one line naming the torchrun options typed that have no meaning here (``""`` for none);
     ``used`` are those that do have one for this command line (a per-node command line's
-    ``--rdzv-endpoint``, ``--node-rank`` and ``--local-addr``: ``runtime.hosts``)."""
+    ``--rdzv-endpoint``, ``--node-rank`` and ``--local-addr``: ``runtime.local.hosts``)."""
     typed = [(dest, ns.spelled[dest]) for dest in IGNORED if dest in ns.spelled and dest not in used]
     if not typed:
         return ""

@@ -21,20 +21,20 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Mapping, Optional, Sequence
 
-from runtime import logdirs
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
 from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
 from runtime.agent.net.address import url
 from runtime.agent.net.transport import request_json
-from runtime.agent.spec import environment
+from runtime.agent.spec import env_writer
+from runtime.agent.spec.agent_settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.job import SETTINGS, JobSpec
-from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
-from runtime.localray import ray_defaults
-from runtime.outcome import Outcome
-from runtime.ports import LaunchPlan, free_port, plan, port_is_free
+from runtime.local import logdirs
+from runtime.local.outcome import Outcome
+from runtime.local.ports import LaunchPlan, free_port, plan, port_is_free
+from runtime.local.ray_defaults import ray_defaults
 
 AGENT_EXIT_GRACE = 10.0
 """Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
@@ -192,7 +192,7 @@ class LocalJob:
 
     def _over(self) -> None:
         """Every agent has exited: remove the run directories, release the job's ports, and let its
-        log directory be pruned (``runtime.logdirs``)."""
+        log directory be pruned (``runtime.local.logdirs``)."""
         shutil.rmtree(run_root(self.log_dir), ignore_errors=True)
         if self.plan.reservation is not None:
             self.plan.reservation.release()
@@ -259,7 +259,7 @@ class LocalJob:
 
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
     """The environment of node ``node_id``'s agent: the variables a pod's agent reads, written by the
-    same writer (``runtime.agent.spec.environment``), over this process's environment and ``spec.env``."""
+    same writer (``runtime.agent.spec.env_writer``), over this process's environment and ``spec.env``."""
     identity = NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
                             lp.addresses[node_id])
     return node_env(spec, identity, job, token, log_dir, lp.master_port)
@@ -267,7 +267,7 @@ def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token:
 
 def node_env(spec: LocalJobSpec, identity: NodeIdentity, job: str, token: str, log_dir: str,
              master_port: int) -> dict[str, str]:
-    """The environment of the agent of node ``identity`` (:func:`agent_env`; ``runtime.hosts``: the
+    """The environment of the agent of node ``identity`` (:func:`agent_env`; ``runtime.local.hosts``: the
     one node of a job's host that this launcher runs), its logs under ``log_dir/node-<id>``."""
     node_id = identity.node_id
     daemon_args = (*ray_defaults(spec.workers), *spec.daemon_args) if spec.distribution == "ray" else ()
@@ -279,7 +279,7 @@ def node_env(spec: LocalJobSpec, identity: NodeIdentity, job: str, token: str, l
                  forward_stdin=spec.forward_stdin and node_id == 0,
                  console_file=os.path.join(run_root(log_dir), CONSOLE_STATE)),
     )
-    env = {**os.environ, **spec.env, **environment.agent_env(settings),
+    env = {**os.environ, **spec.env, **env_writer.agent_env(settings),
            contract.PARENT_PID: str(os.getpid())}  # this launcher, the agent's parent, whose death it follows
     if spec.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (*spec.pythonpath, env.get("PYTHONPATH", "")) if p)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime import ports
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
-from runtime.hosts import JoinService
+from runtime.local import ports
+from runtime.local.hosts import JoinService
 from tests.conftest import ROOT, launch, project_env, wait_until
 from tests.netns import IPV4_ADDRESSES, ipv4_pair
 

@@ -6,7 +6,7 @@ import sys
 from typing import Optional, TextIO
 
 from runtime.agent.execution.console import START, render
-from runtime.call_output import OutputChunk
+from runtime.output_reader import OutputChunk
 
 
 class RankPrinter:

@@ -18,7 +18,7 @@ import shutil
 import stat
 import tempfile
 
-from runtime.reservation import try_lock
+from runtime.local.reservation import try_lock
 
 KEEP_JOBS = 20
 """Job directories kept in the default base: the newest ones; older ones go when a job starts."""

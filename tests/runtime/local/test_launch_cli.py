@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.launch import build_parser, spec_from_args, validate
+from runtime.local.launch import build_parser, spec_from_args, validate
 from tests.conftest import ROOT, launch, project_env
 
 pytestmark = pytest.mark.process

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import ports
 from runtime.agent import contract
-from runtime.launch import IGNORED, build_parser, validate
+from runtime.local import ports
+from runtime.local.launch import IGNORED, build_parser, validate
 from tests.conftest import ROOT, Lines, launch, project_env, wait_until
 
 pytestmark = pytest.mark.process
@@ -75,7 +75,7 @@ def test_every_variable_torchrun_sets_is_set_with_the_same_meaning(tmp_path: Pat
     theirs = torchrun_envs(path, theirs_dir, shape, env)
     nodes, nproc = shape
     # The same per-node command lines, torchrun's rendezvous options included, with the launcher in
-    # torchrun's place: one launcher per node, each running its own node (runtime.hosts).
+    # torchrun's place: one launcher per node, each running its own node (runtime.local.hosts).
     port = ports.free_port("127.0.0.1")
     launchers = [subprocess.Popen(
         [sys.executable, "-m", "runtime", "launch", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import local
+from runtime.local import jobs
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
 pytestmark = pytest.mark.process
@@ -43,7 +43,7 @@ def test_a_command_dies_with_its_agent():
     try:
         assert wait_until(lambda: len(with_argv0(marker, b"sleep")) == 1, timeout=30)
         (command,) = with_argv0(marker, b"sleep")
-        started = local.agent_command()[1:]
+        started = jobs.agent_command()[1:]
         (agent,) = [pid for pid in processes_with(marker) if command_line(pid)[1:] == [a.encode() for a in started]]
         os.kill(agent, signal.SIGKILL)  # the agent cannot tear down: only the parent-death signal is left
         assert wait_until(lambda: command_line(command) != [b"sleep", b"300"], timeout=15)

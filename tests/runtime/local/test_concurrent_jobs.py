@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from runtime import ports, reservation
+from runtime.local import ports, reservation
 from tests.conftest import ROOT, project_env
 
 pytestmark = pytest.mark.process
@@ -30,7 +30,7 @@ dist.destroy_process_group()
 
 HOLD = """
 import sys, time
-from runtime import reservation
+from runtime.local import reservation
 held = reservation.reserve([int(p) for p in sys.argv[2:]], sys.argv[1])
 print("held" if held else "refused", flush=True)
 time.sleep(60)

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from runtime.agent.errors import HttpError
-from runtime.agent.service.output import CallOutputs
+from runtime.agent.service.output_relay import CallOutputs
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import ports
+from runtime.local import ports
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.process

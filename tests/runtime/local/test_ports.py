@@ -1,4 +1,4 @@
-"""Local launch planning (runtime.ports): which addresses and ports the agents and the job get."""
+"""Local launch planning (runtime.local.ports): which addresses and ports the agents and the job get."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Iterator
 
 import pytest
 
-from runtime import ports
+from runtime.local import ports
 
 pytestmark = pytest.mark.unit
 
 
 class Picks:
-    """Stands in for ``random`` in runtime.ports: hands out the given ports in order."""
+    """Stands in for ``random`` in runtime.local.ports: hands out the given ports in order."""
 
     def __init__(self, *picks: int) -> None:
         self.picks: Iterator[int] = iter(picks)

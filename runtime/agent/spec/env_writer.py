@@ -1,6 +1,6 @@
 """The one writer of an agent's environment: the inverse of ``AgentSettings.from_env``.
 
-The local launcher (``runtime.local``) starts every agent with :func:`agent_env`; the pod renderer
+The local launcher (``runtime.local.jobs``) starts every agent with :func:`agent_env`; the pod renderer
 (``components.job.pod``) writes :func:`job_env` into the pod template and adds what only Kubernetes
 knows at run time (the node's rank and address, the token from its Secret). Standard library only.
 """
@@ -11,8 +11,8 @@ import json
 
 from runtime.agent import contract
 from runtime.agent.net.address import host_port
+from runtime.agent.spec.agent_settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.job import SETTINGS, JobSpec
-from runtime.agent.spec.settings import AgentSettings, NodeIdentity, Plumbing
 
 
 def job_env(spec: JobSpec) -> dict[str, str]:
@@ -32,7 +32,7 @@ def job_env(spec: JobSpec) -> dict[str, str]:
 
 
 def identity_env(node: NodeIdentity) -> dict[str, str]:
-    """A node's identity as the variables :func:`~runtime.agent.spec.settings.identity_from_env` reads."""
+    """A node's identity as the variables :func:`~runtime.agent.spec.agent_settings.identity_from_env` reads."""
     return {
         contract.NODE_RANK_SETTING: str(node.node_id),
         contract.COORDINATOR_HOST: host_port(node.coordinator, node.coordinator_port),
@@ -44,7 +44,7 @@ def identity_env(node: NodeIdentity) -> dict[str, str]:
 
 
 def plumbing_env(plumbing: Plumbing) -> dict[str, str]:
-    """An agent's plumbing as the variables :func:`~runtime.agent.spec.settings.plumbing_from_env` reads."""
+    """An agent's plumbing as the variables :func:`~runtime.agent.spec.agent_settings.plumbing_from_env` reads."""
     env = {
         contract.TOKEN: plumbing.token,
         contract.DIE_WITH_PARENT: "true" if plumbing.die_with_parent else "false",

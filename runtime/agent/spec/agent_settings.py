@@ -2,7 +2,7 @@
 the environment at the entrypoint only. Standard library only.
 
 In pods every setting comes from variables named in ``contract.py`` (written by the ``DistributedJob``
-component through ``spec.environment``); the local launcher writes the same variables for its agent
+component through ``spec.env_writer``); the local launcher writes the same variables for its agent
 processes with the same writer, so both paths exercise one contract.
 """
 

@@ -28,13 +28,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from runtime import local, logdirs, ports
 from runtime.agent import contract
 from runtime.agent.errors import HttpError, TransportError
 from runtime.agent.net.address import bind_family, split_host_port
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import request_json
-from runtime.agent.spec.settings import NodeIdentity
+from runtime.agent.spec.agent_settings import NodeIdentity
+from runtime.local import jobs, logdirs, ports
 
 ROUTE_JOIN = "/join"
 JOIN_INTERVAL = 0.2
@@ -223,22 +223,22 @@ class HostJob:
     """This host's part of a job started by per-node command lines.
 
     Attributes:
-        job: the agent of this host, as a one-agent :class:`local.LocalJob` (supervise it).
+        job: the agent of this host, as a one-agent :class:`jobs.LocalJob` (supervise it).
         joined: this host's node rank, node 0's agent, the job's rendezvous port.
         address: where this host's agent is reached.
         service: the join service, when this launcher serves the endpoint (stop it at the end).
     """
 
-    job: local.LocalJob
+    job: jobs.LocalJob
     joined: Joined
     address: str
     service: Optional[JoinService]
 
 
-def start(spec: local.LocalJobSpec, endpoint: tuple[str, int], node_rank: Optional[int],
+def start(spec: jobs.LocalJobSpec, endpoint: tuple[str, int], node_rank: Optional[int],
           local_addr: Optional[str]) -> HostJob:
     """Join the job at ``endpoint`` (serving it, when this host can bind it) and start this host's
-    agent as the node rank it got; returns at once, as ``local.start`` does.
+    agent as the node rank it got; returns at once, as ``jobs.start`` does.
 
     Args:
         spec: the job (``spec.workers``: every host's node count; ``spec.job_name``: the job id every
@@ -283,11 +283,11 @@ def start(spec: local.LocalJobSpec, endpoint: tuple[str, int], node_rank: Option
     if base is not None:
         logdirs.prune(base)
     identity = NodeIdentity(joined.node_id, joined.coordinator[0], joined.coordinator[1], agent_port, addr, addr)
-    env = local.node_env(spec, identity, job, token, log_dir, joined.master_port)
-    agent = subprocess.Popen(local.agent_command(), env=env, stdin=None if spec.forward_stdin and joined.node_id == 0
+    env = jobs.node_env(spec, identity, job, token, log_dir, joined.master_port)
+    agent = subprocess.Popen(jobs.agent_command(), env=env, stdin=None if spec.forward_stdin and joined.node_id == 0
                              else subprocess.DEVNULL)
     plan = ports.LaunchPlan((joined.coordinator[0],), (joined.coordinator[1],), joined.master_port, lp.reservation)
-    return HostJob(local.LocalJob(job, token, plan, log_dir, [agent], spec.signals_to_handle, hold), joined, addr,
+    return HostJob(jobs.LocalJob(job, token, plan, log_dir, [agent], spec.signals_to_handle, hold), joined, addr,
                    service)
 
 
@@ -326,7 +326,7 @@ def endpoint_of(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Opti
     return endpoint
 
 
-def run(parser: argparse.ArgumentParser, spec: local.LocalJobSpec, endpoint: tuple[str, int],
+def run(parser: argparse.ArgumentParser, spec: jobs.LocalJobSpec, endpoint: tuple[str, int],
         node_rank: Optional[int], local_addr: Optional[str]) -> int:
     """Run this host's node of the job at ``endpoint`` to its end; the job's exit code (as the
     launcher's is for a job it runs whole)."""

@@ -8,7 +8,7 @@ calls until interrupted. Every job setting's flags, default, help and check come
 accepted in both of its spellings and value forms, so a torchrun command line runs with
 ``python -m runtime launch`` in its place: the ones that mean something here do what torchrun does;
 the others (``torchrun_options.IGNORED``: a rendezvous endpoint, a node rank) are named in one notice
-line. Errors name the flag as typed. Agents are started by ``runtime.local``. Standard library only.
+line. Errors name the flag as typed. Agents are started by ``runtime.local.jobs``. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
-from runtime import hosts, local
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, SpecError
 from runtime.agent.spec.job import DISTRIBUTIONS, MODES, SETTINGS, default
 from runtime.agent.spec.ports import port_block
 from runtime.agent.spec.setting import Codec
-from runtime.torchrun_options import (
+from runtime.local import hosts, jobs
+from runtime.local.torchrun_options import (
     IGNORED,
     NUMA_MODES,
     PER_NODE_HELP,
@@ -157,7 +157,7 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                              f"torchrun reads it), else {default('grace_period'):g}"},
     "log_dir": {"help": "base directory for logs, as torchrun takes it: each job writes to its own "
                         "<job id>_<random> directory in it; unset, <tmp>/trainplane-<uid>/<job id>, private to "
-                        "this user, where only the newest 20 job directories are kept (runtime/logdirs.py)"},
+                        "this user, where only the newest 20 job directories are kept (runtime/local/logdirs.py)"},
     "daemon_args": {"action": _SpelledAppend, "default": [], "metavar": "ARG",
                     "help": "ray: append ARG to every node's `ray start` (repeatable; write "
                             "--daemon-arg=--num-cpus=2); unset, each node gets its share of this machine's CPUs and "
@@ -258,7 +258,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         except ValueError:
             parser.error(f"{SHUTDOWN_TIMEOUT_ENV}={shutdown!r}: not a number of seconds")
     if ns.master_port is None:
-        ns.master_port = 0  # picked and reserved when the job starts (runtime.ports.plan)
+        ns.master_port = 0  # picked and reserved when the job starts (runtime.local.ports.plan)
     if ns.run_path:
         ns.no_python = ns.module = False  # torchrun: --run-path runs SCRIPT as a path, whatever else is set
     workers = flag(ns, "workers")
@@ -270,7 +270,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
                          f"use one of them")
         ns.min_workers, ns.max_workers = ns.nnodes_min, ns.workers
     try:
-        local.LocalJobSpec(**_settings(ns, ns.job_name, ns.log_dir))
+        jobs.LocalJobSpec(**_settings(ns, ns.job_name, ns.log_dir))
     except SpecError as exc:
         parser.error(exc.headline(lambda name: flag(ns, name)))
     for ok, message in _launcher_checks(ns):
@@ -322,15 +322,15 @@ def _settings(ns: argparse.Namespace, job: Optional[str], log_dir: Optional[str]
             "forward_stdin": ns.mode == "batch"}
 
 
-def spec_from_args(ns: argparse.Namespace) -> local.LocalJobSpec:
+def spec_from_args(ns: argparse.Namespace) -> jobs.LocalJobSpec:
     """The local job the (validated) command line describes; makes its log directory."""
     job = ns.job_name or f"local-{uuid.uuid4().hex[:8]}"
-    return local.LocalJobSpec(**_settings(ns, job, job_log_dir(ns.log_dir, job)))
+    return jobs.LocalJobSpec(**_settings(ns, job, job_log_dir(ns.log_dir, job)))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run a job locally; return its exit code (0, the root cause's code, or one of the launcher's:
-    ``runtime.local.Outcome``, whose line ends the output of a failed job)."""
+    ``runtime.local.outcome.Outcome``, whose line ends the output of a failed job)."""
     parser = build_parser()
     ns = parser.parse_args(argv)
     validate(parser, ns)
@@ -342,7 +342,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if endpoint is not None:
         return hosts.run(parser, spec, endpoint, ns.node_rank, ns.local_addr)
     try:
-        job = local.start(spec)
+        job = jobs.start(spec)
     except RuntimeError as exc:
         parser.error(str(exc))
     print(f"[trainplane] job {job.job}: {ns.workers} node(s) x {ns.num_proc} process(es) on "

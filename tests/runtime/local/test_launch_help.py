@@ -1,13 +1,13 @@
 """The launcher's ``--help`` says what each torchrun option does here: the per-node options are not
 listed as plain no-ops (a new user read "no meaning here" beside ``--rdzv-endpoint``, which
-``runtime.hosts`` uses for per-node command lines)."""
+``runtime.local.hosts`` uses for per-node command lines)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.launch import build_parser
-from runtime.torchrun_options import IGNORED, PER_NODE_HELP
+from runtime.local.launch import build_parser
+from runtime.local.torchrun_options import IGNORED, PER_NODE_HELP
 
 pytestmark = pytest.mark.unit
 

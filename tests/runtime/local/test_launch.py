@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime import local, ports
 from runtime.agent import contract
 from runtime.client import JobClient
-from runtime.ports import free_port
+from runtime.local import jobs, ports
+from runtime.local.ports import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
 pytestmark = pytest.mark.process
@@ -143,14 +143,14 @@ def test_single_address_fallback_gives_every_process_its_own_ports(tmp_path: Pat
     monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)
     out = tmp_path / "env"
     out.mkdir()
-    spec = local.LocalJobSpec(workers=2, num_proc=2, entrypoint=(str(script(BIND_AND_DUMP)), str(out)),
+    spec = jobs.LocalJobSpec(workers=2, num_proc=2, entrypoint=(str(script(BIND_AND_DUMP)), str(out)),
                               distribution="spmd", master_port=0, log_dir=str(tmp_path / "logs"))
-    job = local.start(spec)
+    job = jobs.start(spec)
     try:
         assert wait_until(lambda: not job.running(), timeout=120)
     finally:
         job.stop()
-    verdict = json.loads(Path(local.verdict_path(job.log_dir)).read_text())
+    verdict = json.loads(Path(jobs.verdict_path(job.log_dir)).read_text())
     assert verdict["exit_code"] == 0, verdict
     envs = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
     assert sorted(envs) == [0, 1, 2, 3]
@@ -235,10 +235,10 @@ def test_quorum_that_cannot_be_met_names_the_missing_nodes(tmp_path: Path, scrip
 
 QUORUM_DRIVER = """
 import sys
-from runtime import launch, local
+from runtime.local import jobs, launch
 from runtime.agent import contract
 
-agent_env = local.agent_env
+agent_env = jobs.agent_env
 
 
 def node_1_cannot_start(spec, lp, node_id, *rest):
@@ -248,7 +248,7 @@ def node_1_cannot_start(spec, lp, node_id, *rest):
     return env
 
 
-local.agent_env = node_1_cannot_start
+jobs.agent_env = node_1_cannot_start
 sys.exit(launch.main(sys.argv[1:]))
 """
 
