@@ -61,31 +61,44 @@ JOB = textwrap.dedent(f"""
 """)
 
 
-def sizes(out: Path) -> dict[str, set[tuple[int, int]]]:
-    """Each process (by pid file) -> the (generation, world size) pairs it ran steps in."""
-    return {p.name: {(int(g), n) for g, n in (json.loads(line) for line in p.read_text().splitlines())}
-            for p in out.glob("pid-*")}
+def sizes(out: Path) -> dict[str, list[int]]:
+    """Each process (by pid file) -> the world size of every step it ran, in order."""
+    return {p.name: [json.loads(line)[1] for line in p.read_text().splitlines()] for p in out.glob("pid-*")}
 
 
+@pytest.mark.parametrize(("victim", "workers"), [(1, 2), (0, 3)])
 def test_a_replaced_node_whose_ranks_start_later_than_the_survivors_timeout_rejoins_and_the_job_completes(
-        tmp_path: Path, script) -> None:
+        tmp_path: Path, script, victim: int, workers: int) -> None:
+    """Node 1 replaced: the survivor's rank 0 hosts the new world's store and waits for the late clients. Node 0
+    replaced (in a world of 3, which fails over: node 1 coordinates meanwhile): the late rank 0 hosts it, and the
+    survivors' ranks wait for it to listen."""
     out, stop = tmp_path / "out", tmp_path / "stop"
     out.mkdir()
-    job = AgentCluster(tmp_path, [str(script(JOB)), str(out), str(stop)], 2, TRAINPLANE_MIN_WORKERS="1",
-                       TRAINPLANE_MAX_WORKERS="2", TRAINPLANE_PEERS="127.0.0.1{index}",
+    job = AgentCluster(tmp_path, [str(script(JOB)), str(out), str(stop)], workers, TRAINPLANE_MIN_WORKERS="1",
+                       TRAINPLANE_MAX_WORKERS=str(workers), TRAINPLANE_PEERS="127.0.0.1{index}",
                        TRAINPLANE_DISTRIBUTION="pytorch", TRAINPLANE_MAX_RESTARTS="0")
+    survivors = [i for i in range(workers) if i != victim]
+    logs = lambda: "".join(job.log(i) for i in range(workers))  # noqa: E731
     try:
-        assert wait_until(lambda: sum((1, 2) in s for s in sizes(out).values()) == 2, timeout=120), job.log(0)
-        job.agents[1].send_signal(signal.SIGTERM)  # the pod deleted: its agent leaves cleanly
-        assert job.agents[1].wait(timeout=30) == 143
-        assert wait_until(lambda: any(n == 1 for s in sizes(out).values() for _, n in s), timeout=60), job.log(0)
-        (tmp_path / "agent-1.log").rename(tmp_path / "agent-1.first.log")
-        job.add(1)  # its replacement, under the same index
-        rejoined = wait_until(lambda: job.agents[0].poll() is not None or sum(
-            any(g >= 3 and n == 2 for g, n in s) for s in sizes(out).values()) == 2, timeout=120)
-        assert rejoined and job.agents[0].poll() is None, job.log(0) + job.log(1)
+        assert wait_until(lambda: sum(workers in s for s in sizes(out).values()) == workers, timeout=120), logs()
+        job.agents[victim].send_signal(signal.SIGTERM)  # the pod deleted: its agent leaves cleanly
+        assert job.agents[victim].wait(timeout=30) == 143
+        assert wait_until(lambda: sum(s[-1] == workers - 1 for s in sizes(out).values()) == workers - 1,
+                          timeout=60), logs()
+        before = sizes(out)
+        going_on = {name for name, s in before.items() if s[-1] == workers - 1}  # the survivors' processes
+        (tmp_path / f"agent-{victim}.log").rename(tmp_path / f"agent-{victim}.first.log")
+        job.add(victim)  # its replacement, under the same index
+
+        def rejoined() -> bool:
+            now = sizes(out)
+            new = [s for name, s in now.items() if name not in before]
+            return len(new) == 1 and workers in new[0] and all(now[n][-1] == workers for n in going_on)
+
+        done = wait_until(lambda: any(job.agents[i].poll() is not None for i in survivors) or rejoined(), timeout=120)
+        assert done and all(job.agents[i].poll() is None for i in survivors), logs()
         stop.touch()
-        assert job.wait(timeout=60) == {0: 0, 1: 0}, job.log(0) + job.log(1)
+        assert job.wait(timeout=60) == dict.fromkeys(range(workers), 0), logs()
     finally:
         job.close()
 
