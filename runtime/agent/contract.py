@@ -57,6 +57,11 @@ MONARCH_WORKER_ADDRESSES = "MONARCH_WORKER_ADDRESSES"  # comma-separated tcp://a
 # trainplane's own per-process variables.
 TRAINPLANE_GENERATION = "TRAINPLANE_GENERATION"
 TRAINPLANE_WORLD_FILE = "TRAINPLANE_WORLD_FILE"
+JOIN_TIMEOUT = "TRAINPLANE_JOIN_TIMEOUT"
+"""Seconds the ranks of a new world wait for each other at its ``env://`` rendezvous, beyond the timeout the
+user gives ``init_process_group``: set by the agent on the ranks of an elastic torch batch job (its quorum
+timeout), whose joining node's ranks start cold while the survivors re-initialise at once
+(``runtime.agent.execution.torchhooks``)."""
 
 # --- Agent settings, read by ``python -m runtime.agent`` (pods) -------------------------------
 JOB_NAME = "TRAINPLANE_JOB"
@@ -113,7 +118,8 @@ training operator sets them on a PyTorchJob's pods, inputs to the agent that wou
 torch.distributed.run-aware code in user processes. The only ``TRAINPLANE_*`` variables a user
 process has are the ones its agent sets for it: ``TRAINPLANE_GENERATION`` and
 ``TRAINPLANE_WORLD_FILE`` (read by ``runtime.membership``), ``TRAINPLANE_MONITOR_MEMBERS`` (read by
-the bootstrap) and, on service workers, ``TRAINPLANE_SERVICE_FD``."""
+the bootstrap), ``TRAINPLANE_JOIN_TIMEOUT`` (elastic torch batch jobs) and, on service workers,
+``TRAINPLANE_SERVICE_FD``."""
 # Single-controller distributions (ray, monarch): the framework daemons the agents run.
 DAEMON_ARGS = "TRAINPLANE_DAEMON_ARGS"  # ray: JSON list appended to every `ray start` (e.g. ["--num-cpus=4"])
 DAEMON_PREFIX = "TRAINPLANE_DAEMON_PREFIX"  # JSON list put before every daemon's command (a wrapper)

@@ -9,6 +9,7 @@ the repository's ``examples/`` the same way, as the job's working directory.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,15 +78,71 @@ def pod_logs(api: client.ApiClient, name: str, namespace: str) -> dict[str, str]
     return {p["metadata"]["name"]: core.read_namespaced_pod_log(p["metadata"]["name"], namespace) for p in pods}
 
 
+def log_so_far(api: client.ApiClient, pod: str, namespace: str) -> str:
+    """Pod ``pod``'s log so far; empty while its container has not started (the API server answers 400)."""
+    try:
+        return str(client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace))
+    except client.ApiException as exc:
+        if exc.status in (400, 404):
+            return ""
+        raise
+
+
+def job_pods(api: client.ApiClient, name: str, namespace: str) -> dict[str, str]:
+    """Job ``name``'s pods by completion index (``"0"``, ``"1"``, ...) -> pod name."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"job-name={name}").to_dict()["items"]
+    return {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: p["metadata"]["name"]
+            for p in pods if p["metadata"].get("deletion_timestamp") is None}
+
+
 def test_pulumi_up_of_a_two_node_two_process_ddp_job_trains_on_the_real_node(
         tmp_path: Path, cluster: Cluster, real_node: RealNode, api: client.ApiClient, namespace: str) -> None:
     args = real_job(namespace, script="examples/ddp_digits.py", workers=2, num_proc=2,
                     args=["--epochs", "3", "--checkpoint", "/tmp/ddp_digits.pt"])
+    started = time.monotonic()
     engine, _ = up(tmp_path, cluster, "digits", args)
+    deployed = time.monotonic()
+    wait_for(lambda: any("[rank " in log_so_far(api, pod, namespace) for pod in job_pods(api, "digits", namespace)
+                         .values()), WAIT, "a rank of job digits to print")
+    print(f"\n2x2 ddp_digits: pulumi up {deployed - started:.1f} s, up to the first rank's output "
+          f"{time.monotonic() - started:.1f} s")  # measured, never asserted (issue 22 item 3)
     condition = wait_for(lambda: job_condition(api, "digits", namespace), WAIT, "job digits to finish")
     logs = pod_logs(api, "digits", namespace)
     assert condition["type"] == "Complete", (condition, logs)
     assert any("held-out accuracy" in log and "world size 4" in log for log in logs.values()), logs
+    engine.run("destroy", "--yes")
+
+
+def test_an_elastic_job_that_loses_a_pod_goes_on_and_completes_with_its_replacement(
+        tmp_path: Path, cluster: Cluster, real_node: RealNode, api: client.ApiClient, namespace: str) -> None:
+    """``kubectl delete pod`` of node 1's pod while the job trains: its agent leaves (SIGTERM), node 0's ranks go
+    on at world size 2 from the last checkpoint (in ``/record``, a hostPath every pod of the one real node
+    shares), the Job controller's replacement for index 1 joins the running world (its cold ranks met by the
+    survivors' rendezvous: ``runtime.agent.execution.torchhooks``), and the Job completes with the accuracy
+    line. Before that fix the survivors' ``init_process_group`` gave up waiting for the replacement and the
+    job failed with 121."""
+    record = tmp_path / "record"
+    record.mkdir()
+    args = real_job(namespace, record, script="examples/elastic_digits.py", workers=2, num_proc=2,
+                    min_workers=1, max_workers=2,
+                    args=["--epochs", "25", "--checkpoint", "/record/elastic.pt"])
+    engine, _ = up(tmp_path, cluster, "elastic", args)
+
+    def training_pod() -> str | None:
+        pods = job_pods(api, "elastic", namespace)
+        if "0" not in pods or "1" not in pods:
+            return None
+        return pods["1"] if "epoch 2/25" in log_so_far(api, pods["0"], namespace) else None
+
+    victim = wait_for(training_pod, WAIT, "job elastic to train two epochs")
+    client.CoreV1Api(api).delete_namespaced_pod(victim, namespace)
+    condition = wait_for(lambda: job_condition(api, "elastic", namespace), WAIT, "job elastic to finish")
+    logs = pod_logs(api, "elastic", namespace)
+    joined = "\n".join(logs.values())
+    assert condition["type"] == "Complete", (condition, logs)
+    assert victim not in logs, logs
+    assert "world size 2" in joined and "joined; generation" in joined, logs
+    assert "held-out accuracy" in joined, logs
     engine.run("destroy", "--yes")
 
 

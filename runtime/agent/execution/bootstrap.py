@@ -5,8 +5,9 @@ Usage (by the agent): ``python -u -c STARTER SCRIPT [ARGS...]`` or ``python -u -
 directory on PYTHONPATH (appended to ``sys.path``, after the installed packages, and only when it
 is not there already), so the user's code sees the PYTHONPATH and ``sys.path`` torchrun gives it.
 It ties the process's life to its
-agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``)
-and trainplane's JAX cluster (``runtime.agent.execution.jaxcluster``, for ``jax.distributed.initialize()``),
+agent (Linux parent-death signal), installs the membership-change handler (``runtime.membership``),
+trainplane's JAX cluster (``runtime.agent.execution.jaxcluster``, for ``jax.distributed.initialize()``) and,
+in an elastic torch job, its ``env://`` rendezvous (``runtime.agent.execution.torchhooks``),
 waits for a single-controller job's cluster if asked (``TRAINPLANE_WAIT_FOR``: the Ray head or
 every Monarch worker accepts connections; ``TRAINPLANE_WAIT_RAY_NODES``: every node has joined the
 Ray head), then runs the user's code as ``__main__`` exactly as
@@ -34,7 +35,7 @@ import types
 from typing import NoReturn, Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.execution import delivery, jaxcluster, raynodes
+from runtime.agent.execution import delivery, jaxcluster, raynodes, torchhooks
 
 _PR_SET_PDEATHSIG = 1
 EXEC_FLAG = "--exec"
@@ -193,6 +194,8 @@ def main() -> None:
         delivery.install()
     delivery.catch_up()  # a change that arrived while this process was starting: take it silently
     jaxcluster.install()  # jax.distributed.initialize() with no arguments finds this job
+    if os.environ.get(contract.JOIN_TIMEOUT):
+        torchhooks.install_on_import(destroy=False)  # a new world's ranks meet, the late ones included
     waits = {k: os.environ.pop(k) for k in (contract.WAIT_FOR, contract.WAIT_RAY_NODES, contract.WAIT_TIMEOUT)
              if k in os.environ}
     if waits:

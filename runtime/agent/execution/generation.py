@@ -29,6 +29,8 @@ from runtime.agent.world import Failure, World
 
 DAEMON_MODULE = "runtime.agent.execution.daemon"
 """What a framework daemon's process runs under the bootstrap, before it becomes the daemon."""
+TORCH = ("pytorch", "spmd")
+"""Distributions whose ranks may form a torch.distributed group with ``env://``."""
 KEEP_GENERATIONS = 20
 """Per-generation log directories (``<log dir>/gen-G``) a node keeps: starting a generation removes
 the oldest beyond the newest this many, so restarts and membership changes cannot pile them up."""
@@ -112,6 +114,7 @@ class NodeProcesses:
                                       spec.virtual_local_rank),
                 contract.TRAINPLANE_WORLD_FILE: self._world_file(i),
                 contract.MONITOR_MEMBERS: "true" if spec.monitor_members else "false",
+                **self._join_env(),
             })
         if torchrun.omp_num_threads(base, self._num_proc) is not None and not self._omp_said:
             self._omp_said = True
@@ -206,6 +209,14 @@ class NodeProcesses:
             world.generation, node_rank, [env], ("-m", DAEMON_MODULE, daemon.name, *daemon.argv),
             lambda ended: self._on_daemon_exit(daemon.name, ended), log_dir, label=daemon.name,
         )
+
+    def _join_env(self) -> dict[str, str]:
+        """``TRAINPLANE_JOIN_TIMEOUT`` (the quorum timeout) for the ranks of an elastic torch batch job, whose
+        new worlds' ranks wait that long for a joining node's (``execution.torchhooks``); nothing otherwise."""
+        spec = self._settings.spec
+        if not spec.elastic or self._service is not None or spec.no_python or spec.distribution not in TORCH:
+            return {}
+        return {contract.JOIN_TIMEOUT: f"{spec.quorum_timeout:g}"}
 
     def _world_file(self, local_rank: int) -> str:
         return os.path.join(self._run_dir, f"world-{local_rank}.json")

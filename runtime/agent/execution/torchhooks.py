@@ -22,6 +22,15 @@ False, as here: no agent hosts one):
    groups it destroys alive (:func:`_destroy`) until the next call starts (:func:`collect`), when
    those threads have long been idle.
 
+The ranks of an elastic batch job (``TRAINPLANE_JOIN_TIMEOUT`` set, :func:`install_on_import` with
+``destroy=False``) take the same ``env://`` path for a third reason: a node that joins a running world starts
+its processes cold (the interpreter, ``import torch``, the user's set-up) while the survivors re-initialise at
+once, and torch's store lets rank 0 wait for the others only as long as the ``init_process_group`` timeout
+(often seconds in elastic code, so that a lost peer is noticed). Here every rank first meets the others
+(:func:`_meet`): up to ``TRAINPLANE_JOIN_TIMEOUT`` seconds, polling the store from Python, where the next
+membership change can be raised in the main thread (a joiner lost before it arrived: the next world's
+rendezvous starts instead); the user's timeout applies from there on.
+
 Standard library only at import: torch is never imported here; the hooks attach when the user's
 code imports torch's modules (:func:`install_on_import`).
 """
@@ -31,7 +40,9 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import os
+import socket
 import sys
+import time
 import types
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,6 +57,8 @@ C10D_MODULE = "torch.distributed.distributed_c10d"
 """torch's module of ``init_process_group`` and ``destroy_process_group``."""
 PREFIX = "trainplane"
 """Key prefix of every rendezvous made through the kept store."""
+STEP = 1.0
+"""The longest pause (s) between two polls while the ranks of a new world meet (:func:`_meet`)."""
 
 
 @dataclass
@@ -82,9 +95,10 @@ def collect() -> None:
     _State.destroyed.clear()
 
 
-def install() -> bool:
-    """Attach the hooks to torch's modules that are loaded (idempotent); ``False`` when torch's
-    rendezvous module is not (nothing to do yet). Never imports torch."""
+def install(destroy: bool = True) -> bool:
+    """Attach the hooks to torch's modules that are loaded (idempotent): the ``env://`` handler, and with
+    ``destroy`` the ``destroy_process_group`` that keeps groups alive until :func:`collect`; ``False`` when
+    torch's rendezvous module is not loaded (nothing to do yet). Never imports torch."""
     module = sys.modules.get(RENDEZVOUS_MODULE)
     if module is None:
         return False
@@ -92,25 +106,27 @@ def install() -> bool:
     if handlers.get("env") is not _env_rendezvous:
         handlers["env"] = _env_rendezvous
     c10d = sys.modules.get(C10D_MODULE)
-    if c10d is not None and hasattr(c10d, "destroy_process_group"):  # not while it is being imported
+    if destroy and c10d is not None and hasattr(c10d, "destroy_process_group"):  # not while it is being imported
         _patch_destroy(c10d)
     return True
 
 
-def install_on_import() -> None:
-    """:func:`install` now for what is loaded, and for the rest as soon as it is (the service
-    worker calls this at its start, so the process's first ``init_process_group`` is hooked too)."""
-    install()
-    for name in (RENDEZVOUS_MODULE, C10D_MODULE):
+def install_on_import(destroy: bool = True) -> None:
+    """:func:`install` now for what is loaded, and for the rest as soon as it is (the service worker
+    calls this at its start, so the process's first ``init_process_group`` is hooked too; the bootstrap
+    of an elastic batch job's rank with ``destroy=False``: it never calls :func:`collect`)."""
+    install(destroy)
+    names = (RENDEZVOUS_MODULE, C10D_MODULE) if destroy else (RENDEZVOUS_MODULE,)
+    for name in names:
         if name not in sys.modules and not any(isinstance(f, _Finder) and f.name == name for f in sys.meta_path):
-            sys.meta_path.insert(0, _Finder(name, _after_import))
+            sys.meta_path.insert(0, _Finder(name, lambda module: _after_import(module, destroy)))
 
 
-def _after_import(module: types.ModuleType) -> None:
+def _after_import(module: types.ModuleType, destroy: bool) -> None:
     if module.__name__ == C10D_MODULE:
         _patch_destroy(module)
     else:
-        install()
+        install(destroy)
 
 
 def _patch_destroy(c10d: types.ModuleType) -> None:
@@ -163,11 +179,63 @@ def _kept_store(endpoint: tuple[str, int], rank: int, world_size: int, timeout: 
     if kept is not None and kept.generation == current and kept.endpoint == endpoint:
         return kept.store
     _State.store = None  # the old generation's store goes (its server, on rank 0, with it)
-    options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-    store = TCPStore(host_name=endpoint[0], port=endpoint[1], world_size=world_size, is_master=rank == 0,
-                     multi_tenant=True, use_libuv=use_libuv, **options)
+    join = os.environ.get(contract.JOIN_TIMEOUT)
+    if join:
+        store = _meet(endpoint, rank, world_size, timeout, use_libuv, float(join))
+    else:
+        options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        store = TCPStore(host_name=endpoint[0], port=endpoint[1], world_size=world_size, is_master=rank == 0,
+                         multi_tenant=True, use_libuv=use_libuv, **options)
     _State.store = _Store(current, endpoint, store)
     return store
+
+
+def _meet(endpoint: tuple[str, int], rank: int, world_size: int, timeout: Optional[timedelta], use_libuv: bool,
+          join: float) -> Any:
+    """This generation's store once all ``world_size`` ranks have reached it (see the module), waiting up to
+    ``join`` seconds (or the user's ``timeout``, if longer) in Python, polling every :data:`STEP` s at most, so a
+    membership change can be raised meanwhile; the store's timeout is the user's (torch's default without one).
+
+    Raises:
+        torch.distributed.DistStoreError: the store did not answer, or the others did not all arrive in time
+            (how many did, named).
+    """
+    from torch.distributed import DistStoreError, TCPStore
+    from torch.distributed.constants import default_pg_timeout
+
+    user = timeout if timeout is not None else default_pg_timeout
+    deadline = time.monotonic() + max(join, user.total_seconds())
+    where = f"{endpoint[0]}:{endpoint[1]} (generation {generation()})"
+    pause = _pauses()
+    while rank != 0:  # rank 0 may be the late one: connect once its store listens
+        try:
+            socket.create_connection((endpoint[0].strip("[]"), endpoint[1]), timeout=STEP).close()
+            break
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise DistStoreError(f"rank {rank} could not reach the store of its world at {where} within "
+                                     f"{contract.JOIN_TIMEOUT}={join:g} s: {exc}") from None
+            time.sleep(next(pause))
+    store = TCPStore(host_name=endpoint[0], port=endpoint[1], world_size=world_size, is_master=rank == 0,
+                     multi_tenant=True, use_libuv=use_libuv, timeout=user, wait_for_workers=False)
+    arrived, met = f"{PREFIX}/arrived", f"{PREFIX}/met"
+    if store.add(arrived, 1) == world_size:
+        store.set(met, "1")
+    pause = _pauses()
+    while not store.check([met]):
+        if time.monotonic() >= deadline:
+            raise DistStoreError(f"{store.add(arrived, 0)} of the {world_size} ranks of its world reached the store "
+                                 f"at {where} within {contract.JOIN_TIMEOUT}={join:g} s")
+        time.sleep(next(pause))
+    return store
+
+
+def _pauses() -> Iterator[float]:
+    """Seconds between two polls: from 10 ms, doubling up to :data:`STEP`."""
+    pause = 0.01
+    while True:
+        yield pause
+        pause = min(STEP, pause * 2)
 
 
 def _required(name: str) -> str:
