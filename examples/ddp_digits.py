@@ -35,7 +35,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--checkpoint", default="checkpoints/ddp_digits.pt")
+    p.add_argument("--checkpoint", default=str(Path(os.environ.get("CHECKPOINT_DIR", "checkpoints")) / "ddp_digits.pt"),
+                   help="where rank 0 saves the model (default: in $CHECKPOINT_DIR, a DistributedJob's checkpoint_dir, "
+                        "when it is set, else in ./checkpoints)")
     p.add_argument("--params-out", default=None, help="directory for per-rank parameter fingerprints (JSON)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.cluster import storage
 from testbed.cluster.pki import Pki
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -99,13 +100,14 @@ def _component_auth(layout: Layout, client: str) -> list[str]:
 
 def controller_manager(bin_path: Path, layout: Layout, ports: Ports) -> list[str]:
     """kube-controller-manager: every default controller (Job, StatefulSet, EndpointSlice, garbage
-    collector, service accounts and their tokens, node lifecycle, ...), each with its own credentials."""
+    collector, service accounts and their tokens, node lifecycle, ...), each with its own credentials; and the
+    host-path provisioner for the claims of one StorageClass (``storage.py``)."""
     pki = layout.pki
     return [str(bin_path), *_component_auth(layout, "controller-manager"), f"--secure-port={ports.controller_manager}",
             f"--service-account-private-key-file={pki.service_account_key}", f"--root-ca-file={pki.ca}",
             f"--cluster-signing-cert-file={pki.ca}", f"--cluster-signing-key-file={pki.ca_key}",
             "--use-service-account-credentials=true", "--cluster-name=trainplane-test",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false"]
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false", *storage.CONTROLLER_MANAGER_FLAGS]
 
 
 def scheduler(bin_path: Path, layout: Layout, ports: Ports) -> list[str]:

@@ -2,8 +2,9 @@
 
 It writes the certificates and kubeconfigs, starts etcd, the API server, the controller manager, the
 scheduler and kwok (each dies with it: ``PR_SET_PDEATHSIG``), registers the nodes, waits until they are
-Ready, then writes ``STATE_DIR/ready`` (JSON: kubeconfig, server, pid). On SIGTERM or SIGINT, when a
-component exits, or when ``--parent`` is gone, it stops every component (SIGTERM, then SIGKILL) and exits.
+Ready, creates the StorageClass of the host-path provisioner (``storage.py``), then writes ``STATE_DIR/ready``
+(JSON: kubeconfig, server, pid). On SIGTERM or SIGINT, when a component exits, or when ``--parent`` is gone, it
+stops every component (SIGTERM, then SIGKILL) and exits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.local.ports import free_port
-from testbed.cluster import commands, nodes, processes
+from testbed.cluster import commands, nodes, processes, storage
 from testbed.cluster.build import binary
 from testbed.cluster.commands import Layout, Ports
 from testbed.cluster.pki import CLIENTS, kubeconfig, make_pki
@@ -119,6 +120,7 @@ class Supervisor:
         self._wait(all_ready, f"nodes {sorted(names)} Ready")
         self._wait(lambda: api.read_namespaced_service_account("default", "default"),
                    "the default ServiceAccount (the controller manager's service-account controller)")
+        storage.install(api.api_client)
 
     def run_until_stopped(self) -> None:
         """Watch the components and the parent until asked to stop."""
