@@ -77,18 +77,30 @@ JOBSET = Manager("jobset", "jobset", JOBSET_MODULE, versions.JOBSET,
                  "config/components/webhook/manifests.yaml", "internalCertManagement")
 
 
-def module_file(manager: Manager, inside: str) -> Path:
-    """A file of the manager's module at its release (downloaded into the module cache if needed)."""
+def module_dir(module: str, version: str) -> Path:
+    """The directory of ``module`` at ``version`` in the module cache (downloaded if needed; read-only).
+
+    Raises:
+        BuildError: go could not download it.
+    """
     work = Path(tempfile.mkdtemp(prefix="trainer-dl-"))
     try:
-        return _download(manager.module, manager.version, work, "Dir") / inside
+        return _download(module, version, work, "Dir")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def local_config(manager: Manager, health: int, metrics: int, webhook: int, cert_dir: Path) -> dict[str, Any]:
-    """The release's config with :data:`OUT_OF_CLUSTER` replaced for a process on this machine."""
-    config = copy.deepcopy(yaml.safe_load(module_file(manager, manager.config).read_text()))
+def module_file(manager: Manager, inside: str) -> Path:
+    """A file of the manager's module at its release (downloaded into the module cache if needed)."""
+    return module_dir(manager.module, manager.version) / inside
+
+
+def local_config(manager: Manager, health: int, metrics: int, webhook: int, cert_dir: Path,
+                 base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The release's config (``base``, e.g. what a Helm release's ConfigMap holds; by default the module's
+    :attr:`Manager.config`) with :data:`OUT_OF_CLUSTER` replaced for a process on this machine."""
+    source = base if base is not None else yaml.safe_load(module_file(manager, manager.config).read_text())
+    config = copy.deepcopy(source)
     config.update({
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
         "metrics": {"bindAddress": f"127.0.0.1:{metrics}"},
@@ -137,9 +149,12 @@ class Running:
         processes.stop(self.process, self.workdir, grace)
 
 
-def start(manager: Manager, kubeconfig: Path, pki: Pki, ports: Sequence[int], timeout: float = 180.0) -> Running:
+def start(manager: Manager, kubeconfig: Path, pki: Pki, ports: Sequence[int], timeout: float = 180.0,
+          base_config: dict[str, Any] | None = None) -> Running:
     """Start ``manager`` (building it first when not cached) on ``ports`` (health, metrics, webhook) and wait until
-    it is ready (``/readyz``: its webhook server listens).
+    it is ready (``/readyz``: its webhook server listens). ``kubeconfig`` is its identity (an admin's, or a
+    ServiceAccount token's to run under a release's RBAC); ``base_config`` its configuration before
+    :func:`local_config`'s changes (the module's when ``None``).
 
     The webhook's certificate is in ``--config``'s ``webhook.certDir`` for JobSet; the Trainer's config has no such
     field, so its process gets ``TMPDIR`` = its working directory, under which controller-runtime v0.24.1 looks by
@@ -155,7 +170,7 @@ def start(manager: Manager, kubeconfig: Path, pki: Pki, ports: Sequence[int], ti
     health, metrics, webhook = ports
     workdir = Path(tempfile.mkdtemp(prefix=f"{manager.name}-"))
     certs = issue_loopback_serving(pki, workdir / "k8s-webhook-server" / "serving-certs", f"{manager.name}-webhook")
-    config = local_config(manager, health, metrics, webhook, certs)
+    config = local_config(manager, health, metrics, webhook, certs, base_config)
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     log = workdir / f"{manager.name}.log"
     with log.open("ab") as out:

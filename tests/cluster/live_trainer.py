@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,12 @@ def _ports(count: int, taken: list[int]) -> list[int]:
     return out
 
 
-@pytest.fixture(scope="module")
-def live(cluster: Cluster, api: client.ApiClient) -> Iterator[str]:
-    """The four CRDs, JobSet's and the Trainer's managers and webhooks (for one namespace), and the add-on's plain
-    runtime; yields the namespace. Everything is removed afterwards, the webhooks first."""
-    names = [apply_crd(api, crds.crd_file(f)) for f in CRD_FILES]
+@contextmanager
+def trainer_namespace(cluster: Cluster, api: client.ApiClient, extra_crds: Sequence[str] = ()) -> Iterator[str]:
+    """The four CRDs (and the ``extra_crds`` files, before the managers start: the Trainer watches a PodGroup
+    kind only if its CRD exists then), JobSet's and the Trainer's managers and webhooks (for one namespace), and
+    the add-on's plain runtime; yields the namespace. Everything is removed afterwards, the webhooks first."""
+    names = [apply_crd(api, crds.crd_file(f)) for f in (*CRD_FILES, *extra_crds)]
     namespace = f"trainer-{uuid.uuid4().hex[:8]}"
     core, admission = client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
     core.create_namespace({"metadata": {"name": namespace}})
@@ -89,6 +91,13 @@ def live(cluster: Cluster, api: client.ApiClient) -> Iterator[str]:
         core.delete_namespace(namespace)
         for name in names:
             delete_crd(api, name)
+
+
+@pytest.fixture(scope="module")
+def live(cluster: Cluster, api: client.ApiClient) -> Iterator[str]:
+    """:func:`trainer_namespace`, for this module."""
+    with trainer_namespace(cluster, api) as namespace:
+        yield namespace
 
 
 def jobset(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
