@@ -4,6 +4,7 @@ directory or archive, the training operator's kustomize overlay, from a componen
 
 from __future__ import annotations
 
+import json
 import re
 import tarfile
 
@@ -25,6 +26,8 @@ from components.addons import (
 from components.addons.kueue import PYTORCHJOB_FRAMEWORK
 from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, TRAINER, VOLCANO
 from components.errors import ArgumentError
+from testbed.cluster.project import addon_stack
+from tests.components.componenttest import run_program
 from tests.components.stackconfigtest import assert_refused, parse
 from tests.components.test_addons_components import RELEASE, deploy_addon
 
@@ -136,3 +139,17 @@ def test_a_stack_installs_each_addon_from_the_local_copy_addon_copies_names(tmp_
 def test_a_stack_copy_for_an_addon_it_lacks_or_of_another_chart_is_refused(copies, value, fix):
     name = next(iter(copies))
     assert_refused("existing", {"addonCopies": copies}, f"trainplane:addonCopies.{name}", value, re.escape(fix))
+
+
+def test_the_program_installs_a_stacks_addons_from_their_copies_with_no_job(home, tmp_path):
+    """The repository's program with the test cluster's add-on stack (``testbed.cluster.project.addon_stack``:
+    the stack's add-ons from local copies, no queue, no job) registers the Kueue release from the chart directory
+    and the operator's overlay from the copy, and nothing from a repository."""
+    kueue = str(write_chart(tmp_path / "kueue", KUEUE.name, KUEUE.version))
+    overlay = write_overlay(tmp_path / "standalone", "v1-93c5489")
+    stack = addon_stack("existing", home / ".kube" / "config", {"kueue": kueue, "training-operator": overlay})
+    deployment = run_program({k: v if isinstance(v, str) else json.dumps(v) for k, v in stack.config.items()})
+
+    assert deployment.one(RELEASE).inputs["chart"] == kueue
+    assert deployment.one("kubernetes:kustomize/v2:Directory").inputs["directory"] == overlay
+    assert not [r for r in deployment.registrations.values() if r.type.startswith("kubernetes:batch")]
