@@ -81,6 +81,15 @@ VOLCANO_ADDON = "volcano"
 KUEUE_ADDON = "kueue"
 TRAINER_ADDON = "trainer"
 ADDONS = (DEVICE_PLUGIN, TRAINING_OPERATOR, VOLCANO_ADDON, KUEUE_ADDON, TRAINER_ADDON)
+LOCAL_COPY_FIELDS = {
+    DEVICE_PLUGIN: ("device_plugin", "chart_path"),
+    TRAINING_OPERATOR: ("training_operator", "manifests_path"),
+    VOLCANO_ADDON: ("volcano", "chart_path"),
+    KUEUE_ADDON: ("kueue", "chart_path"),
+    TRAINER_ADDON: ("trainer", "chart_path"),
+}
+"""Per add-on of ``addonCopies``: its ``AddonsConfig`` attribute and the argument that takes a local copy (a chart
+directory or ``.tgz`` for the Helm add-ons, the standalone overlay for the training operator)."""
 
 
 @dataclass(frozen=True)
@@ -188,13 +197,34 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
     trainer = None
     if TRAINER_ADDON in names:  # a runtime for each gang scheduler the stack installs (Kueue uses the plain one)
         trainer = TrainerV2Args(gang_schedulers=(NO_GANG, VOLCANO) if volcano is not None else (NO_GANG,))
-    return AddonsConfig(
+    return with_local_copies(raw.get("addonCopies") or {}, names, AddonsConfig(
         device_plugin=device_plugin_args(cluster) if DEVICE_PLUGIN in names else None,
         training_operator=operator,
         volcano=volcano,
         kueue=kueue,
         trainer=trainer,
-    )
+    ))
+
+
+def with_local_copies(copies: Mapping[str, Any], names: Sequence[str], addons: AddonsConfig) -> AddonsConfig:
+    """The add-ons with the local copies ``addonCopies`` names (add-on name to path, relative to the program's
+    directory) in place of their repositories' charts or overlay, each checked against the add-on's pin.
+
+    Raises:
+        StackConfigError: A copy for an add-on the stack does not install, or one that is not a copy of the pinned
+            chart or overlay (``trainplane:addonCopies.<add-on>``).
+    """
+    for name, path in copies.items():
+        if name not in names:
+            raise StackConfigError(full_key(f"addonCopies.{name}"), path,
+                                   f"add {name} to trainplane:addons or remove this entry")
+        attribute, field = LOCAL_COPY_FIELDS[name]
+        try:
+            addons = dataclasses.replace(addons, **{
+                attribute: dataclasses.replace(getattr(addons, attribute), **{field: path})})
+        except ArgumentError as exc:
+            raise StackConfigError(full_key(f"addonCopies.{name}"), path, exc.detail) from exc
+    return addons
 
 
 def device_plugin_args(cluster: ClusterArgs) -> NvidiaDevicePluginArgs:

@@ -44,6 +44,7 @@ KEY_TYPES: dict[str, type] = {
     "volcanoQueue": str,
     "trainingOperatorGangScheduler": str,
     "kueue": dict,
+    "addonCopies": dict,
     "jobs": list,
 }
 """Every config key the program reads, with the Python type its value decodes to."""

@@ -70,6 +70,23 @@ def cluster_stack(stack: str, kubeconfig: Path) -> ClusterStack:
     return ClusterStack(config, tuple(left_out))
 
 
+def addon_stack(stack: str, kubeconfig: Path, copies: dict[str, str]) -> ClusterStack:
+    """``stacks/Pulumi.<stack>.yaml``'s config pointed at ``kubeconfig`` with its add-ons installed from the local
+    ``copies`` (``trainplane:addonCopies``), and what needs an add-on's controller to answer left out: Kueue's
+    queues (``trainplane:kueue``; Kueue's webhooks, ``failurePolicy: Fail``, admit every ResourceFlavor, ClusterQueue
+    and LocalQueue) and the jobs (its webhooks admit the Jobs and PyTorchJobs of every namespace but ``kube-system``
+    and Kueue's own, the operator's every PyTorchJob), since no pod runs here to serve them.
+
+    Raises:
+        FileNotFoundError: no such stack file.
+    """
+    config = dict(yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"])
+    left_out = tuple(key for key in ("trainplane:kueue", "trainplane:jobs") if config.pop(key, None) is not None)
+    config["trainplane:addonCopies"] = dict(copies)
+    config["trainplane:kubeconfig"] = str(kubeconfig)
+    return ClusterStack(config, left_out)
+
+
 def copy_project(directory: Path, stack: str, config: dict[str, Any]) -> Path:
     """Copy the program into ``directory`` with ``stacks/Pulumi.<stack>.yaml`` holding ``config``;
     returns ``directory``."""

@@ -1,8 +1,11 @@
 """The add-ons installed from a local copy of what they pin (a cluster behind a firewall): a Helm add-on's chart
-directory or archive, the training operator's kustomize overlay; a copy of another release is refused at preview."""
+directory or archive, the training operator's kustomize overlay, from a component's arguments or a stack's
+``trainplane:addonCopies``; a copy of another release is refused at preview."""
 
 from __future__ import annotations
 
+import json
+import re
 import tarfile
 
 import pytest
@@ -20,8 +23,12 @@ from components.addons import (
     Volcano,
     VolcanoArgs,
 )
+from components.addons.kueue import PYTORCHJOB_FRAMEWORK
 from components.addons.versions import KUEUE, NVIDIA_DEVICE_PLUGIN, TRAINER, VOLCANO
 from components.errors import ArgumentError
+from testbed.cluster.project import addon_stack
+from tests.components.componenttest import run_program
+from tests.components.stackconfigtest import assert_refused, parse
 from tests.components.test_addons_components import RELEASE, deploy_addon
 
 pytestmark = pytest.mark.unit
@@ -107,3 +114,42 @@ def test_a_local_overlay_of_another_release_or_none_is_refused(tmp_path, tag, sa
         TrainingOperatorArgs(manifests_path=path)
     assert info.value.field == "manifests_path"
     assert says in info.value.fix and "v1.9.4" in info.value.fix
+
+
+@pytest.mark.usefixtures("home")
+def test_a_stack_installs_each_addon_from_the_local_copy_addon_copies_names(tmp_path):
+    """``trainplane:addonCopies`` maps an add-on's name to its copy: a chart for the Helm add-ons, the overlay for the
+    training operator; the add-ons it does not name keep their repositories."""
+    kueue = str(write_chart(tmp_path / "kueue", KUEUE.name, KUEUE.version))
+    overlay = write_overlay(tmp_path / "standalone", "v1-93c5489")
+    config = parse("existing", addons=["training-operator", "kueue", "device-plugin"],
+                   addonCopies={"kueue": kueue, "training-operator": overlay})
+
+    assert config.addons.kueue.chart_path == kueue
+    assert config.addons.training_operator.manifests_path == overlay
+    assert config.addons.device_plugin.chart_path is None
+    assert PYTORCHJOB_FRAMEWORK in config.addons.kueue.frameworks, "the stack's own settings are kept"
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(("copies", "value", "fix"), [
+    ({"volcano": "charts/volcano"}, "'charts/volcano'", "add volcano to trainplane:addons or remove this entry"),
+    ({"kueue": "missing"}, "'missing'", f"the kueue chart, version {KUEUE.version}"),
+])
+def test_a_stack_copy_for_an_addon_it_lacks_or_of_another_chart_is_refused(copies, value, fix):
+    name = next(iter(copies))
+    assert_refused("existing", {"addonCopies": copies}, f"trainplane:addonCopies.{name}", value, re.escape(fix))
+
+
+def test_the_program_installs_a_stacks_addons_from_their_copies_with_no_job(home, tmp_path):
+    """The repository's program with the test cluster's add-on stack (``testbed.cluster.project.addon_stack``:
+    the stack's add-ons from local copies, no queue, no job) registers the Kueue release from the chart directory
+    and the operator's overlay from the copy, and nothing from a repository."""
+    kueue = str(write_chart(tmp_path / "kueue", KUEUE.name, KUEUE.version))
+    overlay = write_overlay(tmp_path / "standalone", "v1-93c5489")
+    stack = addon_stack("existing", home / ".kube" / "config", {"kueue": kueue, "training-operator": overlay})
+    deployment = run_program({k: v if isinstance(v, str) else json.dumps(v) for k, v in stack.config.items()})
+
+    assert deployment.one(RELEASE).inputs["chart"] == kueue
+    assert deployment.one("kubernetes:kustomize/v2:Directory").inputs["directory"] == overlay
+    assert not [r for r in deployment.registrations.values() if r.type.startswith("kubernetes:batch")]

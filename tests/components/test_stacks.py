@@ -140,7 +140,7 @@ def test_stack_files_set_only_known_keys(stack):
 
 
 PULUMI_TYPES = {str: "string", int: "integer", bool: "boolean", list: "array"}
-UNDECLARED = {"gpuNodeGroups", "kueue", "jobs", "existingStorageClasses"}
+UNDECLARED = {"gpuNodeGroups", "kueue", "jobs", "existingStorageClasses", "addonCopies"}
 """Structured keys Pulumi's project config cannot type; components/stack validates them."""
 
 
