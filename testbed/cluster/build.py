@@ -97,6 +97,17 @@ def upstream_replaces(gomod: str) -> list[str]:
     return [f"{old} => {new} {version}" for old, new, version in _REPLACE.findall(gomod)]
 
 
+def served_replaces(gomod: str) -> list[str]:
+    """:func:`upstream_replaces`, each module of ``versions.SERVED_INSTEAD`` at the served version named there."""
+    out = []
+    for line in upstream_replaces(gomod):
+        old, new = line.split(" => ")
+        module = new.split()[0]
+        out.append(f"{old} => {module} {versions.SERVED_INSTEAD[module]}" if module in versions.SERVED_INSTEAD
+                   else line)
+    return out
+
+
 def _kube_ldflags() -> tuple[str, ...]:
     major, minor = versions.KUBERNETES.removeprefix("v").split(".")[:2]
     out: list[str] = []
@@ -157,14 +168,17 @@ PARTS: dict[str, tuple[GoTool, ...]] = {
     "scheduler-plugins": (GoTool(
         "scheduler-plugins", "sigs.k8s.io/scheduler-plugins", versions.SCHEDULER_PLUGINS,
         ("sigs.k8s.io/scheduler-plugins/cmd/scheduler",), rename=(("scheduler", "scheduler-plugins-scheduler"),),
-        ldflags=(f"k8s.io/component-base/version.gitVersion={versions.SCHEDULER_PLUGINS}",),
-        extra_replaces=upstream_replaces),),
+        ldflags=(f"k8s.io/component-base/version.gitVersion={versions.SCHEDULER_PLUGINS_KUBERNETES}",),
+        extra_replaces=served_replaces),),
 }
 """Named parts ``build`` leaves out unless asked (``python -m testbed.cluster build --with NAME``), for the live
 tests only: ``pods`` is the real node that runs containers (``realnode.py``), the others are controllers (their
 cold builds are measured in their modules' docstrings). The controllers' builds are upstream's ``Makefile``
 targets by module path: the operator's ``build`` (``go build ./cmd/training-operator.v1``), scheduler-plugins'
-``build-scheduler`` (``-X k8s.io/component-base/version.gitVersion=$(VERSION)``)."""
+``build-scheduler`` (``-X k8s.io/component-base/version.gitVersion=$(VERSION)``), the version set to the Kubernetes
+release the scheduler is built on (``versions.SCHEDULER_PLUGINS_KUBERNETES``): with its own ``v0.34.7`` the
+kube-scheduler framework reads binary version 0.34 and refuses to start ("emulation version 0.34 is not between
+[1.31, 0.34.0]", k8s.io/apiserver v0.34.7 ``pkg/util/compatibility/version.go``, ``DefaultBuildEffectiveVersion``)."""
 
 
 def tool_dir(tool: GoTool) -> Path:

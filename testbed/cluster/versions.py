@@ -73,7 +73,10 @@ the Go module proxy serves here. The real node's kubelet is k8s.io/kubernetes at
 
 VOLCANO = "v1.15.1"
 """volcano.sh/volcano: the release the Volcano add-on installs (its chart 1.15.1); its module zip holds the CRDs
-(``crds.PUBLISHED``) and the scheduler's and controllers' sources."""
+(``crds.PUBLISHED``) and the scheduler's and controllers' sources. Those are not built: they import volcano.sh/apis
+v1.15.1, which the Go module proxy here refuses (as v1.15.0, v1.15.2, v1.14.1, v1.14.2), and the nearest served,
+v1.14.0, lacks ``scheduling/v1beta1.QueueAllocationGateKey``, which the v1.15.1 scheduler uses
+(``pkg/scheduler/cache/util.go``), so no replace builds it (2026-12-02)."""
 
 TRAINING_OPERATOR = "v1.9.4"
 """github.com/kubeflow/training-operator: the Kubeflow training operator (``cmd/training-operator.v1``), the release
@@ -83,6 +86,17 @@ SCHEDULER_PLUGINS = "v0.34.7"
 """sigs.k8s.io/scheduler-plugins: the second scheduler with coscheduling (``cmd/scheduler``); the release for
 Kubernetes 1.34 (its go.mod requires k8s.io/kubernetes v1.34.7), whose PodGroup CRD ``crds.SOURCES`` generates
 and whose API the training operator v1.9.4 imports; a named part (``build --with``)."""
+
+SCHEDULER_PLUGINS_KUBERNETES = "v1.34.7"
+"""The k8s.io/kubernetes release scheduler-plugins v0.34.7 requires and builds its scheduler on: the version its
+binary reports (``build.PARTS``)."""
+
+SERVED_INSTEAD = {"k8s.io/csi-translation-lib": "v0.34.5"}
+"""Modules a part's upstream go.mod pins (replaces) at a version the Go module proxy here refuses, and the nearest
+one it serves, built instead: scheduler-plugins v0.34.7 replaces k8s.io/csi-translation-lib with v0.34.7 (refused,
+as is v0.34.6); v0.34.5 is the newest 1.34 patch served. k8s.io/kubernetes v1.34.7's scheduler uses it only to
+translate in-tree volumes to CSI (``pkg/scheduler/framework/plugins/nodevolumelimits``, ``volumebinding``), which
+the coscheduling tests' pods do not have; the build compiling against it is the API check."""
 
 GO = "go1.26.8"
 """The Go toolchain the cache key names (the machine's ``go``)."""

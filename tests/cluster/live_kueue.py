@@ -1,10 +1,16 @@
 """Kueue's real manager (sigs.k8s.io/kueue at the add-on's release, built from its Go module) with the manager
 configuration the ``Kueue`` add-on renders, against the test cluster (issue 21): a job labelled for a queue is
 created suspended and stays so until Kueue admits it, then runs; a job over its ClusterQueue's quota stays
-suspended, its Workload pending with Kueue's reason.
+suspended, its Workload pending with Kueue's reason; the GPU quota, set as a stack sets it to the GPUs of the GPU
+nodes, admits a job on all of them and no more; a misspelt framework stops the manager, which lists exactly the
+frameworks the add-on checks against.
 
-The queues are the add-on's own objects (``resource_flavor``, ``cluster_queue``, ``local_queue``) and the jobs
-``render_job``'s; ``testbed/cluster/kueue.py`` says what of the Helm release this leaves out.
+The queues are the add-on's own objects (``resource_flavor``, ``cluster_queue``, ``local_queue``) from a stack's
+``trainplane:kueue`` (``parse_kueue``) and the jobs ``render_job``'s; ``testbed/cluster/kueue.py`` says what of the
+Helm release this leaves out. ``live_kueue_recovery.py`` shows ``recoveryTimeout`` live.
+
+The GPU quota test has not run yet (2026-12-02: Kueue's manager was not rebuilt in time); the others passed
+before it, with the fixture now in ``tests/cluster/controllers.py``.
 
 Not collected by a plain ``pytest`` (the file name is not ``test_*.py``), so CI does not build Kueue: its cold
 build took 13 minutes here beside CI's own run (``testbed/cluster/kueue.py``). Run it by path:
@@ -18,118 +24,51 @@ import re
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, dynamic
+from kubernetes import client
 
-from components.addons.kueue import (
-    KNOWN_FRAMEWORKS,
-    ClusterQueueArgs,
-    KueueArgs,
-    LocalQueueArgs,
-    ResourceFlavorArgs,
-    chart_values,
-    cluster_queue,
-    local_queue,
-    resource_flavor,
-)
-from components.addons.versions import KUEUE_API
+from components.addons.kueue import KNOWN_FRAMEWORKS, KueueArgs, chart_values
 from components.errors import ArgumentError
-from runtime.local.ports import free_port
-from testbed.cluster import kueue
+from components.stack.config import parse_kueue
+from runtime.agent.contract import GPU_NODE_LABEL, GPU_RESOURCE
+from testbed.cluster import kueue, nodes
 from testbed.cluster.lifecycle import Cluster
-from testbed.cluster.pki import Pki
 from testbed.cluster.waiting import wait_for
-from tests.cluster.kube import WAIT, create, pods, wait_for_pods
+from tests.cluster.controllers import LiveKueue, condition, kueue_crds, running_kueue, workload_of
+from tests.cluster.kube import WAIT, pods, wait_for_pods
 from tests.cluster.test_workloads import deploy, selector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
 
 QUEUE = "team"
-
-
-@dataclass(frozen=True)
-class LiveKueue:
-    """The running manager and the namespace its webhooks admit."""
-
-    manager: kueue.KueueManager
-    namespace: str
+GPU_QUEUE = "gpus"
+GPUS = sum(int(n["status"]["allocatable"].get(GPU_RESOURCE, 0)) for n in nodes.all_nodes())
+"""The GPUs the cluster's GPU nodes advertise (``testbed/cluster/nodes.py``: two nodes of one)."""
 
 
 def addon_args(namespace: str) -> KueueArgs:
-    """One flavor, a ClusterQueue of 4 CPUs and 16 GiB, and a LocalQueue in ``namespace``."""
-    return KueueArgs(flavors=[ResourceFlavorArgs(name="default")],
-                     cluster_queues=[ClusterQueueArgs(name=f"cq-{namespace}",
-                                                      quotas={"default": {"cpu": "4", "memory": "16Gi"}})],
-                     local_queues=[LocalQueueArgs(name=QUEUE, namespace=namespace, cluster_queue=f"cq-{namespace}")])
+    """The add-on's args as a stack's ``trainplane:kueue`` gives them (``parse_kueue``): a CPU ClusterQueue of 4 CPUs
+    and 16 GiB on the ``default`` flavor, and a GPU ClusterQueue whose ``gpu`` flavor selects the GPU nodes by their
+    label and quotes the GPUs they advertise; a LocalQueue for each in ``namespace``."""
+    return parse_kueue({
+        "flavors": [{"name": "default"}, {"name": "gpu", "nodeLabels": {GPU_NODE_LABEL: "true"}}],
+        "clusterQueues": [{"name": f"cq-{namespace}", "quotas": {"default": {"cpu": "4", "memory": "16Gi"}}},
+                          {"name": f"gpu-{namespace}", "quotas": {"gpu": {GPU_RESOURCE: str(GPUS)}}}],
+        "localQueues": [{"name": QUEUE, "namespace": namespace, "clusterQueue": f"cq-{namespace}"},
+                        {"name": GPU_QUEUE, "namespace": namespace, "clusterQueue": f"gpu-{namespace}"}]})
 
 
 @pytest.fixture(scope="module")
 def live(cluster: Cluster, api: client.ApiClient) -> Iterator[LiveKueue]:
     """Kueue's CRDs, its manager with the add-on's config, its webhooks (for one namespace) and the add-on's
-    queues; all removed afterwards, the webhooks first."""
-    found = kueue.manifests()
-    extensions = client.ApiextensionsV1Api(api)
-    core, admission = client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
-    names = []
-    for path in found.crds:
-        body = yaml.safe_load(path.read_text())
-        extensions.create_custom_resource_definition(body)
-        names.append(body["metadata"]["name"])
-
-    def established() -> bool:
-        return all(any(c.type == "Established" and c.status == "True"
-                       for c in extensions.read_custom_resource_definition(n).status.conditions or []) for n in names)
-
-    wait_for(established, WAIT, "Kueue's CRDs to be Established")
+    queues; all removed afterwards (``tests/cluster/controllers.py``)."""
     namespace = f"kueue-{uuid.uuid4().hex[:8]}"
-    for name in ("kueue-system", namespace):
-        core.create_namespace({"metadata": {"name": name}})
-    args = addon_args(namespace)
-    ports: list[int] = []
-    for _ in range(3):
-        ports.append(free_port("127.0.0.1", avoid=ports))
-    rendered = chart_values(args)["managerConfig"]["controllerManagerConfigYaml"]
-    manager = kueue.start(rendered, cluster.kubeconfig, Pki(cluster.state / "pki"), ports)
-    hooks = kueue.webhook_configurations(found.webhooks, manager.webhook_port, Pki(cluster.state / "pki").ca,
-                                         [namespace])
-    try:
-        for hook in hooks:
-            create(api, hook)
-        for obj in (*map(resource_flavor, args.flavors), *map(cluster_queue, args.cluster_queues),
-                    *map(local_queue, args.local_queues)):
-            create(api, obj)
-        yield LiveKueue(manager, namespace)
-    finally:
-        for hook in hooks:
-            delete = (admission.delete_mutating_webhook_configuration if hook["kind"].startswith("Mutating")
-                      else admission.delete_validating_webhook_configuration)
-            delete(hook["metadata"]["name"])
-        manager.stop()
-        for name in ("kueue-system", namespace):
-            core.delete_namespace(name)
-        for name in names:
-            extensions.delete_custom_resource_definition(name)
-
-
-def workload_of(api: client.ApiClient, namespace: str, job: str) -> dict[str, Any] | None:
-    """The Workload Kueue made for Job ``job``, or None yet."""
-    resource = dynamic.DynamicClient(api).resources.get(api_version=KUEUE_API, kind="Workload")
-    for found in resource.get(namespace=namespace).items:
-        owners = found.metadata.get("ownerReferences") or []
-        if any(o["kind"] == "Job" and o["name"] == job for o in owners):
-            return dict(found.to_dict())
-    return None
-
-
-def condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    if workload is None:
-        return None
-    return next((c for c in workload.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+    with kueue_crds(api), running_kueue(cluster, api, namespace, addon_args(namespace)) as running:
+        yield running
 
 
 def test_the_managers_config_is_the_addons(live: LiveKueue) -> None:
@@ -177,6 +116,44 @@ def test_a_queued_job_is_suspended_until_kueue_admits_it_and_then_runs(api: clie
     wait_for(lambda: client.BatchV1Api(api).read_namespaced_job(job, live.namespace).spec.suspend is False, WAIT,
              "Kueue to unsuspend the admitted Job")
     assert len(wait_for_pods(api, live.namespace, selector(rendered), 2)) == 2
+
+
+def test_the_gpu_quota_admits_what_the_gpu_nodes_can_run_and_no_more(api: client.ApiClient, live: LiveKueue) -> None:
+    """The GPU ClusterQueue quotes the GPUs the GPU nodes advertise. A service job of one GPU per pod on every GPU
+    is admitted: Kueue puts its flavor's node label in each pod's ``nodeSelector`` (v0.19.2
+    ``pkg/podset/podset.go``, ``FromAssignment``/``Merge``) and the scheduler binds one pod per GPU node. A second
+    one-GPU job meanwhile stays unadmitted (``QuotaReserved: False``, ``Pending``, Kueue's message naming the GPU
+    quota of flavor ``gpu``: ``pkg/scheduler/flavorassigner/flavorassigner.go``, "insufficient unused quota for ...")
+    and none of its pods is bound (Kueue's ``kueue.x-k8s.io/admission`` scheduling gate,
+    ``pkg/controller/jobs/pod/constants/constants.go``, lifted by ``pod_controller.go`` on admission); once the
+    first job is deleted the second is admitted and bound to a GPU node. The StatefulSet's pods stay Running on
+    kwok, where a Job's would succeed at once and free the quota."""
+    namespace = live.namespace
+    first, _ = deploy(api, namespace, name="gpus-a", mode="service", workers=GPUS, gpus=1, gang_scheduler="kueue",
+                      queue=GPU_QUEUE)
+    bound = wait_for_pods(api, namespace, selector(first), GPUS)
+    assert sorted(p.spec.node_name for p in bound) == sorted(nodes.GPU_NODES)
+    assert [(p.spec.node_selector or {}).get(GPU_NODE_LABEL) for p in bound] == ["true"] * GPUS
+    admitted = condition(workload_of(api, namespace, first.names.job, "StatefulSet"), "Admitted")
+    assert admitted is not None and admitted["status"] == "True", admitted
+
+    second, _ = deploy(api, namespace, name="gpus-b", mode="service", workers=1, gpus=1, gang_scheduler="kueue",
+                       queue=GPU_QUEUE)
+
+    def pending() -> dict[str, Any] | None:
+        reserved = condition(workload_of(api, namespace, second.names.job, "StatefulSet"), "QuotaReserved")
+        return reserved if reserved is not None and reserved["status"] == "False" else None
+
+    reserved = wait_for(pending, WAIT, "Kueue to leave the second GPU job pending")
+    assert reserved["reason"] == "Pending"
+    assert f"quota for {GPU_RESOURCE} in flavor gpu" in reserved["message"], reserved["message"]
+    waiting = wait_for_pods(api, namespace, selector(second), 1, bound=False)
+    assert [p.spec.node_name for p in waiting] == [None]
+    assert [g.name for p in waiting for g in p.spec.scheduling_gates or []] == ["kueue.x-k8s.io/admission"]
+
+    client.AppsV1Api(api).delete_namespaced_stateful_set(first.names.job, namespace)
+    (moved,) = wait_for_pods(api, namespace, selector(second), 1)
+    assert moved.spec.node_name in nodes.GPU_NODES
 
 
 def test_kueue_refuses_a_misspelt_framework_naming_the_ones_the_addon_knows(tmp_path: Path) -> None:

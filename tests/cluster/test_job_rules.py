@@ -1,6 +1,7 @@
 """The rules the workloads' rendering relies on, checked against the real API server and controllers (issue 21):
 which Job fields a ``pulumi up`` may patch in place, an elastic Indexed Job completing with fewer nodes than
-it started, and a service job's PodDisruptionBudget letting a drain take one pod at a time.
+it started, and a service job's PodDisruptionBudget letting a drain take one pod at a time (the eviction API, and
+``kubectl drain`` itself).
 
 The objects are ``render_job``'s, created as they are (``tests.cluster.test_workloads.deploy``); kwok marks
 pods Running and Ready once bound and a Job's pods Succeeded a few seconds later.
@@ -8,6 +9,7 @@ pods Running and Ready once bound and a Job's pods Succeeded a few seconds later
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -15,6 +17,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.job.render import JOB_IMMUTABLE
+from testbed.cluster import nodes
+from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.waiting import wait_for
 from tests.cluster.kube import WAIT, create, pods, wait_for_pods
 from tests.cluster.test_workloads import deploy, selector
@@ -152,3 +156,40 @@ def test_a_service_jobs_pods_can_be_evicted_one_at_a_time(api: client.ApiClient,
 
     wait_for(replaced, WAIT, "the evicted pod's replacement to be Ready")
     assert evict(api, namespace, third) == 201
+
+
+def test_kubectl_drain_of_the_node_running_a_service_job_takes_its_pods_one_at_a_time(
+        api: client.ApiClient, namespace: str, cluster: Cluster) -> None:
+    """``kubectl drain`` (the machine's kubectl) of the node holding all three pods of a fixed-size service job
+    succeeds: k8s.io/kubectl's ``pkg/drain/drain.go`` (``evictPods``) cordons the node, asks the eviction API for
+    every pod at once and retries a refused one after 5 s; the API server (k8s.io/kubernetes v1.34.4
+    ``pkg/registry/core/pod/storage/eviction.go``) lets one go under the rendered budget (``minAvailable: 2``)
+    and refuses the others, "Cannot evict pod as it would violate the pod's disruption budget", until the
+    StatefulSet's replacement is Ready on the other node. So the drain takes the job one pod at a time and
+    ends with all three on the other node. ``--delete-emptydir-data``: kubectl refuses to drain pods with an
+    emptyDir without it, and every job pod has one (``/dev/shm``). Written 2026-12-02 and not run yet (the cluster
+    was being built)."""
+    core = client.CoreV1Api(api)
+    target, other = nodes.CPU_NODES
+    core.patch_node(other, {"spec": {"unschedulable": True}})
+    try:
+        rendered, stored = deploy(api, namespace, mode="service", workers=3)
+        assert stored["pdb"]["spec"]["minAvailable"] == 2
+        found = wait_for_pods(api, namespace, selector(rendered), 3)
+        assert {p.spec.node_name for p in found} == {target}
+        budget = client.PolicyV1Api(api)
+        wait_for(lambda: budget.read_namespaced_pod_disruption_budget(
+            rendered.names.job, namespace).status.disruptions_allowed == 1, WAIT, "the budget to allow one disruption")
+        core.patch_node(other, {"spec": {"unschedulable": False}})
+        drained = subprocess.run(["kubectl", f"--kubeconfig={cluster.kubeconfig}", "drain", target,
+                                  f"--pod-selector={selector(rendered)}", "--delete-emptydir-data", "--timeout=300s"],
+                                 capture_output=True, text=True, timeout=360, check=False)
+        out = drained.stdout + drained.stderr
+        assert drained.returncode == 0, out
+        assert all(f"pod/{rendered.names.job}-{i} evicted" in out for i in range(3)), out
+        assert "Cannot evict pod as it would violate the pod's disruption budget" in out, out
+        moved = wait_for_pods(api, namespace, selector(rendered), 3)
+        assert {p.spec.node_name for p in moved} == {other}
+    finally:
+        for name in (target, other):
+            core.patch_node(name, {"spec": {"unschedulable": False}})

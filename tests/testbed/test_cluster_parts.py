@@ -14,8 +14,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from testbed.cluster import coscheduling, training_operator
-from testbed.cluster.build import PARTS, TOOLS, BuildError, binary, tool_dir, upstream_replaces
+from testbed.cluster.build import PARTS, TOOLS, BuildError, binary, served_replaces, tool_dir, upstream_replaces
 from testbed.cluster.pki import rotator_secret
+from testbed.cluster.versions import SCHEDULER_PLUGINS_KUBERNETES, SERVED_INSTEAD
 
 pytestmark = pytest.mark.unit
 
@@ -41,6 +42,25 @@ def test_upstream_replaces_are_restated_in_both_go_mod_forms_and_relative_ones_l
              "replace volcano.sh/apis => ./staging/src/volcano.sh/apis\n")
     assert upstream_replaces(gomod) == ["k8s.io/api => k8s.io/api v0.34.7",
                                         "k8s.io/externaljwt => k8s.io/externaljwt v0.34.7"]
+
+
+def test_a_replace_to_a_refused_version_is_restated_at_the_served_one_and_the_others_as_they_are() -> None:
+    gomod = ("replace (\n\tk8s.io/api => k8s.io/api v0.34.7\n"
+             "\tk8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.34.7\n)\n")
+    assert served_replaces(gomod) == ["k8s.io/api => k8s.io/api v0.34.7",
+                                      "k8s.io/csi-translation-lib => k8s.io/csi-translation-lib "
+                                      f"{SERVED_INSTEAD['k8s.io/csi-translation-lib']}"]
+    assert SERVED_INSTEAD["k8s.io/csi-translation-lib"] != "v0.34.7"
+
+
+def test_the_second_scheduler_reports_the_kubernetes_release_it_is_built_on() -> None:
+    """The kube-scheduler framework (k8s.io/apiserver v0.34.7 ``pkg/util/compatibility/version.go``) takes the
+    binary's ``gitVersion`` as its Kubernetes version and refuses to start on a 0.x one, such as scheduler-plugins'
+    own ``v0.34.7``."""
+    (tool,) = PARTS["scheduler-plugins"]
+    (flag,) = tool.ldflags
+    assert flag == f"k8s.io/component-base/version.gitVersion={SCHEDULER_PLUGINS_KUBERNETES}"
+    assert SCHEDULER_PLUGINS_KUBERNETES.startswith("v1.34.")
 
 
 def test_the_rotator_secret_verifies_for_the_service_name_and_loopback_beyond_the_rotators_lookahead() -> None:
@@ -74,7 +94,8 @@ def test_the_operators_command_keeps_the_rendered_args_first_and_moves_only_its_
 
 def test_the_second_schedulers_profile_is_the_charts_with_only_the_kept_plugins() -> None:
     values = {"scheduler": {"name": "scheduler-plugins-scheduler", "leaderElect": False},
-              "plugins": {"enabled": ["Coscheduling", "CapacityScheduling", "NodeResourceTopologyMatch"],
+              "plugins": {"enabled": ["Coscheduling", "CapacityScheduling", "NodeResourceTopologyMatch",
+                                      "NodeResourcesAllocatable"],
                           "disabled": ["PrioritySort"]},
               "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": 10}}]}
     config = coscheduling.scheduler_config(values, Path("/k/config"))
@@ -82,5 +103,6 @@ def test_the_second_schedulers_profile_is_the_charts_with_only_the_kept_plugins(
     assert config["clientConnection"] == {"kubeconfig": "/k/config"}
     assert config["profiles"] == [{
         "schedulerName": "scheduler-plugins-scheduler",
-        "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "PrioritySort"}]}},
+        "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}, {"name": "NodeResourcesAllocatable"}],
+                                   "disabled": [{"name": "PrioritySort"}]}},
         "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": 10}}]}]
