@@ -11,7 +11,7 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.execution.generation import NodeProcesses
-from runtime.agent.spec.settings import AgentSettings
+from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import Node, World
 
 pytestmark = pytest.mark.unit
