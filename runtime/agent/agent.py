@@ -3,7 +3,7 @@
 All state changes happen on the main thread, which consumes one queue: events for this node's
 ``membership.member.Member`` (worlds, process exits, signals, heartbeat outcomes, what registration
 and discovery found: ``CoordinatorFound``, ``Registered``) and the actions
-of its coordinator, if it holds the role (decided under ``membership.coordination``'s lock in HTTP
+of its coordinator, if it holds the role (decided under ``membership.coordinator_lock``'s lock in HTTP
 handler, probe and push threads). The agent performs the actions: its processes
 (``execution.generation``), registration, heartbeats, world pushes, probes and the coordinator's
 watch on its direct reporters' agent ports (``membership``), and

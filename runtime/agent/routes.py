@@ -1,6 +1,6 @@
 """The agent's own HTTP routes: ``GET /info``, ``GET``/``PUT /members``, ``POST /world``, ``POST /vote`` (service mode's
 ``/call`` and ``/exec`` are ``service.dispatch``'s). Handler threads only validate, decide through
-the coordinator (``membership.coordination``) and hand what follows to the agent's loop; this is where
+the coordinator (``membership.coordinator_lock``) and hand what follows to the agent's loop; this is where
 a membership refusal becomes an HTTP status. Standard library only.
 """
 
