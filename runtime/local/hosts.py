@@ -287,7 +287,8 @@ def start(spec: jobs.LocalJobSpec, endpoint: tuple[str, int], node_rank: Optiona
     agent = subprocess.Popen(jobs.agent_command(), env=env, stdin=None if spec.forward_stdin and joined.node_id == 0
                              else subprocess.DEVNULL)
     plan = ports.LaunchPlan((joined.coordinator[0],), (joined.coordinator[1],), joined.master_port, lp.reservation)
-    return HostJob(jobs.LocalJob(job, token, plan, log_dir, [agent], spec.signals_to_handle, hold), joined, addr,
+    return HostJob(jobs.LocalJob(job=job, token=token, plan=plan, log_dir=log_dir, agents=[agent],
+                                 signals_to_handle=spec.signals_to_handle, log_hold=hold), joined, addr,
                    service)
 
 

@@ -89,7 +89,7 @@ class LocalJob:
         elastic: whether the job continues without a node, node 0 included.
     """
 
-    def __init__(self, job: str, token: str, plan: LaunchPlan, log_dir: str,
+    def __init__(self, *, job: str, token: str, plan: LaunchPlan, log_dir: str,
                  agents: Sequence[subprocess.Popen[bytes]], signals_to_handle: str = DEFAULT_SIGNALS,
                  log_hold: Optional[int] = None, elastic: bool = False) -> None:
         self.job = job
@@ -338,8 +338,9 @@ def start(spec: LocalJobSpec, stdout: Optional[IO[bytes]] = None, stderr: Option
                 stdin=None if spec.forward_stdin and i == 0 else subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                 start_new_session=new_session))
     except OSError:
-        LocalJob(job, token, lp, log_dir, agents, log_hold=log_hold).stop()
+        LocalJob(job=job, token=token, plan=lp, log_dir=log_dir, agents=agents, log_hold=log_hold).stop()
         raise
-    started = LocalJob(job, token, lp, log_dir, agents, spec.signals_to_handle, log_hold, spec.elastic)
+    started = LocalJob(job=job, token=token, plan=lp, log_dir=log_dir, agents=agents,
+                       signals_to_handle=spec.signals_to_handle, log_hold=log_hold, elastic=spec.elastic)
     started.new_session = new_session
     return started

@@ -231,10 +231,11 @@ class LocalProcesses:
             stream_dir = rank_dir(self._log_dir, local_rank) if self._log_dir and any(p.file for p in plans) else None
             if stream_dir is not None:
                 stream_dir.mkdir(parents=True, exist_ok=True)
-            output = Output(name, log_path, self._console, self._lock, plans, stream_dir,
-                             (self._streams.stdout_filters, self._streams.stderr_filters),
-                             self._filtered,  # type: ignore[arg-type]
-                             None if self._tap is None else functools.partial(self._tap, local_rank))
+            output = Output(prefix=name, log_path=log_path, console=self._console, lock=self._lock, plans=plans,
+                            stream_dir=stream_dir,
+                            filters=(self._streams.stdout_filters, self._streams.stderr_filters),
+                            filtered=self._filtered,  # type: ignore[arg-type]
+                            tap=None if self._tap is None else functools.partial(self._tap, local_rank))
             self._outputs.append(output)
             output.pump(proc.stdout, proc.stderr)  # type: ignore[arg-type]
             watcher = threading.Thread(target=self._watch, args=(local_rank, proc, output), daemon=True)

@@ -49,7 +49,7 @@ class Output:
         tap: receives a copy of everything, in order.
     """
 
-    def __init__(self, prefix: str, log_path: Optional[Path], console: Console,
+    def __init__(self, *, prefix: str, log_path: Optional[Path], console: Console,
                  lock: threading.Lock, plans: tuple[streams.StreamPlan, streams.StreamPlan] = SHOWN,
                  stream_dir: Optional[Path] = None, filters: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
                  filtered: tuple[Optional[BinaryIO], Optional[BinaryIO]] = (None, None),
