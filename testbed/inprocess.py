@@ -111,7 +111,9 @@ class LightweightAgent:
         self.service = ServiceNode(settings, lambda: self.world, say or (lambda line: print(line, file=sys.stderr)))
         routes = {("GET", contract.ROUTE_INFO): self._route_info, **self.service.routes()}
         self.server = AgentServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES, job=settings.job,
-                                  on_loop={("GET", contract.ROUTE_INFO)}, long_running=ServiceNode.long_running())
+                                  on_loop={("GET", contract.ROUTE_INFO)}, long_running=ServiceNode.long_running(),
+                                  deferred=self.service.deferred())
+        self.service.use_loop(self.server.loop)
 
     @property
     def port(self) -> int:

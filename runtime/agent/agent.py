@@ -147,7 +147,9 @@ class Agent:
         self._server = AgentServer((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
             contract.MAX_BODY_BYTES, job=settings.job, on_loop=AgentRoutes.on_loop(),
-            long_running=ServiceNode.long_running())
+            long_running=ServiceNode.long_running(), deferred=self._service.deferred() if self._service else None)
+        if self._service is not None:
+            self._service.use_loop(self._server.loop)
 
     @property
     def world(self) -> Optional[World]:

@@ -47,6 +47,8 @@ class Connection:
         self.eof = False
         self.closed = False
         self.events = 0
+        self.watcher: Callable[[int], None] = lambda _mask: None
+        """What the loop calls when the socket is ready (the server's event handler for it)."""
         self.gone = threading.Event()
         """Set when the client hangs up (end of stream, a reset) or the connection closes: ``Request.hung_up``."""
         self._watchers: list[Callable[[], None]] = []

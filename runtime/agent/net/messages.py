@@ -99,8 +99,15 @@ def run_handler(handler: Handler, request: Request, keep_alive: bool) -> tuple[R
     status; anything else it raises is a bug, answered 500 (traceback on stderr) and the connection closed."""
     try:
         return handler(request), keep_alive
-    except HttpError as exc:
-        return error(exc.status, str(exc)), keep_alive
     except Exception as exc:  # a handler's bug must not end the loop: answer it
-        traceback.print_exc()
-        return error(500, f"internal error serving {request.method} {request.path}: {exc!r}"), False
+        return failed(exc, request, keep_alive)
+
+
+def failed(exc: Exception, request: Request, keep_alive: bool) -> tuple[Response, bool]:
+    """The answer to a request whose handler raised ``exc`` (while it is being handled), and whether
+    the connection stays open: an ``HttpError`` is its status; anything else is a bug, answered 500
+    (traceback on stderr) and the connection closed."""
+    if isinstance(exc, HttpError):
+        return error(exc.status, str(exc)), keep_alive
+    traceback.print_exc()
+    return error(500, f"internal error serving {request.method} {request.path}: {exc!r}"), False

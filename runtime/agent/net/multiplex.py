@@ -7,7 +7,9 @@ batch with ``selectors`` (non-blocking connect, send, receive), as an event loop
 are kept alive between calls (HTTP/1.1, which the agent's server speaks), so a call costs no TCP
 handshake, and ``TCP_NODELAY`` is set so small requests are not held back by Nagle's algorithm. An
 idle connection is checked before reuse (readable while idle means its server closed it), as urllib3
-does. Nothing is ever sent twice: a failed exchange is reported, not retried.
+does. Nothing is ever sent twice: a failed exchange is reported, not retried. A batch runs either in
+a thread of its own (:meth:`MultiplexBatch.run`) or on the agent's event loop
+(:meth:`MultiplexBatch.start`, ``loop.EventLoop``), beside the server's connections.
 
 The responses parsed are those of ``server.AgentServer``: a status line, headers with
 ``Content-Length``, and a JSON body. ``transport.HttpTransport`` runs its batches with this.
@@ -17,83 +19,49 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
-import select
 import selectors
 import socket
-import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from runtime.agent.net.address import host_port
 from runtime.agent.net.http11 import parse_head, request_bytes
+from runtime.agent.net.keepalive import ConnectionPool
+from runtime.agent.net.loop import EventLoop, Timer
 from runtime.agent.net.peer import Answer, Exchange
 
-MAX_IDLE_PER_PEER = 8
-"""Idle connections kept per ``(host, port)``."""
+
+class _Watch(Protocol):
+    """The part of a selector a batch uses: ``selectors.BaseSelector``, or :class:`_OnLoop`."""
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> Any:
+        """Watch ``fileobj``."""
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> Any:
+        """Change what ``fileobj`` is watched for."""
+
+    def unregister(self, fileobj: Any) -> Any:
+        """Stop watching ``fileobj``."""
 
 
-class ConnectionPool:
-    """Idle keep-alive connections per peer, shared by every batch of one agent (thread-safe).
+class _OnLoop:
+    """A batch's flights watched by an ``EventLoop``: each ready socket steps its flight."""
 
-    Args:
-        token: the job token, sent as a bearer token on every request.
-        job: the job id, sent with it on every request (``contract.JOB_HEADER``).
-    """
+    def __init__(self, loop: EventLoop, step: Callable[[_Flight, int], None]) -> None:
+        self._loop = loop
+        self._step = step
 
-    def __init__(self, token: str, job: str) -> None:
-        self.token = token
-        self.job = job
-        self._idle: dict[tuple[str, int], list[socket.socket]] = {}
-        self._lock = threading.Lock()
-        self.sent = 0
-        """Requests sent so far (each exchange counts once, when its first byte is written)."""
+    def register(self, fileobj: Any, events: int, data: Any = None) -> None:
+        self._loop.register(fileobj, events, lambda mask: self._step(data, mask))
 
-    def checkout(self, host: str, port: int) -> Optional[socket.socket]:
-        """An idle connection to ``host:port`` that is still open, or ``None``."""
-        while True:
-            with self._lock:
-                idle = self._idle.get((host, port))
-                if not idle:
-                    return None
-                sock = idle.pop()
-            if not _readable(sock, 0.0):
-                return sock
-            sock.close()
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> None:
+        self._loop.modify(fileobj, events, lambda mask: self._step(data, mask))
 
-    def checkin(self, host: str, port: int, sock: socket.socket) -> None:
-        """Return a connection whose last response was read completely."""
-        with self._lock:
-            idle = self._idle.setdefault((host, port), [])
-            if len(idle) < MAX_IDLE_PER_PEER:
-                idle.append(sock)
-                return
-        sock.close()
-
-    def count_sent(self) -> None:
-        """Count one request sent."""
-        with self._lock:
-            self.sent += 1
-
-    def close(self) -> None:
-        """Close every idle connection."""
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for socks in idle.values():
-            for sock in socks:
-                sock.close()
-
-
-def _readable(sock: socket.socket, timeout: float) -> bool:
-    """Whether ``sock`` is readable (data, end of stream or an error) within ``timeout`` seconds.
-
-    ``poll``, not ``select``: ``select`` cannot watch descriptors numbered 1024 or more, which an agent
-    with a thousand peers has.
-    """
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(timeout * 1000))
+    def unregister(self, fileobj: Any) -> None:
+        self._loop.unregister(fileobj)
 
 
 class _Flight:
@@ -133,14 +101,80 @@ class MultiplexBatch:
         self._clock = clock
         self._wake_r, self._wake_w = socket.socketpair()
         self._aborted = False
+        self._loop: Optional[EventLoop] = None
+        self._on_loop: Optional[_OnLoop] = None
+        self._flights: dict[int, _Flight] = {}
+        self._timer: Optional[Timer] = None
+        self._on_answer: Callable[[Answer], None] = lambda _answer: None
 
     def abort(self) -> None:
-        """Stop :meth:`run` at once; exchanges in flight are dropped (their connections closed)."""
+        """Stop :meth:`run` at once; exchanges in flight are dropped (their connections closed). A batch
+        :meth:`start` ed on a loop is aborted on the loop (at once when called there)."""
         self._aborted = True
+        if self._loop is not None:
+            if self._loop.in_loop():
+                self._drop_all()
+            else:
+                self._loop.call_soon(self._drop_all)
+            return
         try:
             self._wake_w.send(b"x")
         except OSError:
             return
+
+    def start(self, loop: EventLoop, on_answer: Callable[[Answer], None]) -> None:
+        """Run on ``loop`` (call from its thread): send every request without blocking and return; call
+        ``on_answer`` on the loop once per exchange as answers complete, unanswered ones at the deadline
+        (``status=None, timed_out=True``); nothing more after :meth:`abort`. Hosts must be IP addresses
+        (a name lookup would block the loop): a name is answered with an error, not looked up.
+        """
+        self._wake_r.close()
+        self._wake_w.close()
+        self._loop, self._on_answer = loop, on_answer
+        self._on_loop = watch = _OnLoop(loop, self._loop_step)
+        early = []
+        for index, exchange in enumerate(self._exchanges):
+            flight = _Flight(index, exchange, self._request(exchange))
+            answer = self._start(flight, watch, socket.AI_NUMERICHOST)
+            if answer is None:
+                self._flights[index] = flight
+            else:
+                early.append(answer)
+        if self._flights and self._deadline is not None:
+            self._timer = loop.call_at(self._deadline, self._expire)
+        for answer in early:  # after start returns: the caller is set up to take them
+            loop.call_soon(functools.partial(self._early, answer))
+
+    def _early(self, answer: Answer) -> None:
+        if not self._aborted:
+            self._on_answer(answer)
+
+    def _loop_step(self, flight: _Flight, mask: int) -> None:
+        if self._on_loop is None or flight.index not in self._flights:
+            return
+        answer = self._step(flight, mask, self._on_loop)
+        if answer is not None:
+            del self._flights[flight.index]
+            if not self._flights and self._timer is not None:
+                self._timer.cancel()
+            self._on_answer(answer)
+
+    def _expire(self) -> None:
+        flights, self._flights = self._flights, {}
+        for flight in flights.values():
+            if self._on_loop is not None:
+                self._drop(flight, self._on_loop)
+        for flight in flights.values():
+            if not self._aborted:
+                self._on_answer(Answer(flight.index, None, error="no answer before the deadline", timed_out=True))
+
+    def _drop_all(self) -> None:
+        flights, self._flights = self._flights, {}
+        if self._timer is not None:
+            self._timer.cancel()
+        for flight in flights.values():
+            if self._on_loop is not None:
+                self._drop(flight, self._on_loop)
 
     def run(self, on_answer: Callable[[Answer], None]) -> None:
         """Send every request and call ``on_answer`` once per exchange as answers complete.
@@ -189,7 +223,7 @@ class MultiplexBatch:
         return request_bytes(exchange.method, exchange.path, exchange.host, exchange.port, self._pool.token,
                              self._pool.job, exchange.body)
 
-    def _start(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
+    def _start(self, flight: _Flight, selector: _Watch, flags: int = 0) -> Optional[Answer]:
         exchange = flight.exchange
         sock = self._pool.checkout(exchange.host, exchange.port)
         if sock is not None:
@@ -199,7 +233,7 @@ class MultiplexBatch:
             return None
         try:
             family, kind, proto, _, address = socket.getaddrinfo(exchange.host, exchange.port,
-                                                                 type=socket.SOCK_STREAM)[0]
+                                                                 type=socket.SOCK_STREAM, flags=flags)[0]
             sock = socket.socket(family, kind, proto)
         except OSError as exc:
             return Answer(flight.index, None, error=f"cannot reach {host_port(exchange.host, exchange.port)}: {exc}")
@@ -213,7 +247,7 @@ class MultiplexBatch:
         selector.register(sock, selectors.EVENT_WRITE, flight)
         return None
 
-    def _step(self, flight: _Flight, mask: int, selector: selectors.BaseSelector) -> Optional[Answer]:
+    def _step(self, flight: _Flight, mask: int, selector: _Watch) -> Optional[Answer]:
         sock = flight.sock
         if sock is None:
             return Answer(flight.index, None, error="internal: no socket")
@@ -229,7 +263,7 @@ class MultiplexBatch:
             return self._receive(flight, selector)
         return None
 
-    def _send(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
+    def _send(self, flight: _Flight, selector: _Watch) -> Optional[Answer]:
         sock = flight.sock
         if sock is None:
             return None
@@ -248,7 +282,7 @@ class MultiplexBatch:
             selector.modify(sock, selectors.EVENT_READ, flight)
         return None
 
-    def _receive(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
+    def _receive(self, flight: _Flight, selector: _Watch) -> Optional[Answer]:
         sock = flight.sock
         if sock is None:
             return None
@@ -265,7 +299,7 @@ class MultiplexBatch:
         flight.inbuf += chunk
         return self._complete(flight, selector)
 
-    def _complete(self, flight: _Flight, selector: selectors.BaseSelector) -> Optional[Answer]:
+    def _complete(self, flight: _Flight, selector: _Watch) -> Optional[Answer]:
         data = flight.inbuf
         try:
             head = parse_head(data)
@@ -289,7 +323,7 @@ class MultiplexBatch:
         return Answer(flight.index, None, error=f"cannot connect to {self._peer(flight)}: {os.strerror(code)}",
                       refused=code == errno.ECONNREFUSED)
 
-    def _drop(self, flight: _Flight, selector: selectors.BaseSelector) -> None:
+    def _drop(self, flight: _Flight, selector: _Watch) -> None:
         sock, flight.sock = flight.sock, None
         if sock is None:
             return

@@ -10,15 +10,15 @@ bounded pool (:class:`AgentServer`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import functools
 import json
 import selectors
 import socket
 import sys
 import threading
 from http import HTTPStatus
-from typing import Any, Collection, Optional, Union
+from typing import Any, Callable, Collection, Mapping, Optional, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
@@ -26,6 +26,7 @@ from runtime.agent.net import messages
 from runtime.agent.net.address import bind_family
 from runtime.agent.net.connection import Call, Connection, Pending
 from runtime.agent.net.handlers import HandlerPool
+from runtime.agent.net.loop import EventLoop
 from runtime.agent.net.messages import Request, Response, RouteKey, Routes, authorized, route
 from runtime.agent.net.requesthead import MAX_LINE, Headers, RequestHead
 
@@ -39,6 +40,11 @@ RECV_BYTES = 1 << 16
 ACCEPTS_PER_WAKE = 256
 """Most connections accepted per readiness of the listening socket (then the others get a turn)."""
 _REASONS: dict[int, str] = {status: status.phrase for status in HTTPStatus}
+
+Deferred = Callable[[Request, Callable[[Response], None]], bool]
+"""A handler run on the loop that answers later: ``handler(request, respond)`` returns ``True`` when it
+took the request (it then calls ``respond`` exactly once, from any thread), ``False`` to have the
+route's ordinary handler run in the pool instead (a request it cannot serve without blocking)."""
 
 
 class AgentServer:
@@ -58,6 +64,8 @@ class AgentServer:
     put); the others run in a bounded pool (``handlers.HandlerPool``), those in ``long_running`` in
     one of :data:`LONG_WORKERS` threads, the rest in one of :data:`SHORT_WORKERS`, so a blocking
     handler never stalls the loop, and a run of long calls never starves a vote or an output read.
+    Handlers in ``deferred`` run on the loop and answer when their work is done (:data:`Deferred`):
+    a call's hop through this node, whose children's requests run on the same loop (:attr:`loop`).
 
     Args:
         address: ``(host, port)`` to bind, either family; host ``""`` binds every interface, dual-stack
@@ -69,13 +77,16 @@ class AgentServer:
         job: the job id this server serves; a request naming another is refused (403).
         on_loop: routes whose handlers never block, run on the loop.
         long_running: routes whose handlers hold their thread for long (a call), run in the long pool.
+        deferred: routes tried on the loop first (:data:`Deferred`); the route's handler in ``routes``
+            serves what they decline.
 
     Raises:
         OSError: the address cannot be bound.
     """
 
     def __init__(self, address: tuple[str, int], token: str, routes: Routes, max_body: int, *, job: str,
-                 on_loop: Collection[RouteKey] = (), long_running: Collection[RouteKey] = ()) -> None:
+                 on_loop: Collection[RouteKey] = (), long_running: Collection[RouteKey] = (),
+                 deferred: Optional[Mapping[RouteKey, Deferred]] = None) -> None:
         self.token = token
         self.job = job
         self.routes = routes
@@ -86,6 +97,7 @@ class AgentServer:
         """Connections accepted so far."""
         self._on_loop = frozenset(on_loop)
         self._long_running = frozenset(long_running)
+        self._deferred = dict(deferred or {})
         self._long = HandlerPool(LONG_WORKERS, "agent-call")
         self._short = HandlerPool(SHORT_WORKERS, "agent-handler")
         self.address_family, host = bind_family(address[0])
@@ -101,14 +113,10 @@ class AgentServer:
             raise
         self.socket.setblocking(False)
         self.server_address: tuple[Any, ...] = self.socket.getsockname()
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._done: collections.deque[tuple[Connection, Response, bool]] = collections.deque()
+        self.loop = EventLoop()
+        """The loop serving every connection; the agent's peer client runs its batches on it too."""
         self._conns: set[Connection] = set()
         self._lock = threading.Lock()
-        self._stopping = False
         self._thread: Optional[threading.Thread] = None
 
     @property
@@ -119,17 +127,15 @@ class AgentServer:
 
     def start(self) -> threading.Thread:
         """Serve in a daemon thread (the loop); returns it."""
-        self._selector.register(self.socket, selectors.EVENT_READ, None)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._thread = threading.Thread(target=self._serve, name="agent-http", daemon=True)
+        self.loop.register(self.socket, selectors.EVENT_READ, lambda _mask: self._accept())
+        self._thread = threading.Thread(target=self.loop.run, args=(self._close_all,), name="agent-http", daemon=True)
         self._thread.start()
         return self._thread
 
     def stop(self) -> None:
         """Stop serving now: close the listening socket and every connection (a request still running
         in the pool finishes unanswered)."""
-        self._stopping = True
-        self._wake()
+        self.loop.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         if self._thread is None:
@@ -146,37 +152,13 @@ class AgentServer:
 
     # --- the loop ----------------------------------------------------------------------------------
 
-    def _serve(self) -> None:
-        try:
-            while not self._stopping:
-                for key, mask in self._selector.select():
-                    if key.fileobj is self.socket:
-                        self._accept()
-                    elif key.fileobj is self._wake_r:
-                        self._woken()
-                    else:
-                        self._on_event(key.data, mask)
-        finally:
-            self._close_all()
-
-    def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            self._wake_w.send(b"x")
-
-    def _woken(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            while self._wake_r.recv(4096):
-                pass
-        while True:
-            try:
-                conn, response, keep_alive = self._done.popleft()
-            except IndexError:
-                return
-            conn.busy = False
-            conn.answered()
-            if not conn.closed:
-                self._answer(conn, response, keep_alive)
-                self._advance(conn)
+    def _done(self, conn: Connection, response: Response, keep_alive: bool) -> None:
+        """A handler's answer to the connection's running request (loop)."""
+        conn.busy = False
+        conn.answered()
+        if not conn.closed:
+            self._answer(conn, response, keep_alive)
+            self._advance(conn)
 
     def _accept(self) -> None:
         for _ in range(ACCEPTS_PER_WAKE):
@@ -191,6 +173,7 @@ class AgentServer:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(sock, str(peer[0]))
+            conn.watcher = functools.partial(self._on_event, conn)
             self.accepted += 1
             with self._lock:
                 self._conns.add(conn)
@@ -261,11 +244,11 @@ class AgentServer:
         if events == conn.events:
             return
         if conn.events == 0:
-            self._selector.register(conn.sock, events, conn)
+            self.loop.register(conn.sock, events, conn.watcher)
         elif events == 0:
-            self._selector.unregister(conn.sock)
+            self.loop.unregister(conn.sock)
         else:
-            self._selector.modify(conn.sock, events, conn)
+            self.loop.modify(conn.sock, events, conn.watcher)
         conn.events = events
 
     # --- one request -------------------------------------------------------------------------------
@@ -337,6 +320,9 @@ class AgentServer:
         request = Request(then.method, then.path, parsed, conn.peer, lambda wait: gone.wait(max(0.0, wait)),
                           conn.watch_hang_up)
         key = (then.method, then.path)
+        deferred = self._deferred.get(key)
+        if deferred is not None and self._deferring(conn, deferred, request, pending.keep_alive):
+            return
         if key in self._on_loop:
             response, keep_alive = messages.run_handler(then.handler, request, pending.keep_alive)
             conn.answered()
@@ -346,10 +332,20 @@ class AgentServer:
         pool = self._long if key in self._long_running else self._short
         pool.submit(lambda: self._finished(conn, *messages.run_handler(then.handler, request, pending.keep_alive)))
 
+    def _deferring(self, conn: Connection, handler: Deferred, request: Request, keep_alive: bool) -> bool:
+        """Offer the request to a deferred handler; whether it took it (or answered an error)."""
+        conn.busy = True
+        try:
+            taken = handler(request, lambda response: self._finished(conn, response, keep_alive))
+        except Exception as exc:  # the answers a pooled handler's error gets: an HttpError's status, else 500
+            self._finished(conn, *messages.failed(exc, request, keep_alive))
+            return True
+        conn.busy = taken
+        return taken
+
     def _finished(self, conn: Connection, response: Response, keep_alive: bool) -> None:
-        """A pooled handler's answer, handed to the loop (any thread)."""
-        self._done.append((conn, response, keep_alive))
-        self._wake()
+        """A handler's answer, handed to the loop (any thread; on the loop, after the current step)."""
+        self.loop.call_soon(lambda: self._done(conn, response, keep_alive))
 
     def _answer(self, conn: Connection, response: Response, keep_alive: bool) -> None:
         data = json.dumps(response.body).encode()
@@ -379,8 +375,7 @@ class AgentServer:
         conn.closed = True
         conn.hang_up()
         if conn.events:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(conn.sock)
+            self.loop.unregister(conn.sock)
             conn.events = 0
         conn.sock.close()
         with self._lock:
@@ -391,7 +386,5 @@ class AgentServer:
             conns = list(self._conns)
         for conn in conns:
             self._close(conn)
-        self._selector.close()
+        self.loop.unregister(self.socket)
         self.socket.close()
-        self._wake_r.close()
-        self._wake_w.close()

@@ -18,7 +18,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from runtime.agent.errors import StaleConnection
 from runtime.agent.net.http11 import ResponseHead, parse_head, request_bytes
-from runtime.agent.net.multiplex import ConnectionPool, MultiplexBatch, decoded
+from runtime.agent.net.keepalive import ConnectionPool
+from runtime.agent.net.multiplex import MultiplexBatch, decoded
 from runtime.agent.net.peer import Answer, Exchange
 
 DEFAULT_TIMEOUT = 5.0

@@ -2,10 +2,12 @@
 
 A call's journey: the coordinator validates it (``calls.py``), plans flat or tree fan-out
 (``membership/tree.py``) and then does what every node does with an ``/exec``: one :class:`hop.Hop`
-starts the call on its own ranks (the executor it was given), sends it to each child (one thread for
-all children, kept-alive connections), and merges what comes back into rank order, whatever order it
-arrives in. One call runs at a time per job; the next waits for the coordinator (within its own
-deadline). Standard library only.
+starts the call on its own ranks (the executor it was given), sends it to each child (kept-alive
+connections), and merges what comes back into rank order, whatever order it arrives in. Given the
+server's event loop (:meth:`ServiceNode.use_loop`), an ``/exec`` runs on it from request to answer,
+its children's requests too, so a hop takes no thread; one that must wait first (for its world, a
+code tree, an output forwarder) runs in the server's pool. One call runs at a time per job; the next
+waits for the coordinator (within its own deadline). Standard library only.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.code.fanout import CodeFanout
@@ -32,12 +34,14 @@ from runtime.agent.errors import (
     WorkerMembershipChanged,
 )
 from runtime.agent.membership.tree import Plan, plan_node, plan_root
+from runtime.agent.net.loop import EventLoop
 from runtime.agent.net.peer import PeerTransport
-from runtime.agent.net.server import Request, Response, Routes
+from runtime.agent.net.server import Deferred, Request, Response, RouteKey, Routes
 from runtime.agent.net.transport import HttpTransport
 from runtime.agent.service.calls import CallRequest, ExecRequest
+from runtime.agent.service.drivers import Driver, LoopDriver, ThreadDriver
 from runtime.agent.service.executor import LocalExecutor
-from runtime.agent.service.hop import Abort, Event, Hop, Links, Results
+from runtime.agent.service.hop import Abort, Event, Hop, Links, Outcome, by_address, exec_response
 from runtime.agent.service.output_relay import CallOutputs, OutputForwarder, sink
 from runtime.agent.service.wire import error_body, error_status
 from runtime.agent.spec.agent_settings import AgentSettings
@@ -85,7 +89,8 @@ class ServiceNode:
         self._executor: Optional[LocalExecutor] = None
         self._lock = threading.Lock()
         self._call_lock = threading.Lock()
-        self._inflight: dict[str, queue.SimpleQueue[Event]] = {}
+        self._inflight: dict[str, Callable[[Event], None]] = {}
+        self._loop: Optional[EventLoop] = None
         self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._counts = {"calls": 0, "execs": 0, "cancels": 0, "trees": 0}
         self._say = say
@@ -108,6 +113,15 @@ class ServiceNode:
         server gives them a pool of their own, so they never hold up an output read or a vote."""
         return frozenset({("POST", contract.ROUTE_CALL), ("POST", contract.ROUTE_EXEC)})
 
+    def deferred(self) -> dict[RouteKey, Deferred]:
+        """The routes the server tries on its loop first (``server.Deferred``): ``/exec``."""
+        return {("POST", contract.ROUTE_EXEC): self.defer_exec}
+
+    def use_loop(self, loop: EventLoop) -> None:
+        """Run hops on ``loop``, the server's (with the default HTTP transport; another one keeps
+        running hops in the waiting thread)."""
+        self._loop = loop if isinstance(self._transport, HttpTransport) else None
+
     def use_executor(self, executor: Optional[LocalExecutor]) -> None:
         """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""
         self._executor = executor
@@ -115,9 +129,9 @@ class ServiceNode:
     def fail_in_flight(self, error: TrainplaneError) -> None:
         """End every call in flight through this node with ``error`` (e.g. WorkerMembershipChanged)."""
         with self._lock:
-            queues = list(self._inflight.values())
-        for events in queues:
-            events.put(Abort(error))
+            posts = list(self._inflight.values())
+        for post in posts:
+            post(Abort(error))
 
     @property
     def in_flight(self) -> int:
@@ -192,21 +206,33 @@ class ServiceNode:
             return self._route_cancel(request.body["cancel"])
         exec_request = ExecRequest.from_json(request.body, self._settings.spec.allow_pickle)
         self._await_generation(exec_request.generation)
-        world, me = self._running_world()
-        if exec_request.generation != world.generation:
-            raise HttpError(409, f"call planned for generation {exec_request.generation}, this node is at "
-                                 f"generation {world.generation}")
-        if exec_request.nodes[0] != me:
-            raise HttpError(400, f"an exec for node rank {exec_request.nodes[0]} reached node rank {me}")
-        if max(exec_request.nodes) >= len(world.nodes):
-            raise HttpError(400, f"nodes {list(exec_request.nodes)} outside 0..{len(world.nodes) - 1}")
+        world, me, plan = self._exec_plan(exec_request)
         deadline = None if exec_request.timeout is None else self._clock() + exec_request.timeout
         self._count("execs")
-        plan = plan_node(exec_request.nodes, exec_request.fanout)
-        outcome = self._execute(world, me, exec_request, plan, deadline, request.on_hang_up)
-        if isinstance(outcome, TrainplaneError):
-            return Response(error_status(outcome), error_body(outcome))
-        return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
+        return exec_response(self._execute(world, me, exec_request, plan, deadline, request.on_hang_up))
+
+    def defer_exec(self, request: Request, respond: Callable[[Response], None]) -> bool:
+        """``POST /exec`` on the server's loop (``server.Deferred``): a cancel, or a call whose world is
+        here and which needs no code tree nor output forwarder, to children at IP addresses (a name
+        lookup would block the loop); ``False`` for the rest (:meth:`route_exec` serves them in the pool)."""
+        loop = self._loop
+        if loop is None:
+            return False
+        if "cancel" in request.body:
+            respond(self._route_cancel(request.body["cancel"]))
+            return True
+        exec_request = ExecRequest.from_json(request.body, self._settings.spec.allow_pickle)
+        world = self._world()
+        if world is None or world.generation < exec_request.generation or exec_request.code or exec_request.output:
+            return False
+        world, me, plan = self._exec_plan(exec_request)
+        if not by_address(world, plan):
+            return False
+        deadline = None if exec_request.timeout is None else self._clock() + exec_request.timeout
+        self._count("execs")
+        self._begin(world, me, exec_request, plan, deadline, request.on_hang_up, LoopDriver(loop),
+                    lambda outcome: respond(exec_response(outcome)))
+        return True
 
     def route_code(self, request: Request) -> Response:
         """``POST /code``: a synced tree to hold and send on, or one to hand out (``runtime.agent.code.fanout``)."""
@@ -227,14 +253,14 @@ class ServiceNode:
             raise HttpError(400, "cancel must name a call id")
         self._count("cancels")
         with self._lock:
-            events = self._inflight.get(call_id)
-            if events is None:
+            post = self._inflight.get(call_id)
+            if post is None:
                 self._cancelled[call_id] = None
                 while len(self._cancelled) > REMEMBERED_CANCELS:
                     self._cancelled.popitem(last=False)
-        if events is not None:
-            events.put(Abort(CallCancelled(f"call {call_id} cancelled by its parent")))
-        return Response(200, {"cancelled": events is not None})
+        if post is not None:
+            post(Abort(CallCancelled(f"call {call_id} cancelled by its parent")))
+        return Response(200, {"cancelled": post is not None})
 
     def _take_call_slot(self, deadline: Optional[float], hung_up: Optional[Callable[[float], bool]]) -> Optional[bool]:
         """Wait for the job's one call slot (the next call waits for the one running).
@@ -255,6 +281,23 @@ class ServiceNode:
     def _count(self, name: str) -> None:
         with self._lock:
             self._counts[name] += 1
+
+    def _exec_plan(self, exec_request: ExecRequest) -> tuple[World, int, Plan]:
+        """The world an exec runs in, this node's rank and its part of the call.
+
+        Raises:
+            HttpError: 503 without a running world, 409 for another generation, 400 for an exec meant
+                for another node or naming nodes outside the world.
+        """
+        world, me = self._running_world()
+        if exec_request.generation != world.generation:
+            raise HttpError(409, f"call planned for generation {exec_request.generation}, this node is at "
+                                 f"generation {world.generation}")
+        if exec_request.nodes[0] != me:
+            raise HttpError(400, f"an exec for node rank {exec_request.nodes[0]} reached node rank {me}")
+        if max(exec_request.nodes) >= len(world.nodes):
+            raise HttpError(400, f"nodes {list(exec_request.nodes)} outside 0..{len(world.nodes) - 1}")
+        return world, me, plan_node(exec_request.nodes, exec_request.fanout)
 
     def _await_generation(self, generation: int) -> None:
         """Give an in-flight world push up to one heartbeat TTL to land before an exec of ``generation``.
@@ -290,37 +333,61 @@ class ServiceNode:
                                                current.generation)
 
     def _execute(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
-                 on_hang_up: Optional[Callable[[Callable[[], None]], None]] = None) -> Union[Results, TrainplaneError]:
-        """Run ``request`` through this node (:class:`Hop`); a caller that hangs up meanwhile (the server
-        tells ``on_hang_up``'s watcher) cancels it everywhere, as a missed deadline does."""
+                 on_hang_up: Optional[Callable[[Callable[[], None]], None]] = None) -> Outcome:
+        """Run ``request`` through this node and wait for its outcome (a pool thread): its hop on the
+        server's loop when there is one, else in this thread; with its code tree and, on a node that is
+        not the coordinator, the forwarder of its output (closed before this node answers)."""
         try:
             code = self._code.tree_for(request.code, world) if request.code and plan.local else ""
         except HttpError as exc:
             return NodeFailed(me, self._settings.node.advertise_address, str(exc))
-        events: queue.SimpleQueue[Event] = queue.SimpleQueue()
-        with self._lock:
-            if request.call_id in self._cancelled:
-                del self._cancelled[request.call_id]
-                return CallCancelled(f"call {request.call_id} was cancelled before it reached this node")
-            self._inflight[request.call_id] = events
         forwarder = None
         if request.output and me != 0 and plan.local:
             head = world.nodes[0]
             forwarder = OutputForwarder(request.output, (head.addr, head.port), self._transport, self._say)
-        finished = threading.Event()
-        if on_hang_up is not None:
-            on_hang_up(lambda: None if finished.is_set() else events.put(Abort(CALLER_GONE)))
+        outcome: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        output = sink(self._outputs if me == 0 else None, forwarder, request.output)
         try:
-            report_after = self._settings.spec.hang_report_after if me == 0 else None
-            return Hop(world, me, request, plan, deadline, events, self._executor, self._links,
-                       sink(self._outputs if me == 0 else None, forwarder, request.output), code,
-                       report_after).run()
+            loop = self._loop
+            if loop is not None and by_address(world, plan):
+                loop.call_soon(lambda: self._begin(world, me, request, plan, deadline, on_hang_up, LoopDriver(loop),
+                                                   outcome.put, output, code))
+            else:
+                driver = ThreadDriver(self._clock)
+                self._begin(world, me, request, plan, deadline, on_hang_up, driver, outcome.put, output, code)
+                driver.run_until(lambda: not outcome.empty())
+            return outcome.get()
         finally:
-            finished.set()
             if forwarder is not None:
                 forwarder.close()  # before this node answers: the caller reads it before the call's end
+
+    def _begin(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
+               on_hang_up: Optional[Callable[[Callable[[], None]], None]], driver: Driver,
+               on_done: Callable[[Outcome], None], output: Optional[Callable[[int, str, str], None]] = None,
+               code: str = "") -> None:
+        """Start ``request``'s :class:`Hop` through this node as a step of ``driver``; ``on_done`` gets its
+        outcome. A caller that hangs up meanwhile (the server tells ``on_hang_up``'s watcher) cancels it
+        everywhere, as a missed deadline does; so does a cancel that arrived first."""
+        def done(outcome: Outcome) -> None:
             with self._lock:
                 self._inflight.pop(request.call_id, None)
+            on_done(outcome)
+
+        report_after = self._settings.spec.hang_report_after if me == 0 else None
+        hop = Hop(world, me, request, plan, deadline, driver, done, self._executor, self._links, output, code,
+                  report_after)
+        with self._lock:
+            cancelled = request.call_id in self._cancelled
+            if cancelled:
+                del self._cancelled[request.call_id]
+            else:
+                self._inflight[request.call_id] = lambda event: driver.post(lambda: hop.feed(event))
+        if cancelled:
+            on_done(CallCancelled(f"call {request.call_id} was cancelled before it reached this node"))
+            return
+        if on_hang_up is not None:
+            on_hang_up(lambda: driver.post(lambda: hop.feed(Abort(CALLER_GONE))))
+        hop.start()
 
 
 def batch_mode_routes() -> Routes:

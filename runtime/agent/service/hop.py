@@ -6,25 +6,29 @@ its parent with the error, so the error climbs to the coordinator while cancella
 A missed deadline ends the call the same way, answered with ``CallTimeout`` naming the ranks that had
 not answered. Every hop checks every answer (``peer.Answer``), hands its children a little less time
 than it has (so they answer before it gives up on them), and never resends a call that may have
-started. Standard library only.
+started. A hop is a state machine whose steps a ``drivers.Driver`` runs one at a time (on the agent's
+event loop, or in a waiting thread), so it needs no lock and, on the loop, no thread. Standard
+library only.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
-import queue
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, NodeFailed, TrainplaneError
 from runtime.agent.membership.tree import Plan
+from runtime.agent.net.loop import Timer
+from runtime.agent.net.messages import Response
 from runtime.agent.net.peer import Answer, Batch, Exchange, PeerTransport
 from runtime.agent.service.calls import ExecRequest
+from runtime.agent.service.drivers import Driver
 from runtime.agent.service.executor import LocalCall, LocalExecutor, RankDone, RankFailed
 from runtime.agent.service.silence import SilenceReport
-from runtime.agent.service.wire import error_from_body
+from runtime.agent.service.wire import error_body, error_from_body, error_status
 from runtime.agent.world import Node, World
 
 HOP_MARGIN_FRACTION = 0.05
@@ -42,27 +46,8 @@ class Abort:
     error: TrainplaneError
 
 
-@dataclass(frozen=True)
-class _ChildFailed:
-    """A child answered with an error, or did not answer."""
-
-    error: TrainplaneError
-
-
-@dataclass(frozen=True)
-class _ChildTimedOut:
-    """A child's subtree missed its deadline; these ranks had not answered."""
-
-    pending_ranks: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class _ChildrenDone:
-    """Every child has answered."""
-
-
-Event = Union[RankDone, RankFailed, Abort, _ChildFailed, _ChildTimedOut, _ChildrenDone]
-"""What wakes a hop's handler thread."""
+Event = Union[RankDone, RankFailed, Abort]
+"""What a hop is told from outside its children's answers (:meth:`Hop.feed`)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +56,9 @@ class Results:
 
     ranks: tuple[int, ...]
     values: tuple[Any, ...]
+
+
+Outcome = Union[Results, TrainplaneError]
 
 
 @dataclass(frozen=True)
@@ -98,28 +86,35 @@ class Links:
         remaining = deadline - self.clock()
         return max(0.001, remaining - min(HOP_MARGIN_MAX, remaining * HOP_MARGIN_FRACTION))
 
-    def send_cancels(self, nodes: Sequence[Node], call_id: str) -> None:
-        """Cancel ``call_id`` on ``nodes`` (each cancels its subtree); say which did not acknowledge."""
+    def send_cancels(self, nodes: Sequence[Node], call_id: str, driver: Driver, then: Callable[[], None]) -> None:
+        """Cancel ``call_id`` on ``nodes`` (each cancels its subtree), say which did not acknowledge, and
+        call ``then`` once every one has answered or :data:`CANCEL_TIMEOUT` passed (a step of ``driver``)."""
         if not nodes:
+            then()
             return
         body = json.dumps({"cancel": call_id}).encode()
         exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_EXEC, body) for n in nodes]
+        left = [len(nodes)]
 
         def check(answer: Answer) -> None:
             if not answer.ok:
                 node = nodes[answer.index]
                 self.say(f"cancel of call {call_id} not acknowledged by node {node.node_id} at {node.addr}:"
                          f"{node.port}: {answer.problem}")
+            left[0] -= 1
+            if left[0] == 0:
+                then()
 
-        self.transport.batch(exchanges, self.clock() + CANCEL_TIMEOUT).run(check)
+        driver.start(self.transport.batch(exchanges, self.clock() + CANCEL_TIMEOUT), check)
 
 
 class Hop:
-    """One call's run through one node.
+    """One call's run through one node, as steps of a :class:`~runtime.agent.service.drivers.Driver`.
 
-    Children's successful answers are merged by the fan-out thread as they arrive; the waiting
-    handler thread is woken only for what changes the outcome (a failure, a timeout report, the last
-    child answering), so a node with many children does not pay a thread hand-off per child.
+    :meth:`start` sends the call to the children and the node's ranks; each child's answer, rank's
+    result (:meth:`feed`, from any thread through the driver), cancel and timer is a step; the first
+    failure, the deadline or the last answer ends it, and ``on_done`` gets the merged results in rank
+    order or the error (after the children still running have been sent their cancels).
 
     Args:
         world: the world the call was planned against.
@@ -127,7 +122,8 @@ class Hop:
         request: the call, as this node received it.
         plan: this node's part: run locally or not, and its children's subtrees.
         deadline: monotonic time the call must end by, or ``None``.
-        events: where the node's routes post :class:`Abort` (cancels, failures from outside).
+        driver: runs the hop's steps.
+        on_done: called once, as a step, with the outcome.
         executor: runs the call on this node's ranks (``None``: no worker processes yet).
         links: the node's transport, clock, address and log.
         output: where this node's ranks' output during the call goes (``LocalCall.output``), or ``None``.
@@ -138,7 +134,7 @@ class Hop:
     """
 
     def __init__(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
-                 events: queue.SimpleQueue[Event], executor: Optional[LocalExecutor], links: Links,
+                 driver: Driver, on_done: Callable[[Outcome], None], executor: Optional[LocalExecutor], links: Links,
                  output: Optional[Callable[[int, str, str], None]] = None, code: str = "",
                  report_after: Optional[float] = None) -> None:
         self._output = output
@@ -146,136 +142,130 @@ class Hop:
         self._request = request
         self._plan = plan
         self._deadline = deadline
-        self._events = events
+        self._driver = driver
+        self._on_done = on_done
         self._executor = executor
         self._links = links
         self._me = me
         self._local_ranks = world.ranks_of([me]) if plan.local else []
         self._children = [world.nodes[sub[0]] for sub in plan.subtrees]
         self._child_ranks = [world.ranks_of(sub) for sub in plan.subtrees]
-        self._merge_lock = threading.Lock()
-        self._child_values: dict[int, Any] = {}
+        self._values: dict[int, Any] = {}
+        self._pending_local = set(self._local_ranks)
         self._answered: set[int] = set()
+        self._reported: set[int] = set()
         self._ranks = [*self._local_ranks, *(r for sub in self._child_ranks for r in sub)]
         self._silence = SilenceReport(request.invocation.fn, self._ranks, report_after) if report_after else None
-        self._local_values: dict[int, Any] = {}
+        self._batch: Optional[Batch] = None
+        self._timers: list[Timer] = []
+        self._ended = False
 
-    def run(self) -> Union[Results, TrainplaneError]:
-        """Run the call here and below; the merged results in rank order, or the error that ended it."""
+    def start(self) -> None:
+        """Send the call to the children and the node's ranks, and set the deadline (a driver's step)."""
         request, executor = self._request, self._executor
-        batch = self._start_children()
+        self._start_children()
         if self._local_ranks:
             if executor is None:
-                return NodeFailed(self._me, self._links.address, "this node has no worker processes yet")
-            executor.submit(LocalCall(request.call_id, request.invocation, self._events.put, self._output, self._code))
-        values, pending_local, reported, error = self._collect()
-        with self._merge_lock:
-            values.update(self._child_values)
-            unanswered = [i for i in range(len(self._children)) if i not in self._answered]
-            self._answered.update(range(len(self._children)))
-        if error is None and not (pending_local or unanswered or reported):
-            ranks = tuple(sorted(values))
-            return Results(ranks, tuple(values[r] for r in ranks))
-        if pending_local and executor is not None:
-            executor.cancel(request.call_id)
-        if batch is not None:
-            batch.abort()
-        self._links.send_cancels([self._children[i] for i in unanswered], request.call_id)
+                self._end(NodeFailed(self._me, self._links.address, "this node has no worker processes yet"))
+                return
+            executor.submit(LocalCall(request.call_id, request.invocation,
+                                      lambda event: self._driver.post(lambda: self.feed(event)),
+                                      self._output, self._code))
+        if self._deadline is not None:
+            self._timers.append(self._driver.at(self._deadline, lambda: self._end(None)))
+        if self._silence is not None:
+            self._tick()
+        self._maybe_done()
+
+    def feed(self, event: Event) -> None:
+        """A rank's result or failure, or an abort (a driver's step: post it with ``driver.post``)."""
+        if self._ended:
+            return
+        if isinstance(event, RankDone):
+            if event.rank in self._pending_local:
+                self._pending_local.discard(event.rank)
+                self._values[event.rank] = event.value
+                self._heard()
+                self._maybe_done()
+        else:
+            self._end(event.error)
+
+    def _maybe_done(self) -> None:
+        if not self._pending_local and len(self._answered) == len(self._children):
+            self._end(None)
+
+    def _heard(self) -> None:
+        if self._silence is not None:
+            self._silence.answered(self._links.clock())
+
+    def _end(self, error: Optional[TrainplaneError]) -> None:
+        """End the hop: its results, or ``error`` (``None`` with ranks still out: the deadline passed)."""
+        if self._ended:
+            return
+        self._ended = True
+        for timer in self._timers:
+            timer.cancel()
+        request = self._request
+        unanswered = [i for i in range(len(self._children)) if i not in self._answered]
+        if error is None and not (self._pending_local or unanswered or self._reported):
+            ranks = tuple(sorted(self._values))
+            self._on_done(Results(ranks, tuple(self._values[r] for r in ranks)))
+            return
+        if self._pending_local and self._executor is not None:
+            self._executor.cancel(request.call_id)
+        if self._batch is not None:
+            self._batch.abort()
+        outcome: Outcome
         if error is not None:
-            return error
-        pending = pending_local | reported
-        for i in unanswered:
-            pending.update(self._child_ranks[i])
-        return CallTimeout(request.timeout, sorted(pending), request.invocation.fn)
+            outcome = error
+        else:
+            pending = self._pending_local | self._reported
+            for i in unanswered:
+                pending.update(self._child_ranks[i])
+            outcome = CallTimeout(request.timeout, sorted(pending), request.invocation.fn)
+        self._links.send_cancels([self._children[i] for i in unanswered], request.call_id, self._driver,
+                                 lambda: self._on_done(outcome))
 
-    def _collect(self) -> tuple[dict[int, Any], set[int], set[int], Optional[TrainplaneError]]:
-        """Wait for this node's ranks and children: ``(local results, local ranks still out, ranks
-        children reported still out, the error that ended the call or None)``."""
-        values: dict[int, Any] = {}
-        pending_local = set(self._local_ranks)
-        children_open = bool(self._children)
-        reported: set[int] = set()
-        while pending_local or children_open:
-            event = self._next_event()
-            if event is None:
-                break
-            if isinstance(event, RankDone):
-                if event.rank in pending_local:
-                    pending_local.discard(event.rank)
-                    values[event.rank] = event.value
-                    with self._merge_lock:
-                        self._local_values[event.rank] = event.value
-                        if self._silence is not None:
-                            self._silence.answered(self._links.clock())
-            elif isinstance(event, (RankFailed, Abort, _ChildFailed)):
-                return values, pending_local, reported, event.error
-            elif isinstance(event, _ChildTimedOut):
-                reported.update(event.pending_ranks)
-            else:
-                children_open = False
-        return values, pending_local, reported, None
-
-    def _next_event(self) -> Optional[Event]:
-        """The next event; ``None`` at the deadline. Reports silent ranks while waiting (``report_after``)."""
-        while True:
-            now = self._links.clock()
-            wait = None if self._deadline is None else self._deadline - now
-            if wait is not None and wait <= 0:
-                return None
-            if self._silence is not None:
-                tick = self._silence.wait(now)
-                wait = tick if wait is None else min(wait, tick)
-            try:
-                return self._events.get() if wait is None else self._events.get(timeout=wait)
-            except queue.Empty:
-                self._report_silence()
-
-    def _report_silence(self) -> None:
-        if self._silence is None:
+    def _tick(self) -> None:
+        """Report the ranks still silent, if due, and look again when the next report could be."""
+        if self._silence is None or self._ended:
             return
-        with self._merge_lock:
-            answered = [*self._local_values, *self._child_values]
-        message = self._silence.report(answered, self._links.clock())
-        if message is None:
-            return
-        self._links.say(message)
-        if self._output is not None:
-            waiting = min(set(self._ranks) - set(answered), default=0)
-            self._output(waiting, "stderr", message + "\n")
+        now = self._links.clock()
+        message = self._silence.report([*self._values], now)
+        if message is not None:
+            self._links.say(message)
+            if self._output is not None:
+                waiting = min(set(self._ranks) - set(self._values), default=0)
+                self._output(waiting, "stderr", message + "\n")
+        self._timers.append(self._driver.at(now + self._silence.wait(now), self._tick))
 
-    def _start_children(self) -> Optional[Batch]:
+    def _start_children(self) -> None:
         if not self._children:
-            return None
+            return
         bodies = self._request.bodies(self._plan.subtrees, self._links.child_timeout(self._deadline))
         exchanges = [Exchange(child.addr, child.port, "POST", contract.ROUTE_EXEC, body)
                      for child, body in zip(self._children, bodies)]
-        batch = self._links.transport.batch(exchanges, self._deadline)
-        threading.Thread(target=batch.run, args=(self._on_answer,), name="fanout", daemon=True).start()
-        return batch
+        self._batch = self._links.transport.batch(exchanges, self._deadline)
+        self._driver.start(self._batch, self._on_answer)
 
     def _on_answer(self, answer: Answer) -> None:
-        """Fan-out thread: merge a successful answer; wake the handler for anything else, or the last one.
+        """A child's answer (a step): merge it, or end the call with its error.
 
-        A child still out at the deadline stays unanswered: the handler reports its ranks as pending.
+        A child still out at the deadline stays unanswered: the hop's own deadline reports its ranks.
         """
-        if answer.timed_out:
+        if answer.timed_out or self._ended or answer.index in self._answered:
             return
         outcome = self._read_child(answer)
-        with self._merge_lock:
-            if answer.index in self._answered:
-                return
-            self._answered.add(answer.index)
-            if isinstance(outcome, dict):
-                self._child_values.update(outcome)
-                if self._silence is not None:
-                    self._silence.answered(self._links.clock())
-            last = len(self._answered) == len(self._children)
-        if isinstance(outcome, CallTimeout):
-            self._events.put(_ChildTimedOut(outcome.pending_ranks))
-        elif isinstance(outcome, TrainplaneError):
-            self._events.put(_ChildFailed(outcome))
-        if last:
-            self._events.put(_ChildrenDone())
+        self._answered.add(answer.index)
+        if isinstance(outcome, dict):
+            self._values.update(outcome)
+            self._heard()
+        elif isinstance(outcome, CallTimeout):
+            self._reported.update(outcome.pending_ranks)
+        else:
+            self._end(outcome)
+            return
+        self._maybe_done()
 
     def _read_child(self, answer: Answer) -> Union[dict[int, Any], TrainplaneError]:
         child = self._children[answer.index]
@@ -293,3 +283,20 @@ class Hop:
             return NodeFailed(node_rank, address, f"answered 200 without the results of ranks {expected[0]}.."
                                                   f"{expected[-1]}", answer.status)
         return dict(zip(expected, results))
+
+
+def exec_response(outcome: Outcome) -> Response:
+    """The answer to an ``/exec``: the subtree's ranks and results, or the error that ended it."""
+    if isinstance(outcome, TrainplaneError):
+        return Response(error_status(outcome), error_body(outcome))
+    return Response(200, {"ranks": list(outcome.ranks), "results": list(outcome.values)})
+
+
+def by_address(world: World, plan: Plan) -> bool:
+    """Whether every child of ``plan`` has an IP address (reached without a name lookup)."""
+    try:
+        for subtree in plan.subtrees:
+            ipaddress.ip_address(world.nodes[subtree[0]].addr)
+    except ValueError:
+        return False
+    return True

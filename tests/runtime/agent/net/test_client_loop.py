@@ -1,0 +1,150 @@
+"""The agent's peer client on its event loop: a hop's requests to its children, and their answers, are
+sent and read by the server's loop, so an ``/exec`` in flight to 200 children takes no thread more
+than an idle agent has. Real sockets, a real lightweight agent; the children are one test thread
+that reads every request and answers only when told."""
+
+from __future__ import annotations
+
+import json
+import selectors
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from runtime.agent import contract
+from runtime.agent.world import Node, World
+from testbed.inprocess import LightweightAgent
+from testbed.settings import agent_settings
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "client-loop-token"
+JOB = "client-loop"
+CHILDREN = 200
+
+
+class Children:
+    """``count`` listening sockets served by one thread: each request is read and held; :meth:`answer`
+    answers every one held (and any later) as the child of that port would, with rank = its index + 1."""
+
+    def __init__(self, count: int) -> None:
+        self._listeners = []
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(16)
+            sock.setblocking(False)
+            self._listeners.append(sock)
+        self.ports = [s.getsockname()[1] for s in self._listeners]
+        self._selector = selectors.DefaultSelector()
+        for rank, sock in enumerate(self._listeners, start=1):
+            self._selector.register(sock, selectors.EVENT_READ, ("listen", rank))
+        self._held: list[tuple[socket.socket, int]] = []
+        self._lock = threading.Lock()
+        self._answering = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def held(self) -> int:
+        """Requests read completely and not answered."""
+        with self._lock:
+            return len(self._held)
+
+    def answer(self) -> None:
+        with self._lock:
+            self._answering = True
+            held, self._held = self._held, []
+        for sock, rank in held:
+            self._reply(sock, rank)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=10)
+        for sock in self._listeners:
+            sock.close()
+
+    def _serve(self) -> None:
+        buffers: dict[socket.socket, bytes] = {}
+        while not self._stop:
+            for key, _ in self._selector.select(0.1):
+                kind, rank = key.data
+                if kind == "listen":
+                    conn, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                    buffers[conn] = b""
+                    self._selector.register(conn, selectors.EVENT_READ, ("conn", rank))
+                    continue
+                conn = key.fileobj  # type: ignore[assignment]
+                chunk = conn.recv(1 << 16)
+                if not chunk:
+                    self._selector.unregister(conn)
+                    conn.close()
+                    continue
+                buffers[conn] += chunk
+                head, sep, body = buffers[conn].partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]) if sep else -1
+                if sep and len(body) >= length:
+                    buffers[conn] = b""
+                    with self._lock:
+                        if not self._answering:
+                            self._held.append((conn, rank))
+                            continue
+                    self._reply(conn, rank)
+
+    @staticmethod
+    def _reply(sock: socket.socket, rank: int) -> None:
+        body = json.dumps({"ranks": [rank], "results": [0]}).encode()
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    served = Children(CHILDREN)
+    yield served
+    served.close()
+
+
+def exec_request(port: int, nodes: list[int], call_id: str) -> socket.socket:
+    """Send node 0's ``/exec`` of ``builtins:int`` on ``nodes`` (one subtree per child); the open socket."""
+    body = json.dumps({"call_id": call_id, "generation": 1, "invocation": {"fn": "builtins:int"}, "timeout": 60,
+                       "nodes": nodes, "fanout": max(1, len(nodes) - 1)}).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall((f"POST {contract.ROUTE_EXEC} HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+                  f"{contract.JOB_HEADER}: {JOB}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+    return sock
+
+
+def answer_of(sock: socket.socket) -> dict:
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < int(
+            data.lower().split(b"content-length: ")[1].split(b"\r\n")[0]):
+        chunk = sock.recv(1 << 20)
+        assert chunk, "the agent closed the connection before answering"
+        data += chunk
+    sock.close()
+    return json.loads(data.partition(b"\r\n\r\n")[2])
+
+
+def test_an_exec_in_flight_to_two_hundred_children_takes_no_thread(children: Children):
+    settings = agent_settings(job_name=JOB, token=TOKEN, node_id=0, workers=CHILDREN + 1, mode="service",
+                              tree_threshold=1, tree_fanout=CHILDREN)
+    agent = LightweightAgent(settings)
+    agent.start()
+    try:
+        agent.join(World(job=JOB, generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                         nodes=(Node(0, "127.0.0.1", agent.port, 1),
+                                *(Node(i, "127.0.0.1", p, 1) for i, p in enumerate(children.ports, start=1)))))
+        assert answer_of(exec_request(agent.port, [0], "alone")) == {"ranks": [0], "results": [0]}
+        idle = threading.active_count()
+        caller = exec_request(agent.port, list(range(CHILDREN + 1)), "wide")
+        assert wait_until(lambda: children.held == CHILDREN, timeout=60), "every child got its request"
+        assert threading.active_count() <= idle, "the hop and its 200 requests run on the agent's loop"
+        children.answer()
+        assert answer_of(caller) == {"ranks": list(range(CHILDREN + 1)), "results": [0] * (CHILDREN + 1)}
+    finally:
+        agent.stop()
