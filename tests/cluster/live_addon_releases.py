@@ -20,11 +20,9 @@ To check when it runs: kwok gives the Kueue manager's pod a Ready status, so the
 APIServices, ``templates/visibility``) has endpoints, and kube-aggregator's availability check dials the Service's
 cluster IP, which no route on this machine keeps local (no kube-proxy); the API server's log shows what came of it.
 
-NOT RUN YET: written while this machine's default cluster parts were being built cold (the Pulumi CLI, the
-kubernetes plugin and the control plane were not built before the session's end), so it is a ``live_`` file, run by
-path (``.venv/bin/python -m pytest -q tests/cluster/live_addon_releases.py -s``). It needs no build beyond the
-default parts; once it passes, and its time (printed) is a few minutes, it belongs in the default tier as
-``test_addon_releases.py``.
+Passed on 2026-12-02 (the first ``up`` took 87 s; the whole test about 5 minutes): a ``live_`` file, run by path
+(``.venv/bin/python -m pytest -q tests/cluster/live_addon_releases.py -s``); it needs no build beyond the default
+parts, so it can move to the default tier once its time in CI's run is measured.
 """
 
 from __future__ import annotations

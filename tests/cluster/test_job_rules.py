@@ -167,8 +167,7 @@ def test_kubectl_drain_of_the_node_running_a_service_job_takes_its_pods_one_at_a
     and refuses the others, "Cannot evict pod as it would violate the pod's disruption budget", until the
     StatefulSet's replacement is Ready on the other node. So the drain takes the job one pod at a time and
     ends with all three on the other node. ``--delete-emptydir-data``: kubectl refuses to drain pods with an
-    emptyDir without it, and every job pod has one (``/dev/shm``). Written 2026-12-02 and not run yet (the cluster
-    was being built)."""
+    emptyDir without it, and every job pod has one (``/dev/shm``)."""
     core = client.CoreV1Api(api)
     target, other = nodes.CPU_NODES
     core.patch_node(other, {"spec": {"unschedulable": True}})

@@ -9,8 +9,7 @@ cover; ``tests/cluster/live_kueue.py`` shows the manager's own refusal, listing 
 
 The program runs on the Python host, as a user's would (the repository's program copied,
 ``testbed/cluster/project.py``);
-the test cluster is only the kubeconfig: the preview stops before any resource is registered. Written 2026-12-02
-and not run yet (the test cluster's binaries were being built).
+the test cluster is only the kubeconfig: the preview stops before any resource is registered.
 """
 
 from __future__ import annotations
