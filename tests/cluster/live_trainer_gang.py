@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client, dynamic
-from kubernetes.client.rest import ApiException
 
 from components.addons.trainer_runtime import SCHEDULE_TIMEOUT_SECONDS, SCHEDULER_NAMES, cluster_training_runtime
 from components.addons.versions import TRAINER_API
 from runtime.agent import contract
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.waiting import wait_for
+from tests.cluster import kube
 from tests.cluster.kube import WAIT, create, wait_for_pods
 from tests.cluster.live_trainer import trainer_namespace
 from tests.cluster.test_workloads import deploy, selector
@@ -46,16 +45,6 @@ def live(cluster: Cluster, api: client.ApiClient) -> Iterator[str]:
         yield namespace
 
 
-def pod_group(api: client.ApiClient, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
-    resource = dynamic.DynamicClient(api).resources.get(api_version=api_version, kind="PodGroup")
-    try:
-        return dict(resource.get(name=name, namespace=namespace).to_dict())
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
 @pytest.mark.parametrize("gang", ["scheduler-plugins", "volcano"])
 def test_the_trainer_makes_the_podgroup_of_a_gang_trainjob_with_every_pod_as_min_member(
         api: client.ApiClient, live: str, gang: str) -> None:
@@ -71,7 +60,8 @@ def test_the_trainer_makes_the_podgroup_of_a_gang_trainjob_with_every_pod_as_min
         name = f"pg-{uuid.uuid4().hex[:6]}"
         rendered, _ = deploy(api, live, name=name, backend="trainjob", workers=2, num_proc=1, gang_scheduler=gang)
         assert "PodGroup" not in [m.body["kind"] for m in rendered.manifests]
-        made = wait_for(lambda: pod_group(api, POD_GROUP_API[gang], live, name), WAIT, "the Trainer's PodGroup")
+        group = {"apiVersion": POD_GROUP_API[gang], "kind": "PodGroup", "metadata": {"name": name, "namespace": live}}
+        made = wait_for(lambda: kube.live(api, group), WAIT, "the Trainer's PodGroup")
         assert made["spec"]["minMember"] == 2
         owners = made["metadata"]["ownerReferences"]
         assert [(o["kind"], o["name"], o["controller"]) for o in owners] == [("TrainJob", name, True)]

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, dynamic
-from kubernetes.client.rest import ApiException
+from kubernetes import client
 
 from components.addons.trainer_runtime import NODE
 from components.addons.versions import TRAINER_API
@@ -34,6 +33,7 @@ from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.project import cluster_stack, copy_project
 from testbed.cluster.realnode import RealNode
 from testbed.cluster.waiting import wait_for
+from tests.cluster import kube
 from tests.cluster.live_trainer import jobset, trainer_namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
@@ -92,13 +92,10 @@ def up(tmp_path: Path, cluster: Cluster, name: str, args: dict[str, Any]) -> Eng
 
 def finished(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     """The TrainJob's Complete or Failed condition once it has one."""
-    resource = dynamic.DynamicClient(api).resources.get(api_version=TRAINER_API, kind="TrainJob")
-    try:
-        found = resource.get(name=name, namespace=namespace).to_dict()
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
+    found = kube.live(api, {"apiVersion": TRAINER_API, "kind": "TrainJob",
+                            "metadata": {"name": name, "namespace": namespace}})
+    if found is None:
+        return None
     for condition in (found.get("status") or {}).get("conditions") or []:
         if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
             return dict(condition)

@@ -5,7 +5,6 @@ instead of clearing the cache directory under the first one's ``go build`` (seen
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -36,8 +35,8 @@ def test_a_build_waits_for_the_one_under_way_and_takes_its_result(tmp_path: Path
     result: list[tuple[Path, bool]] = []
     second = threading.Thread(target=lambda: result.append(build_tool(TOOL)))
     second.start()
-    time.sleep(0.2)
-    assert not result, "the second run waits while the first holds the lock"
+    second.join(0.2)
+    assert second.is_alive() and not result, "the second run waits while the first holds the lock"
     release.set()
     first.join(10)
     second.join(10)
