@@ -43,9 +43,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runtime.agent import contract  # noqa: E402 - after the path set-up, for `python bench/fanout.py`
-from runtime.agent.membership.tree import plan_root, split  # noqa: E402
 from runtime.agent.net.peer import Answer, Exchange  # noqa: E402
 from runtime.agent.net.transport import HttpTransport  # noqa: E402
+from runtime.agent.rendezvous.tree import plan_root, split  # noqa: E402
 from runtime.agent.world import Node  # noqa: E402
 
 NOOP = "builtins:int"

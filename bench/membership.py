@@ -35,9 +35,9 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/membership.py`
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
-from runtime.agent.membership.heartbeat import HeartbeatTiming
-from runtime.agent.membership.tree import layout
 from runtime.agent.net.transport import request_json
+from runtime.agent.rendezvous.heartbeat import HeartbeatTiming
+from runtime.agent.rendezvous.tree import layout
 from runtime.agent.spec.job import default
 from testbed.agents import ROOT, AgentCluster, project_env
 from testbed.lightweight import lightweight_address

@@ -105,7 +105,7 @@ class JobInfo:
 @dataclass(frozen=True)
 class MemberInfo:
     """One node in the coordinator's membership snapshot, as the client reads it (the agent's node-side state
-    machine is ``runtime.agent.membership.member.Member``)."""
+    machine is ``runtime.agent.rendezvous.member.Member``)."""
 
     node_id: int
     addr: str

@@ -3,7 +3,7 @@
 tests cut (partitions) and whose agents they stop (``SIGSTOP``: a stopped node takes no step, and
 sees the clock jump when it resumes). The agent's I/O is replaced by direct calls: a beat, a push,
 a probe, a ballot or a report reaches its node at once, or not at all when either end is cut off or
-stopped. For tests of the fencing rule (``membership.election``, ``membership.lease``).
+stopped. For tests of the fencing rule (``rendezvous.election``, ``rendezvous.lease``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Optional
 
 from runtime.agent.errors import MembershipRefused
 from runtime.agent.execution.procs import ProcExit
-from runtime.agent.membership import actions as act
-from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.election import Verdict
-from runtime.agent.membership.events import (
+from runtime.agent.rendezvous import actions as act
+from runtime.agent.rendezvous.coordinator import Coordinator
+from runtime.agent.rendezvous.election import Verdict
+from runtime.agent.rendezvous.events import (
     Deposed,
     Event,
     ProcessExited,
@@ -26,8 +26,8 @@ from runtime.agent.membership.events import (
     VotesCounted,
     WorldArrived,
 )
-from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming
-from runtime.agent.membership.member import Member
+from runtime.agent.rendezvous.heartbeat import HeartbeatState, HeartbeatTiming
+from runtime.agent.rendezvous.member import Member
 from runtime.agent.world import Failure, Node, World
 from testbed.settings import agent_settings
 

@@ -108,7 +108,8 @@ class LightweightAgent:
                  say: Optional[Callable[[str], None]] = None) -> None:
         self.settings = settings
         self.world: Optional[World] = None
-        self.service = ServiceNode(settings, lambda: self.world, say or (lambda line: print(line, file=sys.stderr)))
+        self.service = ServiceNode(settings, world=lambda: self.world,
+                                   say=say or (lambda line: print(line, file=sys.stderr)))
         routes = {("GET", contract.ROUTE_INFO): self._route_info, **self.service.routes()}
         self.server = AgentServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES, job=settings.job,
                                   on_loop={("GET", contract.ROUTE_INFO)}, long_running=ServiceNode.long_running(),

@@ -18,7 +18,7 @@ from testbed.settings import agent_settings
 class NullProcesses:
     """A process supervisor that runs nothing: the lightweight agents' spawner seam."""
 
-    def __init__(self, generation: int, *_args: object, **_kwargs: object) -> None:
+    def __init__(self, *, generation: int, **_kwargs: object) -> None:
         self.generation = generation
 
     def start(self) -> None:

@@ -1,9 +1,9 @@
 """The agent: one per node (pod), a thin executor of what ``Member`` and ``Coordinator`` decide.
 
 All state changes happen on the main thread, which consumes one queue: events for this node's
-``membership.member.Member`` (worlds, process exits, signals, heartbeat outcomes, what registration
+``rendezvous.member.Member`` (worlds, process exits, signals, heartbeat outcomes, what registration
 and discovery found: ``CoordinatorFound``, ``Registered``) and the actions
-of its coordinator, if it holds the role (decided under ``membership.coordinator_lock``'s lock in HTTP
+of its coordinator, if it holds the role (decided under ``rendezvous.coordinator_lock``'s lock in HTTP
 handler, probe and push threads). The agent performs the actions: its processes
 (``execution.generation``), registration, heartbeats, world pushes, probes and the coordinator's
 watch on its direct reporters' agent ports (``membership``), and
@@ -30,12 +30,16 @@ from runtime.agent.execution.bootstrap import die_with_parent, parent_pid
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
 from runtime.agent.execution.procs import LocalProcesses, Spawner
-from runtime.agent.membership import actions as act
-from runtime.agent.membership import voting
-from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.coordinator_lock import Coordination
-from runtime.agent.membership.discovery import peer_addresses, running_coordinator
-from runtime.agent.membership.events import (
+from runtime.agent.net.peer import Exchange, PeerTransport
+from runtime.agent.net.resolver import Resolver
+from runtime.agent.net.server import AgentServer
+from runtime.agent.net.transport import HttpTransport, encode
+from runtime.agent.rendezvous import actions as act
+from runtime.agent.rendezvous import voting
+from runtime.agent.rendezvous.coordinator import Coordinator
+from runtime.agent.rendezvous.coordinator_lock import Coordination
+from runtime.agent.rendezvous.discovery import peer_addresses, running_coordinator
+from runtime.agent.rendezvous.events import (
     CoordinatorFound,
     DaemonExited,
     Deposed,
@@ -45,17 +49,13 @@ from runtime.agent.membership.events import (
     Tick,
     WorldArrived,
 )
-from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
-from runtime.agent.membership.heartbeat_thread import Heartbeats
-from runtime.agent.membership.member import Member
-from runtime.agent.membership.push import Prober, WorldPusher
-from runtime.agent.membership.registration import Registration
-from runtime.agent.membership.stragglers import SubtreeRanks
-from runtime.agent.membership.watch import Watch
-from runtime.agent.net.peer import Exchange, PeerTransport
-from runtime.agent.net.resolver import Resolver
-from runtime.agent.net.server import AgentServer
-from runtime.agent.net.transport import HttpTransport, encode
+from runtime.agent.rendezvous.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
+from runtime.agent.rendezvous.heartbeat_thread import Heartbeats
+from runtime.agent.rendezvous.member import Member
+from runtime.agent.rendezvous.push import Prober, WorldPusher
+from runtime.agent.rendezvous.registration import Registration
+from runtime.agent.rendezvous.stragglers import SubtreeRanks
+from runtime.agent.rendezvous.watch import Watch
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.spec.agent_settings import AgentSettings
@@ -91,7 +91,7 @@ class Agent:
             mode's calls and code sync (default: HTTP, service mode on connections of its own).
     """
 
-    def __init__(self, settings: AgentSettings, resolver: Optional[Resolver] = None, log: TextIO = sys.stderr,
+    def __init__(self, settings: AgentSettings, *, resolver: Optional[Resolver] = None, log: TextIO = sys.stderr,
                  clock: Callable[[], float] = time.monotonic, spawner: Spawner = LocalProcesses,
                  transport: Optional[PeerTransport] = None) -> None:
         spec, node = settings.spec, settings.node
@@ -111,7 +111,7 @@ class Agent:
         self._coordination = Coordination(Coordinator(settings, clock()) if node.is_coordinator else None)
         self._children, self._subtree = Liveness(), SubtreeRanks()
         self._service = ServiceNode(
-            settings, lambda: self.member.view.world, self.say, clock=clock, transport=transport,
+            settings, world=lambda: self.member.view.world, say=self.say, clock=clock, transport=transport,
             on_unreachable=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a call"),
         ) if spec.mode == "service" else None
         self._processes = NodeProcesses(

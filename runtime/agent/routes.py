@@ -1,6 +1,6 @@
 """The agent's own HTTP routes: ``GET /info``, ``GET``/``PUT /members``, ``POST /world``, ``POST /vote`` (service mode's
 ``/call`` and ``/exec`` are ``service.dispatch``'s). Handler threads only validate, decide through
-the coordinator (``membership.coordinator_lock``) and hand what follows to the agent's loop; this is where
+the coordinator (``rendezvous.coordinator_lock``) and hand what follows to the agent's loop; this is where
 a membership refusal becomes an HTTP status. Standard library only.
 """
 
@@ -11,17 +11,17 @@ from typing import Any, Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError, MembershipRefused, NotAMember
-from runtime.agent.membership import voting
-from runtime.agent.membership.actions import CoordinatorAction
-from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.coordinator_lock import Coordination
-from runtime.agent.membership.election import Ballot
-from runtime.agent.membership.events import Event, WorldArrived
-from runtime.agent.membership.heartbeat import Liveness
-from runtime.agent.membership.nodestate import MemberView
-from runtime.agent.membership.push import RELAY, WorldPusher
-from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.server import Request, Response, Routes
+from runtime.agent.rendezvous import voting
+from runtime.agent.rendezvous.actions import CoordinatorAction
+from runtime.agent.rendezvous.coordinator import Coordinator
+from runtime.agent.rendezvous.coordinator_lock import Coordination
+from runtime.agent.rendezvous.election import Ballot
+from runtime.agent.rendezvous.events import Event, WorldArrived
+from runtime.agent.rendezvous.heartbeat import Liveness
+from runtime.agent.rendezvous.nodestate import MemberView
+from runtime.agent.rendezvous.push import RELAY, WorldPusher
+from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import TERMINAL, Failure, Node, World
 

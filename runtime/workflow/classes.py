@@ -83,7 +83,7 @@ class RemoteInstance(Deployed):
         instance_id: the instance's id on every rank (a view or a moved instance keeps it).
     """
 
-    def __init__(self, target: cls, compute: Compute, options: Optional[CallOptions] = None,
+    def __init__(self, target: cls, compute: Compute, *, options: Optional[CallOptions] = None,
                  connection: Optional[_Connection] = None, instance_id: Optional[str] = None) -> None:
         super().__init__(target, compute, options or CallOptions(), connection)
         self.instance_id = instance_id or uuid.uuid4().hex
@@ -97,7 +97,8 @@ class RemoteInstance(Deployed):
         return RemoteMethod(self, name)
 
     def _view(self, compute: Compute, options: CallOptions, connection: Optional[_Connection]) -> RemoteInstance:
-        return RemoteInstance(self.target, compute, options, connection, self.instance_id)
+        return RemoteInstance(self.target, compute, options=options, connection=connection,
+                              instance_id=self.instance_id)
 
     def _arrived(self) -> None:
         self._call(None, (), {})

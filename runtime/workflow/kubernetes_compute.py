@@ -367,7 +367,7 @@ class KubernetesCompute(Compute):
         selector = f"{contract.LABEL_JOB}={name}"
         return Expectation(
             accepts=accepts, wanted=wanted, ended_is_final=False, problem=lambda: relay.last_error,
-            stop=Vanishing(self._look(), namespace, name, lambda: relay.last_error is not None),
+            stop=Vanishing(self._look(), namespace=namespace, job=name, failing=lambda: relay.last_error is not None),
             hint=(f"check the job's pods (kubectl get pods -n {namespace} -l {selector}, and their events: image "
                   "pull, scheduling, a gang scheduler waiting for the whole group); raise ready_timeout if they "
                   "are merely slow"),

@@ -71,7 +71,7 @@ class Vanishing:
         clock: monotonic clock, seconds.
     """
 
-    def __init__(self, look: Look, namespace: str, job: str, failing: Callable[[], bool],
+    def __init__(self, look: Look, *, namespace: str, job: str, failing: Callable[[], bool],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._look, self._namespace, self._job, self._failing, self._clock = look, namespace, job, failing, clock
         self._next = 0.0

@@ -161,32 +161,42 @@ def test_a_service_jobs_pods_can_be_evicted_one_at_a_time(api: client.ApiClient,
 def test_kubectl_drain_of_the_node_running_a_service_job_takes_its_pods_one_at_a_time(
         api: client.ApiClient, namespace: str, cluster: Cluster) -> None:
     """``kubectl drain`` (the machine's kubectl) of the node holding all three pods of a fixed-size service job
-    succeeds: k8s.io/kubectl's ``pkg/drain/drain.go`` (``evictPods``) cordons the node, asks the eviction API for
-    every pod at once and retries a refused one after 5 s; the API server (k8s.io/kubernetes v1.34.4
-    ``pkg/registry/core/pod/storage/eviction.go``) lets one go under the rendered budget (``minAvailable: 2``)
-    and refuses the others, "Cannot evict pod as it would violate the pod's disruption budget", until the
-    StatefulSet's replacement is Ready on the other node. So the drain takes the job one pod at a time and
-    ends with all three on the other node. ``--delete-emptydir-data``: kubectl refuses to drain pods with an
-    emptyDir without it, and every job pod has one (``/dev/shm``)."""
+    takes them one at a time: k8s.io/kubectl's ``pkg/drain/drain.go`` (``evictPods``) cordons the node, asks the
+    eviction API for every pod at once and retries a refused one after 5 s; the API server (k8s.io/kubernetes
+    v1.34.4 ``pkg/registry/core/pod/storage/eviction.go``) lets one go under the rendered budget
+    (``minAvailable: 2``) and refuses the others, "Cannot evict pod as it would violate the pod's disruption
+    budget", until the StatefulSet's replacement is Ready elsewhere. The other node stays cordoned until the
+    first refusal is printed, so no replacement can be Ready before it (with both nodes open, kwok's instant
+    replacements can free the budget between kubectl's requests and no refusal need appear); then it opens and
+    the drain ends with all three pods there. The job has a name of its own, so the drain's selector takes no
+    other test's pods. ``--delete-emptydir-data``: kubectl refuses to drain pods with an emptyDir without it,
+    and every job pod has one (``/dev/shm``)."""
     core = client.CoreV1Api(api)
     target, other = nodes.CPU_NODES
     core.patch_node(other, {"spec": {"unschedulable": True}})
     try:
-        rendered, stored = deploy(api, namespace, mode="service", workers=3)
+        rendered, stored = deploy(api, namespace, name="drained", mode="service", workers=3)
         assert stored["pdb"]["spec"]["minAvailable"] == 2
         found = wait_for_pods(api, namespace, selector(rendered), 3)
         assert {p.spec.node_name for p in found} == {target}
         budget = client.PolicyV1Api(api)
         wait_for(lambda: budget.read_namespaced_pod_disruption_budget(
             rendered.names.job, namespace).status.disruptions_allowed == 1, WAIT, "the budget to allow one disruption")
+        drain = subprocess.Popen(["kubectl", f"--kubeconfig={cluster.kubeconfig}", "drain", target,
+                                  f"--pod-selector={selector(rendered)}", "--delete-emptydir-data", "--timeout=240s"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert drain.stdout is not None
+        lines: list[str] = []
+        for line in drain.stdout:
+            lines.append(line)
+            if "Cannot evict pod as it would violate the pod's disruption budget" in line:
+                break
+        refused = "".join(lines)
+        assert "Cannot evict pod as it would violate the pod's disruption budget" in refused, refused
         core.patch_node(other, {"spec": {"unschedulable": False}})
-        drained = subprocess.run(["kubectl", f"--kubeconfig={cluster.kubeconfig}", "drain", target,
-                                  f"--pod-selector={selector(rendered)}", "--delete-emptydir-data", "--timeout=300s"],
-                                 capture_output=True, text=True, timeout=360, check=False)
-        out = drained.stdout + drained.stderr
-        assert drained.returncode == 0, out
+        out = refused + drain.stdout.read()
+        assert drain.wait(timeout=300) == 0, out
         assert all(f"pod/{rendered.names.job}-{i} evicted" in out for i in range(3)), out
-        assert "Cannot evict pod as it would violate the pod's disruption budget" in out, out
         moved = wait_for_pods(api, namespace, selector(rendered), 3)
         assert {p.spec.node_name for p in moved} == {other}
     finally:

@@ -16,7 +16,7 @@ import pytest
 from runtime.agent.net.transport import request_json
 from runtime.local import jobs
 from tests.conftest import ROOT, Lines, project_env, wait_until
-from tests.runtime.agent.membership.test_elastic_jobs import all_told, recording, told_of, whole_world
+from tests.runtime.agent.rendezvous.test_elastic_jobs import all_told, recording, told_of, whole_world
 
 pytestmark = pytest.mark.process
 

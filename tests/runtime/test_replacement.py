@@ -14,7 +14,7 @@ import pytest
 from runtime.agent.errors import TransportError
 from runtime.agent.net.transport import request_json
 from tests.conftest import ROOT, AgentCluster, wait_until
-from tests.runtime.agent.membership.test_elastic_jobs import recording
+from tests.runtime.agent.rendezvous.test_elastic_jobs import recording
 
 pytestmark = pytest.mark.process
 

@@ -7,7 +7,7 @@ route like every other)::
     client -> coordinator   {"digest": D, "archive": "<base64>"}
     node -> child           {"digest": D, "archive": "<base64>", "nodes": [4, 5, 6, 7], "fanout": 50}
         each node unpacks the tree (checking its digest), sends it on to its children (the same
-        subtrees a call to every node takes, ``membership.tree``) and answers once they all have it:
+        subtrees a call to every node takes, ``rendezvous.tree``) and answers once they all have it:
         200 -> {"digest": D, "nodes": <nodes that hold it now>}
     node -> coordinator     {"fetch": D}   (a node that joined after the tree was sent)
         200 -> {"digest": D, "archive": "<base64>"};   404 when the coordinator does not hold it
@@ -30,9 +30,9 @@ from runtime.agent import contract
 from runtime.agent.code.archive import ArchiveError, check_digest
 from runtime.agent.code.store import CodeStore
 from runtime.agent.errors import HttpError
-from runtime.agent.membership.tree import plan_node, plan_root
 from runtime.agent.net.peer import Answer, Exchange, PeerTransport
 from runtime.agent.net.transport import encode
+from runtime.agent.rendezvous.tree import plan_node, plan_root
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import RUNNING, World
 
@@ -53,7 +53,7 @@ class CodeFanout:
         clock: monotonic clock, seconds.
     """
 
-    def __init__(self, settings: AgentSettings, world: Callable[[], Optional[World]], store: CodeStore,
+    def __init__(self, settings: AgentSettings, *, world: Callable[[], Optional[World]], store: CodeStore,
                  transport: PeerTransport, clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
         self._world = world

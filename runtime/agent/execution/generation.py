@@ -191,12 +191,14 @@ class NodeProcesses:
     def _spawn(self, world: World, node_rank: int, envs: list[dict[str, str]], log_dir: Optional[str]) -> Supervisor:
         spec, first = self._settings.spec, world.first_rank(node_rank)
         if self._service is not None:
-            pool = WorkerPool(world.generation, node_rank, first, envs, self._say, spec.grace_period, log_dir)
+            pool = WorkerPool(generation=world.generation, node_rank=node_rank, first_rank=first, envs=envs,
+                              say=self._say, grace=spec.grace_period, log_dir=log_dir)
             self._service.use_executor(pool)
             return pool
         stdin = 0 if self._settings.plumbing.forward_stdin and first == 0 else None
-        return self._spawner(world.generation, first, envs, spec.entrypoint, self._on_exit, log_dir,
-                             no_python=spec.no_python, outputs=spec.outputs, stdin_local_rank=stdin)
+        return self._spawner(generation=world.generation, first_rank=first, envs=envs, entrypoint=spec.entrypoint,
+                             on_exit=self._on_exit, log_dir=log_dir, no_python=spec.no_python, outputs=spec.outputs,
+                             stdin_local_rank=stdin)
 
     def _spawn_daemon(self, world: World, node_rank: int, daemon: controller.Daemon, base: dict[str, str],
                       log_dir: Optional[str]) -> Supervisor:
@@ -206,8 +208,9 @@ class NodeProcesses:
         if daemon.wait_for:
             env[contract.WAIT_FOR] = daemon.wait_for
         return self._spawner(
-            world.generation, node_rank, [env], ("-m", DAEMON_MODULE, daemon.name, *daemon.argv),
-            lambda ended: self._on_daemon_exit(daemon.name, ended), log_dir, label=daemon.name,
+            generation=world.generation, first_rank=node_rank, envs=[env],
+            entrypoint=("-m", DAEMON_MODULE, daemon.name, *daemon.argv),
+            on_exit=lambda ended: self._on_daemon_exit(daemon.name, ended), log_dir=log_dir, label=daemon.name,
         )
 
     def _join_env(self) -> dict[str, str]:

@@ -120,7 +120,7 @@ class Supervisor(Protocol):
 
 
 Spawner = Callable[..., Supervisor]
-"""Builds a :class:`Supervisor` with :class:`LocalProcesses`' constructor arguments."""
+"""Builds a :class:`Supervisor` with :class:`LocalProcesses`' constructor arguments, by keyword."""
 
 
 class LocalProcesses:
@@ -154,6 +154,7 @@ class LocalProcesses:
 
     def __init__(
         self,
+        *,
         generation: int,
         first_rank: int,
         envs: Sequence[Mapping[str, str]],

@@ -1,7 +1,7 @@
 """Service-mode calls through one agent: ``POST /call`` (coordinator) and ``POST /exec`` (every node).
 
 A call's journey: the coordinator validates it (``calls.py``), plans flat or tree fan-out
-(``membership/tree.py``) and then does what every node does with an ``/exec``: one :class:`hop.Hop`
+(``rendezvous/tree.py``) and then does what every node does with an ``/exec``: one :class:`hop.Hop`
 starts the call on its own ranks (the executor it was given), sends it to each child (kept-alive
 connections), and merges what comes back into rank order, whatever order it arrives in. Given the
 server's event loop (:meth:`ServiceNode.use_loop`), an ``/exec`` runs on it from request to answer,
@@ -33,11 +33,11 @@ from runtime.agent.errors import (
     TrainplaneError,
     WorkerMembershipChanged,
 )
-from runtime.agent.membership.tree import Plan, plan_node, plan_root
 from runtime.agent.net.loop import EventLoop
 from runtime.agent.net.peer import PeerTransport
 from runtime.agent.net.server import Deferred, Request, Response, RouteKey, Routes
 from runtime.agent.net.transport import HttpTransport
+from runtime.agent.rendezvous.tree import Plan, plan_node, plan_root
 from runtime.agent.service.calls import CallRequest, ExecRequest
 from runtime.agent.service.drivers import Driver, LoopDriver, ThreadDriver
 from runtime.agent.service.executor import LocalExecutor
@@ -74,7 +74,7 @@ class ServiceNode:
 
     def __init__(
         self,
-        settings: AgentSettings,
+        settings: AgentSettings, *,
         world: Callable[[], Optional[World]],
         say: Callable[[str], None],
         on_unreachable: Callable[[Node], None] = lambda _node: None,
@@ -97,7 +97,8 @@ class ServiceNode:
         self._outputs = CallOutputs()
         store_dir = os.path.join(settings.plumbing.run_root or tempfile.gettempdir(),
                                  f"trainplane-code-{settings.spec.job_name}-{settings.node.node_id}-{uuid.uuid4().hex[:8]}")
-        self._code = CodeFanout(settings, world, CodeStore(store_dir), self._transport, clock)
+        self._code = CodeFanout(settings, world=world, store=CodeStore(store_dir), transport=self._transport,
+                                clock=clock)
 
     # --- wiring ----------------------------------------------------------------------------------
 
@@ -374,8 +375,8 @@ class ServiceNode:
             on_done(outcome)
 
         report_after = self._settings.spec.hang_report_after if me == 0 else None
-        hop = Hop(world, me, request, plan, deadline, driver, done, self._executor, self._links, output, code,
-                  report_after)
+        hop = Hop(world, me=me, request=request, plan=plan, deadline=deadline, driver=driver, on_done=done,
+                  executor=self._executor, links=self._links, output=output, code=code, report_after=report_after)
         with self._lock:
             cancelled = request.call_id in self._cancelled
             if cancelled:

@@ -20,10 +20,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, NodeFailed, TrainplaneError
-from runtime.agent.membership.tree import Plan
 from runtime.agent.net.loop import Timer
 from runtime.agent.net.messages import Response
 from runtime.agent.net.peer import Answer, Batch, Exchange, PeerTransport
+from runtime.agent.rendezvous.tree import Plan
 from runtime.agent.service.calls import ExecRequest
 from runtime.agent.service.drivers import Driver
 from runtime.agent.service.executor import LocalCall, LocalExecutor, RankDone, RankFailed
@@ -133,7 +133,7 @@ class Hop:
             coordinator's hop only); ``None``: no report.
     """
 
-    def __init__(self, world: World, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
+    def __init__(self, world: World, *, me: int, request: ExecRequest, plan: Plan, deadline: Optional[float],
                  driver: Driver, on_done: Callable[[Outcome], None], executor: Optional[LocalExecutor], links: Links,
                  output: Optional[Callable[[int, str, str], None]] = None, code: str = "",
                  report_after: Optional[float] = None) -> None:

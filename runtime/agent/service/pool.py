@@ -62,6 +62,7 @@ class WorkerPool:
 
     def __init__(
         self,
+        *,
         generation: int,
         node_rank: int,
         first_rank: int,
@@ -310,9 +311,10 @@ class _Slot:
             self._exit = None
             self._exited.clear()
             proc = LocalProcesses(
-                pool.generation, self.rank, [{**self._env, contract.SERVICE_FD: str(child.fileno())}],
-                ("-m", contract.SERVICE_MODULE), lambda event: self._on_exit(incarnation, event), pool.log_dir,
-                python=pool.python, pass_fds=(child.fileno(),),
+                generation=pool.generation, first_rank=self.rank,
+                envs=[{**self._env, contract.SERVICE_FD: str(child.fileno())}],
+                entrypoint=("-m", contract.SERVICE_MODULE), on_exit=lambda event: self._on_exit(incarnation, event),
+                log_dir=pool.log_dir, python=pool.python, pass_fds=(child.fileno(),),
                 tap=lambda _local_rank, stream, data: self._on_output(incarnation, stream, data),
             )
             try:

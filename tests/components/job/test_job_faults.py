@@ -27,7 +27,7 @@ def test_without_a_deadline_the_agents_have_no_time_limit():
 
 def test_pods_named_by_index_are_given_every_indexs_name_to_find_the_coordinator_by():
     """A replaced pod asks the other indices' agents, not only <job>-0, which may be gone or no longer
-    coordinate (runtime.agent.membership.discovery)."""
+    coordinate (runtime.agent.rendezvous.discovery)."""
     for overrides in ({}, {"mode": "service"}):
         assert env_of(templates(render(**overrides))[0])[contract.PEERS] == "demo-{index}.demo"
     assert contract.PEERS not in env_of(templates(render(backend="pytorchjob"))[0])
@@ -47,7 +47,7 @@ def test_an_elastic_indexed_job_fails_at_once_when_its_agents_say_the_job_failed
     rules are tried in order, the first match decides; an ``onExitCodes`` rule matches a terminated
     container (``containerName``, when given) whose non-zero exit code is ``In`` the values, and
     ``FailJob`` fails the Job instead of counting the pod toward ``backoffLimit`` and replacing it. The
-    agents exit ``EXIT_JOB_FAILED`` once an elastic job has failed for good (runtime.agent.membership
+    agents exit ``EXIT_JOB_FAILED`` once an elastic job has failed for good (runtime.agent.rendezvous
     .member); a fixed-size job has ``backoffLimit: 0`` and needs no such rule."""
     validate_manifest(workload(render(workers=3, min_workers=2, max_workers=3)))
     spec = run_job(workers=3, min_workers=2, max_workers=3).one("kubernetes:batch/v1:Job").inputs["spec"]

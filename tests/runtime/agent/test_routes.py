@@ -7,14 +7,14 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
-from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.coordinator_lock import Coordination
-from runtime.agent.membership.forming import LAST_CALL
-from runtime.agent.membership.heartbeat import Liveness
-from runtime.agent.membership.nodestate import MemberView
-from runtime.agent.membership.push import WorldPusher
-from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.server import Request
+from runtime.agent.rendezvous.coordinator import Coordinator
+from runtime.agent.rendezvous.coordinator_lock import Coordination
+from runtime.agent.rendezvous.forming import LAST_CALL
+from runtime.agent.rendezvous.heartbeat import Liveness
+from runtime.agent.rendezvous.nodestate import MemberView
+from runtime.agent.rendezvous.push import WorldPusher
+from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.world import Node, World
 from testbed.settings import agent_settings

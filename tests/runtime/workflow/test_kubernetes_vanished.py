@@ -103,7 +103,7 @@ def test_a_wait_ends_when_the_objects_go_or_node_0s_pod_never_appears():
         return answers[-1]
 
     failing = [False]
-    stop = Vanishing(look, "research", "trainer", lambda: failing[0], clock)
+    stop = Vanishing(look, namespace="research", job="trainer", failing=lambda: failing[0], clock=clock)
     assert stop() is None and not looks, "a port-forward that works is not looked into"
     failing[0] = True
     assert stop() is None and looks == [("research", "trainer")]

@@ -2,7 +2,7 @@
 
 ``LocalCompute(workers=2)``, node 0's agent (the coordinator, where calls arrive) stopped for 5 s
 (1.7 TTLs) with ``SIGSTOP``, between calls or while one is in flight: a world of two nodes never
-fails over (one survivor is no majority of two, ``membership.election``), so node 1 waits, orphaned,
+fails over (one survivor is no majority of two, ``rendezvous.election``), so node 1 waits, orphaned,
 and no second world forms. Before the fencing rule node 1 took over in a world of its own, and every
 later call failed with ``NodeFailed`` naming two generations while ``/members`` reported a healthy
 job. Afterwards the calls answer from every node, and ``/members`` and ``info()`` describe the world

@@ -15,8 +15,8 @@ from runtime.agent.execution import controller
 from runtime.agent.execution.bootstrap import wait_for
 from runtime.agent.execution.daemon import EXIT_NOT_FOUND, resolve
 from runtime.agent.execution.environment import process_env
-from runtime.agent.membership.actions import Push
-from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.rendezvous.actions import Push
+from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.spec.job import JobSpec
 from runtime.agent.spec.ports import framework_ports
 from runtime.agent.world import FAILED, SUCCEEDED, Failure, Node, World

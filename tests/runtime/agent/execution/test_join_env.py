@@ -29,7 +29,7 @@ class Recorded:
         self.envs: list[dict[str, str]] = []
         self.generation = 1
 
-    def __call__(self, generation: int, first: int, envs: list[dict[str, str]], *_: Any, **__: Any) -> Recorded:
+    def __call__(self, *, envs: list[dict[str, str]], **__: Any) -> Recorded:
         self.envs = envs
         return self
 

@@ -20,8 +20,8 @@ import os, sys, threading
 from runtime.agent.execution.procs import LocalProcesses
 assert os.getpid() == 1, os.getpid()
 exits, done = [], threading.Event()
-procs = LocalProcesses(1, 0, [dict(os.environ)], [sys.argv[1]],
-                       lambda e: (exits.append(e), done.set()), python=sys.executable)
+procs = LocalProcesses(generation=1, first_rank=0, envs=[dict(os.environ)], entrypoint=[sys.argv[1]],
+                       on_exit=lambda e: (exits.append(e), done.set()), python=sys.executable)
 procs.start()
 assert done.wait(60)
 procs.stop(1.0)

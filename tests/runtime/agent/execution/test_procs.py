@@ -32,8 +32,9 @@ def test_after_a_renumbering_output_and_exit_reports_carry_the_new_rank(tmp_path
     exits: list[ProcExit] = []
     done = threading.Event()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = LocalProcesses(1, 2, [env], [str(script), str(go)], lambda e: (exits.append(e), done.set()),
-                           log_dir=str(tmp_path / "logs"), out=out, err=err, python=sys.executable)
+    procs = LocalProcesses(generation=1, first_rank=2, envs=[env], entrypoint=[str(script), str(go)],
+                           on_exit=lambda e: (exits.append(e), done.set()), log_dir=str(tmp_path / "logs"), out=out,
+                           err=err, python=sys.executable)
     procs.start()
     try:
         assert wait_until(lambda: b"before" in out.getvalue(), timeout=60)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime import CallTimeout, NodeFailed, RemoteError, WorkerMembershipChanged
-from runtime.agent.membership.tree import levels
+from runtime.agent.rendezvous.tree import levels
 from runtime.agent.world import Node, World
 from runtime.client import JobClient
 from testbed.inprocess import LightweightAgent

@@ -52,7 +52,7 @@ class Fleet:
             settings = agent_settings(job_name="hop", token=TOKEN, node_id=i, workers=nodes, mode="service",
                                       tree_threshold=threshold, tree_fanout=fanout)
             transport = FakeTransport(self.network, TOKEN, self.clock)
-            node = ServiceNode(settings, lambda: self.world, lambda _line: None,
+            node = ServiceNode(settings, world=lambda: self.world, say=lambda _line: None,
                                on_unreachable=lambda n: self.unreachable.append(n.node_id), clock=self.clock,
                                transport=transport)
             node.use_executor(InProcessExecutor([i], i))

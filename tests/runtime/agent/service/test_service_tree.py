@@ -37,7 +37,7 @@ def test_the_world_travels_the_tree_each_node_sending_it_to_its_own_children(job
 
     assert wait_until(lambda: [i["generation"] for i in infos()] == [1] * NODES, timeout=30)
     # Width 3: the coordinator sends to nodes 1, 5 and 9, each of them to its three children (1 to 2-4),
-    # the leaves to nobody: the edges a call to every node takes (membership/tree.py).
+    # the leaves to nobody: the edges a call to every node takes (rendezvous/tree.py).
     assert [i["worlds_sent"] for i in infos()] == [3, 3, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0]
 
 

@@ -20,8 +20,8 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
-from runtime.agent.membership.events import CoordinatorBack, CoordinatorLost, Event, Removed, WorldArrived
-from runtime.agent.membership.tree import Layout, layout
+from runtime.agent.rendezvous.events import CoordinatorBack, CoordinatorLost, Event, Removed, WorldArrived
+from runtime.agent.rendezvous.tree import Layout, layout
 from runtime.agent.world import RUNNING, Node, World
 
 LATE_BEAT = 0.25
@@ -144,7 +144,7 @@ class Beat:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a heartbeat's outcome means: events for the node's :class:`~runtime.agent.membership.member.Member`
+    """What a heartbeat's outcome means: events for the node's :class:`~runtime.agent.rendezvous.member.Member`
     and lines for its log."""
 
     events: tuple[Event, ...] = ()
@@ -154,7 +154,7 @@ class Outcome:
 class HeartbeatState:
     """The heartbeat loop's decisions, apart from its sending: when the next beat is due, where it goes
     (the node's parent in the tree, or the coordinator), and what each outcome means. Pure: the
-    heartbeat thread (``membership.heartbeat_thread``) waits :meth:`delay`, asks :meth:`next`, sends, and
+    heartbeat thread (``rendezvous.heartbeat_thread``) waits :meth:`delay`, asks :meth:`next`, sends, and
     reports the outcome to :meth:`answered`, :meth:`refused` or :meth:`failed`.
 
     A beat refused by a parent (the child is not in its world yet) goes straight to the coordinator

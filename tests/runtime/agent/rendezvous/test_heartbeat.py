@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.membership.events import CoordinatorBack, CoordinatorLost, Removed, WorldArrived
-from runtime.agent.membership.heartbeat import Beat, HeartbeatState, HeartbeatTiming, Outcome
-from runtime.agent.membership.tree import layout
+from runtime.agent.rendezvous.events import CoordinatorBack, CoordinatorLost, Removed, WorldArrived
+from runtime.agent.rendezvous.heartbeat import Beat, HeartbeatState, HeartbeatTiming, Outcome
+from runtime.agent.rendezvous.tree import layout
 from runtime.agent.world import Node, World
 
 pytestmark = pytest.mark.unit

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.membership.actions import Register
-from runtime.agent.membership.events import WorldArrived
-from runtime.agent.membership.member import REJOIN_BACKOFF_CAP
+from runtime.agent.rendezvous.actions import Register
+from runtime.agent.rendezvous.events import WorldArrived
+from runtime.agent.rendezvous.member import REJOIN_BACKOFF_CAP
 from runtime.agent.world import FAILED, RUNNING
-from tests.runtime.agent.membership.test_coordinator import failure, formed, node, pushes
-from tests.runtime.agent.membership.test_member import exited, member, running, world
+from tests.runtime.agent.rendezvous.test_coordinator import failure, formed, node, pushes
+from tests.runtime.agent.rendezvous.test_member import exited, member, running, world
 
 pytestmark = pytest.mark.unit
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Container, Optional, Sequence
 
-from runtime.agent.membership.election import majority
-from runtime.agent.membership.heartbeat import HeartbeatTiming, reports_to_coordinator
-from runtime.agent.membership.tree import layout
+from runtime.agent.rendezvous.election import majority
+from runtime.agent.rendezvous.heartbeat import HeartbeatTiming, reports_to_coordinator
+from runtime.agent.rendezvous.tree import layout
 from runtime.agent.world import Node, World
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.membership.actions import Probe
-from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.election import Ballot, Election, majority
-from runtime.agent.membership.lease import Lease
+from runtime.agent.rendezvous.actions import Probe
+from runtime.agent.rendezvous.coordinator import Coordinator
+from runtime.agent.rendezvous.election import Ballot, Election, majority
+from runtime.agent.rendezvous.lease import Lease
 from runtime.agent.world import SUCCEEDED, Node, World
 from testbed.fencing import SimJob
 from testbed.settings import agent_settings
@@ -225,9 +225,9 @@ def test_a_probe_answered_in_a_newer_epoch_fences_the_coordinator_out_and_a_vote
 
 
 def test_a_fixed_size_or_small_job_never_holds():
-    lease = Lease(0, 1, TTL, 1.0, elastic=False)
+    lease = Lease(0, epoch=1, ttl=TTL, margin=1.0, elastic=False)
     assert not lease.holding(a_world(), lambda _i: 100.0, 0.0)
-    assert not Lease(0, 1, TTL, 1.0, elastic=True).holding(a_world(nodes=2), lambda _i: 100.0, 0.0)
+    assert not Lease(0, epoch=1, ttl=TTL, margin=1.0, elastic=True).holding(a_world(nodes=2), lambda _i: 100.0, 0.0)
 
 
 @pytest.mark.parametrize("epoch", [1, 2])

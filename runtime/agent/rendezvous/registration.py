@@ -9,10 +9,10 @@ from typing import Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError, TransportError, Unauthorized
-from runtime.agent.membership.events import CoordinatorFound, Event, Fatal, Registered
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.transport import DEFAULT_TIMEOUT, encode
+from runtime.agent.rendezvous.events import CoordinatorFound, Event, Fatal, Registered
 
 FIRST_RETRY = 0.05
 """Seconds before the first retry of a registration no coordinator answered; doubled each time."""

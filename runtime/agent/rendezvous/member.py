@@ -24,8 +24,8 @@ from typing import Any, Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.execution.procs import ProcExit
-from runtime.agent.membership import events as ev
-from runtime.agent.membership.actions import (
+from runtime.agent.rendezvous import events as ev
+from runtime.agent.rendezvous.actions import (
     AnswerVote,
     AskVotes,
     DeliverChange,
@@ -42,8 +42,8 @@ from runtime.agent.membership.actions import (
     StopProcesses,
     TakeOver,
 )
-from runtime.agent.membership.election import Election, fails_over, majority
-from runtime.agent.membership.nodestate import MemberState, MemberView, Running
+from runtime.agent.rendezvous.election import Election, fails_over, majority
+from runtime.agent.rendezvous.nodestate import MemberState, MemberView, Running
 from runtime.agent.spec.job import SINGLE_CONTROLLER
 from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, World

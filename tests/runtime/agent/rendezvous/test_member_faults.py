@@ -6,10 +6,10 @@ import signal
 
 import pytest
 
-from runtime.agent.membership.actions import Exit, Report, StopJob, StopProcesses
-from runtime.agent.membership.events import SignalReceived, WorldArrived
+from runtime.agent.rendezvous.actions import Exit, Report, StopJob, StopProcesses
+from runtime.agent.rendezvous.events import SignalReceived, WorldArrived
 from runtime.agent.world import STOPPED
-from tests.runtime.agent.membership.test_member import member, running, world
+from tests.runtime.agent.rendezvous.test_member import member, running, world
 
 pytestmark = pytest.mark.unit
 

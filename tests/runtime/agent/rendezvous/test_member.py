@@ -10,7 +10,7 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.execution.procs import ProcExit
-from runtime.agent.membership.actions import (
+from runtime.agent.rendezvous.actions import (
     AskVotes,
     DeliverChange,
     Exit,
@@ -24,7 +24,7 @@ from runtime.agent.membership.actions import (
     StopProcesses,
     TakeOver,
 )
-from runtime.agent.membership.events import (
+from runtime.agent.rendezvous.events import (
     CoordinatorBack,
     CoordinatorLost,
     DaemonExited,
@@ -36,7 +36,7 @@ from runtime.agent.membership.events import (
     VotesCounted,
     WorldArrived,
 )
-from runtime.agent.membership.member import WORLD_WAIT_MARGIN, Member, MemberState
+from runtime.agent.rendezvous.member import WORLD_WAIT_MARGIN, Member, MemberState
 from runtime.agent.spec.signals import DEFAULT_SIGNALS
 from runtime.agent.world import FAILED, STOPPED, SUCCEEDED, Node, World
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from runtime.agent.errors import MembershipRefused, NotAMember
-from runtime.agent.membership.actions import Probe, Push, Say
-from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.forming import LAST_CALL, PROGRESS_MIN_GAP
+from runtime.agent.rendezvous.actions import Probe, Push, Say
+from runtime.agent.rendezvous.coordinator import Coordinator
+from runtime.agent.rendezvous.forming import LAST_CALL, PROGRESS_MIN_GAP
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
 from testbed.settings import agent_settings
@@ -183,7 +183,7 @@ def test_a_probe_answer_for_an_older_world_is_ignored():
 
 
 def test_only_the_topmost_silent_node_of_a_tree_branch_is_probed():
-    # Width 3, threshold 4: 13 nodes, positions 2-4 report through position 1 (membership/tree.py).
+    # Width 3, threshold 4: 13 nodes, positions 2-4 report through position 1 (rendezvous/tree.py).
     c = Coordinator(settings(workers=13, heartbeat_ttl=3.0, tree_fanout=3, tree_threshold=4), now=0.0)
     for i in range(13):
         c.register(node(i), 0.0)

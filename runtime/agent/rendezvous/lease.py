@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from runtime.agent.membership.actions import CoordinatorAction, StepDown
-from runtime.agent.membership.election import fails_over, majority
+from runtime.agent.rendezvous.actions import CoordinatorAction, StepDown
+from runtime.agent.rendezvous.election import fails_over, majority
 from runtime.agent.world import World
 
 Decision = Callable[[], "list[CoordinatorAction]"]
@@ -49,7 +49,7 @@ class Lease:
         elastic: whether the job may continue without a node (only elastic jobs fail over).
     """
 
-    def __init__(self, node_id: int, epoch: int, ttl: float, margin: float, elastic: bool) -> None:
+    def __init__(self, node_id: int, *, epoch: int, ttl: float, margin: float, elastic: bool) -> None:
         self.node_id = node_id
         self.epoch = epoch
         self._ttl = ttl

@@ -14,10 +14,10 @@ import threading
 from typing import Any, Callable, Optional
 
 from runtime.agent import contract
-from runtime.agent.membership.actions import AskVotes
-from runtime.agent.membership.election import Ballot, Verdict
-from runtime.agent.membership.events import Event, VoteRequested, VotesCounted
 from runtime.agent.net.peer import Answer, Exchange, PeerTransport
+from runtime.agent.rendezvous.actions import AskVotes
+from runtime.agent.rendezvous.election import Ballot, Verdict
+from runtime.agent.rendezvous.events import Event, VoteRequested, VotesCounted
 from runtime.agent.world import World
 
 VOTE_WAIT = 1.0

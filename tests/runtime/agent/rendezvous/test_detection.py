@@ -1,7 +1,7 @@
 """Failure detection from every signal, on a fake clock: a stopped node that beats to the coordinator
 directly is lost within two beat caps of its last beat; never on a quick probe while a majority is
 quiet (the coordinator may be the one cut off); which nodes the coordinator watches; and the watch
-itself over real loopback sockets (``membership.watch``): a refused, reset or ended connection to an
+itself over real loopback sockets (``rendezvous.watch``): a refused, reset or ended connection to an
 agent port reports the node, nothing is ever sent on it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import struct
 
 import pytest
 
-from runtime.agent.membership.actions import Probe, Push
-from runtime.agent.membership.coordinator import Coordinator
-from runtime.agent.membership.heartbeat import HeartbeatTiming
-from runtime.agent.membership.watch import Watch
+from runtime.agent.rendezvous.actions import Probe, Push
+from runtime.agent.rendezvous.coordinator import Coordinator
+from runtime.agent.rendezvous.heartbeat import HeartbeatTiming
+from runtime.agent.rendezvous.watch import Watch
 from runtime.agent.world import SUCCEEDED, Node
 from testbed.settings import agent_settings
 
@@ -88,7 +88,7 @@ def test_no_quick_probe_while_a_majority_is_quiet_and_a_failed_quick_probe_then_
 
 def test_the_coordinator_watches_the_nodes_that_beat_to_it_directly():
     assert [n.node_id for n in coordinator().watched()] == [1, 2]
-    # Width 3, threshold 4: 13 nodes, the root hears positions 1, 5 and 9 (membership/tree.py).
+    # Width 3, threshold 4: 13 nodes, the root hears positions 1, 5 and 9 (rendezvous/tree.py).
     tree = coordinator(13, tree_fanout=3, tree_threshold=4)
     assert [n.node_id for n in tree.watched()] == [1, 5, 9]
     c = coordinator()

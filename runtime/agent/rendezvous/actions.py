@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from runtime.agent.execution.procs import ProcExit
-from runtime.agent.membership.election import Ballot, Verdict
+from runtime.agent.rendezvous.election import Ballot, Verdict
 from runtime.agent.world import Node, World
 
 
@@ -51,7 +51,7 @@ class StepDown:
 
 
 CoordinatorAction = Union[Push, Say, Probe, StepDown]
-"""What :class:`~runtime.agent.membership.coordinator.Coordinator` decides."""
+"""What :class:`~runtime.agent.rendezvous.coordinator.Coordinator` decides."""
 
 
 # --- actions ----------------------------------------------------------------------------------
@@ -164,4 +164,4 @@ class Exit:
 
 MemberAction = Union[Say, Register, StartGeneration, StopProcesses, DeliverChange, PassOn, Report, TakeOver, StopJob,
                Finish, Resign, AskVotes, AnswerVote, Exit]
-"""What :class:`~runtime.agent.membership.member.Member` decides."""
+"""What :class:`~runtime.agent.rendezvous.member.Member` decides."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.membership.stragglers import Stragglers
+from runtime.agent.rendezvous.stragglers import Stragglers
 from runtime.agent.world import Node, World
 
 pytestmark = pytest.mark.unit
@@ -60,7 +60,7 @@ def test_a_new_generation_forgets_the_old_ranks_and_stale_reports_count_for_noth
 def test_a_coordinator_that_takes_over_counts_the_time_limit_from_the_jobs_start():
     """Issue 20 item 4: the job ran 30 s under node 0 (``World.job_elapsed``); the successor, 40 s
     limit, ends it 10 s after taking over, not 40 s."""
-    from runtime.agent.membership.coordinator import Coordinator
+    from runtime.agent.rendezvous.coordinator import Coordinator
     from testbed.settings import agent_settings
 
     settings = agent_settings(job_name="j", node_id=1, workers=2, min_workers=1, max_workers=2, timeout=40.0)

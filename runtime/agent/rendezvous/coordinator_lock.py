@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional, TypeVar
 
-from runtime.agent.membership.actions import CoordinatorAction
-from runtime.agent.membership.coordinator import Coordinator
+from runtime.agent.rendezvous.actions import CoordinatorAction
+from runtime.agent.rendezvous.coordinator import Coordinator
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.membership.tree import Layout, layout, levels, plan_node, plan_root, split
+from runtime.agent.rendezvous.tree import Layout, layout, levels, plan_node, plan_root, split
 
 pytestmark = pytest.mark.unit
 

@@ -11,12 +11,12 @@ import threading
 from typing import Any, Callable, Optional
 
 from runtime.agent import contract
-from runtime.agent.membership.events import Event
-from runtime.agent.membership.heartbeat import Beat, HeartbeatState, Liveness, Outcome
-from runtime.agent.membership.nodestate import MemberView
-from runtime.agent.membership.stragglers import SubtreeRanks
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.transport import encode
+from runtime.agent.rendezvous.events import Event
+from runtime.agent.rendezvous.heartbeat import Beat, HeartbeatState, Liveness, Outcome
+from runtime.agent.rendezvous.nodestate import MemberView
+from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.world import World
 
 

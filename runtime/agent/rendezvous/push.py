@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
-from runtime.agent.membership.actions import Probe, Push
-from runtime.agent.membership.tree import Layout, layout
 from runtime.agent.net.peer import Answer, Exchange, PeerTransport
+from runtime.agent.rendezvous.actions import Probe, Push
+from runtime.agent.rendezvous.tree import Layout, layout
 from runtime.agent.world import TERMINAL, Node, World
 
 RELAY = "relay"

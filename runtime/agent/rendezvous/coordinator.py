@@ -19,14 +19,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import MembershipRefused, NotAMember
-from runtime.agent.membership.actions import CoordinatorAction, Probe, Push, Say
-from runtime.agent.membership.budget import FailureBudget
-from runtime.agent.membership.detection import Detection
-from runtime.agent.membership.forming import Forming
-from runtime.agent.membership.heartbeat import HeartbeatTiming, Liveness
-from runtime.agent.membership.lease import Lease
-from runtime.agent.membership.snapshot import members_view
-from runtime.agent.membership.stragglers import Stragglers
+from runtime.agent.rendezvous.actions import CoordinatorAction, Probe, Push, Say
+from runtime.agent.rendezvous.budget import FailureBudget
+from runtime.agent.rendezvous.detection import Detection
+from runtime.agent.rendezvous.forming import Forming
+from runtime.agent.rendezvous.heartbeat import HeartbeatTiming, Liveness
+from runtime.agent.rendezvous.lease import Lease
+from runtime.agent.rendezvous.snapshot import members_view
+from runtime.agent.rendezvous.stragglers import Stragglers
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
 
@@ -67,7 +67,8 @@ class Coordinator:
         self._probing: dict[int, int] = {}
         self.probe_timeout = HeartbeatTiming(settings.spec.heartbeat_interval, self._ttl).probe_timeout
         """Seconds a probe may take: a hung node is dead one TTL after its last beat at the latest (``detection``)."""
-        self.lease = Lease(settings.node.node_id, epoch, self._ttl, self.probe_timeout, settings.spec.elastic)
+        self.lease = Lease(settings.node.node_id, epoch=epoch, ttl=self._ttl, margin=self.probe_timeout,
+                           elastic=settings.spec.elastic)
         self.detection = Detection(me=settings.node.node_id, interval=settings.spec.heartbeat_interval, ttl=self._ttl,
                                    probe_timeout=self.probe_timeout, width=settings.spec.tree_fanout,
                                    threshold=settings.spec.tree_threshold)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from runtime.agent.execution.procs import ProcExit
-from runtime.agent.membership.election import Ballot, Verdict
+from runtime.agent.rendezvous.election import Ballot, Verdict
 from runtime.agent.world import World
 
 

@@ -11,13 +11,13 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
-from runtime.agent.membership.events import CoordinatorFound, Event, Fatal, Registered, Removed, WorldArrived
-from runtime.agent.membership.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
-from runtime.agent.membership.heartbeat_thread import Heartbeats
-from runtime.agent.membership.member import MemberView
-from runtime.agent.membership.registration import Registration
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.server import Request, Response
+from runtime.agent.rendezvous.events import CoordinatorFound, Event, Fatal, Registered, Removed, WorldArrived
+from runtime.agent.rendezvous.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
+from runtime.agent.rendezvous.heartbeat_thread import Heartbeats
+from runtime.agent.rendezvous.member import MemberView
+from runtime.agent.rendezvous.registration import Registration
 from runtime.agent.world import Node, World
 from testbed.transport import FakeNetwork, FakeTransport
 
