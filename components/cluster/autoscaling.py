@@ -130,9 +130,11 @@ def scale_from_zero_tags(name: str, group_name: str, instance_types: Sequence[st
 
 
 def efa_plugin_values() -> dict[str, Any]:
-    """The EFA device plugin chart's values: tolerate the GPU taint (its DaemonSet already selects EFA-capable
-    instance types, ``supportedInstanceLabels``; aws/eks-charts ``stable/aws-efa-k8s-device-plugin/values.yaml``)."""
-    return {"tolerations": [gpu_toleration(), {"key": "CriticalAddonsOnly", "operator": "Exists"}]}
+    """The EFA device plugin chart's values: tolerate the GPU taint. Its DaemonSet already selects EFA-capable
+    instance types (``supportedInstanceLabels``) and tolerates ``CriticalAddonsOnly`` before the ``tolerations``
+    value (aws/eks-charts chart v0.5.30, ``stable/aws-efa-k8s-device-plugin/values.yaml`` and
+    ``templates/daemonset.yaml``)."""
+    return {"tolerations": [gpu_toleration()]}
 
 
 def install_efa_plugin(name: str, parent: pulumi.Resource, provider: pulumi.ProviderResource,

@@ -184,6 +184,11 @@ class DistributedJobArgs:
     """An absolute path where every pod mounts ``checkpoint_claim``; every rank finds it in ``CHECKPOINT_DIR``."""
     checkpoint_claim: Optional[str] = None
     """The ReadWriteMany claim mounted at ``checkpoint_dir``: one of ``claims`` or an existing claim."""
+    claim_retention: str = "Delete"
+    """What ``pulumi destroy`` (or removing the job) does to ``claims``: ``Delete`` them, and their volumes with
+    them under a ``Delete`` reclaim policy, or ``Retain`` them in the cluster
+    (``persistentVolumeClaimRetentionPolicy``'s terms), e.g. for checkpoints; a retained claim is mounted again as
+    an existing claim, not created."""
     secret_env: pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, Any]]]] = field(default_factory=dict)
     """Variables read from existing Secrets: name to a SecretKeySelector (``{"name": <Secret>, "key": <key>}``),
     rendered as ``valueFrom.secretKeyRef``, so the value is never in the pod template."""

@@ -171,6 +171,7 @@ class DistributedJob(pulumi.ComponentResource):
             depends_on=depends_on,
             delete_before_replace=bool(manifest.replace_on) or None,
             replace_on_changes=list(manifest.replace_on) or None,
+            retain_on_delete=manifest.retain or None,
         )
         if manifest.custom:
             opts = pulumi.ResourceOptions.merge(opts, self._custom_dependencies)

@@ -46,6 +46,7 @@ def validate(a: DistributedJobArgs) -> None:
     if a.node_group is not None:
         checks.require_dns1123_label("node_group", a.node_group)
     volumes.check_claims(a.claims)
+    checks.require_choice("claim_retention", a.claim_retention, volumes.CLAIM_RETENTIONS)
     plain = not any(isinstance(v, pulumi.Output) for v in (a.volumes, a.volume_mounts))
     if plain:
         volumes.check_storage(cast(Sequence[Mapping[str, Any]], a.volumes),

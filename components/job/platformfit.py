@@ -9,6 +9,7 @@ from components.capabilities import ClusterCapabilities
 from components.errors import InvalidJobArgs
 from components.job.args import DistributedJobArgs
 from components.job.fabric import EFA_INTERFACES
+from components.job.volumes import RWX
 
 
 def check_platform_fits(a: DistributedJobArgs, cluster: ClusterCapabilities) -> None:
@@ -64,6 +65,9 @@ def _check_claims(a: DistributedJobArgs, cluster: ClusterCapabilities) -> None:
                                  "name one it offers, or install it (trainplane:eksStorage on EKS)")
         missing = sorted(set(claim["spec"]["accessModes"]) - set(offered[name]))
         if missing:
+            shared = sorted(n for n, modes in offered.items() if RWX in modes)
+            fix = (f"use a ReadWriteMany class ({', '.join(shared)}) for a claim every pod mounts" if shared else
+                   "the cluster offers no ReadWriteMany class: make the shared claim outside the stack (e.g. on "
+                   "NFS) and name it in checkpoint_claim or a persistentVolumeClaim volume, not in claims")
             raise InvalidJobArgs(f"claims[{i}].spec.accessModes", list(claim["spec"]["accessModes"]),
-                                 f"StorageClass {name!r} supports {list(offered[name])}, not {missing}",
-                                 "use a ReadWriteMany class (efs, fsx-lustre) for a claim every pod mounts")
+                                 f"StorageClass {name!r} supports {list(offered[name])}, not {missing}", fix)

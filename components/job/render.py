@@ -16,6 +16,7 @@ from components.job.network import disruption_budget, headless_service, network_
 from components.job.platform import platform_manifests
 from components.job.pod import TOKEN_KEY, common_labels, size_settings
 from components.job.trainjob import train_job
+from components.job.volumes import retained
 from components.job.workloads import workload_manifest
 from components.outputs import Labels
 
@@ -57,6 +58,8 @@ class Manifest:
             fixed) instead of patching it; empty when every change is patched.
         after_previous: created only once every earlier object exists (the workload: its pods need
             the Secret, the bundle and their PodGroup or queue from the start).
+        retain: left in the cluster when Pulumi deletes it (``retainOnDelete``): a claim the job creates
+            with ``claim_retention="Retain"``.
     """
 
     role: str
@@ -64,6 +67,7 @@ class Manifest:
     custom: bool = False
     replace_on: tuple[str, ...] = ()
     after_previous: bool = False
+    retain: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ def render_job(name: str, args: DistributedJobArgs, token: Any, bundle: RuntimeB
             custom=body["apiVersion"] not in BUILTIN_API_VERSIONS,
             replace_on=replaced_on(body, args),
             after_previous=role == args.workload_backend,
+            retain=retained(body, args.claim_retention),
         )
         for role, body in candidates
         if body is not None

@@ -44,6 +44,13 @@ MOUNT_KEYS = frozenset({"name", "mountPath", "subPath", "subPathExpr", "readOnly
 """The fields of ``VolumeMount`` (k8s.io/api ``core/v1/types.go``)."""
 CLAIM_KEYS = frozenset({"metadata", "spec"})
 RWX = "ReadWriteMany"
+DELETE = "Delete"
+RETAIN = "Retain"
+CLAIM_RETENTIONS = (DELETE, RETAIN)
+"""The values of ``claim_retention``: those of a StatefulSet's ``persistentVolumeClaimRetentionPolicy.whenDeleted``
+(k8s.io/api ``apps/v1/types.go``). Kubernetes retains a StatefulSet's claims by default; trainplane deletes the
+claims a job creates with the job by default, as ``pulumi destroy`` removes what the stack made (the aws-gpu
+stack deletes the EFS file system too), and an FSx for Lustre claim costs about $170 a month while it exists."""
 
 
 def check_volumes(value: Any) -> tuple[Mapping[str, Any], ...]:
@@ -167,6 +174,11 @@ def container_mounts(mounts: Sequence[Mapping[str, Any]], checkpoint_dir: Option
     """The user's mounts, then the checkpoint dir's."""
     extra = [{"name": CHECKPOINT_VOLUME, "mountPath": checkpoint_dir}] if checkpoint_dir is not None else []
     return [*(dict(m) for m in mounts), *extra]
+
+
+def retained(body: Mapping[str, Any], retention: str) -> bool:
+    """Whether ``body`` is a claim the job creates that ``pulumi destroy`` leaves in the cluster (``Retain``)."""
+    return body["kind"] == "PersistentVolumeClaim" and retention == RETAIN
 
 
 def claim_manifest(claim: Mapping[str, Any], namespace: Any, labels: Any, annotations: Mapping[str, str]

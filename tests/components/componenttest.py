@@ -148,6 +148,8 @@ class Registration:
     delete_before_replace: bool
     replace_on_changes: list[str]
     inputs: dict[str, Any]
+    retain_on_delete: bool = False
+    """``retainOnDelete``: Pulumi leaves the object in the cluster when it deletes the resource."""
     transforms: list[Any] = field(default_factory=list)
     alias_types: list[str] = field(default_factory=list)
     """The types of the aliases it was registered with (a former type token)."""
@@ -254,6 +256,7 @@ class RecordingMonitor(MockMonitor):
                 delete_before_replace=request.deleteBeforeReplace,
                 replace_on_changes=list(request.replaceOnChanges),
                 inputs=seen.inputs,
+                retain_on_delete=request.retainOnDelete,
                 transforms=list(seen.transforms),
                 alias_types=[alias.spec.type for alias in request.aliases if alias.spec.type],
                 aliases=list(request.aliases),

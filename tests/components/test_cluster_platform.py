@@ -203,8 +203,8 @@ def test_efa_groups_get_the_device_plugin_tolerating_the_gpu_taint() -> None:
     assert (release.inputs["version"], release.inputs["repositoryOpts"]) == (
         "v0.5.30", {"repo": "https://aws.github.io/eks-charts"})
     assert set(release.inputs["values"]) <= EFA_CHART_KEYS
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release.inputs["values"][
-        "tolerations"]
+    assert release.inputs["values"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}], "the chart adds CriticalAddonsOnly"
     assert release.inputs["skipAwait"] is True
 
 

@@ -75,7 +75,18 @@ def test_kind_offers_node_local_storage_only() -> None:
     shared = {**RWX_CLAIM, "spec": {**RWX_CLAIM["spec"], "storageClassName": "standard"}}
     assert_refused("local", {"jobs": job(claims=[shared], checkpointDir="/ckpt", checkpointClaim="ckpt")},
                    "trainplane:jobs[0].claims[0].spec.accessModes", "['ReadWriteMany']",
-                   "supports \\['ReadWriteOnce'\\]")
+                   "supports \\['ReadWriteOnce'\\].*offers no ReadWriteMany class: make the shared claim outside")
+    existing_claim = parse("local", jobs=job(checkpointDir="/ckpt", checkpointClaim="nfs-checkpoints")).jobs[0].args
+    assert existing_claim.checkpoint_claim == "nfs-checkpoints" and not existing_claim.claims
+
+
+def test_a_stack_job_may_retain_its_claims() -> None:
+    jobs = [{**EXISTING_JOB, "claims": [RWX_CLAIM], "claimRetention": "Retain"}]
+
+    assert parse("existing", jobs=jobs).jobs[0].args.claim_retention == "Retain"
+    assert parse("existing", jobs=[{**EXISTING_JOB, "claims": [RWX_CLAIM]}]).jobs[0].args.claim_retention == "Delete"
+    assert_refused("existing", {"jobs": [{**jobs[0], "claimRetention": "Keep"}]}, "trainplane:jobs[0].claimRetention",
+                   "'Keep'", "Delete")
 
 
 def test_an_existing_cluster_checks_claims_only_against_the_classes_it_lists() -> None:

@@ -103,6 +103,7 @@ def test_efa_pods_request_the_interfaces_huge_pages_and_the_libfabric_provider(b
             assert resources[part]["vpc.amazonaws.com/efa"] == "32"
             assert resources[part]["hugepages-2Mi"] == "5120Mi"
         assert env_of(template)["FI_PROVIDER"] == "efa"
+        assert "FI_EFA_USE_DEVICE_RDMA" not in env_of(template), "libfabric >= 1.18 picks it; set, g5 aborts"
         assert template["spec"]["nodeSelector"][NODE_GROUP_LABEL] == "p5"
 
 
@@ -138,6 +139,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"iam_role_arn": ACCESS["iam_role_arn"], "eks_cluster_name": "gpu", "service_account": "sa"},
      "service_account"),
     ({"iam_binding": "keys"}, "iam_binding"),
+    ({"claim_retention": "retain"}, "claim_retention"),
     ({"efa": -1}, "efa"),
     ({"node_group": "GPU_1"}, "node_group"),
     ({"efa": 4}, "memory"),

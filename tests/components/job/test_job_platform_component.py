@@ -1,6 +1,7 @@
 """The platform fields under Pulumi mocks: a secret Output stays a secret from the program to the job's Secret
 and never reaches the pod template; the claims, ServiceAccount and pod identity association are registered
-before the workload that needs them."""
+before the workload that needs them; claims the job creates outlive ``pulumi destroy`` only with
+``claim_retention="Retain"``."""
 
 from __future__ import annotations
 
@@ -71,6 +72,20 @@ def test_claims_service_account_and_pod_identity_come_before_the_workload() -> N
     assert account.urn in association.dependencies
     assert {claim.urn, account.urn} <= set(workload.dependencies)
     assert workload.inputs["spec"]["template"]["spec"]["serviceAccountName"] == "demo"
+
+
+SCRATCH = {"metadata": {"name": "scratch"}, "spec": {**CLAIM["spec"], "accessModes": ["ReadWriteOnce"]}}
+
+
+def test_claims_go_with_the_job_unless_it_retains_them() -> None:
+    deleted = run(claims=[CLAIM, SCRATCH], checkpoint_dir="/ckpt", checkpoint_claim="ckpt")
+    kept = run(claims=[CLAIM, SCRATCH], checkpoint_dir="/ckpt", checkpoint_claim="ckpt", claim_retention="Retain")
+
+    for name in ("demo-claim-ckpt", "demo-claim-scratch"):
+        assert deleted.named(name).retain_on_delete is False
+        assert kept.named(name).retain_on_delete is True
+    assert not [r.name for r in kept.registrations.values()
+                if r.retain_on_delete and r.type != "kubernetes:core/v1:PersistentVolumeClaim"]
 
 
 def test_irsa_registers_no_pod_identity_association() -> None:
