@@ -17,9 +17,13 @@ How it scales (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, ``clus
   ``eks:DescribeNodegroup`` (in :data:`AUTOSCALER_POLICY`) and the GPUs from the instance type, so a pending pod
   that tolerates the GPU taint and selects the group's labels scales it up; an EFA group's ASG is tagged with
   the EFA devices and huge pages its nodes add (:func:`scale_from_zero_tags`).
-- Whole gangs: every scan (10 s) it simulates all unschedulable pods together and adds the nodes they need in
-  one scale-up, so a gang whose pods are all pending gets all its nodes at once (Kueue ungates a workload's pods
-  together when it admits it; Volcano leaves every pod of an unplaceable gang Pending).
+- Whole gangs: every scan (10 s) it takes the pods whose ``PodScheduled`` condition is ``False`` with reason
+  ``Unschedulable`` together and adds the nodes they need in one scale-up, so a gang whose pods are all pending
+  gets its nodes at once (Kueue ungates a workload's pods together when it admits it; Volcano's scheduler cache
+  sets that condition on each pod of a gang it cannot place, ``taskUnschedulable``). This is not all-or-nothing:
+  when a group's ``max_size`` or EC2 capacity stops short, the nodes that came up stay idle until scale-down.
+  The atomic path, a ProvisioningRequest of class ``best-effort-atomic-scale-up.autoscaling.x-k8s.io`` made by
+  Kueue's provisioning admission check, is not configured here.
 - Idle: a node unneeded for ``scale-down-unneeded-time`` (10 min) is removed; a rank's pod is never evicted
   to consolidate (``components.job.platform.SAFE_TO_EVICT``).
 """

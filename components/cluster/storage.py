@@ -9,6 +9,11 @@ system's security group admits NFS, TCP 2049, from the nodes), ``fsx-csi-create.
 kubernetes-sigs/aws-fsx-csi-driver, ``fsx-csi-controller-sa``, ``AmazonFSxFullAccess``; its StorageClass names a
 ``subnetId``, ``securityGroupIds`` and a ``deploymentType``). FSx for Lustre's security group admits TCP 988 and
 1018-1023 (FSx for Lustre User Guide, "Amazon VPC security groups").
+
+Pod identity rather than IRSA: the EBS and EFS guides both say "AWS suggests using EKS Pod Identities" for the
+driver's role; the FSx guide shows IRSA, but its driver (v1.9.0, chart 1.17.0)
+reads credentials with the AWS SDK for Go v2 (``go.mod``: ``aws-sdk-go-v2/config`` v1.32.3), whose default chain
+includes EKS Pod Identity, so one mechanism serves all three.
 """
 
 from __future__ import annotations
