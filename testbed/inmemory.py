@@ -19,7 +19,7 @@ import math
 import signal
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from runtime.agent import contract
 from runtime.agent.agent import Agent
@@ -33,6 +33,14 @@ POLL = 0.002
 """Real seconds between two looks of a thread waiting on the fake clock at its event."""
 PORT = 32300
 """Every node's agent port."""
+
+
+class Held(NamedTuple):
+    """The world a node's ``Member`` holds (zeros and no nodes before one)."""
+
+    generation: int
+    world_size: int
+    node_ids: list[int]
 
 
 class FakeClock:
@@ -210,11 +218,13 @@ class InMemoryJob:
         agent = Agent(settings, log=self._logs[node_id], clock=self.clock, spawner=spawn, transport=transport,
                       server=self.network.server, wait=self.clock.wait)
         self.agents[node_id] = agent
-        thread = threading.Thread(target=lambda: self.codes.__setitem__(node_id, agent.run()), name=f"agent-{node_id}",
-                                  daemon=True)
+        thread = threading.Thread(target=self._run, args=(node_id, agent), name=f"agent-{node_id}", daemon=True)
         self._threads[node_id] = thread
         thread.start()
         return agent
+
+    def _run(self, node_id: int, agent: Agent) -> None:
+        self.codes[node_id] = agent.run()
 
     def processes(self, node_id: int) -> Optional[FakeProcesses]:
         """Node ``node_id``'s latest generation of processes, if it started one."""
@@ -257,17 +267,17 @@ class InMemoryJob:
         self.network.resume(self.address(node_id), PORT)
         self.transports[node_id].release()
 
-    def world(self, node_id: int) -> tuple[int, int, list[int]]:
-        """``(generation, world size, node ids)`` of node ``node_id``'s ``Member``'s world (zeros before one)."""
+    def world(self, node_id: int) -> Held:
+        """The world node ``node_id``'s ``Member`` holds."""
         world = self.agents[node_id].member.view.world
         if world is None:
-            return 0, 0, []
-        return world.generation, world.world_size, [n.node_id for n in world.nodes]
+            return Held(0, 0, [])
+        return Held(world.generation, world.world_size, [n.node_id for n in world.nodes])
 
     def members(self, node_id: int = 0) -> dict[str, Any]:
         """``GET /members`` of node ``node_id`` (the coordinator's snapshot), over the fake network."""
         exchange = Exchange(self.address(node_id), PORT, "GET", contract.ROUTE_MEMBERS)
-        return self.transports[node_id].network.answer(exchange, self.transports[node_id].token).result(exchange)
+        return self.network.answer(exchange, self.transports[node_id].token).result(exchange)
 
     def log(self, node_id: int) -> str:
         """Everything node ``node_id``'s agent said."""
@@ -293,10 +303,11 @@ class InMemoryJob:
         return True
 
     def wait(self, condition: Callable[[], bool], real: float = 10.0) -> bool:
-        """Wait (the fake clock still) until ``condition()`` holds, at most ``real`` real seconds; whether it holds."""
+        """Wait, the fake clock still, until ``condition()`` holds, or the job is :meth:`idle` (nothing more
+        happens until the clock moves), at most ``real`` real seconds; whether it holds."""
         end = time.monotonic() + real
         while not condition():
-            if time.monotonic() > end:
+            if self.idle() or time.monotonic() > end:
                 return condition()
             time.sleep(POLL)
         return True

@@ -33,7 +33,7 @@ def start(tmp_path: Path) -> Iterator:
         job = InMemoryJob(nodes, str(tmp_path), **settings)
         jobs.append(job)
         ids = list(range(nodes))
-        assert job.until(lambda: all(job.world(i)[2] == ids and job.processes(i) for i in ids), within=TTL), \
+        assert job.until(lambda: all(job.world(i).node_ids == ids and job.processes(i) for i in ids), within=TTL), \
             job.log(0)
         return job
 
@@ -96,6 +96,7 @@ def test_when_the_coordinator_node_dies_the_lowest_survivor_takes_over_and_becom
     assert job.until(lambda: len(told(job, 2)) == 2, within=3 * TTL), job.log(1)
     assert [(s["rank"], s["world_size"], s["master"], s["removed"]) for s in told(job, 2)] == [
         (0, 2, "10.0.0.1", ["10.0.0.0"]), (1, 2, "10.0.0.1", ["10.0.0.0"])]
+    assert job.world(1) == job.world(2) == (2, 2, [1, 2])
     snapshot = job.members(1)
     assert snapshot["generation"] == 2 and snapshot["status"] == "running", job.log(1)
     assert members(job, 1) == [1, 2]
@@ -120,7 +121,7 @@ def test_a_late_node_is_admitted_and_the_world_grows(start):
 def test_monitor_members_off_delivers_nothing_but_the_world_file_changes(start):
     job = start(2, max_workers=3, monitor_members=False)
     job.add(2)
-    assert job.until(lambda: job.world(0)[0] == 2 and job.processes(2) is not None, within=TTL), job.log(0)
+    assert job.until(lambda: job.world(0).generation == 2 and job.processes(2) is not None, within=TTL), job.log(0)
     first = job.generations[0][0]
     assert first.told == [] and first.world_file(0)["generation"] == 2
     assert first.world_file(0)["world_size"] == 3
