@@ -30,7 +30,7 @@ from runtime.agent.execution.bootstrap import die_with_parent, parent_pid
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
 from runtime.agent.execution.procs import LocalProcesses, Spawner
-from runtime.agent.net.peer import Exchange, PeerTransport
+from runtime.agent.net.peer import Exchange, PeerTransport, ServerFactory
 from runtime.agent.net.resolver import Resolver
 from runtime.agent.net.server import AgentServer
 from runtime.agent.net.transport import HttpTransport, encode
@@ -44,6 +44,7 @@ from runtime.agent.rendezvous.events import (
     DaemonExited,
     Deposed,
     Event,
+    Inbox,
     ProcessExited,
     SignalReceived,
     Tick,
@@ -55,7 +56,6 @@ from runtime.agent.rendezvous.member import Member
 from runtime.agent.rendezvous.push import Prober, WorldPusher
 from runtime.agent.rendezvous.registration import Registration
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
-from runtime.agent.rendezvous.watch import Watch
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.spec.agent_settings import AgentSettings
@@ -88,18 +88,23 @@ class Agent:
         spawner: the process-spawner seam; builds the supervisor of one generation's processes
             (default :class:`LocalProcesses`; benchmarks pass one that runs nothing).
         transport: the peer-transport seam, for every part of the agent: membership, and service
-            mode's calls and code sync (default: HTTP, service mode on connections of its own).
+            mode's calls and code sync (default: HTTP, service mode on connections of its own), and
+            the coordinator's watch on agent ports (``PeerTransport.watch``).
+        server: the serving seam: builds the server of the routes from ``AgentServer``'s arguments.
+        wait: waits on an event for at most that many seconds of ``clock``; whether it was set: the
+            loop's, heartbeat and registration threads' waits (a fake clock drives them in tests).
     """
 
     def __init__(self, settings: AgentSettings, *, resolver: Optional[Resolver] = None, log: TextIO = sys.stderr,
                  clock: Callable[[], float] = time.monotonic, spawner: Spawner = LocalProcesses,
-                 transport: Optional[PeerTransport] = None) -> None:
+                 transport: Optional[PeerTransport] = None, server: ServerFactory = AgentServer,
+                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
         spec, node = settings.spec, settings.node
         self.settings = settings
         self._log = log
         self._console_writer = console.default().writer()
-        self._clock = clock
-        self._events: queue.SimpleQueue[Union[Event, _Decided]] = queue.SimpleQueue()
+        self._clock, self._wait = clock, wait
+        self._events: Inbox[Union[Event, _Decided]] = Inbox(wait)
         self._stopping, self._wake = threading.Event(), threading.Event()
         self._transport: PeerTransport = transport or HttpTransport(settings.token, clock, job=settings.job)
         self._timing = timing = HeartbeatTiming(spec.heartbeat_interval, spec.heartbeat_ttl)
@@ -121,8 +126,8 @@ class Agent:
             node_id=node.node_id, transport=self._transport, width=spec.tree_fanout, threshold=spec.tree_threshold,
             ttl=timing.ttl, clock=clock, say=self.say, delivered=self._delivered,
             refused=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
-        self._watch = Watch(lambda n, why: self._suspect(n, f"node {n.node_id} ({n.addr}): {why}"),
-                            retry_after=timing.cap, clock=clock)
+        self._watch = self._transport.watch(lambda n, why: self._suspect(n, f"node {n.node_id} ({n.addr}): {why}"),
+                                            retry_after=timing.cap)
         self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason, epoch, addr: (
             self._decide(lambda c: c.probed(probe, alive, reason, self._clock(), epoch, addr))))
         self._resolver = resolver or Resolver(settings.plumbing.resolve)
@@ -130,13 +135,13 @@ class Agent:
             host=node.coordinator, body={**self._member_body(), "state": "joining"},
             quorum_timeout=spec.quorum_timeout, transport=self._transport, resolver=self._resolver,
             address=lambda: self.member.view.coordinator, events=self._events.put, stopping=self._stopping,
-            clock=clock, discover=self._discover)
+            clock=clock, discover=self._discover, wait=wait)
         self._heartbeats = Heartbeats(
             state=HeartbeatState(timing, node.node_id, width=spec.tree_fanout, threshold=spec.tree_threshold,
                                  now=clock()),
             member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
             children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
-            wake=self._wake, activity=self._processes.activity, subtree=self._subtree)
+            wake=self._wake, activity=self._processes.activity, subtree=self._subtree, wait=wait)
         routes = AgentRoutes(
             settings=settings, view=lambda: self.member.view, coordination=self._coordination,
             children=self._children, pusher=self._pusher,
@@ -144,11 +149,11 @@ class Agent:
             counters=Counters(lambda: self._server.requests_served, lambda: self._pusher.sent,
                               lambda: self._service.stats() if self._service is not None else None), clock=clock,
             subtree=self._subtree)
-        self._server = AgentServer((node.bind_address, node.agent_port), settings.token, {
+        self._server = server((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
             contract.MAX_BODY_BYTES, job=settings.job, on_loop=AgentRoutes.on_loop(),
             long_running=ServiceNode.long_running(), deferred=self._service.deferred() if self._service else None)
-        if self._service is not None:
+        if self._service is not None and isinstance(self._server, AgentServer):
             self._service.use_loop(self._server.loop)
 
     @property
@@ -166,6 +171,10 @@ class Agent:
         self._log.write(prefix + message.replace("\n", "\n" + prefix) + "\n")
         self._log.flush()
 
+    def send_signal(self, signum: int) -> None:
+        """Handle ``signum`` as if it had arrived (what the handlers :meth:`run` installs on the main thread do)."""
+        self._events.put(SignalReceived(signum))
+
     def run(self) -> int:
         """Serve, join the world, run processes until a verdict; return the exit code."""
         if self.settings.plumbing.die_with_parent:
@@ -174,7 +183,7 @@ class Agent:
             console.default().share(self.settings.plumbing.console_file)
         if threading.current_thread() is threading.main_thread():
             for sig in handled(self.member.signals):
-                signal.signal(sig, lambda signum, _frame: self._events.put(SignalReceived(signum)))
+                signal.signal(sig, lambda signum, _frame: self.send_signal(signum))
             # Inherited by user processes until their bootstrap installs its handler, so a change
             # that arrives while one is still starting cannot kill it (the bootstrap then polls).
             signal.signal(DELIVERY_SIGNAL, signal.SIG_IGN)
@@ -321,10 +330,14 @@ class Agent:
         def register() -> list[act.CoordinatorAction]:
             return self._coordination.decide(lambda c: c.register(self.node, self._clock()))
 
+        def later() -> None:
+            if not self._wait(self._stopping, delay):
+                self._events.put(_Decided(tuple(register())))
+
         if delay <= 0:
             self._perform(register())
         else:
-            threading.Timer(delay, lambda: self._events.put(_Decided(tuple(register())))).start()
+            threading.Thread(target=later, name="register", daemon=True).start()
 
     def _report(self, report: act.Report) -> None:
         """Tell the coordinator what this node's processes did: ``Coordinator`` directly on the coordinator

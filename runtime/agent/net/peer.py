@@ -4,9 +4,12 @@ Every agent-to-agent request (registration, heartbeats, reports, probes, world p
 cancels) goes through a :class:`PeerTransport`: one exchange at a time over a kept-alive connection
 (:meth:`PeerTransport.exchange`), or many at once from one thread (:meth:`PeerTransport.batch`).
 Neither raises for what the peer did: each exchange ends in an :class:`Answer`, and
-:meth:`Answer.result` is the one translation of an answer into an error. ``transport.HttpTransport``
-speaks HTTP over sockets; ``testbed.transport.FakeTransport`` calls the peers' routes in memory, so
-dispatch and membership can be unit-tested without sockets. Standard library only.
+:meth:`Answer.result` is the one translation of an answer into an error. The coordinator's idle
+connections that notice a killed agent come from the transport too (:meth:`PeerTransport.watch`),
+and a :class:`Server` answers the peers. ``transport.HttpTransport`` and ``server.AgentServer``
+speak HTTP over sockets; ``testbed.transport.FakeTransport`` and ``FakeNetwork.server`` call the
+peers' routes in memory, so dispatch, membership and whole agents can be unit-tested without
+sockets. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from runtime.agent.errors import TransportError, Unauthorized, WrongJob
 from runtime.agent.net.address import url
+from runtime.agent.world import Node
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,17 @@ class Batch(Protocol):
         """Stop :meth:`run` at once; exchanges in flight are dropped."""
 
 
+class PortWatch(Protocol):
+    """Idle connections to nodes' agent ports, each reporting when its node's agent is gone
+    (``rendezvous.watch.Watch`` over sockets)."""
+
+    def follow(self, nodes: Sequence[Node]) -> None:
+        """Watch exactly ``nodes`` from now on."""
+
+    def close(self) -> None:
+        """Stop watching."""
+
+
 class PeerTransport(Protocol):
     """Agent-to-agent exchanges, single and batched, over kept-alive connections."""
 
@@ -137,5 +152,29 @@ class PeerTransport(Protocol):
     def batch(self, exchanges: Sequence[Exchange], deadline: Optional[float] = None) -> Batch:
         """A :class:`Batch` of ``exchanges`` with a monotonic ``deadline`` (``None``: no limit), not started."""
 
+    def watch(self, gone: Callable[[Node, str], None], retry_after: float) -> PortWatch:
+        """A :class:`PortWatch` that calls ``gone`` with a node and why (refused, reset, closed by its side)
+        when a watched node's agent port says its agent is gone; a node whose connection failed is tried
+        again after ``retry_after`` seconds."""
+
     def close(self) -> None:
         """Close every kept-alive connection."""
+
+
+class Server(Protocol):
+    """What the agent does with the server of its routes (``server.AgentServer``, or an in-memory test's)."""
+
+    @property
+    def requests_served(self) -> int:
+        """Requests served so far."""
+
+    def start(self) -> object:
+        """Serve from now on."""
+
+    def stop(self) -> None:
+        """Stop serving: the address refuses connections."""
+
+
+ServerFactory = Callable[..., Server]
+"""Builds a :class:`Server` from ``server.AgentServer``'s constructor arguments (``address``, ``token``,
+``routes``, ``max_body`` by position, the rest by keyword): the agent's serving seam."""

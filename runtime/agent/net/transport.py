@@ -21,6 +21,8 @@ from runtime.agent.net.http11 import ResponseHead, parse_head, request_bytes
 from runtime.agent.net.keepalive import ConnectionPool
 from runtime.agent.net.multiplex import MultiplexBatch, decoded
 from runtime.agent.net.peer import Answer, Exchange
+from runtime.agent.rendezvous.watch import Watch
+from runtime.agent.world import Node
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a one-shot :func:`request_json` waits, by default."""
@@ -69,6 +71,10 @@ class HttpTransport:
             return self._over(sock, exchange, timeout)
         except StaleConnection as exc:
             return Answer(0, None, error=str(exc))
+
+    def watch(self, gone: Callable[[Node, str], None], retry_after: float) -> Watch:
+        """Idle TCP connections to agent ports, watched from one thread (``rendezvous.watch.Watch``)."""
+        return Watch(gone, retry_after, self._clock)
 
     def batch(self, exchanges: Sequence[Exchange], deadline: Optional[float] = None) -> MultiplexBatch:
         """A batch of ``exchanges`` sharing this transport's connections, not started."""

@@ -1,9 +1,12 @@
-"""What happens to a node: the events ``member.Member`` takes. Plain values. Standard library only."""
+"""What happens to a node: the events ``member.Member`` takes (plain values), and the agent loop's
+:class:`Inbox` of them. Standard library only."""
 
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Generic, Optional, TypeVar, Union
 
 from runtime.agent.execution.procs import ProcExit
 from runtime.agent.rendezvous.election import Ballot, Verdict
@@ -123,3 +126,41 @@ class Tick:
 
 Event = Union[WorldArrived, ProcessExited, DaemonExited, CoordinatorLost, CoordinatorBack, SignalReceived, Removed,
               Fatal, CoordinatorFound, Registered, VoteRequested, VotesCounted, Deposed, Tick]
+
+
+T = TypeVar("T")
+
+
+class Inbox(Generic[T]):
+    """The agent loop's queue of events, waited on with the agent's ``wait`` seam, so that a fake
+    clock drives the loop's time-driven checks as it drives the heartbeat thread. Thread-safe.
+
+    Args:
+        wait: waits on an event for at most that many seconds; whether it was set.
+    """
+
+    def __init__(self, wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
+        self._items: queue.SimpleQueue[T] = queue.SimpleQueue()
+        self._ready = threading.Event()
+        self._wait = wait
+
+    def put(self, item: T) -> None:
+        """Add ``item`` (any thread)."""
+        self._items.put(item)
+        self._ready.set()
+
+    def get(self, timeout: float) -> T:
+        """The oldest item, waiting up to ``timeout`` seconds for one.
+
+        Raises:
+            queue.Empty: none came within ``timeout``.
+        """
+        if self._items.empty():
+            self._ready.clear()
+            if self._items.empty():
+                self._wait(self._ready, timeout)
+        return self._items.get_nowait()
+
+    def empty(self) -> bool:
+        """Whether no item waits."""
+        return self._items.empty()

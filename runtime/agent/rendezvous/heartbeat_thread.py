@@ -38,13 +38,16 @@ class Heartbeats:
         activity: this node's ranks, ``(rank, exit code or None, seconds silent)`` each, sent with
             every beat (``stragglers``).
         subtree: what this node's tree children said of their subtrees' ranks, forwarded with its beats.
+        wait: waits on an event for at most that many seconds of ``clock``; whether it was set
+            (``threading.Event.wait``: real seconds; an in-memory test's fake clock passes its own).
     """
 
     def __init__(self, *, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
                  view: Callable[[], MemberView], children: Liveness, deliver: Callable[[Event], None],
                  say: Callable[[str], None], clock: Callable[[], float], stopping: threading.Event,
                  wake: threading.Event, activity: Callable[[], list[Any]] = list,
-                 subtree: Optional[SubtreeRanks] = None) -> None:
+                 subtree: Optional[SubtreeRanks] = None,
+                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
         self._state = state
         self._member = member
         self._transport = transport
@@ -57,6 +60,7 @@ class Heartbeats:
         self._wake = wake
         self._activity = activity
         self._subtree = subtree or SubtreeRanks()
+        self._wait = wait
 
     def start(self) -> threading.Thread:
         """Beat from a daemon thread; returns it."""
@@ -67,7 +71,7 @@ class Heartbeats:
     def run(self) -> None:
         """Beat until the agent stops. Never raises."""
         while True:
-            self._wake.wait(self._state.delay())
+            self._wait(self._wake, self._state.delay())
             self._wake.clear()
             if self._stopping.is_set():
                 return

@@ -41,12 +41,15 @@ class Registration:
         discover: the running world's coordinator as the other nodes know it (``discovery``), or
             ``None``: asked when ``host`` does not resolve, does not answer or does not coordinate
             (404), as when node 0 was lost and another node took over.
+        wait: waits on an event for at most that many seconds of ``clock``; whether it was set
+            (``threading.Event.wait``: real seconds; an in-memory test's fake clock passes its own).
     """
 
     def __init__(self, *, host: str, body: dict[str, object], quorum_timeout: float, transport: PeerTransport,
                  resolver: Resolver, address: Callable[[], tuple[str, int]], events: Callable[[Event], None],
                  stopping: threading.Event, clock: Callable[[], float],
-                 discover: Callable[[], Optional[tuple[str, int]]] = lambda: None) -> None:
+                 discover: Callable[[], Optional[tuple[str, int]]] = lambda: None,
+                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
         self._host = host
         self._body = body
         self._timeout = quorum_timeout
@@ -57,6 +60,7 @@ class Registration:
         self._stopping = stopping
         self._clock = clock
         self._discover = discover
+        self._wait = wait
 
     def start(self, delay: float) -> None:
         """Register from a background thread after ``delay`` seconds.
@@ -69,7 +73,7 @@ class Registration:
 
     def register(self, delay: float) -> None:
         """Wait ``delay`` seconds, then register (this thread), retrying until the quorum timeout."""
-        if self._stopping.wait(delay):
+        if self._wait(self._stopping, delay):
             return
         deadline = self._clock() + self._timeout
         host, port = self._address()
@@ -103,7 +107,7 @@ class Registration:
                     self._events(Fatal(f"coordinator {host}:{port} unreachable for {self._timeout:g} s: {exc}",
                                          contract.EXIT_RENDEZVOUS))
                     return
-            self._stopping.wait(retry)
+            self._wait(self._stopping, retry)
             retry = min(retry * 2, LAST_RETRY)
 
     def _locate(self, port: int, deadline: float) -> Optional[tuple[str, int]]:
