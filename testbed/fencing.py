@@ -58,7 +58,7 @@ class SimJob:
         stopped: node ids whose agent is stopped.
     """
 
-    def __init__(self, nodes: int = 3, min_workers: int = 2, ttl: float = 3.0, elastic: bool = True,
+    def __init__(self, nodes: int = 3, *, min_workers: int = 2, ttl: float = 3.0, elastic: bool = True,
                  max_restarts: int = 0) -> None:
         self.now = 0.0
         self.cut: set[int] = set()

@@ -111,8 +111,9 @@ class LightweightAgent:
         self.service = ServiceNode(settings, world=lambda: self.world,
                                    say=say or (lambda line: print(line, file=sys.stderr)))
         routes = {("GET", contract.ROUTE_INFO): self._route_info, **self.service.routes()}
-        self.server = AgentServer((host, port), settings.token, routes, contract.MAX_BODY_BYTES, job=settings.job,
-                                  on_loop={("GET", contract.ROUTE_INFO)}, long_running=ServiceNode.long_running(),
+        self.server = AgentServer((host, port), settings.token, routes, max_body=contract.MAX_BODY_BYTES,
+                                  job=settings.job, on_loop={("GET", contract.ROUTE_INFO)},
+                                  long_running=ServiceNode.long_running(),
                                   deferred=self.service.deferred())
         self.service.use_loop(self.server.loop)
 

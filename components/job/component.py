@@ -84,6 +84,7 @@ class DistributedJob(pulumi.ComponentResource):
         name: str,
         args: JobArgs,
         opts: Optional[pulumi.ResourceOptions] = None,
+        *,
         crd_dependencies: Sequence[pulumi.Resource] = (),
         cluster: Optional[ClusterCapabilities] = None,
     ) -> None:

@@ -151,7 +151,7 @@ class Agent:
             subtree=self._subtree)
         self._server = server((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
-            contract.MAX_BODY_BYTES, job=settings.job, on_loop=AgentRoutes.on_loop(),
+            max_body=contract.MAX_BODY_BYTES, job=settings.job, on_loop=AgentRoutes.on_loop(),
             long_running=ServiceNode.long_running(), deferred=self._service.deferred() if self._service else None)
         if self._service is not None and isinstance(self._server, AgentServer):
             self._service.use_loop(self._server.loop)

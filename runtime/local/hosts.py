@@ -79,8 +79,8 @@ class JoinService:
         """Bind the endpoint; whether this launcher is the one that serves it (``False``: it is not
         an address of this host, or another launcher here serves it already)."""
         try:
-            self._server = AgentServer(endpoint, self._token, {("POST", ROUTE_JOIN): self._route}, MAX_JOIN_BODY,
-                                       job=self._job)
+            self._server = AgentServer(endpoint, self._token, {("POST", ROUTE_JOIN): self._route},
+                                       max_body=MAX_JOIN_BODY, job=self._job)
         except OSError:
             return False
         return True

@@ -102,10 +102,10 @@ class KubernetesCompute(Compute):
         ConfigError: an argument is invalid (checked here, before anything is deployed); names it.
     """
 
-    def __init__(self, image: str, cpus: Optional[float] = None, gpus: int = 0, memory: Optional[str] = None,
+    def __init__(self, image: str, *, cpus: Optional[float] = None, gpus: int = 0, memory: Optional[str] = None,
                  namespace: str = "default", kubeconfig: Optional[str] = None, workers: int = default("workers"),
                  num_proc: int = default("num_proc"), distribution: str = default("distribution"),
-                 serialization: str = JSON, *, context: Optional[str] = None,
+                 serialization: str = JSON, context: Optional[str] = None,
                  name: Optional[str] = None, pythonpath: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
                  job_args: Optional[Mapping[str, Any]] = None, ready_timeout: float = KUBERNETES_READY_TIMEOUT,
                  stacks: Optional[Stacks] = None, connector: Optional[ConnectorFactory] = None,

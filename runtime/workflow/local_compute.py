@@ -53,8 +53,8 @@ class LocalCompute(Compute):
             spec's ``max_workers``); ``ray`` and ``monarch`` jobs cannot be resized.
     """
 
-    def __init__(self, workers: int = default("workers"), num_proc: int = default("num_proc"),
-                 distribution: str = default("distribution"), serialization: str = JSON, *,
+    def __init__(self, *, workers: int = default("workers"), num_proc: int = default("num_proc"),
+                 distribution: str = default("distribution"), serialization: str = JSON,
                  env: Optional[Mapping[str, str]] = None, log_dir: Optional[str] = None,
                  grace_period: float = default("grace_period"), tree_threshold: int = default("tree_threshold"),
                  tree_fanout: int = default("tree_fanout"), ready_timeout: float = READY_TIMEOUT,

@@ -177,4 +177,4 @@ class Server(Protocol):
 
 ServerFactory = Callable[..., Server]
 """Builds a :class:`Server` from ``server.AgentServer``'s constructor arguments (``address``, ``token``,
-``routes``, ``max_body`` by position, the rest by keyword): the agent's serving seam."""
+``routes`` by position, the rest by keyword): the agent's serving seam."""

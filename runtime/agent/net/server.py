@@ -84,7 +84,7 @@ class AgentServer:
         OSError: the address cannot be bound.
     """
 
-    def __init__(self, address: tuple[str, int], token: str, routes: Routes, max_body: int, *, job: str,
+    def __init__(self, address: tuple[str, int], token: str, routes: Routes, *, max_body: int, job: str,
                  on_loop: Collection[RouteKey] = (), long_running: Collection[RouteKey] = (),
                  deferred: Optional[Mapping[RouteKey, Deferred]] = None) -> None:
         self.token = token

@@ -47,7 +47,7 @@ class Coordinator:
         elapsed: seconds the job has run already (a takeover's: its time limit counts on).
     """
 
-    def __init__(self, settings: AgentSettings, now: float, world: Optional[World] = None, *, epoch: int = 1,
+    def __init__(self, settings: AgentSettings, now: float, *, world: Optional[World] = None, epoch: int = 1,
                  elapsed: float = 0.0) -> None:
         self._s = settings
         self._ttl = settings.spec.heartbeat_ttl

@@ -54,7 +54,7 @@ def test_a_server_on_every_interface_answers_over_ipv4_and_ipv6():
     def info(_request: Request) -> Response:
         return Response(200, {"ok": True})
 
-    server = AgentServer(("", 0), "t", {("GET", "/info"): info}, contract.MAX_BODY_BYTES, job="j")
+    server = AgentServer(("", 0), "t", {("GET", "/info"): info}, max_body=contract.MAX_BODY_BYTES, job="j")
     server.start()
     try:
         assert server.address_family == socket.AF_INET6

@@ -35,7 +35,7 @@ def server():
                 break
         return Response(200, {"ok": True})
 
-    agent = AgentServer(("127.0.0.1", 0), TOKEN, {("POST", "/watch"): watch}, contract.MAX_BODY_BYTES, job="j")
+    agent = AgentServer(("127.0.0.1", 0), TOKEN, {("POST", "/watch"): watch}, max_body=contract.MAX_BODY_BYTES, job="j")
     agent.start()
     try:
         yield agent, seen, started
@@ -94,7 +94,7 @@ def watched():
         release.wait(30) if request.body.get("wait") == "release" else gone.wait(30)
         return Response(200, {"ok": True})
 
-    agent = AgentServer(("127.0.0.1", 0), TOKEN, {("POST", "/watch"): watch}, contract.MAX_BODY_BYTES, job="j")
+    agent = AgentServer(("127.0.0.1", 0), TOKEN, {("POST", "/watch"): watch}, max_body=contract.MAX_BODY_BYTES, job="j")
     agent.start()
     try:
         yield agent, calls, release, started

@@ -51,7 +51,7 @@ def server(blocking: Blocking) -> Iterator[AgentServer]:
     routes = {("PUT", "/echo"): lambda r: Response(200, {"echo": r.body.get("n")}),
               ("GET", "/big"): lambda _r: Response(200, {"big": "x" * BIG}),
               ("POST", "/block"): blocking}
-    served = AgentServer(("127.0.0.1", 0), TOKEN, routes, contract.MAX_BODY_BYTES, job=JOB,
+    served = AgentServer(("127.0.0.1", 0), TOKEN, routes, max_body=contract.MAX_BODY_BYTES, job=JOB,
                          on_loop={("PUT", "/echo"), ("GET", "/big")})
     served.start()
     yield served

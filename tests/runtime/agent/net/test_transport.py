@@ -28,7 +28,7 @@ def _echo(request: Request) -> Response:
 
 @pytest.fixture
 def server() -> Iterator[AgentServer]:
-    served = AgentServer(("127.0.0.1", 0), TOKEN, {("PUT", "/echo"): _echo}, contract.MAX_BODY_BYTES, job=JOB)
+    served = AgentServer(("127.0.0.1", 0), TOKEN, {("PUT", "/echo"): _echo}, max_body=contract.MAX_BODY_BYTES, job=JOB)
     served.start()
     yield served
     served.stop()
