@@ -6,7 +6,8 @@ exactly those groups through their Auto Scaling groups, within each group's ``mi
 model of capacity, declared in the stack. Karpenter would provision its own nodes from NodePools beside (or
 instead of) the groups. The Cluster Autoscaler also has an all-or-nothing scale-up API for gangs
 (ProvisioningRequest, ``best-effort-atomic-scale-up``, which Kueue's admission checks drive; FAQ "How can I use
-ProvisioningRequest to run batch workloads"), which Karpenter lacks.
+ProvisioningRequest to run batch workloads"; best effort on AWS, ``components.addons.provisioning``), which
+Karpenter lacks.
 
 How it scales (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, ``cluster-autoscaler/FAQ.md`` and
 ``cluster-autoscaler/cloudprovider/aws/README.md``):
@@ -77,7 +78,7 @@ AUTOSCALER_ARGS: dict[str, Any] = {
 """Flags for the chart's ``extraArgs`` (each a flag of the FAQ's "What are the parameters to CA?" table):
 ``least-waste`` picks the GPU group that leaves the least idle, similar groups are balanced across zones."""
 PROVISIONING_REQUESTS_FLAG = "enable-provisioning-requests"
-"""The autoscaler's flag (default false) for handling ProvisioningRequests."""
+"""The autoscaler's flag (default false) for handling ProvisioningRequests (in the FAQ's parameter table)."""
 PROVISIONING_REQUEST_CRD = (
     "https://raw.githubusercontent.com/kubernetes/autoscaler/cluster-autoscaler-chart-9.59.0/"
     "cluster-autoscaler/apis/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml")
