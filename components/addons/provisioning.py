@@ -18,9 +18,14 @@ cluster-autoscaler-chart-9.59.0, the chart the EKS cluster pins):
   (``provisioningrequest/besteffortatomic/provisioning_class.go``: ``ScaleUp(..., allOrNothing=true)``; the
   orchestrator gives up on a node group that cannot take every pod, ``core/scaleup/orchestrator/
   orchestrator.go``). It then sets ``Provisioned``, Kueue passes the check and admits the workload, whose pods
-  carry ``autoscaling.x-k8s.io/consume-provisioning-request`` and land on the booked nodes. ``Provisioned=False``
-  (``CapacityIsNotFound``) leaves the workload unadmitted: Kueue retries with back-off (the config's
-  ``retryStrategy`` default: 3 retries, 60 s doubling to 1800 s), then deactivates it.
+  carry ``autoscaling.x-k8s.io/consume-provisioning-request`` and land on the booked nodes (booked for 10 minutes,
+  ``processors/provreq/processor.go``, ``defaultReservationTime``). ``Provisioned=False`` (``CapacityIsNotFound``)
+  keeps the check ``Pending`` (``pkg/controller/admissionchecks/provisioning/controller.go``, ``isAccepted``):
+  the workload keeps its quota reservation and waits while the autoscaler tries again (back-off from
+  ``--provisioning-request-initial-backoff-time``, 1 min, to ``--provisioning-request-max-backoff-time``, 10 min);
+  a request still unprovisioned after 7 days is marked ``Failed`` (``defaultExpirationTime``), and a ``Failed``
+  or expired booking is retried by Kueue per the config's ``retryStrategy`` (default: 3 times, 60 s doubling to
+  1800 s) and then rejected, which deactivates the workload.
 - "Best effort": on AWS the request to EC2 is not atomic. ``AwsNodeGroup.AtomicIncreaseSize`` returns
   ``ErrNotImplemented`` (``cloudprovider/aws/aws_cloud_provider.go``) and the executor falls back to
   ``IncreaseSize`` (``core/scaleup/orchestrator/executor.go``). A gang that does not fit a group's ``max_size``
