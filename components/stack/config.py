@@ -178,7 +178,8 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
 
     Raises:
         StackConfigError: Unknown add-on, settings of an add-on that is not installed, a gang scheduler
-            for the operator that the cluster does not run, or a bad value.
+            for the operator that the cluster does not run, ``kueue.atomicScaleUp`` where no Cluster
+            Autoscaler of the stack's would act on it (:func:`check_atomic_scale_up`), or a bad value.
     """
     names = raw.get("addons") or []
     for name in names:
