@@ -133,3 +133,9 @@ class KueueArgsDict(TypedDict):
     ``pods_ready_timeout``, would stop an elastic job that carries on without the pod and start it again from the
     queue; the agents decide a lost pod's fate themselves (an elastic job goes on, a fixed-size one restarts or
     fails by its quorum timeout). Default: ``0``."""
+    atomic_scale_up: NotRequired[bool]
+    """Admit a workload requesting GPUs only once the Cluster Autoscaler has scaled up for all its pods at once (a
+    ProvisioningRequest of class ``best-effort-atomic-scale-up.autoscaling.x-k8s.io``, made by Kueue's admission
+    check on every ClusterQueue; ``components.addons.provisioning``). Needs the ProvisioningRequest CRD before
+    Kueue starts and an autoscaler run with ``--enable-provisioning-requests`` (the EKS cluster's
+    ``provisioning_requests``); without them the queues stay inactive. Default: ``false``."""

@@ -20,6 +20,7 @@ from components import docs, validate
 from components.addons.helm import helm_release, local_chart
 from components.addons.inputs import KueueArgsDict
 from components.addons.objects import custom_resource
+from components.addons.provisioning import FEATURE_GATES, install_admission_check, with_admission_check
 from components.addons.versions import KUEUE, KUEUE_API
 from components.arguments import args_from
 from components.errors import ArgumentError
@@ -192,6 +193,12 @@ class KueueArgs:
     ``pods_ready_timeout``, would stop an elastic job that carries on without the pod and start it again from the
     queue; the agents decide a lost pod's fate themselves (an elastic job goes on, a fixed-size one restarts or fails
     by its quorum timeout)."""
+    atomic_scale_up: bool = False
+    """Admit a workload requesting GPUs only once the Cluster Autoscaler has scaled up for all its pods at once (a
+    ProvisioningRequest of class ``best-effort-atomic-scale-up.autoscaling.x-k8s.io``, made by Kueue's admission
+    check on every ClusterQueue; ``components.addons.provisioning``). Needs the ProvisioningRequest CRD before Kueue
+    starts and an autoscaler run with ``--enable-provisioning-requests`` (the EKS cluster's ``provisioning_requests``);
+    without them the queues stay inactive."""
 
     def __post_init__(self) -> None:
         validate.dns_label("namespace", self.namespace)
@@ -206,8 +213,9 @@ class KueueArgs:
         _unique("frameworks", list(self.frameworks))
         validate.integer("pods_ready_timeout", self.pods_ready_timeout, minimum=1)
         validate.integer("pods_recovery_timeout", self.pods_recovery_timeout, minimum=0)
-        if not isinstance(self.block_admission, bool):
-            raise ArgumentError("block_admission", self.block_admission, "use true or false")
+        for flag in ("block_admission", "atomic_scale_up"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ArgumentError(flag, getattr(self, flag), "use true or false")
         if self.requeue_limit is not None:
             validate.integer("requeue_limit", self.requeue_limit, minimum=0)
         for name in ("flavors", "cluster_queues", "local_queues"):
@@ -267,6 +275,8 @@ def manager_config(args: KueueArgs) -> dict[str, Any]:
     ``WaitForRecovery``) is evicted whole once it passes (``pkg/controller/core/workload_controller.go``,
     ``admittedNotReadyWorkload``); ``"0s"`` turns the check off (``pkg/controller/core/core.go``,
     ``waitForPodsReady``: only a duration above 0 is kept).
+
+    With ``atomic_scale_up``, ``featureGates`` names ``components.addons.provisioning.FEATURE_GATES``.
     """
     config = copy.deepcopy(CHART_MANAGER_CONFIG)
     config["integrations"] = {"frameworks": list(args.frameworks)}
@@ -279,6 +289,8 @@ def manager_config(args: KueueArgs) -> dict[str, Any]:
         "blockAdmission": args.block_admission,
         "requeuingStrategy": strategy,
     }
+    if args.atomic_scale_up:
+        config["featureGates"] = dict(FEATURE_GATES)
     return config
 
 
@@ -332,7 +344,8 @@ def local_queue(args: LocalQueueArgs) -> dict[str, Any]:
 
 
 class Kueue(pulumi.ComponentResource):
-    """Kueue's controller and webhooks, then its flavors, cluster queues and local queues, in that order.
+    """Kueue's controller and webhooks, then its flavors (and, with ``atomic_scale_up``, its ProvisioningRequest
+    admission check), cluster queues and local queues, in that order.
 
     The Helm release, which installs the ``kueue.x-k8s.io`` CRDs, is the ``release`` attribute.
     """
@@ -354,18 +367,15 @@ class Kueue(pulumi.ComponentResource):
             f"{name}-release", KUEUE, release_name="kueue", namespace=args.namespace, parent=self,
             values=chart_values(args), chart_path=args.chart_path,
         )
-        flavors = [
-            custom_resource(
-                f"{name}-flavor-{f.name}", resource_flavor(f), parent=self, depends_on=[self.release]
-            )
-            for f in args.flavors
-        ]
+        flavors = [custom_resource(f"{name}-flavor-{f.name}", resource_flavor(f), parent=self,
+                                   depends_on=[self.release]) for f in args.flavors]
+        checks = [install_admission_check(name, self, [self.release])] if args.atomic_scale_up else []
         queues = {
             q.name: custom_resource(
                 f"{name}-clusterqueue-{q.name}",
-                cluster_queue(q),
+                with_admission_check(cluster_queue(q)) if checks else cluster_queue(q),
                 parent=self,
-                depends_on=[self.release, *flavors],
+                depends_on=[self.release, *flavors, *checks],
             )
             for q in args.cluster_queues
         }

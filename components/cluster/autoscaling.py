@@ -6,7 +6,8 @@ exactly those groups through their Auto Scaling groups, within each group's ``mi
 model of capacity, declared in the stack. Karpenter would provision its own nodes from NodePools beside (or
 instead of) the groups. The Cluster Autoscaler also has an all-or-nothing scale-up API for gangs
 (ProvisioningRequest, ``best-effort-atomic-scale-up``, which Kueue's admission checks drive; FAQ "How can I use
-ProvisioningRequest to run batch workloads"), which Karpenter lacks.
+ProvisioningRequest to run batch workloads"; best effort on AWS, ``components.addons.provisioning``), which
+Karpenter lacks.
 
 How it scales (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, ``cluster-autoscaler/FAQ.md`` and
 ``cluster-autoscaler/cloudprovider/aws/README.md``):
@@ -22,8 +23,14 @@ How it scales (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, ``clus
   gets its nodes at once (Kueue ungates a workload's pods together when it admits it; Volcano's scheduler cache
   sets that condition on each pod of a gang it cannot place, ``taskUnschedulable``). This is not all-or-nothing:
   when a group's ``max_size`` or EC2 capacity stops short, the nodes that came up stay idle until scale-down.
-  The atomic path, a ProvisioningRequest of class ``best-effort-atomic-scale-up.autoscaling.x-k8s.io`` made by
-  Kueue's provisioning admission check, is not configured here.
+- Whole gangs, atomically (opt-in, ``provisioning_requests``, for Kueue's ``atomic_scale_up``): the autoscaler
+  runs with ``--enable-provisioning-requests`` (``config/flags/flags.go``; FAQ "Enabling ProvisioningRequest
+  Support") and handles the ProvisioningRequests Kueue's admission check makes, one scale-up for all of a
+  request's pods or none (``components.addons.provisioning`` says how far that goes on AWS). The chart's
+  ClusterRole already grants ``provisioningrequests`` and ``provisioningrequests/status`` (get, list, watch,
+  update, patch) and ``podtemplates`` (``templates/clusterrole.yaml``, with the default ``rbac.create`` and
+  ``rbac.clusterScoped``), so no ``rbac.additionalRules``; the chart does not install the ProvisioningRequest
+  CRD (no ``crds/``), which :data:`PROVISIONING_REQUEST_CRD` is, applied before the release.
 - Idle: a node unneeded for ``scale-down-unneeded-time`` (10 min) is removed; a rank's pod is never evicted
   to consolidate (``components.job.platform.SAFE_TO_EVICT``).
 """
@@ -35,6 +42,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from components.addons.helm import helm_release
 from components.addons.versions import AWS_EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER
@@ -69,36 +77,53 @@ AUTOSCALER_ARGS: dict[str, Any] = {
 }
 """Flags for the chart's ``extraArgs`` (each a flag of the FAQ's "What are the parameters to CA?" table):
 ``least-waste`` picks the GPU group that leaves the least idle, similar groups are balanced across zones."""
+PROVISIONING_REQUESTS_FLAG = "enable-provisioning-requests"
+"""The autoscaler's flag (default false) for handling ProvisioningRequests (in the FAQ's parameter table)."""
+PROVISIONING_REQUEST_CRD = (
+    "https://raw.githubusercontent.com/kubernetes/autoscaler/cluster-autoscaler-chart-9.59.0/"
+    "cluster-autoscaler/apis/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml")
+"""The ProvisioningRequest CRD (``autoscaling.x-k8s.io``, ``v1`` served and stored, ``v1beta1`` served) at the
+chart's tag, the file the FAQ says to deploy."""
 EFA_PLUGIN_NAMESPACE = "kube-system"
 
 
-def autoscaler_values(cluster_name: pulumi.Input[str], region: str) -> dict[str, Any]:
+def autoscaler_values(cluster_name: pulumi.Input[str], region: str,
+                      provisioning_requests: bool = False) -> dict[str, Any]:
     """The Cluster Autoscaler chart's values: AWS auto-discovery of the cluster's node groups in ``region``, the
-    ServiceAccount the pod identity association binds, and :data:`AUTOSCALER_ARGS`. Every key is one of the
-    chart's (``cluster-autoscaler/charts/cluster-autoscaler/values.yaml`` at cluster-autoscaler-chart-9.59.0)."""
+    ServiceAccount the pod identity association binds, and :data:`AUTOSCALER_ARGS`, with
+    :data:`PROVISIONING_REQUESTS_FLAG` when ``provisioning_requests``. Every key is one of the chart's
+    (``cluster-autoscaler/charts/cluster-autoscaler/values.yaml`` at cluster-autoscaler-chart-9.59.0; ``extraArgs``
+    render as ``--<key>=<value>``, ``templates/deployment.yaml``)."""
+    flags = {**AUTOSCALER_ARGS, PROVISIONING_REQUESTS_FLAG: True} if provisioning_requests else dict(AUTOSCALER_ARGS)
     return {
         "cloudProvider": "aws",
         "awsRegion": region,
         "autoDiscovery": {"clusterName": cluster_name},
         "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
-        "extraArgs": dict(AUTOSCALER_ARGS),
+        "extraArgs": flags,
         "priorityClassName": "system-cluster-critical",
     }
 
 
 def install_autoscaler(name: str, cluster_name: pulumi.Input[str], region: str, parent: pulumi.Resource,
-                       provider: pulumi.ProviderResource, after: Sequence[pulumi.Resource]) -> list[pulumi.Resource]:
-    """The autoscaler's role (pod identity), its association and the pinned chart; returns them."""
+                       provider: pulumi.ProviderResource, after: Sequence[pulumi.Resource], *,
+                       provisioning_requests: bool = False) -> list[pulumi.Resource]:
+    """The autoscaler's role (pod identity), its association, with ``provisioning_requests`` the
+    ProvisioningRequest CRD, and the pinned chart; returns them."""
     role, policies = pod_identity_role(f"{name}-autoscaler-role", parent, inline_policy=AUTOSCALER_POLICY)
     association = aws.eks.PodIdentityAssociation(
         f"{name}-autoscaler", cluster_name=cluster_name, namespace=AUTOSCALER_NAMESPACE,
         service_account=AUTOSCALER_SERVICE_ACCOUNT, role_arn=role.arn,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, *policies]))
+    crds: list[pulumi.Resource] = [k8s.yaml.v2.ConfigFile(
+        f"{name}-provisioning-request-crd", file=PROVISIONING_REQUEST_CRD,
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(after)))
+    ] if provisioning_requests else []
     release = helm_release(f"{name}-cluster-autoscaler", CLUSTER_AUTOSCALER, release_name="cluster-autoscaler",
                            namespace=AUTOSCALER_NAMESPACE, parent=parent,
-                           values=autoscaler_values(cluster_name, region), provider=provider,
-                           depends_on=[association])
-    return [role, association, release]
+                           values=autoscaler_values(cluster_name, region, provisioning_requests), provider=provider,
+                           depends_on=[association, *crds])
+    return [role, association, *crds, release]
 
 
 TEMPLATE_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"

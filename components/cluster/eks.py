@@ -115,6 +115,8 @@ class EksGpuClusterArgs:
             role (``components.cluster.storage``).
         autoscaler: Install the Cluster Autoscaler, which then owns the GPU groups' desired sizes
             (``components.cluster.autoscaling``).
+        provisioning_requests: The autoscaler also handles ProvisioningRequests (``--enable-provisioning-requests``,
+            with their CRD), for the Kueue add-on's ``atomic_scale_up``; needs ``autoscaler``.
         cluster_name: The EKS cluster's name; ``None`` lets Pulumi name it.
         region: The AWS region, for the autoscaler; ``None`` reads ``aws:region``.
         pod_identity: Install the EKS Pod Identity agent, for jobs' ``iam_role_arn`` (storage and the
@@ -135,6 +137,7 @@ class EksGpuClusterArgs:
     system_nodes: int = 2
     storage: Sequence[str] = ()
     autoscaler: bool = False
+    provisioning_requests: bool = False
     cluster_name: Optional[str] = None
     region: Optional[str] = None
     pod_identity: bool = False
@@ -144,9 +147,12 @@ class EksGpuClusterArgs:
         object.__setattr__(self, "storage", validate.strings("storage", self.storage))
         for kind in self.storage:
             validate.one_of("storage", kind, STORAGE_KINDS)
-        for flag in ("autoscaler", "pod_identity"):
+        for flag in ("autoscaler", "provisioning_requests", "pod_identity"):
             if not isinstance(getattr(self, flag), bool):
                 raise ArgumentError(flag, getattr(self, flag), "use true or false")
+        if self.provisioning_requests and not self.autoscaler:
+            raise ArgumentError("provisioning_requests", True, "ProvisioningRequests are the Cluster Autoscaler's: "
+                                "set autoscaler too, or leave provisioning_requests off")
         if self.cluster_name is not None:
             validate.text("cluster_name", self.cluster_name)
         for field in ("public_subnet_ids", "private_subnet_ids", "availability_zones"):

@@ -87,8 +87,8 @@ def install_platform(name: str, args: EksGpuClusterArgs, ctx: PlatformContext) -
         ctx.cluster_name or "", ctx.vpc_id, ctx.node_subnet_ids, ctx.node_security_group_id, ctx.parent,
         ctx.provider, after)) if args.storage else []
     efa = (install_efa_plugin(name, ctx.parent, ctx.provider, ctx.node_groups),) if args.efa else ()
-    scaler = (install_autoscaler(name, ctx.cluster_name or "", region, ctx.parent, ctx.provider, after)
-              if region is not None else [])
+    scaler = (install_autoscaler(name, ctx.cluster_name or "", region, ctx.parent, ctx.provider, after,
+                                 provisioning_requests=args.provisioning_requests) if region is not None else [])
     if region is not None:
         scaler += [tag for group, types, resource in ctx.efa_groups for tag in scale_from_zero_tags(
             name, group, types, ctx.cluster_name or "", resource, ctx.parent)]

@@ -81,6 +81,9 @@ VOLCANO_ADDON = "volcano"
 KUEUE_ADDON = "kueue"
 TRAINER_ADDON = "trainer"
 ADDONS = (DEVICE_PLUGIN, TRAINING_OPERATOR, VOLCANO_ADDON, KUEUE_ADDON, TRAINER_ADDON)
+ATOMIC_SCALE_UP_KEY = "atomicScaleUp"
+"""The ``kueue`` object's key for the add-on's ``atomic_scale_up`` (with it, the EKS autoscaler's
+``provisioning_requests``)."""
 LOCAL_COPY_FIELDS = {
     DEVICE_PLUGIN: ("device_plugin", "chart_path"),
     TRAINING_OPERATOR: ("training_operator", "manifests_path"),
@@ -127,6 +130,7 @@ def parse_stack_config(get: Callable[[str], Optional[str]]) -> StackConfig:
     addons = parse_addons(raw, cluster)
     jobs = parse_jobs(raw.get("jobs") or [], cluster)
     cluster = with_pod_identity(cluster, jobs)
+    cluster = with_provisioning_requests(cluster, addons)
     capabilities = cluster_capabilities(cluster, addons)
     for i, job in enumerate(jobs):
         check_job_fits(i, job, capabilities)
@@ -174,7 +178,8 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
 
     Raises:
         StackConfigError: Unknown add-on, settings of an add-on that is not installed, a gang scheduler
-            for the operator that the cluster does not run, or a bad value.
+            for the operator that the cluster does not run, ``kueue.atomicScaleUp`` where no Cluster
+            Autoscaler of the stack's would act on it (:func:`check_atomic_scale_up`), or a bad value.
     """
     names = raw.get("addons") or []
     for name in names:
@@ -192,6 +197,7 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
     kueue = None
     if KUEUE_ADDON in names:
         kueue = parse_kueue(raw.get("kueue") or {})
+        check_atomic_scale_up(kueue, cluster)
         if operator is not None and PYTORCHJOB_FRAMEWORK not in kueue.frameworks:
             kueue = dataclasses.replace(kueue, frameworks=(*kueue.frameworks, PYTORCHJOB_FRAMEWORK))
     trainer = None
@@ -265,18 +271,22 @@ def parse_operator(
 
 
 def parse_kueue(raw: Any) -> KueueArgs:
-    """Build ``KueueArgs`` from the ``kueue`` object (``flavors``, ``clusterQueues``, ``localQueues``).
+    """Build ``KueueArgs`` from the ``kueue`` object (``flavors``, ``clusterQueues``, ``localQueues``, and
+    ``atomicScaleUp``, a boolean).
 
     Raises:
         StackConfigError: An unknown key, a missing one, or a value the args reject.
     """
     parts = {"flavors": ResourceFlavorArgs, "clusterQueues": ClusterQueueArgs, "localQueues": LocalQueueArgs}
+    known = sorted([*parts, ATOMIC_SCALE_UP_KEY])
     if not isinstance(raw, Mapping):
-        raise StackConfigError(full_key("kueue"), raw, f"use an object with keys from {sorted(parts)}")
+        raise StackConfigError(full_key("kueue"), raw, f"use an object with keys from {known}")
     items: dict[str, Sequence[Any]] = {}
     for key, value in raw.items():
+        if key == ATOMIC_SCALE_UP_KEY:
+            continue
         if key not in parts:
-            raise StackConfigError(full_key(f"kueue.{key}"), value, f"unknown key; use one of {sorted(parts)}")
+            raise StackConfigError(full_key(f"kueue.{key}"), value, f"unknown key; use one of {known}")
         if not isinstance(value, list):
             raise StackConfigError(full_key(f"kueue.{key}"), value, "use a list of objects")
         items[key] = [build(parts[key], item, f"kueue.{key}[{i}]") for i, item in enumerate(value)]
@@ -285,9 +295,39 @@ def parse_kueue(raw: Any) -> KueueArgs:
             flavors=items.get("flavors", ()),
             cluster_queues=items.get("clusterQueues", ()),
             local_queues=items.get("localQueues", ()),
+            atomic_scale_up=raw.get(ATOMIC_SCALE_UP_KEY, False),
         )
     except ArgumentError as exc:
         raise translate(exc, "kueue.", {}) from exc
+
+
+def check_atomic_scale_up(kueue: KueueArgs, cluster: ClusterArgs) -> None:
+    """Refuse ``kueue.atomicScaleUp`` where no Cluster Autoscaler handles ProvisioningRequests: kind has no
+    autoscaler, an existing cluster's is not the stack's to configure, and an EKS one needs ``eksAutoscaler``.
+
+    Raises:
+        StackConfigError: On ``trainplane:kueue.atomicScaleUp``, saying what to set instead.
+    """
+    if not kueue.atomic_scale_up:
+        return
+    key = full_key(f"kueue.{ATOMIC_SCALE_UP_KEY}")
+    if isinstance(cluster, KindClusterArgs):
+        raise StackConfigError(key, True, "kind has no Cluster Autoscaler to make ProvisioningRequests' nodes; "
+                               "remove it (or use an eks stack with trainplane:eksAutoscaler)")
+    if isinstance(cluster, ExistingClusterArgs):
+        raise StackConfigError(key, True, "the stack does not configure an existing cluster's autoscaler; remove "
+                               "it, or use the Kueue component (atomic_scale_up) in a program of your own on a "
+                               "cluster whose Cluster Autoscaler runs --enable-provisioning-requests")
+    if isinstance(cluster, EksGpuClusterArgs) and not cluster.autoscaler:
+        raise StackConfigError(key, True, "ProvisioningRequests are the Cluster Autoscaler's: set "
+                               "trainplane:eksAutoscaler: true, or remove it")
+
+
+def with_provisioning_requests(cluster: ClusterArgs, addons: AddonsConfig) -> ClusterArgs:
+    """An EKS cluster whose autoscaler handles ProvisioningRequests when Kueue's ``atomicScaleUp`` is on."""
+    if isinstance(cluster, EksGpuClusterArgs) and addons.kueue is not None and addons.kueue.atomic_scale_up:
+        return dataclasses.replace(cluster, provisioning_requests=True)
+    return cluster
 
 
 def parse_jobs(raw: Any, cluster: Optional[ClusterArgs] = None) -> tuple[JobConfig, ...]:

@@ -52,7 +52,7 @@ CHART_NESTED_KEYS = {
 }
 """The keys under the nested values the component sets, from the same file."""
 FAQ_FLAGS = frozenset({"expander", "balance-similar-node-groups", "scale-down-unneeded-time",
-                       "scale-down-delay-after-add", "max-node-provision-time"})
+                       "scale-down-delay-after-add", "max-node-provision-time", "enable-provisioning-requests"})
 """Flags of the FAQ's parameter table (``cluster-autoscaler/FAQ.md`` at the same tag, "What are the parameters to
 CA?"), the chart's ``extraArgs`` passes as ``--<flag>=<value>``; ``scale-down-enabled`` is marked deprecated there
 and left out."""
@@ -141,8 +141,9 @@ def test_fsx_driver_is_the_pinned_chart_with_its_service_account_bound() -> None
     assert sorted((r["fromPort"], r["toPort"]) for r in group.inputs["ingress"]) == [(988, 988), (1018, 1023)]
 
 
-def test_autoscaler_values_use_only_the_charts_documented_keys_and_flags() -> None:
-    deployment = run(autoscaler=True)
+@pytest.mark.parametrize("provisioning_requests", [False, True])
+def test_autoscaler_values_use_only_the_charts_documented_keys_and_flags(provisioning_requests: bool) -> None:
+    deployment = run(autoscaler=True, provisioning_requests=provisioning_requests)
 
     release = next(r for r in deployment.of_type(RELEASE) if r.inputs["chart"] == "cluster-autoscaler")
     assert (release.inputs["version"], release.inputs["repositoryOpts"]) == (

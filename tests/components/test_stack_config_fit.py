@@ -106,7 +106,7 @@ KUEUE_QUOTA = [
 DEVICE_PLUGIN = [
     pytest.param(
         "aws-gpu",
-        {"addons": ["volcano"]},
+        {"addons": ["volcano", "kueue"]},
         "trainplane:jobs[0].gpus",
         "1",
         "no device plugin advertises the GPU nodes' nvidia.com/gpu .* add device-plugin to trainplane:addons",
