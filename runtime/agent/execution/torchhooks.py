@@ -31,6 +31,16 @@ once, and torch's store lets rank 0 wait for the others only as long as the ``in
 membership change can be raised in the main thread (a joiner lost before it arrived: the next world's
 rendezvous starts instead); the user's timeout applies from there on.
 
+In both, a third fault of torch 2.13 splits a world whose ranks did not all leave the previous one alike:
+``init_process_group`` names the default group from torch's group counter (``_world.group_count``, the
+``<count>`` of every gloo key's ``default_pg/<count>/``), incrementing it before the rendezvous, and only
+``destroy_process_group`` of a formed group puts it back to 0. A rank whose ``init_process_group`` failed or
+was left (a membership change raised inside its rendezvous, a store that never came) named its next group
+``1`` while the others named theirs ``0``, each waiting for the other's keys until the timeout (issue 22: a
+replacement joined while a survivor's rank was still in its re-formation's rendezvous; that rank waited for
+``/trainplane/1//default_pg/1//cpu//0/0``, the others for ``.../default_pg/0//cpu//0/1``). Here
+``init_process_group`` puts the counter back to 0 while no group is formed (:func:`_patch_init`).
+
 Standard library only at import: torch is never imported here; the hooks attach when the user's
 code imports torch's modules (:func:`install_on_import`).
 """
@@ -96,7 +106,8 @@ def collect() -> None:
 
 
 def install(destroy: bool = True) -> bool:
-    """Attach the hooks to torch's modules that are loaded (idempotent): the ``env://`` handler, and with
+    """Attach the hooks to torch's modules that are loaded (idempotent): the ``env://`` handler, the
+    ``init_process_group`` that names every world's default group alike (:func:`_patch_init`), and with
     ``destroy`` the ``destroy_process_group`` that keeps groups alive until :func:`collect`; ``False`` when
     torch's rendezvous module is not loaded (nothing to do yet). Never imports torch."""
     module = sys.modules.get(RENDEZVOUS_MODULE)
@@ -106,8 +117,8 @@ def install(destroy: bool = True) -> bool:
     if handlers.get("env") is not _env_rendezvous:
         handlers["env"] = _env_rendezvous
     c10d = sys.modules.get(C10D_MODULE)
-    if destroy and c10d is not None and hasattr(c10d, "destroy_process_group"):  # not while it is being imported
-        _patch_destroy(c10d)
+    if c10d is not None and hasattr(c10d, "destroy_process_group"):  # not while it is being imported
+        _patch_c10d(c10d, destroy)
     return True
 
 
@@ -116,17 +127,48 @@ def install_on_import(destroy: bool = True) -> None:
     calls this at its start, so the process's first ``init_process_group`` is hooked too; the bootstrap
     of an elastic batch job's rank with ``destroy=False``: it never calls :func:`collect`)."""
     install(destroy)
-    names = (RENDEZVOUS_MODULE, C10D_MODULE) if destroy else (RENDEZVOUS_MODULE,)
-    for name in names:
+    for name in (RENDEZVOUS_MODULE, C10D_MODULE):
         if name not in sys.modules and not any(isinstance(f, _Finder) and f.name == name for f in sys.meta_path):
             sys.meta_path.insert(0, _Finder(name, lambda module: _after_import(module, destroy)))
 
 
 def _after_import(module: types.ModuleType, destroy: bool) -> None:
     if module.__name__ == C10D_MODULE:
-        _patch_destroy(module)
+        _patch_c10d(module, destroy)
     else:
         install(destroy)
+
+
+def _patch_c10d(c10d: types.ModuleType, destroy: bool) -> None:
+    _patch_init(c10d)
+    if destroy:
+        _patch_destroy(c10d)
+
+
+def _patch_init(c10d: types.ModuleType) -> None:
+    """``init_process_group`` that first puts torch's group counter back to 0 when no group is formed (the
+    module's third fault), so that every rank of a world names its default group ``0``."""
+    original = c10d.init_process_group
+    if getattr(original, "_trainplane", False):
+        return
+
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if not c10d.is_initialized():
+            c10d._world.group_count = 0
+        original(*args, **kwargs)
+
+    _replace(c10d, "init_process_group", original, init_process_group)
+
+
+def _replace(c10d: types.ModuleType, name: str, original: Callable[..., None], hook: Callable[..., None]) -> None:
+    """Put ``hook`` in place of torch's function ``name`` in its module and in ``torch.distributed``."""
+    hook.__doc__ = original.__doc__
+    hook.__wrapped__ = original  # type: ignore[attr-defined]
+    hook._trainplane = True  # type: ignore[attr-defined]
+    setattr(c10d, name, hook)
+    package = sys.modules.get("torch.distributed")
+    if package is not None and getattr(package, name, None) is original:
+        setattr(package, name, hook)
 
 
 def _patch_destroy(c10d: types.ModuleType) -> None:
@@ -140,13 +182,7 @@ def _patch_destroy(c10d: types.ModuleType) -> None:
         original(group)
         _State.destroyed.extend(pg for pg in doomed if pg is not None)
 
-    destroy_process_group.__doc__ = original.__doc__
-    destroy_process_group.__wrapped__ = original  # type: ignore[attr-defined]
-    destroy_process_group._trainplane = True  # type: ignore[attr-defined]
-    setattr(c10d, "destroy_process_group", destroy_process_group)  # noqa: B010 - a module mypy cannot see
-    package = sys.modules.get("torch.distributed")
-    if package is not None and getattr(package, "destroy_process_group", None) is original:
-        setattr(package, "destroy_process_group", destroy_process_group)  # noqa: B010
+    _replace(c10d, "destroy_process_group", original, destroy_process_group)
 
 
 def _env_rendezvous(url: str, timeout: Optional[timedelta] = None, **_: Any) -> Iterator[tuple[Any, int, int]]:
