@@ -121,6 +121,7 @@ class FakeProcesses:
         self._envs = envs
         self._on_exit = on_exit
         self.running = [False] * len(envs)
+        self.codes: dict[int, int] = {}
         self.told: list[tuple[int, dict[str, Any]]] = []
         self._lock = threading.Lock()
 
@@ -135,8 +136,9 @@ class FakeProcesses:
             if not self.running[local_rank]:
                 return
             self.running[local_rank] = False
-        self._on_exit(ProcExit(self.generation, local_rank, self.first_rank + local_rank,
-                               contract.EXIT_INTERRUPTED_BASE + sig if sig else code, (), time.time(), requested, sig))
+            self.codes[local_rank] = contract.EXIT_INTERRUPTED_BASE + sig if sig else code
+        self._on_exit(ProcExit(self.generation, local_rank, self.first_rank + local_rank, self.codes[local_rank], (),
+                               time.time(), requested, sig))
 
     def stop(self, grace: float, sig: int = signal.SIGTERM) -> None:
         """The agent stops them: each running rank ends by ``sig``, as asked."""
@@ -164,6 +166,12 @@ class FakeProcesses:
         env = state["env"]
         return {"generation": state["generation"], "rank": int(env["RANK"]), "world_size": int(env["WORLD_SIZE"]),
                 "master": env["MASTER_ADDR"], "added": state["added_ips"], "removed": state["removed_ips"]}
+
+    def activity(self) -> list[tuple[int, Optional[int], float]]:
+        """Each rank, its exit code once it ended (``None`` while it runs), and no silence."""
+        with self._lock:
+            return [(self.first_rank + i, None if running else self.codes.get(i, 0), 0.0)
+                    for i, running in enumerate(self.running)]
 
     def renumber(self, first_rank: int) -> None:
         """The ranks moved: local rank 0 is now ``first_rank``."""

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import threading
+from typing import Optional
 
 from runtime.agent.agent import Agent
 from testbed.settings import agent_settings
@@ -30,6 +31,10 @@ class NullProcesses:
     def send(self, local_rank: int, sig: int) -> bool:
         """Pretend every process is alive."""
         return True
+
+    def activity(self) -> list[tuple[int, Optional[int], float]]:
+        """No ranks."""
+        return []
 
     def renumber(self, first_rank: int) -> None:
         """No process, nothing to renumber."""

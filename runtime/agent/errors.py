@@ -144,6 +144,11 @@ class NotAMember(MembershipRefused):
     """A node id outside the job's range asked to join (the HTTP layer answers 400)."""
 
 
+class RendezvousClosed(MembershipRefused):
+    """A node asked to join an elastic world whose ranks have begun to finish (the HTTP layer answers 410):
+    the job ends without it, and the node exits 0, as torch elastic's late nodes do on a closed rendezvous."""
+
+
 class TransportError(TrainplaneError):
     """An HTTP exchange with another agent failed (refused, timed out, or a non-2xx status).
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from runtime.agent import contract
-from runtime.agent.errors import HttpError, MembershipRefused, NotAMember
+from runtime.agent.errors import HttpError, MembershipRefused, NotAMember, RendezvousClosed
 from runtime.agent.net.server import Request, Response, Routes
 from runtime.agent.rendezvous import voting
 from runtime.agent.rendezvous.actions import CoordinatorAction
@@ -27,8 +27,9 @@ from runtime.agent.world import TERMINAL, Failure, Node, World
 
 
 def status_of(refusal: MembershipRefused) -> int:
-    """The HTTP status a membership refusal is answered with: 400 for a node id outside the job, else 409."""
-    return 400 if isinstance(refusal, NotAMember) else 409
+    """The HTTP status a membership refusal is answered with: 400 for a node id outside the job, 410 for a
+    closed rendezvous (``RendezvousClosed``), else 409."""
+    return 400 if isinstance(refusal, NotAMember) else 410 if isinstance(refusal, RendezvousClosed) else 409
 
 
 @dataclass(frozen=True)

@@ -160,10 +160,9 @@ class NodeProcesses:
                 self._procs.send(local_rank, delivery.DELIVERY_SIGNAL)
 
     def activity(self) -> list[tuple[int, Optional[int], float]]:
-        """This node's ranks as the straggler report takes them (``LocalProcesses.activity``); none for
-        a service job's worker pool or a spawner that runs nothing."""
-        procs = self._procs
-        return procs.activity() if isinstance(procs, LocalProcesses) else []
+        """This node's ranks as the straggler report takes them (``Supervisor.activity``); none for a
+        service job's worker pool, a spawner that runs nothing, or before a generation."""
+        return self._procs.activity() if self._procs is not None else []
 
     def send(self, sig: int) -> list[int]:
         """Send ``sig`` to every process still running; the local ranks it reached."""

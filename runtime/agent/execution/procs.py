@@ -118,6 +118,10 @@ class Supervisor(Protocol):
         """A membership change moved this node's processes: local rank 0 is now global rank
         ``first_rank``. Output prefixes and exit reports use the new ranks from now on."""
 
+    def activity(self) -> list[tuple[int, Optional[int], float]]:
+        """``(global rank, exit code or None while it runs, seconds since it last wrote)`` per rank that the
+        straggler report and the closed-rendezvous rule read; empty where neither applies."""
+
 
 Spawner = Callable[..., Supervisor]
 """Builds a :class:`Supervisor` with :class:`LocalProcesses`' constructor arguments, by keyword."""

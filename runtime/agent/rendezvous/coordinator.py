@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.errors import MembershipRefused, NotAMember
+from runtime.agent.errors import MembershipRefused, NotAMember, RendezvousClosed
 from runtime.agent.rendezvous.actions import CoordinatorAction, Probe, Push, Say
 from runtime.agent.rendezvous.budget import FailureBudget
 from runtime.agent.rendezvous.detection import Detection
@@ -84,7 +84,7 @@ class Coordinator:
         Raises:
             NotAMember: the node id is outside the job.
             MembershipRefused: the job has ended, or the world formed without the node and the job is
-                not elastic or already at ``max_workers``.
+                not elastic or already at ``max_workers``; ``RendezvousClosed`` once a rank has exited 0.
         """
         if not 0 <= node.node_id < self._s.spec.max_nodes:
             raise NotAMember(f"node rank {node.node_id} is outside this job's 0..{self._s.spec.max_nodes - 1}")
@@ -102,6 +102,8 @@ class Coordinator:
         in_world = world.has(node.node_id)
         if not self._s.spec.elastic or (not in_world and len(world.nodes) >= self._s.spec.max_nodes):
             raise MembershipRefused(f"the world formed at generation {world.generation} without node {node.node_id}")
+        if (closed := self.stragglers.finishing(world)) is not None:
+            raise RendezvousClosed(f"{closed}; node {node.node_id} is not admitted")
         self.members[node.node_id] = node
         self._dead.pop(node.node_id, None)
         self.liveness.beat(node.node_id, now)
@@ -239,10 +241,8 @@ class Coordinator:
         return World(
             job=self._s.spec.job_name or "",  # AgentSettings requires one
             generation=self.world.generation + 1 if self.world else 1,
-            restart_count=restart_count,
-            max_restarts=self._s.spec.max_restarts,
-            nodes=nodes,
-            master_port=self._s.spec.master_port,
+            restart_count=restart_count, max_restarts=self._s.spec.max_restarts,
+            nodes=nodes, master_port=self._s.spec.master_port,
             distribution=self._s.spec.distribution,
             coordinator=(self._s.node.node_id, self._s.node.advertise_address, self._s.node.agent_port),
             epoch=self.lease.epoch,

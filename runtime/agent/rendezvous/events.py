@@ -66,7 +66,8 @@ class Removed:
 
 @dataclass(frozen=True)
 class Fatal:
-    """Something this node cannot go on after (its registration was refused, say)."""
+    """Something this node cannot go on after (its registration was refused, say); ``exit_code`` is the
+    agent's (0 when the job finishes without this node: ``RendezvousClosed``)."""
 
     message: str
     exit_code: int

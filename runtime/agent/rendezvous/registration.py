@@ -100,6 +100,9 @@ class Registration:
                     exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(self._body))
                     self._events(CoordinatorFound(found))
                     continue
+                if exc.status == 410:  # a closed rendezvous: the job finishes without this node
+                    self._events(Fatal(f"not admitted, nothing to do: {exc}", contract.EXIT_OK))
+                    return
                 if exc.status not in (None, 404):  # 404: that node does not coordinate (yet): ask again
                     self._events(Fatal(f"registration refused: {exc}", contract.EXIT_RENDEZVOUS))
                     return

@@ -96,6 +96,15 @@ class Stragglers:
                              f"{self._describe(world, rank, silent)}")
         return lines, None
 
+    def finishing(self, world: World) -> Optional[str]:
+        """Why ``world``'s rendezvous is closed to newcomers, or ``None``: once a rank of its generation has
+        exited 0 the job is finishing, and a node admitted now would make a new world whose ranks wait for
+        ranks that are gone (torch elastic closes its rendezvous then and tells late nodes so)."""
+        done = sorted(r.rank for _, r in self._ranks.values() if r.exit_code == 0)
+        if not done or world.generation != self._generation:
+            return None
+        return f"the job is finishing: rank {done[0]} of generation {world.generation} exited 0"
+
     def _running(self, world: World, now: float) -> list[tuple[int, float]]:
         """``(rank, seconds silent now)`` of every rank reported running in ``world``'s generation."""
         if world.generation != self._generation:

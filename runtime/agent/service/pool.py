@@ -105,6 +105,10 @@ class WorkerPool:
         and each worker applies the new world before its next call. Always ``False``."""
         return False
 
+    def activity(self) -> list[tuple[int, Optional[int], float]]:
+        """None: a service worker's silence is its calls', reported per call (``silence``)."""
+        return []
+
     def renumber(self, first_rank: int) -> None:
         """Local rank 0 is now global rank ``first_rank``: results, errors and output prefixes carry
         the new ranks from the next call on (each process applies the new world before it)."""

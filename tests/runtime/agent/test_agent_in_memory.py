@@ -118,6 +118,21 @@ def test_a_late_node_is_admitted_and_the_world_grows(start):
     assert job.codes == {0: 0, 1: 0, 2: 0}
 
 
+def test_a_node_arriving_once_a_rank_has_finished_is_not_admitted_and_exits_0(start):
+    """A closed rendezvous (``RendezvousClosed``): admitting it would make a world whose ranks wait for ranks
+    that are gone; it exits 0 saying why, and the job ends in its world."""
+    job = start(2, max_workers=3)
+    job.exit(0, 0)
+    assert job.until(lambda: False, within=1.0) is False  # the coordinator's tick notes its own rank's exit
+    job.add(2)
+    assert job.until(lambda: job.ended(2), within=TTL), job.log(2)
+    assert job.codes[2] == 0 and "not admitted, nothing to do" in job.log(2) and "exited 0" in job.log(2)
+    assert job.world(0).node_ids == [0, 1] and job.world(0).generation == 1
+    job.finish()
+    assert job.wait(lambda: all(job.ended(i) for i in range(2)))
+    assert job.codes == {0: 0, 1: 0, 2: 0}
+
+
 def test_monitor_members_off_delivers_nothing_but_the_world_file_changes(start):
     job = start(2, max_workers=3, monitor_members=False)
     job.add(2)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent.errors import MembershipRefused, NotAMember
+from runtime.agent.errors import MembershipRefused, NotAMember, RendezvousClosed
 from runtime.agent.rendezvous.actions import Probe, Push, Say
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.forming import LAST_CALL, PROGRESS_MIN_GAP
+from runtime.agent.routes import status_of
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
 from testbed.settings import agent_settings
@@ -85,6 +86,35 @@ def test_a_fixed_size_jobs_replaced_node_is_rejected_but_reregistration_is_idemp
     with pytest.raises(MembershipRefused, match="formed at generation 1 without node 1") as info:
         c.register(Node(1, "10.0.0.99", 32300, 2), 2.0)
     assert not isinstance(info.value, NotAMember)
+
+
+def test_an_elastic_world_whose_ranks_began_to_finish_admits_no_newcomer():
+    """Once a rank of the running generation exited 0, a joiner (a replacement at a new address too) would
+    make a world whose ranks wait for ranks that are gone: it is refused as a closed rendezvous (410), and
+    the world stays as it is; before that, the same joiner is admitted."""
+    c = Coordinator(settings(quorum_workers=2, min_workers=2, max_workers=3), now=0.0)
+    for i in range(2):
+        c.register(node(i), 0.0)
+    c.tick(LAST_CALL)
+    assert c.world is not None and [n.node_id for n in c.world.nodes] == [0, 1]
+    c.activity(1, c.world.generation, [[2, None, 0.0], [3, None, 0.0]], 40.0)
+    assert c.stragglers.finishing(c.world) is None
+    c.activity(0, c.world.generation, [[0, 0, 0.0], [1, None, 0.0]], 41.0)
+    with pytest.raises(RendezvousClosed, match="rank 0 of generation 1 exited 0; node 2 is not admitted") as info:
+        c.register(node(2), 42.0)
+    assert status_of(info.value) == 410
+    with pytest.raises(RendezvousClosed):
+        c.register(Node(1, "10.0.0.99", 32300, 2), 42.0)
+    assert [n.node_id for n in c.world.nodes] == [0, 1] and c.world.generation == 1
+
+
+def test_an_elastic_world_with_every_rank_running_admits_a_newcomer():
+    c = Coordinator(settings(quorum_workers=2, min_workers=2, max_workers=3), now=0.0)
+    for i in range(2):
+        c.register(node(i), 0.0)
+    c.tick(LAST_CALL)
+    c.activity(0, 1, [[0, None, 0.0], [1, 1, 0.0]], 41.0)  # a failure is no finish
+    assert pushes(c.register(node(2), 42.0)) and c.world is not None and c.world.generation == 2
 
 
 def formed(**kw) -> Coordinator:

@@ -84,6 +84,22 @@ def test_a_refusal_ends_the_node_at_once(token: str, status: int, message: str):
     assert isinstance(ended, Fatal) and message in ended.message and ended.exit_code == contract.EXIT_RENDEZVOUS
 
 
+def test_a_closed_rendezvous_ends_the_node_with_success_saying_why():
+    """410 (``RendezvousClosed``, the job's ranks have begun to finish): the node is not needed; it exits 0."""
+    network = FakeNetwork()
+
+    def answer(_body: object) -> Response:
+        raise HttpError(410, "the job is finishing: rank 0 of generation 2 exited 0; node 1 is not admitted")
+
+    coordinator(network, answer)
+    reg, sent = registration(network)
+    reg.register(0.0)
+    _found, ended = sent
+    assert isinstance(ended, Fatal) and ended.exit_code == contract.EXIT_OK
+    assert ended.message.startswith("not admitted, nothing to do: ")
+    assert "rank 0 of generation 2 exited 0" in ended.message
+
+
 def test_a_coordinator_unreachable_for_the_quorum_timeout_ends_the_node():
     """The fake clock moves 4 s at each look; nobody serves the coordinator's address."""
     ticks = count(0, 4)
