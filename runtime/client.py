@@ -259,8 +259,9 @@ class JobClient:
         except httpx.TimeoutException as exc:
             raise CallTimeout(timeout, (), fn, f"the coordinator did not answer within {read:g} s") from exc
         except JobEnded as exc:
-            self._ended = self._ended or JobInfo("", 0, None, "", 0, 0, exc.status, "",
-                                                 {"exit_code": exc.exit_code}, exc.reason)
+            self._ended = self._ended or JobInfo(job="", node_id=0, node_rank=None, address="", num_proc=0,
+                                                 generation=0, status=exc.status, mode="",
+                                                 raw={"exit_code": exc.exit_code}, reason=exc.reason)
             raise
         except (NodeFailed, TransportError) as exc:
             if isinstance(exc, TransportError) and exc.status is not None:

@@ -332,8 +332,10 @@ class EksGpuCluster(pulumi.ComponentResource):
                                      else self.cluster.eks_cluster.apply(lambda c: c.name))
                 outputs["cluster_name"] = self.cluster_name
             self.platform = install_platform(name, args, PlatformContext(
-                self.cluster_name, network.vpc_id, list(network.private_subnet_ids or network.public_subnet_ids),
-                self.cluster.cluster_security_group_id, self, self.provider, groups, efa_groups))
+                cluster_name=self.cluster_name, vpc_id=network.vpc_id,
+                node_subnet_ids=list(network.private_subnet_ids or network.public_subnet_ids),
+                node_security_group_id=self.cluster.cluster_security_group_id, parent=self, provider=self.provider,
+                node_groups=groups, efa_groups=efa_groups))
         self.register_outputs(outputs)
 
     def _network(self, name: str, args: EksGpuClusterArgs) -> Network:

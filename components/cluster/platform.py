@@ -84,8 +84,9 @@ def install_platform(name: str, args: EksGpuClusterArgs, ctx: PlatformContext) -
                               opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.node_groups)))
         after.append(agent)
     storage = install_storage(name, args.storage, StorageContext(
-        ctx.cluster_name or "", ctx.vpc_id, ctx.node_subnet_ids, ctx.node_security_group_id, ctx.parent,
-        ctx.provider, after)) if args.storage else []
+        cluster_name=ctx.cluster_name or "", vpc_id=ctx.vpc_id, node_subnet_ids=ctx.node_subnet_ids,
+        node_security_group_id=ctx.node_security_group_id, parent=ctx.parent, provider=ctx.provider,
+        after=after)) if args.storage else []
     efa = (install_efa_plugin(name, ctx.parent, ctx.provider, ctx.node_groups),) if args.efa else ()
     scaler = (install_autoscaler(name, ctx.cluster_name or "", region, ctx.parent, ctx.provider, after,
                                  provisioning_requests=args.provisioning_requests) if region is not None else [])

@@ -282,7 +282,9 @@ def start(spec: jobs.LocalJobSpec, endpoint: tuple[str, int], node_rank: Optiona
     hold = logdirs.hold(log_dir)
     if base is not None:
         logdirs.prune(base)
-    identity = NodeIdentity(joined.node_id, joined.coordinator[0], joined.coordinator[1], agent_port, addr, addr)
+    identity = NodeIdentity(node_id=joined.node_id, coordinator=joined.coordinator[0],
+                            coordinator_port=joined.coordinator[1], agent_port=agent_port, advertise_address=addr,
+                            bind_address=addr)
     env = jobs.node_env(spec, identity, job, token, log_dir, joined.master_port)
     agent = subprocess.Popen(jobs.agent_command(), env=env, stdin=None if spec.forward_stdin and joined.node_id == 0
                              else subprocess.DEVNULL)

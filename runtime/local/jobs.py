@@ -260,8 +260,9 @@ class LocalJob:
 def agent_env(spec: LocalJobSpec, lp: LaunchPlan, node_id: int, job: str, token: str, log_dir: str) -> dict[str, str]:
     """The environment of node ``node_id``'s agent: the variables a pod's agent reads, written by the
     same writer (``runtime.agent.spec.env_writer``), over this process's environment and ``spec.env``."""
-    identity = NodeIdentity(node_id, lp.addresses[0], lp.ports[0], lp.ports[node_id], lp.addresses[node_id],
-                            lp.addresses[node_id])
+    identity = NodeIdentity(node_id=node_id, coordinator=lp.addresses[0], coordinator_port=lp.ports[0],
+                            agent_port=lp.ports[node_id], advertise_address=lp.addresses[node_id],
+                            bind_address=lp.addresses[node_id])
     return node_env(spec, identity, job, token, log_dir, lp.master_port)
 
 

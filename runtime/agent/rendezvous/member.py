@@ -118,8 +118,8 @@ class Member:
         if self.world is not None and self.world is not self._known_from:
             self.known = tuple((n.node_id, n.addr, n.port) for n in self.world.nodes)
             self._known_from = self.world
-        self.view = MemberView(self.world, self.coordinator, self.registered, self.coordinating,
-                               self._election.epoch(self.world), self.known)
+        self.view = MemberView(world=self.world, coordinator=self.coordinator, registered=self.registered,
+                               coordinating=self.coordinating, epoch=self._election.epoch(self.world), known=self.known)
         return self.view
 
     @property

@@ -87,7 +87,9 @@ class WorldPusher:
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for each push still being sent."""
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(timeout)
 
     def _heads(self, world: World) -> list[Node]:
@@ -105,7 +107,8 @@ class WorldPusher:
         body = json.dumps({**world.to_json(), RELAY: relay}).encode()
         thread = threading.Thread(target=self._deliver, args=(world, tuple(targets), body), name="push", daemon=True)
         thread.start()
-        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        with self._lock:  # the main loop pushes, the server's loop relays
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
 
     def _deliver(self, world: World, targets: tuple[Node, ...], body: bytes) -> None:
         exchanges = [Exchange(n.addr, n.port, "POST", contract.ROUTE_WORLD, body) for n in targets]

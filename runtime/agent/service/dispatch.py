@@ -75,8 +75,7 @@ class ServiceNode:
     def __init__(
         self,
         settings: AgentSettings, *,
-        world: Callable[[], Optional[World]],
-        say: Callable[[str], None],
+        world: Callable[[], Optional[World]], say: Callable[[str], None],
         on_unreachable: Callable[[Node], None] = lambda _node: None,
         clock: Callable[[], float] = time.monotonic,
         transport: Optional[PeerTransport] = None,
@@ -186,8 +185,9 @@ class ServiceNode:
         try:
             s = self._settings
             plan = plan_root(targets, me, threshold=s.spec.tree_threshold, width=s.spec.tree_fanout)
-            exec_request = ExecRequest(uuid.uuid4().hex, world.generation, call.invocation, call.timeout,
-                                       targets, s.spec.tree_fanout, call.output, call.code)
+            exec_request = ExecRequest(call_id=uuid.uuid4().hex, generation=world.generation, nodes=targets,
+                                       invocation=call.invocation, timeout=call.timeout, fanout=s.spec.tree_fanout,
+                                       output=call.output, code=call.code)
             if call.output:
                 self._outputs.open(call.output)
             outcome = self._execute(world, me, exec_request, plan, deadline, request.on_hang_up)
