@@ -4,7 +4,8 @@ no sleeping): a crash is told to every other node by its report; past the budget
 121; a killed node is found by the coordinator's watch and the survivors go on smaller; the lowest
 survivor takes over from a dead coordinator; a dead tree parent's children stay; a stopped node is
 declared dead and rejoins; a late node grows the world; with ``monitor_members`` off nothing is
-delivered but the world file changes. The process tests keep checking the same over sockets, with
+delivered but the world file changes; a node closed out once a rank finished; training going on while the
+coordinator does not answer. The process tests keep checking the same over sockets, with
 user processes and a real clock."""
 
 from __future__ import annotations
@@ -179,3 +180,18 @@ def test_a_stopped_agent_is_declared_dead_and_rejoins_cleanly_after_it_resumes(s
     job.finish()
     assert job.wait(lambda: all(job.ended(i) for i in range(3)))
     assert job.codes == {0: 0, 1: 0, 2: 0}
+
+
+def test_training_goes_on_while_the_coordinator_is_unreachable_and_it_answers_again(start):
+    """A world of two never fails over: with node 0's agent paused, node 1's beats fail and it says so, its
+    ranks keep running (no new world), and once node 0 answers again both finish with 0."""
+    job = start(2)
+    job.pause(0)
+    assert job.until(lambda: "unreachable" in job.log(1), within=2 * TTL), job.log(1)
+    assert "heartbeat to" in job.log(1)
+    assert job.processes(1) is not None and all(job.processes(1).running) and job.world(1).generation == 1
+    job.resume(0)
+    assert job.until(lambda: "the coordinator answers again" in job.log(1), within=2 * TTL), job.log(1)
+    job.finish()
+    assert job.wait(lambda: all(job.ended(i) for i in range(2)))
+    assert job.codes == {0: 0, 1: 0} and job.world(0).generation == 1
