@@ -109,6 +109,16 @@ def dns_label(field: str, value: object) -> str:
     return str(value)
 
 
+def boolean(field: str, value: object) -> bool:
+    """Check that ``value`` is ``True`` or ``False`` (the spec's ``flag`` check) and return it.
+
+    Raises:
+        ArgumentError: it is not: "must be true or false; use true or false".
+    """
+    require(field, value, setting.flag)
+    return bool(value)
+
+
 def integer(field: str, value: object, minimum: int = 0) -> int:
     """Check that ``value`` is an ``int`` (not a ``bool``) of at least ``minimum`` and return it.
 

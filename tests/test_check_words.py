@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from components.addons.kueue import KueueArgs
+from components.addons.training_operator import OPERATOR_GANG_SCHEDULERS, TrainingOperatorArgs
+from components.cluster.existing import ExistingClusterArgs
 from components.cluster.kind import KindClusterArgs
 from components.errors import ArgumentError, InvalidJobArgs
 from runtime.agent import contract
@@ -93,3 +96,18 @@ def test_a_choice_is_worded_alike_by_the_spec_the_job_args_and_the_add_on_args()
         "must be one of batch, service", "use one of batch, service")
     assert (job_rule.value.problem, job_rule.value.fix) == (
         "must be one of Always, IfNotPresent, Never", "use one of Always, IfNotPresent, Never")
+    with pytest.raises(ArgumentError) as add_on_rule:
+        TrainingOperatorArgs.for_gang_scheduler("kube-batch")
+    listed = ", ".join(OPERATOR_GANG_SCHEDULERS)
+    assert add_on_rule.value.fix == f"must be one of {listed}; use one of {listed}"
+
+
+def test_a_flag_is_worded_alike_by_the_job_args_and_the_add_on_and_cluster_args():
+    with pytest.raises(InvalidJobArgs) as job_rule:
+        job_args(monitor_members="yes")
+    with pytest.raises(ArgumentError) as add_on_rule:
+        KueueArgs(block_admission="yes")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError) as cluster_rule:
+        ExistingClusterArgs(kubeconfig="k", gpu_nodes="yes")  # type: ignore[arg-type]
+    assert (job_rule.value.problem, job_rule.value.fix) == ("must be true or false", "use true or false")
+    assert add_on_rule.value.fix == cluster_rule.value.fix == "must be true or false; use true or false"

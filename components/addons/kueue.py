@@ -117,12 +117,9 @@ class ClusterQueueArgs:
                     f'quotas["{flavor}"]', resources, 'map resource names to quantities, e.g. {"cpu": "8"}'
                 )
             for resource, quantity in resources.items():
-                if isinstance(quantity, bool) or not validate.QUANTITY.match(str(quantity)):
-                    raise ArgumentError(
-                        f'quotas["{flavor}"]["{resource}"]',
-                        quantity,
-                        "use a quantity such as 8, 500m or 64Gi",
-                    )
+                number = isinstance(quantity, (int, float)) and not isinstance(quantity, bool)
+                validate.require(f'quotas["{flavor}"]["{resource}"]', str(quantity) if number else quantity,
+                                 validate.quantity)
             if covered is not None and set(resources) != covered:
                 raise ArgumentError(
                     f'quotas["{flavor}"]',
@@ -214,8 +211,7 @@ class KueueArgs:
         validate.integer("pods_ready_timeout", self.pods_ready_timeout, minimum=1)
         validate.integer("pods_recovery_timeout", self.pods_recovery_timeout, minimum=0)
         for flag in ("block_admission", "atomic_scale_up"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ArgumentError(flag, getattr(self, flag), "use true or false")
+            validate.boolean(flag, getattr(self, flag))
         if self.requeue_limit is not None:
             validate.integer("requeue_limit", self.requeue_limit, minimum=0)
         for name in ("flavors", "cluster_queues", "local_queues"):

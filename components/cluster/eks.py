@@ -148,8 +148,7 @@ class EksGpuClusterArgs:
         for kind in self.storage:
             validate.one_of("storage", kind, STORAGE_KINDS)
         for flag in ("autoscaler", "provisioning_requests", "pod_identity"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ArgumentError(flag, getattr(self, flag), "use true or false")
+            validate.boolean(flag, getattr(self, flag))
         if self.provisioning_requests and not self.autoscaler:
             raise ArgumentError("provisioning_requests", True, "ProvisioningRequests are the Cluster Autoscaler's: "
                                 "set autoscaler too, or leave provisioning_requests off")

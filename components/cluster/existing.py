@@ -52,8 +52,7 @@ class ExistingClusterArgs:
         for field in ("kubeconfig", "context"):
             if getattr(self, field) is not None:
                 validate.text(field, getattr(self, field))
-        if not isinstance(self.gpu_nodes, bool):
-            raise ArgumentError("gpu_nodes", self.gpu_nodes, "use true or false")
+        validate.boolean("gpu_nodes", self.gpu_nodes)
         classes = self.storage_classes
         if classes is not None and (not isinstance(classes, Mapping) or not all(
                 isinstance(m, (list, tuple)) and set(m) <= ACCESS_MODES for m in classes.values())):

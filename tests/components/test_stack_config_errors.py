@@ -156,7 +156,7 @@ BAD_CONFIGS = [
         {"kueue": {**KUEUE, "clusterQueues": [{"name": "q", "quotas": {"default": {"cpu": "x"}}}]}},
         'trainplane:kueue.clusterQueues[0].quotas["default"]["cpu"]',
         "'x'",
-        "use a quantity",
+        'not a Kubernetes quantity; write it like "512Mi" or "8Gi"',
         id="bad Kueue quota",
     ),
     pytest.param(
