@@ -66,12 +66,12 @@ class CrdSource:
 
 
 SOURCES = (
-    CrdSource("github.com/kubeflow/training-operator", "v1.9.4", ("pkg/apis/kubeflow.org/v1/...",),
+    CrdSource("github.com/kubeflow/training-operator", versions.TRAINING_OPERATOR, ("pkg/apis/kubeflow.org/v1/...",),
               "crd:generateEmbeddedObjectMeta=true,maxDescLen=400", ("kubeflow.org_pytorchjobs.yaml",)),
     CrdSource("sigs.k8s.io/kueue", versions.KUEUE, ("apis/kueue/...",), "crd:generateEmbeddedObjectMeta=true",
               ("kueue.x-k8s.io_resourceflavors.yaml", "kueue.x-k8s.io_clusterqueues.yaml",
                "kueue.x-k8s.io_localqueues.yaml")),
-    CrdSource("sigs.k8s.io/scheduler-plugins", "v0.34.7", ("apis/scheduling/...",),
+    CrdSource("sigs.k8s.io/scheduler-plugins", versions.SCHEDULER_PLUGINS, ("apis/scheduling/...",),
               "crd:crdVersions=v1,generateEmbeddedObjectMeta=true", ("scheduling.x-k8s.io_podgroups.yaml",)),
     CrdSource("sigs.k8s.io/jobset", versions.JOBSET, (), "", ("jobset.x-k8s.io_jobsets.yaml",),
               shipped="config/components/crd/bases"),
