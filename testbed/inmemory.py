@@ -170,8 +170,7 @@ class FakeProcesses:
     def activity(self) -> list[tuple[int, Optional[int], float]]:
         """Each rank, its exit code once it ended (``None`` while it runs), and no silence."""
         with self._lock:
-            return [(self.first_rank + i, None if running else self.codes.get(i, 0), 0.0)
-                    for i, running in enumerate(self.running)]
+            return [(self.first_rank + i, self.codes.get(i), 0.0) for i in range(len(self._envs))]
 
     def renumber(self, first_rank: int) -> None:
         """The ranks moved: local rank 0 is now ``first_rank``."""

@@ -84,15 +84,15 @@ class Stragglers:
             what = "; ".join([*running, *self._unreported(world)]) or "no rank reported running"
             # The same verdict on a pod, where the limit is active_deadline_seconds less a margin, not --timeout
             return [], f"time limit of {self.timeout:g} s reached; still running: {what}"
-        finished = [r for _, r in self._ranks.values() if r.exit_code == 0]
-        if not finished or world.generation != self._generation:
+        finished = self._finished(world)
+        if not finished:
             return [], None
         lines = []
         for rank, silent in self._running(world, now):
             if silent >= self.hang_report_after and now - self._reported.get(rank, float("-inf")) >= \
                     self.hang_report_after:
                 self._reported[rank] = now
-                lines.append(f"straggling after rank {min(r.rank for r in finished)} finished: "
+                lines.append(f"straggling after rank {finished[0]} finished: "
                              f"{self._describe(world, rank, silent)}")
         return lines, None
 
@@ -100,10 +100,16 @@ class Stragglers:
         """Why ``world``'s rendezvous is closed to newcomers, or ``None``: once a rank of its generation has
         exited 0 the job is finishing, and a node admitted now would make a new world whose ranks wait for
         ranks that are gone (torch elastic closes its rendezvous then and tells late nodes so)."""
-        done = sorted(r.rank for _, r in self._ranks.values() if r.exit_code == 0)
-        if not done or world.generation != self._generation:
+        finished = self._finished(world)
+        if not finished:
             return None
-        return f"the job is finishing: rank {done[0]} of generation {world.generation} exited 0"
+        return f"the job is finishing: rank {finished[0]} of generation {world.generation} exited 0"
+
+    def _finished(self, world: World) -> list[int]:
+        """The ranks of ``world``'s generation reported to have exited 0, lowest first."""
+        if world.generation != self._generation:
+            return []
+        return sorted(r.rank for _, r in self._ranks.values() if r.exit_code == 0)
 
     def _running(self, world: World, now: float) -> list[tuple[int, float]]:
         """``(rank, seconds silent now)`` of every rank reported running in ``world``'s generation."""
