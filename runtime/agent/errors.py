@@ -146,7 +146,9 @@ class NotAMember(MembershipRefused):
 
 class RendezvousClosed(MembershipRefused):
     """A node asked to join an elastic world whose ranks have begun to finish (the HTTP layer answers 410):
-    the job ends without it, and the node exits 0, as torch elastic's late nodes do on a closed rendezvous."""
+    the job ends without it, and the node exits 0. torch elastic closes its rendezvous the same way: pytorch/elastic's
+    ``torchelastic/rendezvous/api.py`` (``RendezvousClosedException``: "used to signal completion to nodes that arrive
+    late"), ``RendezvousClosedError`` in torch 2.13's ``torch/distributed/elastic/rendezvous/api.py``."""
 
 
 class TransportError(TrainplaneError):
