@@ -5,6 +5,8 @@ down and up."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import random
 import shutil
 import subprocess
 import uuid
@@ -62,34 +64,62 @@ def _pair(addresses: tuple[str, str], prefix: int, hosts: Mapping[str, str]) -> 
             shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
 
 
-def _bridge_address(index: int) -> str:
-    return f"10.77.{index // 250}.{index % 250 + 1}"
+def _routes() -> list[ipaddress.IPv4Network]:
+    out = subprocess.run(["ip", "-4", "route", "show"], check=True, capture_output=True, text=True, timeout=30).stdout
+    nets = []
+    for line in out.splitlines():
+        dest = line.split()[0] if line.split() else "default"
+        if dest != "default":
+            nets.append(ipaddress.ip_network(dest, strict=False))
+    return nets
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A ``10.X.0.0/16`` (X in 64..127, in random order) that no IPv4 route of this namespace overlaps:
+    a bridge another run left behind, or one a concurrent run holds, keeps its route, and a second
+    bridge on the same subnet would lose every packet this namespace sends to the first.
+
+    Raises ``RuntimeError`` when every candidate is taken."""
+    routes = _routes()
+    candidates = [ipaddress.ip_network(f"10.{x}.0.0/16") for x in range(64, 128)]
+    random.shuffle(candidates)
+    for subnet in candidates:
+        if not any(subnet.overlaps(route) for route in routes):
+            return subnet
+    raise RuntimeError("no free 10.64-127.0.0/16 subnet for a bridge; remove stale h20b* bridges (ip link del)")
+
+
+def _bridge_address(subnet: ipaddress.IPv4Network, index: int) -> str:
+    return str(subnet.network_address + (index // 250) * 256 + index % 250 + 1)
 
 
 @contextlib.contextmanager
 def bridged(hosts: int) -> Iterator[list[tuple[str, str, str]]]:
     """``hosts`` fresh namespaces (names prefixed h20), each joined to one bridge in this namespace by
-    a veth pair, on IPv4 10.77.0.0/16 (host ``i`` at ``10.77.0.<i + 1>``, this namespace at
-    10.77.255.254, so a test reaches every host). Yields ``(namespace, address, link)`` per host:
-    ``link`` is the pair's end on this side, which :func:`cut` takes down to cut the host off and
-    :func:`heal` brings back. Run a process on host ``i`` with ``ip netns exec <namespace>``."""
+    a veth pair, on an IPv4 /16 no route here overlaps (:func:`free_subnet`; host ``i`` at
+    ``10.X.0.<i + 1>``, this namespace at ``10.X.255.254``, so a test reaches every host). Yields
+    ``(namespace, address, link)`` per host: ``link`` is the pair's end on this side, which :func:`cut`
+    takes down to cut the host off and :func:`heal` brings back. Run a process on host ``i`` with
+    ``ip netns exec <namespace>``."""
     tag = uuid.uuid4().hex[:6]
     bridge = f"h20b{tag}"
     names = [f"h20n{tag}{i}" for i in range(hosts)]
     links = [f"h20l{tag}{i}" for i in range(hosts)]
+    subnet = free_subnet()
+    gateway = subnet.network_address + 255 * 256 + 254
     try:
         _ip("link", "add", bridge, "type", "bridge")
-        _ip("addr", "add", "10.77.255.254/16", "dev", bridge)
+        _ip("addr", "add", f"{gateway}/{subnet.prefixlen}", "dev", bridge)
         _ip("link", "set", bridge, "up")
         for index, (name, link) in enumerate(zip(names, links)):
             _ip("netns", "add", name)
             _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
             _ip("link", "set", link, "master", bridge)
             _ip("link", "set", link, "up")
-            _ip("-n", name, "addr", "add", f"{_bridge_address(index)}/16", "dev", "eth0")
+            _ip("-n", name, "addr", "add", f"{_bridge_address(subnet, index)}/{subnet.prefixlen}", "dev", "eth0")
             _ip("-n", name, "link", "set", "lo", "up")
             _ip("-n", name, "link", "set", "eth0", "up")
-        yield [(name, _bridge_address(i), link) for i, (name, link) in enumerate(zip(names, links))]
+        yield [(name, _bridge_address(subnet, i), link) for i, (name, link) in enumerate(zip(names, links))]
     finally:
         for name in names:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
