@@ -9,7 +9,10 @@ missing, the kubelet and CoreDNS), ``trainer`` (Kubeflow Trainer v2 and JobSet),
 cluster runs on until ``down``. ``env`` prints the shell ``export`` lines that point the built ``pulumi``
 at the running cluster (``eval "$(python -m testbed.cluster env)"``): KUBECONFIG, PATH, a test-only
 PULUMI_HOME, a file backend under the state directory, a passphrase, no plugin downloads. ``--state DIR``
-picks another state directory than the default ``<cache>/run/default``.
+picks another state directory than the default ``<cache>/run/default``. ``project STACK DIR`` copies the repository's
+own program into DIR with a ``STACK`` stack pointed at the running cluster, its add-ons left out
+(``project.cluster_stack``), for ``pulumi -C DIR up``; ``program STACK DIR`` writes a stack's jobs as a Pulumi YAML
+program instead.
 """
 
 from __future__ import annotations
@@ -58,6 +61,28 @@ def program_command(stack: str, directory: Path, skip_custom: bool) -> int:
     return 0
 
 
+def project_command(stack: str, directory: Path, state: Path | None) -> int:
+    """``project STACK DIR``: the program copied into ``directory`` with ``stacks/Pulumi.<stack>.yaml`` for the
+    running cluster; prints the directory, and each setting left out on stderr. Imported here: it needs PyYAML,
+    which ``build`` (run before the venv exists) must not.
+
+    Raises:
+        Abort: no cluster runs in ``state``.
+    """
+    from testbed.cluster.project import cluster_stack, copy_project
+
+    try:
+        stack_config = cluster_stack(stack, lifecycle.running(state).kubeconfig)
+    except FileNotFoundError:
+        print(f"error: no stack {stack!r}: stacks/Pulumi.{stack}.yaml does not exist", file=sys.stderr)
+        return 1
+    copy_project(directory, stack, stack_config.config)
+    for setting in stack_config.left_out:
+        print(f"left out (needs an add-on this cluster does not run): {setting}", file=sys.stderr)
+    print(directory)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; returns the exit code (1 with the error on stderr when it fails)."""
     parser = argparse.ArgumentParser(prog="python -m testbed.cluster", description=__doc__,
@@ -79,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     program.add_argument("directory", type=Path, help="where to write Pulumi.yaml")
     program.add_argument("--skip-custom-resources", action="store_true",
                          help="leave out custom resources (Pulumi YAML cannot register them) instead of refusing")
+    project = sub.add_parser("project", help="copy the program with a stack pointed at the running cluster, its "
+                             "add-ons left out")
+    project.add_argument("stack", help="the stack (stacks/Pulumi.<stack>.yaml)")
+    project.add_argument("directory", type=Path, help="where to copy the program")
+    project.add_argument("--state", type=Path, default=None, help="state directory (default: under the cache)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -89,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "up":
             build_all(report=lambda line: print(line, file=sys.stderr))
             print(lifecycle.up(args.state).kubeconfig)
+        elif args.command == "project":
+            return project_command(args.stack, args.directory, args.state)
         elif args.command == "program":
             return program_command(args.stack, args.directory, args.skip_custom_resources)
         elif args.command == "env":
