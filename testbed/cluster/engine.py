@@ -1,10 +1,15 @@
 """The real Pulumi CLI, as the tests run it: the built binaries, a test-only ``PULUMI_HOME`` holding the built
 plugins, a local file backend and a passphrase, and no plugin ever downloaded.
 
-``PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true``: the engine then reports a missing plugin as an error
-instead of installing it (github.com/pulumi/pulumi pkg/v3 v3.260.0, ``engine/plugins.go``,
-``ensurePluginsAreInstalled``: "plugin NAME VERSION not installed"), so a run never reaches for the
-network and a plugin that is not built is named.
+``PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true``: the engine then never installs a plugin, so a run never
+reaches for the network (github.com/pulumi/pulumi pkg/v3 v3.260.0). The Python host names a plugin for every
+provider SDK in the venv, aws, eks and command among them, which are not built here; before a run the engine's
+install of those is best effort (``engine/update.go``, ``newUpdateSource``: "If we can't install missing plugins,
+just proceed"; ``engine/plugins.go``, ``ensurePluginsAreInstalled``, records "plugin NAME VERSION not installed"
+and goes on), and a plugin is needed only when a resource of its package is registered
+(``resource/deploy/providers/registry.go``, ``loadProvider``: the missing-plugin error, no install). So the
+programs the tests run, which register only kubernetes and random resources, run without them, and one that
+registered an aws resource would fail naming the plugin.
 """
 
 from __future__ import annotations
