@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import http.client
 import os
+import ssl
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -47,7 +49,7 @@ from testbed.cluster.build import PARTS, build_tool, tool_dir
 from testbed.cluster.crds import _download
 from testbed.cluster.paths import cache_root
 from testbed.cluster.pki import rotator_secret
-from testbed.cluster.waiting import die_with_parent
+from testbed.cluster.waiting import die_with_parent, wait_for
 
 (OPERATOR_TOOL,) = PARTS["training-operator"]
 NAMESPACE = "kubeflow"
@@ -161,4 +163,31 @@ def start(args: Sequence[str], secret: dict[str, Any], kubeconfig: Path, ports: 
 
     processes.await_ready(process, log, "training-operator", lambda: processes.http_ok(f"http://127.0.0.1:{health}/readyz"),
                           timeout, "the training operator to be ready", operator.stop)
+    ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
+    try:
+        wait_for(lambda: webhook_served(ports[2], PYTORCHJOB_WEBHOOK_PATH, ca), timeout,
+                 f"the operator to serve {PYTORCHJOB_WEBHOOK_PATH}")
+    except BaseException:
+        operator.stop()
+        raise
     return operator
+
+
+PYTORCHJOB_WEBHOOK_PATH = "/validate-kubeflow-org-v1-pytorchjob"
+"""The PyTorchJob validator's path (the release's ``manifests/base/webhook/manifests.yaml``). The operator's
+``/readyz`` turns ready once its webhook server listens, before the PyTorchJob controller's setup registers this
+path (``cmd/training-operator.v1/main.go`` sets the controllers up in a goroutine once the certificates are
+ready), and until then the server answers 404, which the API server reports as "failed calling webhook ...: the
+server could not find the requested resource" for a PyTorchJob created in that window."""
+
+
+def webhook_served(port: int, path: str, ca: str) -> bool:
+    """Whether the operator's webhook server on ``127.0.0.1:port`` (its certificate signed by the PEM ``ca``)
+    serves ``path``: any answer but 404 to an empty POST."""
+    context = ssl.create_default_context(cadata=ca)
+    connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=context)
+    try:
+        connection.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
+        return connection.getresponse().status != 404
+    finally:
+        connection.close()

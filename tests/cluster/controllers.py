@@ -1,11 +1,12 @@
 """The live tests' controllers, each run as a process with what its add-on renders and the objects it needs in the
 cluster (CRDs, namespaces, webhook configurations), removed again afterwards: the training operator
-(``testbed/cluster/training_operator.py``) and Kueue's manager (``testbed/cluster/kueue.py``)."""
+(``testbed/cluster/training_operator.py``), Kueue's manager (``testbed/cluster/kueue.py``) and the Trainer's and
+JobSet's managers (``testbed/cluster/trainer.py``)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +16,11 @@ from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from components.addons.kueue import KueueArgs, chart_values, cluster_queue, local_queue, resource_flavor
+from components.addons.trainer_runtime import cluster_training_runtime
 from components.addons.versions import KUEUE_API
+from runtime.agent import contract
 from runtime.local.ports import free_port
-from testbed.cluster import crds, kueue, training_operator
+from testbed.cluster import crds, kueue, trainer, training_operator
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.pki import Pki
 from testbed.cluster.waiting import wait_for
@@ -173,3 +176,50 @@ def condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any] | No
     if workload is None:
         return None
     return next((c for c in workload.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+TRAINER_CRD_FILES = ("jobset.x-k8s.io_jobsets.yaml", "trainer.kubeflow.org_trainjobs.yaml",
+                     "trainer.kubeflow.org_clustertrainingruntimes.yaml", "trainer.kubeflow.org_trainingruntimes.yaml")
+
+
+@contextmanager
+def trainer_crds(api: client.ApiClient, extra_crds: Sequence[str] = ()) -> Iterator[None]:
+    """JobSet's and the Trainer's CRDs and the ``extra_crds`` files (``crds.crd_file`` names), Established;
+    deleted afterwards."""
+    names = []
+    try:
+        for name in (*TRAINER_CRD_FILES, *extra_crds):
+            names.append(apply_crd(api, crds.crd_file(name)))
+        yield
+    finally:
+        for name in names:
+            delete_crd(api, name)
+
+
+@contextmanager
+def trainer_managers(cluster: Cluster, api: client.ApiClient, namespace: str) -> Iterator[None]:
+    """JobSet's and the Trainer's managers, their webhooks admitting ``namespace`` (which exists, with its
+    ServiceAccount), and the ``TrainerV2`` add-on's plain ClusterTrainingRuntime; the webhooks and the managers
+    are removed afterwards (the runtime goes with the CRDs, :func:`trainer_crds`)."""
+    core, admission = client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 60, "the default ServiceAccount")
+    pki = Pki(cluster.state / "pki")
+    running: list[trainer.Running] = []
+    hooks: list[dict[str, Any]] = []
+    runtime = cluster_training_runtime("none", {contract.LABEL_PART_OF: contract.APP_NAME})
+    try:
+        for manager in (trainer.JOBSET, trainer.TRAINER):
+            started = trainer.start(manager, cluster.kubeconfig, pki, loopback_ports(3))
+            running.append(started)
+            for hook in trainer.webhook_configurations(manager, started.webhook_port, pki.ca, [namespace]):
+                create(api, hook)
+                hooks.append(hook)
+        create(api, runtime)
+        yield
+    finally:
+        for hook in hooks:
+            delete = (admission.delete_mutating_webhook_configuration if hook["kind"].startswith("Mutating")
+                      else admission.delete_validating_webhook_configuration)
+            delete(hook["metadata"]["name"])
+        for started in running:
+            started.stop()

@@ -53,14 +53,15 @@ def pods(api: client.ApiClient, namespace: str, selector: str) -> list[client.V1
 
 
 def wait_for_pods(api: client.ApiClient, namespace: str, selector: str, count: int,
-                  bound: bool = True) -> list[client.V1Pod]:
-    """Wait until ``count`` pods match ``selector`` (and, with ``bound``, each is scheduled to a node)."""
+                  bound: bool = True, timeout: float = WAIT) -> list[client.V1Pod]:
+    """Wait until ``count`` pods match ``selector`` (and, with ``bound``, each is scheduled to a node), ``timeout``
+    seconds at most."""
     def enough() -> list[client.V1Pod] | None:
         found = pods(api, namespace, selector)
         if len(found) >= count and (not bound or all(p.spec.node_name for p in found)):
             return found
         return None
-    return wait_for(enough, WAIT, f"{count} pods {selector!r} in {namespace}")
+    return wait_for(enough, timeout, f"{count} pods {selector!r} in {namespace}")
 
 
 def apply_crd(api: client.ApiClient, path: Path) -> str:

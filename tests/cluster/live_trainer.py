@@ -31,66 +31,35 @@ from components.addons.versions import TRAINER_API
 from components.job.trainjob_rules import POD_FIELDS_NOT_PATCHED
 from components.job.volumes import BUNDLE_VOLUME
 from runtime.agent import contract
-from runtime.local.ports import free_port
-from testbed.cluster import crds, trainer
 from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster
-from testbed.cluster.pki import Pki
 from testbed.cluster.project import cluster_stack, copy_project
 from testbed.cluster.waiting import wait_for
-from tests.cluster.kube import WAIT, apply_crd, create, delete_crd, wait_for_pods
+from tests.cluster.controllers import trainer_crds, trainer_managers
+from tests.cluster.kube import WAIT, create, wait_for_pods
 from tests.cluster.test_workloads import deploy, selector
 from tests.components.job.jobrender import FULL
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
 
-CRD_FILES = ("jobset.x-k8s.io_jobsets.yaml", "trainer.kubeflow.org_trainjobs.yaml",
-             "trainer.kubeflow.org_clustertrainingruntimes.yaml", "trainer.kubeflow.org_trainingruntimes.yaml")
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-
-
-def _ports(count: int, taken: list[int]) -> list[int]:
-    out: list[int] = []
-    for _ in range(count):
-        out.append(free_port("127.0.0.1", avoid=taken + out))
-    return out
 
 
 @contextmanager
 def trainer_namespace(cluster: Cluster, api: client.ApiClient, extra_crds: Sequence[str] = ()) -> Iterator[str]:
-    """The four CRDs (and the ``extra_crds`` files, before the managers start: the Trainer watches a PodGroup
-    kind only if its CRD exists then), JobSet's and the Trainer's managers and webhooks (for one namespace), and
-    the add-on's plain runtime; yields the namespace. Everything is removed afterwards, the webhooks first."""
-    names = [apply_crd(api, crds.crd_file(f)) for f in (*CRD_FILES, *extra_crds)]
+    """The Trainer's and JobSet's CRDs (and the ``extra_crds`` files, before the managers start: the Trainer watches
+    a PodGroup kind only if its CRD exists then), a fresh namespace, the managers and webhooks for it and the
+    add-on's plain runtime (``tests/cluster/controllers.py``); yields the namespace. Everything is removed
+    afterwards, the webhooks first."""
     namespace = f"trainer-{uuid.uuid4().hex[:8]}"
-    core, admission = client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
-    core.create_namespace({"metadata": {"name": namespace}})
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 60, "the default ServiceAccount")
-    pki = Pki(cluster.state / "pki")
-    running: list[trainer.Running] = []
-    hooks: list[dict[str, Any]] = []
-    taken: list[int] = []
-    try:
-        for manager in (trainer.JOBSET, trainer.TRAINER):
-            ports = _ports(3, taken)
-            taken += ports
-            started = trainer.start(manager, cluster.kubeconfig, pki, ports)
-            running.append(started)
-            for hook in trainer.webhook_configurations(manager, started.webhook_port, pki.ca, [namespace]):
-                create(api, hook)
-                hooks.append(hook)
-        create(api, cluster_training_runtime("none", {contract.LABEL_PART_OF: contract.APP_NAME}))
-        yield namespace
-    finally:
-        for hook in hooks:
-            delete = (admission.delete_mutating_webhook_configuration if hook["kind"].startswith("Mutating")
-                      else admission.delete_validating_webhook_configuration)
-            delete(hook["metadata"]["name"])
-        for started in running:
-            started.stop()
-        core.delete_namespace(namespace)
-        for name in names:
-            delete_crd(api, name)
+    core = client.CoreV1Api(api)
+    with trainer_crds(api, extra_crds):
+        core.create_namespace({"metadata": {"name": namespace}})
+        try:
+            with trainer_managers(cluster, api, namespace):
+                yield namespace
+        finally:
+            core.delete_namespace(namespace)
 
 
 @pytest.fixture(scope="module")

@@ -54,8 +54,9 @@ from testbed.cluster.pki import Pki
 from testbed.cluster.project import cluster_stack, copy_project
 from testbed.cluster.realnode import RealNode
 from testbed.cluster.waiting import wait_for
+from tests.cluster.controllers import loopback_ports
 from tests.cluster.kube import delete_crd
-from tests.cluster.live_trainer import _ports, jobset
+from tests.cluster.live_trainer import jobset
 from tests.cluster.live_trainer_real import WAIT, finished, logs_by_index, trainjob_args
 from tests.components.componenttest import TOKEN, job_args
 
@@ -108,7 +109,6 @@ def start_managers(api: client.ApiClient, cluster: Cluster, pki: Pki, work: Path
     by_manager = {trainerchart.manager_of(d).name: d for d in deployments}
     assert sorted(by_manager) == ["jobset", "trainer"], [d["metadata"]["name"] for d in deployments]
     running: list[trainer.Running] = []
-    taken: list[int] = []
     try:
         for manager in (trainer.JOBSET, trainer.TRAINER):
             deployment = by_manager[manager.name]
@@ -117,9 +117,7 @@ def start_managers(api: client.ApiClient, cluster: Cluster, pki: Pki, work: Path
                 account, RELEASE_NAMESPACE, {"spec": {"expirationSeconds": 7200}}).status.token
             kubeconfig = work / f"{manager.name}.kubeconfig"
             kubeconfig.write_text(trainerchart.token_kubeconfig(admin, token))
-            ports = _ports(3, taken)
-            taken += ports
-            running.append(trainer.start(manager, kubeconfig, pki, ports,
+            running.append(trainer.start(manager, kubeconfig, pki, loopback_ports(3),
                                          base_config=trainerchart.release_config(deployment, configmaps)))
     except BaseException:
         for started in running:
