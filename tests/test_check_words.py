@@ -62,7 +62,7 @@ def test_a_bad_tcp_port_is_worded_alike_by_the_agent_and_the_job_args():
         job_args(agent_port=70000)
     assert (info.value.problem, info.value.fix) == ("must be from 1 to 65535", "use a TCP port from 1 to 65535")
     assert agent_error({contract.AGENT_PORT_SETTING: "70000"}) == (
-        f"{contract.AGENT_PORT_SETTING}=70000 is invalid: use a TCP port from 1 to 65535")
+        f"{contract.AGENT_PORT_SETTING}=70000 is invalid: must be from 1 to 65535; use a TCP port from 1 to 65535")
 
 
 def test_a_spec_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args(tmp_path: Path):
@@ -75,7 +75,8 @@ def test_a_spec_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args(
     assert (info.value.problem, info.value.fix) == (
         "must be from 1 to workers (2)", "use a quorum from 1 to the number of nodes (2)")
     assert "error: --quorum-workers: must be from 1 to --nnodes (2) (got 3)" in line
-    assert agent == f"{contract.QUORUM_WORKERS}=3 is invalid: use a quorum from 1 to the number of nodes (2)"
+    assert agent == (f"{contract.QUORUM_WORKERS}=3 is invalid: must be from 1 to {contract.WORKERS} (2); use a quorum "
+                     "from 1 to the number of nodes (2)")
 
 
 def test_a_whole_number_is_worded_alike_by_the_job_args_and_the_cluster_args():
