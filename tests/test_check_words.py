@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from components.addons.kueue import KueueArgs
+from components.addons.device_plugin import NvidiaDevicePluginArgs
+from components.addons.kueue import KNOWN_FRAMEWORKS, ClusterQueueArgs, KueueArgs, LocalQueueArgs, ResourceFlavorArgs
+from components.addons.trainer import TrainerV2Args
 from components.addons.training_operator import OPERATOR_GANG_SCHEDULERS, TrainingOperatorArgs
+from components.cluster.eks import EksGpuClusterArgs, GpuNodeGroupArgs
 from components.cluster.existing import ExistingClusterArgs
 from components.cluster.kind import KindClusterArgs
 from components.errors import ArgumentError, InvalidJobArgs
@@ -112,3 +115,59 @@ def test_a_flag_is_worded_alike_by_the_job_args_and_the_add_on_and_cluster_args(
         ExistingClusterArgs(kubeconfig="k", gpu_nodes="yes")  # type: ignore[arg-type]
     assert (job_rule.value.problem, job_rule.value.fix) == ("must be true or false", "use true or false")
     assert add_on_rule.value.fix == cluster_rule.value.fix == "must be true or false; use true or false"
+
+
+def test_a_label_is_worded_alike_by_the_job_args_and_the_add_on_args():
+    with pytest.raises(InvalidJobArgs) as job_rule:
+        job_args(labels={"team": "-ml"})
+    with pytest.raises(ArgumentError) as add_on_rule:
+        ResourceFlavorArgs(name="gpu", node_labels={"team": "-ml"})
+    fix = "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
+    assert (job_rule.value.field, job_rule.value.problem, job_rule.value.fix) == (
+        "labels['team']", "not a label value", fix)
+    assert (add_on_rule.value.field, add_on_rule.value.fix) == ("node_labels['team']", f"not a label value; {fix}")
+
+
+def test_a_repeated_name_is_worded_alike_by_the_add_on_and_cluster_args():
+    with pytest.raises(ArgumentError) as add_on_rule:
+        KueueArgs(flavors=[ResourceFlavorArgs(name="gpu"), ResourceFlavorArgs(name="gpu")])
+    group = GpuNodeGroupArgs(name="gpu", instance_types=["g5.xlarge"])
+    with pytest.raises(ArgumentError) as cluster_rule:
+        EksGpuClusterArgs(availability_zones=["a", "b"], gpu_node_groups=[group, group])
+    assert add_on_rule.value.fix == cluster_rule.value.fix == "repeats gpu; give each one its own name"
+    with pytest.raises(ArgumentError) as listed_twice:
+        TrainerV2Args(gang_schedulers=["volcano", "volcano"])
+    assert listed_twice.value.fix == "repeats volcano; list each one once"
+
+
+def test_a_reference_to_something_undefined_is_worded_alike_by_the_add_on_and_cluster_args():
+    with pytest.raises(ArgumentError) as add_on_rule:
+        KueueArgs(flavors=[ResourceFlavorArgs(name="gpu")],
+                  cluster_queues=[ClusterQueueArgs(name="main", quotas={"gpu": {"cpu": "1"}})],
+                  local_queues=[LocalQueueArgs(name="q", namespace="ml", cluster_queue="other")])
+    with pytest.raises(ArgumentError) as cluster_rule:
+        ExistingClusterArgs(storage_classes={"efs": ["ReadWriteMany"]}, default_storage_class="gp3")
+    assert add_on_rule.value.fix == "names no defined cluster queue; use one of main"
+    assert cluster_rule.value.fix == "names no defined storage class; use one of efs"
+
+
+def test_a_range_is_worded_alike_by_the_agent_and_the_cluster_args():
+    with pytest.raises(ArgumentError) as cluster_rule:
+        GpuNodeGroupArgs(name="gpu", instance_types=["g5.xlarge"], min_size=1, max_size=3, desired_size=4)
+    assert cluster_rule.value.fix == "must be from 1 to 3; use min_size (1) <= desired_size <= max_size (3)"
+    assert agent_error({contract.WORKERS: "4", contract.NODE_RANK_SETTING: "4"}) == (
+        f"{contract.NODE_RANK_SETTING}=4 is invalid: must be from 0 to 3; use a node rank from 0 to 3")
+
+
+def test_an_optional_flag_is_worded_as_every_flag():
+    with pytest.raises(ArgumentError) as optional_flag:
+        NvidiaDevicePluginArgs(mofed_enabled="no")  # type: ignore[arg-type]
+    assert optional_flag.value.fix == "must be true or false; use true or false"
+    assert NvidiaDevicePluginArgs(mofed_enabled=None).mofed_enabled is None
+
+
+def test_a_kueue_framework_is_a_choice_worded_as_every_choice():
+    with pytest.raises(ArgumentError) as info:
+        KueueArgs(frameworks=["batch/job", "kubeflow.org/pytorchjobs"])
+    listed = ", ".join(KNOWN_FRAMEWORKS)
+    assert (info.value.field, info.value.fix) == ("frameworks[1]", f"must be one of {listed}; use one of {listed}")

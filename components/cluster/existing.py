@@ -58,8 +58,9 @@ class ExistingClusterArgs:
                 isinstance(m, (list, tuple)) and set(m) <= ACCESS_MODES for m in classes.values())):
             raise ArgumentError("storage_classes", classes,
                                 f"map each class to access modes from {sorted(ACCESS_MODES)}")
-        if self.default_storage_class is not None and self.default_storage_class not in (classes or {}):
-            raise ArgumentError("default_storage_class", self.default_storage_class, "list it in storage_classes")
+        if self.default_storage_class is not None:
+            validate.require("default_storage_class", self.default_storage_class,
+                             validate.defined("storage class", set(classes or {})))
 
 
 def is_content(kubeconfig: str) -> bool:

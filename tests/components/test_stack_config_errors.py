@@ -148,7 +148,7 @@ BAD_CONFIGS = [
         {"kueue": {**KUEUE, "localQueues": [{**KUEUE["localQueues"][0], "clusterQueue": "x"}]}},
         "trainplane:kueue.localQueues[0].clusterQueue",
         "'x'",
-        r"use a defined one: \['trainplane'\]",
+        "names no defined cluster queue; use one of trainplane",
         id="local queue feeding an unknown cluster queue",
     ),
     pytest.param(
