@@ -12,7 +12,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Optional
 
-from components.errors import ArgumentError
+from components.errors import ArgumentError, StackConfigError
 from runtime.agent.spec import setting
 from runtime.agent.spec.setting import Check
 
@@ -39,17 +39,18 @@ SUBDOMAIN_RULE = "dot-separated lower-case labels of letters, digits and '-'"
 LABEL_FIX = "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
 
 
-def require(field: str, value: object, check: Check, error: type[ArgumentError] = ArgumentError) -> None:
+def require(field: str, value: object, check: Check,
+            error: type[ArgumentError] | type[StackConfigError] = ArgumentError) -> None:
     """Raise ``check``'s answer for ``value`` as the component's error (``error.of``).
 
     Args:
-        field: the argument's name, for the message.
+        field: the argument's name (a stack config key for :class:`StackConfigError`), for the message.
         value: the candidate value.
         check: its check.
-        error: :class:`ArgumentError`, or a subclass such as ``InvalidJobArgs``.
+        error: :class:`ArgumentError`, a subclass such as ``InvalidJobArgs``, or :class:`StackConfigError`.
 
     Raises:
-        ArgumentError: ``check`` refuses ``value``.
+        ArgumentError: (or ``error``) ``check`` refuses ``value``.
     """
     found = check(value)
     if found is not None:

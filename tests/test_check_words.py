@@ -17,7 +17,8 @@ from components.addons.training_operator import OPERATOR_GANG_SCHEDULERS, Traini
 from components.cluster.eks import EksGpuClusterArgs, GpuNodeGroupArgs
 from components.cluster.existing import ExistingClusterArgs
 from components.cluster.kind import KindClusterArgs
-from components.errors import ArgumentError, InvalidJobArgs
+from components.errors import ArgumentError, InvalidJobArgs, StackConfigError
+from components.stack.config import CLUSTER_KEYS, parse_cluster
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.agent_settings import AgentSettings
@@ -25,6 +26,9 @@ from runtime.local.launch import build_parser, validate
 from tests.components.componenttest import job_args
 
 pytestmark = pytest.mark.unit
+
+PROG = "python -m runtime launch"
+HELP = " (see --help)"
 
 NODE_ENV = {contract.NODE_RANK_SETTING: "0", contract.COORDINATOR_HOST: "127.0.0.1", contract.TOKEN: "t",
             contract.JOB_NAME: "job", contract.ENTRYPOINT: '["train.py"]'}
@@ -171,3 +175,20 @@ def test_a_kueue_framework_is_a_choice_worded_as_every_choice():
         KueueArgs(frameworks=["batch/job", "kubeflow.org/pytorchjobs"])
     listed = ", ".join(KNOWN_FRAMEWORKS)
     assert (info.value.field, info.value.fix) == ("frameworks[1]", f"must be one of {listed}; use one of {listed}")
+
+
+def test_the_launchers_own_checks_say_the_problem_the_value_and_the_fix(tmp_path: Path):
+    missing = str(tmp_path / "missing.py")
+    assert launcher_error([missing]) == (
+        f"{PROG}: error: SCRIPT: no such file (got {missing!r}); use -m for a module, --no-python for a command{HELP}")
+    assert launcher_error(["--mode", "service", "--pythonpath", missing]) == (
+        f"{PROG}: error: --pythonpath: no such directory (got {missing!r}); name an existing directory{HELP}")
+    assert launcher_error(["--no-python", "-m", "pkg.train"]) == (
+        f"{PROG}: error: --no-python: runs a command, not a module; drop -m or --no-python{HELP}")
+
+
+def test_a_stack_configs_choice_is_worded_as_every_choice():
+    with pytest.raises(StackConfigError) as stack_rule:
+        parse_cluster({"clusterKind": "gke"})
+    listed = ", ".join(CLUSTER_KEYS)
+    assert str(stack_rule.value) == f"trainplane:clusterKind = 'gke': must be one of {listed}; use one of {listed}"

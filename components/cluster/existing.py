@@ -98,10 +98,8 @@ def load_kubeconfig(args: ExistingClusterArgs) -> str:
     if not isinstance(parsed, dict) or not isinstance(parsed.get("contexts"), list):
         raise ArgumentError("kubeconfig", shown, "has no 'contexts' list; give a kubeconfig file")
     names = [entry.get("name") for entry in parsed["contexts"] if isinstance(entry, dict)]
-    if args.context is not None and args.context not in names:
-        raise ArgumentError(
-            "context", args.context, f"use one of the kubeconfig's contexts: {', '.join(map(str, names))}"
-        )
+    if args.context is not None:
+        validate.require("context", args.context, validate.defined("kubeconfig context", [str(n) for n in names]))
     return content
 
 
