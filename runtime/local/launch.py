@@ -258,7 +258,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         except ValueError:
             parser.error(f"{SHUTDOWN_TIMEOUT_ENV}={shutdown!r}: not a number of seconds")
     if ns.master_port is None:
-        ns.master_port = 0  # picked and reserved when the job starts (runtime.local.ports.plan)
+        ns.master_port = 0  # picked and reserved when the job starts (runtime.local.launch_plan.plan)
     if ns.run_path:
         ns.no_python = ns.module = False  # torchrun: --run-path runs SCRIPT as a path, whatever else is set
     workers = flag(ns, "workers")

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from components.addons.kueue import KueueArgs, chart_values, cluster_queue, local_queue, resource_flavor
 from components.addons.versions import KUEUE_API
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.cluster import crds, kueue, training_operator
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.pki import Pki

@@ -31,7 +31,7 @@ from components.addons.versions import TRAINER_API
 from components.job.trainjob_rules import POD_FIELDS_NOT_PATCHED
 from components.job.volumes import BUNDLE_VOLUME
 from runtime.agent import contract
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.cluster import crds, trainer
 from testbed.cluster.engine import Engine
 from testbed.cluster.lifecycle import Cluster
