@@ -152,7 +152,7 @@ def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
         raise StackConfigError(
             full_key("gpuNodeGroups"), raw["gpuNodeGroups"], "only eks clusters have node groups; remove it"
         )
-    cls, names = CLUSTER_KEYS[kind]
+    cls, names = CLUSTER_KEYS[str(kind)]  # one of its keys, checked above
     kwargs = {arg: raw[key] for key, arg in names.items() if raw.get(key) is not None}
     if kind == "eks":
         kwargs["gpu_node_groups"] = [
