@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/launch.py`
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.agents import project_env
 
 WORKLOAD = """

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/train.py`
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.agents import project_env
 
 WORKLOAD = """

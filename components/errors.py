@@ -94,6 +94,12 @@ class StackConfigError(ComponentError, ValueError):
         self.fix = fix
         super().__init__(f"{key} = {value!r}: {fix}")
 
+    @classmethod
+    def of(cls, key: str, value: object, problem: str, fix: str) -> StackConfigError:
+        """The error for a ``(problem, fix)`` check's answer (``runtime.agent.spec.setting.Check``): the
+        message is ``"<key> = <value!r>: <problem>; <fix>"``."""
+        return cls(key, value, f"{problem}; {fix}")
+
 
 class BundleError(ComponentError):
     """The runtime bundle (the agent's source files) cannot be built or does not fit a ConfigMap."""

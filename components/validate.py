@@ -9,10 +9,10 @@ Also the one copy of the API server's syntax rules (``k8s.io/apimachinery/pkg/ut
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Optional
 
-from components.errors import ArgumentError
+from components.errors import ArgumentError, StackConfigError
 from runtime.agent.spec import setting
 from runtime.agent.spec.setting import Check
 
@@ -36,19 +36,21 @@ MAX_SUBDOMAIN = 253
 DNS1035_RULE = "lower-case letters, digits and '-', starting with a letter and ending with a letter or digit"
 DNS1123_RULE = "lower-case letters, digits and '-', starting and ending with a letter or digit"
 SUBDOMAIN_RULE = "dot-separated lower-case labels of letters, digits and '-'"
+LABEL_FIX = "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
 
 
-def require(field: str, value: object, check: Check, error: type[ArgumentError] = ArgumentError) -> None:
+def require(field: str, value: object, check: Check,
+            error: type[ArgumentError] | type[StackConfigError] = ArgumentError) -> None:
     """Raise ``check``'s answer for ``value`` as the component's error (``error.of``).
 
     Args:
-        field: the argument's name, for the message.
+        field: the argument's name (a stack config key for :class:`StackConfigError`), for the message.
         value: the candidate value.
         check: its check.
-        error: :class:`ArgumentError`, or a subclass such as ``InvalidJobArgs``.
+        error: :class:`ArgumentError`, a subclass such as ``InvalidJobArgs``, or :class:`StackConfigError`.
 
     Raises:
-        ArgumentError: ``check`` refuses ``value``.
+        ArgumentError: (or ``error``) ``check`` refuses ``value``.
     """
     found = check(value)
     if found is not None:
@@ -92,6 +94,54 @@ def env_name(value: Any) -> Optional[tuple[str, str]]:
     ok = isinstance(value, str) and ENV_NAME.match(value) is not None
     return None if ok else ("not an environment variable name",
                             "use letters, digits, '_', '-' or '.', not starting with a digit")
+
+
+def _is_label_name(name: str) -> bool:
+    return len(name) <= MAX_LABEL and LABEL_NAME.match(name) is not None
+
+
+def label_key(value: Any) -> Optional[tuple[str, str]]:
+    """A check for a label key: an optional DNS subdomain prefix and ``/``, then a label name."""
+    if not isinstance(value, str):
+        return "label keys are strings", "pass a str key"
+    prefix, _, name = value.rpartition("/")
+    if prefix and (len(prefix) > MAX_SUBDOMAIN or not DNS1123_SUBDOMAIN.match(prefix)):
+        return "the prefix before '/' is not a DNS subdomain", 'use a prefix such as "example.com/"'
+    return None if _is_label_name(name) else ("not a label name", LABEL_FIX)
+
+
+def label_value(value: Any) -> Optional[tuple[str, str]]:
+    """A check for a label value: empty, or a label name."""
+    ok = isinstance(value, str) and (not value or _is_label_name(value))
+    return None if ok else ("not a label value", LABEL_FIX)
+
+
+def distinct(fix: str) -> Check:
+    """A check for a list that holds no value twice; the problem names the repeated ones."""
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        items = list(value)
+        repeated = sorted({str(item) for item in items if items.count(item) > 1})
+        return (f"repeats {', '.join(repeated)}", fix) if repeated else None
+
+    return check
+
+
+NAMED_ONCE = distinct("give each one its own name")
+"""Names of things defined side by side (queues, node groups, jobs): each names one."""
+LISTED_ONCE = distinct("list each one once")
+"""Choices listed side by side (gang schedulers, frameworks): each once."""
+
+
+def defined(kind: str, names: Collection[str]) -> Check:
+    """A check for a reference to one of ``names``, the ``kind`` objects defined beside it."""
+    listed = ", ".join(sorted(names))
+    fix = f"use one of {listed}" if names else f"define the {kind} first"
+
+    def check(value: Any) -> Optional[tuple[str, str]]:
+        return None if value in names else (f"names no defined {kind}", fix)
+
+    return check
 
 
 def whole(minimum: int) -> Check:
@@ -162,3 +212,17 @@ def text(field: str, value: object) -> str:
     """
     require(field, value, setting.text("give a non-empty string", blank=False))
     return str(value)
+
+
+def labels(field: str, value: object, error: type[ArgumentError] = ArgumentError) -> None:
+    """Check that ``value`` is a mapping of label keys to label values (:func:`label_key`, :func:`label_value`).
+
+    Raises:
+        ArgumentError: (or ``error``) not a mapping, or a key or value breaks the label syntax; names the
+            key as ``field[key]``.
+    """
+    if not isinstance(value, Mapping):
+        raise error.of(field, value, "must be a mapping of label keys to values", "pass a dict")
+    for key, item in value.items():
+        require(f"{field}[{key!r}]", key, label_key, error)
+        require(f"{field}[{key!r}]", item, label_value, error)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.agent.net.transport import request_json
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from components.addons.kueue import KueueArgs
+from components.addons.device_plugin import NvidiaDevicePluginArgs
+from components.addons.kueue import KNOWN_FRAMEWORKS, ClusterQueueArgs, KueueArgs, LocalQueueArgs, ResourceFlavorArgs
+from components.addons.trainer import TrainerV2Args
 from components.addons.training_operator import OPERATOR_GANG_SCHEDULERS, TrainingOperatorArgs
+from components.cluster.eks import EksGpuClusterArgs, GpuNodeGroupArgs
 from components.cluster.existing import ExistingClusterArgs
 from components.cluster.kind import KindClusterArgs
-from components.errors import ArgumentError, InvalidJobArgs
+from components.errors import ArgumentError, InvalidJobArgs, StackConfigError
+from components.stack.config import CLUSTER_KEYS, parse_cluster
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.agent_settings import AgentSettings
@@ -22,6 +26,9 @@ from runtime.local.launch import build_parser, validate
 from tests.components.componenttest import job_args
 
 pytestmark = pytest.mark.unit
+
+PROG = "python -m runtime launch"
+HELP = " (see --help)"
 
 NODE_ENV = {contract.NODE_RANK_SETTING: "0", contract.COORDINATOR_HOST: "127.0.0.1", contract.TOKEN: "t",
             contract.JOB_NAME: "job", contract.ENTRYPOINT: '["train.py"]'}
@@ -62,7 +69,7 @@ def test_a_bad_tcp_port_is_worded_alike_by_the_agent_and_the_job_args():
         job_args(agent_port=70000)
     assert (info.value.problem, info.value.fix) == ("must be from 1 to 65535", "use a TCP port from 1 to 65535")
     assert agent_error({contract.AGENT_PORT_SETTING: "70000"}) == (
-        f"{contract.AGENT_PORT_SETTING}=70000 is invalid: use a TCP port from 1 to 65535")
+        f"{contract.AGENT_PORT_SETTING}=70000 is invalid: must be from 1 to 65535; use a TCP port from 1 to 65535")
 
 
 def test_a_spec_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args(tmp_path: Path):
@@ -75,7 +82,8 @@ def test_a_spec_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args(
     assert (info.value.problem, info.value.fix) == (
         "must be from 1 to workers (2)", "use a quorum from 1 to the number of nodes (2)")
     assert "error: --quorum-workers: must be from 1 to --nnodes (2) (got 3)" in line
-    assert agent == f"{contract.QUORUM_WORKERS}=3 is invalid: use a quorum from 1 to the number of nodes (2)"
+    assert agent == (f"{contract.QUORUM_WORKERS}=3 is invalid: must be from 1 to {contract.WORKERS} (2); use a quorum "
+                     "from 1 to the number of nodes (2)")
 
 
 def test_a_whole_number_is_worded_alike_by_the_job_args_and_the_cluster_args():
@@ -111,3 +119,76 @@ def test_a_flag_is_worded_alike_by_the_job_args_and_the_add_on_and_cluster_args(
         ExistingClusterArgs(kubeconfig="k", gpu_nodes="yes")  # type: ignore[arg-type]
     assert (job_rule.value.problem, job_rule.value.fix) == ("must be true or false", "use true or false")
     assert add_on_rule.value.fix == cluster_rule.value.fix == "must be true or false; use true or false"
+
+
+def test_a_label_is_worded_alike_by_the_job_args_and_the_add_on_args():
+    with pytest.raises(InvalidJobArgs) as job_rule:
+        job_args(labels={"team": "-ml"})
+    with pytest.raises(ArgumentError) as add_on_rule:
+        ResourceFlavorArgs(name="gpu", node_labels={"team": "-ml"})
+    fix = "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
+    assert (job_rule.value.field, job_rule.value.problem, job_rule.value.fix) == (
+        "labels['team']", "not a label value", fix)
+    assert (add_on_rule.value.field, add_on_rule.value.fix) == ("node_labels['team']", f"not a label value; {fix}")
+
+
+def test_a_repeated_name_is_worded_alike_by_the_add_on_and_cluster_args():
+    with pytest.raises(ArgumentError) as add_on_rule:
+        KueueArgs(flavors=[ResourceFlavorArgs(name="gpu"), ResourceFlavorArgs(name="gpu")])
+    group = GpuNodeGroupArgs(name="gpu", instance_types=["g5.xlarge"])
+    with pytest.raises(ArgumentError) as cluster_rule:
+        EksGpuClusterArgs(availability_zones=["a", "b"], gpu_node_groups=[group, group])
+    assert add_on_rule.value.fix == cluster_rule.value.fix == "repeats gpu; give each one its own name"
+    with pytest.raises(ArgumentError) as listed_twice:
+        TrainerV2Args(gang_schedulers=["volcano", "volcano"])
+    assert listed_twice.value.fix == "repeats volcano; list each one once"
+
+
+def test_a_reference_to_something_undefined_is_worded_alike_by_the_add_on_and_cluster_args():
+    with pytest.raises(ArgumentError) as add_on_rule:
+        KueueArgs(flavors=[ResourceFlavorArgs(name="gpu")],
+                  cluster_queues=[ClusterQueueArgs(name="main", quotas={"gpu": {"cpu": "1"}})],
+                  local_queues=[LocalQueueArgs(name="q", namespace="ml", cluster_queue="other")])
+    with pytest.raises(ArgumentError) as cluster_rule:
+        ExistingClusterArgs(storage_classes={"efs": ["ReadWriteMany"]}, default_storage_class="gp3")
+    assert add_on_rule.value.fix == "names no defined cluster queue; use one of main"
+    assert cluster_rule.value.fix == "names no defined storage class; use one of efs"
+
+
+def test_a_range_is_worded_alike_by_the_agent_and_the_cluster_args():
+    with pytest.raises(ArgumentError) as cluster_rule:
+        GpuNodeGroupArgs(name="gpu", instance_types=["g5.xlarge"], min_size=1, max_size=3, desired_size=4)
+    assert cluster_rule.value.fix == "must be from 1 to 3; use min_size (1) <= desired_size <= max_size (3)"
+    assert agent_error({contract.WORKERS: "4", contract.NODE_RANK_SETTING: "4"}) == (
+        f"{contract.NODE_RANK_SETTING}=4 is invalid: must be from 0 to 3; use a node rank from 0 to 3")
+
+
+def test_an_optional_flag_is_worded_as_every_flag():
+    with pytest.raises(ArgumentError) as optional_flag:
+        NvidiaDevicePluginArgs(mofed_enabled="no")  # type: ignore[arg-type]
+    assert optional_flag.value.fix == "must be true or false; use true or false"
+    assert NvidiaDevicePluginArgs(mofed_enabled=None).mofed_enabled is None
+
+
+def test_a_kueue_framework_is_a_choice_worded_as_every_choice():
+    with pytest.raises(ArgumentError) as info:
+        KueueArgs(frameworks=["batch/job", "kubeflow.org/pytorchjobs"])
+    listed = ", ".join(KNOWN_FRAMEWORKS)
+    assert (info.value.field, info.value.fix) == ("frameworks[1]", f"must be one of {listed}; use one of {listed}")
+
+
+def test_the_launchers_own_checks_say_the_problem_the_value_and_the_fix(tmp_path: Path):
+    missing = str(tmp_path / "missing.py")
+    assert launcher_error([missing]) == (
+        f"{PROG}: error: SCRIPT: no such file (got {missing!r}); use -m for a module, --no-python for a command{HELP}")
+    assert launcher_error(["--mode", "service", "--pythonpath", missing]) == (
+        f"{PROG}: error: --pythonpath: no such directory (got {missing!r}); name an existing directory{HELP}")
+    assert launcher_error(["--no-python", "-m", "pkg.train"]) == (
+        f"{PROG}: error: --no-python: runs a command, not a module; drop -m or --no-python{HELP}")
+
+
+def test_a_stack_configs_choice_is_worded_as_every_choice():
+    with pytest.raises(StackConfigError) as stack_rule:
+        parse_cluster({"clusterKind": "gke"})
+    listed = ", ".join(CLUSTER_KEYS)
+    assert str(stack_rule.value) == f"trainplane:clusterKind = 'gke': must be one of {listed}; use one of {listed}"

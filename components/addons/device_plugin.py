@@ -15,7 +15,6 @@ from components.addons.helm import helm_release, local_chart
 from components.addons.inputs import NvidiaDevicePluginArgsDict
 from components.addons.versions import NVIDIA_DEVICE_PLUGIN
 from components.arguments import args_from
-from components.errors import ArgumentError
 from components.gpu import gpu_toleration
 from components.tokens import aliased, token
 
@@ -43,8 +42,8 @@ class NvidiaDevicePluginArgs:
         validate.dns_label("namespace", self.namespace)
         if self.chart_path is not None:
             local_chart("chart_path", self.chart_path, NVIDIA_DEVICE_PLUGIN)
-        if self.mofed_enabled is not None and not isinstance(self.mofed_enabled, bool):
-            raise ArgumentError("mofed_enabled", self.mofed_enabled, "use true, false or leave it unset")
+        if self.mofed_enabled is not None:
+            validate.boolean("mofed_enabled", self.mofed_enabled)
 
 
 def device_plugin_values(mofed_enabled: Optional[bool] = None) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class ResourceFlavorArgs:
     """A kind of node capacity (fields documented by ``components.addons.inputs.ResourceFlavor``).
 
     Raises:
-        ArgumentError: The name is not a DNS label or a label is not a string pair.
+        ArgumentError: The name is not a DNS label, or a node label breaks the label syntax.
     """
 
     name: str
@@ -82,10 +82,7 @@ class ResourceFlavorArgs:
 
     def __post_init__(self) -> None:
         validate.dns_label("name", self.name)
-        if not isinstance(self.node_labels, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.node_labels.items()
-        ):
-            raise ArgumentError("node_labels", self.node_labels, "map label names to string values")
+        validate.labels("node_labels", self.node_labels)
 
 
 @dataclass(frozen=True)
@@ -203,11 +200,8 @@ class KueueArgs:
             local_chart("chart_path", self.chart_path, KUEUE)
         object.__setattr__(self, "frameworks", validate.strings("frameworks", self.frameworks, non_empty=True))
         for i, framework in enumerate(self.frameworks):
-            if framework not in KNOWN_FRAMEWORKS:
-                raise ArgumentError(f"frameworks[{i}]", framework,
-                                    f"use one of the integrations Kueue {KUEUE.version} knows: "
-                                    f"{', '.join(KNOWN_FRAMEWORKS)}")
-        _unique("frameworks", list(self.frameworks))
+            validate.one_of(f"frameworks[{i}]", framework, KNOWN_FRAMEWORKS)
+        validate.require("frameworks", list(self.frameworks), validate.LISTED_ONCE)
         validate.integer("pods_ready_timeout", self.pods_ready_timeout, minimum=1)
         validate.integer("pods_recovery_timeout", self.pods_recovery_timeout, minimum=0)
         for flag in ("block_admission", "atomic_scale_up"):
@@ -216,26 +210,16 @@ class KueueArgs:
             validate.integer("requeue_limit", self.requeue_limit, minimum=0)
         for name in ("flavors", "cluster_queues", "local_queues"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        _unique("flavors", [f.name for f in self.flavors])
-        _unique("cluster_queues", [q.name for q in self.cluster_queues])
-        _unique("local_queues", [f"{q.namespace}/{q.name}" for q in self.local_queues])
-        flavors = {f.name for f in self.flavors}
+        validate.require("flavors", [f.name for f in self.flavors], validate.NAMED_ONCE)
+        validate.require("cluster_queues", [q.name for q in self.cluster_queues], validate.NAMED_ONCE)
+        validate.require("local_queues", [f"{q.namespace}/{q.name}" for q in self.local_queues], validate.NAMED_ONCE)
+        flavor = validate.defined("flavor", {f.name for f in self.flavors})
         for i, queue in enumerate(self.cluster_queues):
-            for flavor in queue.quotas:
-                if flavor not in flavors:
-                    raise ArgumentError(
-                        f"cluster_queues[{i}].quotas",
-                        flavor,
-                        f"use a defined flavor: {sorted(flavors)}",
-                    )
-        cluster_queues = {q.name for q in self.cluster_queues}
+            for name in queue.quotas:
+                validate.require(f"cluster_queues[{i}].quotas", name, flavor)
+        cluster_queue = validate.defined("cluster queue", {q.name for q in self.cluster_queues})
         for i, local in enumerate(self.local_queues):
-            if local.cluster_queue not in cluster_queues:
-                raise ArgumentError(
-                    f"local_queues[{i}].cluster_queue",
-                    local.cluster_queue,
-                    f"use a defined one: {sorted(cluster_queues)}",
-                )
+            validate.require(f"local_queues[{i}].cluster_queue", local.cluster_queue, cluster_queue)
 
     def has_local_queue(self, namespace: str, name: str) -> bool:
         """Whether a LocalQueue ``name`` exists in ``namespace``."""
@@ -249,12 +233,6 @@ if TYPE_CHECKING:
     KueueInput = Union[KueueArgs, KueueArgsDict]
 else:
     KueueInput = KueueArgsDict  # the package schema is inferred from the TypedDict
-
-
-def _unique(field_name: str, names: Sequence[str]) -> None:
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ArgumentError(field_name, duplicates, "give each one its own name")
 
 
 def manager_config(args: KueueArgs) -> dict[str, Any]:

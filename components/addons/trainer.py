@@ -19,7 +19,6 @@ from components.addons.trainer_runtime import RUNTIME_GANG_SCHEDULERS, RUNTIME_N
 from components.addons.versions import TRAINER
 from components.arguments import args_from
 from components.capabilities import NO_GANG
-from components.errors import ArgumentError
 from components.tokens import token
 from runtime.agent import contract
 
@@ -56,8 +55,7 @@ class TrainerV2Args:
         gangs = validate.strings("gang_schedulers", self.gang_schedulers)
         for gang in gangs:
             validate.one_of("gang_schedulers", gang, RUNTIME_GANG_SCHEDULERS)
-        if len(set(gangs)) != len(gangs):
-            raise ArgumentError("gang_schedulers", list(gangs), "name each gang scheduler once")
+        validate.require("gang_schedulers", list(gangs), validate.LISTED_ONCE)
         object.__setattr__(self, "gang_schedulers", gangs)
 
 

@@ -19,6 +19,7 @@ from components.cluster.vpc import Network, create_public_network, subnet_cidrs
 from components.errors import ArgumentError
 from components.job.fabric import NODE_GROUP_LABEL
 from runtime.agent import contract
+from runtime.agent.spec import setting
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 """EKS-optimized Amazon Linux 2023 with the NVIDIA driver and container toolkit preinstalled; it ships
@@ -81,12 +82,9 @@ class GpuNodeGroupArgs:
         validate.integer("desired_size", self.desired_size)
         validate.integer("disk_size_gib", self.disk_size_gib, minimum=20)
         validate.one_of("capacity_type", self.capacity_type, CAPACITY_TYPES)
-        if not self.min_size <= self.desired_size <= self.max_size:
-            raise ArgumentError(
-                "desired_size",
-                self.desired_size,
-                f"keep min_size ({self.min_size}) <= desired_size <= max_size ({self.max_size})",
-            )
+        sizes = f"use min_size ({self.min_size}) <= desired_size <= max_size ({self.max_size})"
+        validate.require("max_size", self.max_size, setting.whole(self.min_size, sizes))
+        validate.require("desired_size", self.desired_size, setting.whole(self.min_size, sizes, self.max_size))
         if self.efa and not self.availability_zone:
             raise ArgumentError(
                 "availability_zone", self.availability_zone, "name the placement group's zone when efa is on"
@@ -161,10 +159,7 @@ class EksGpuClusterArgs:
         for group in self.gpu_node_groups:
             if not isinstance(group, GpuNodeGroupArgs):
                 raise ArgumentError("gpu_node_groups", group, "give GpuNodeGroupArgs instances")
-        names = [group.name for group in self.gpu_node_groups]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ArgumentError("gpu_node_groups", duplicates, "give every GPU node group its own name")
+        validate.require("gpu_node_groups", [group.name for group in self.gpu_node_groups], validate.NAMED_ONCE)
         if self.vpc_id:
             self._check_existing_network()
         else:

@@ -58,8 +58,9 @@ class ExistingClusterArgs:
                 isinstance(m, (list, tuple)) and set(m) <= ACCESS_MODES for m in classes.values())):
             raise ArgumentError("storage_classes", classes,
                                 f"map each class to access modes from {sorted(ACCESS_MODES)}")
-        if self.default_storage_class is not None and self.default_storage_class not in (classes or {}):
-            raise ArgumentError("default_storage_class", self.default_storage_class, "list it in storage_classes")
+        if self.default_storage_class is not None:
+            validate.require("default_storage_class", self.default_storage_class,
+                             validate.defined("storage class", set(classes or {})))
 
 
 def is_content(kubeconfig: str) -> bool:
@@ -97,10 +98,8 @@ def load_kubeconfig(args: ExistingClusterArgs) -> str:
     if not isinstance(parsed, dict) or not isinstance(parsed.get("contexts"), list):
         raise ArgumentError("kubeconfig", shown, "has no 'contexts' list; give a kubeconfig file")
     names = [entry.get("name") for entry in parsed["contexts"] if isinstance(entry, dict)]
-    if args.context is not None and args.context not in names:
-        raise ArgumentError(
-            "context", args.context, f"use one of the kubeconfig's contexts: {', '.join(map(str, names))}"
-        )
+    if args.context is not None:
+        validate.require("context", args.context, validate.defined("kubeconfig context", [str(n) for n in names]))
     return content
 
 

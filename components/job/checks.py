@@ -16,7 +16,6 @@ import pulumi
 
 from components import validate
 from components.errors import InvalidJobArgs
-from components.validate import DNS1123_SUBDOMAIN, LABEL_NAME, MAX_LABEL, MAX_SUBDOMAIN
 from runtime.agent.spec import setting
 
 PLAIN_FIX = "it decides what the job renders, which Pulumi must know when the job is created"
@@ -84,7 +83,7 @@ def require_choice(field: str, value: Any, choices: tuple[str, ...]) -> None:
     validate.require(field, value, setting.one_of(choices), InvalidJobArgs)
 
 
-def require_dns1035(field: str, value: Any, max_length: Optional[int] = MAX_LABEL) -> None:
+def require_dns1035(field: str, value: Any, max_length: Optional[int] = validate.MAX_LABEL) -> None:
     """Require an RFC 1035 label (Service and PyTorchJob names): ``[a-z]([-a-z0-9]*[a-z0-9])?``.
 
     Args:
@@ -136,18 +135,12 @@ def require_absolute_path(field: str, value: Any) -> None:
 
 
 def require_labels(field: str, labels: Any) -> None:
-    """Require a mapping of valid label keys to valid label values.
+    """Require a mapping of valid label keys to valid label values (``components.validate.labels``).
 
     Raises:
         InvalidJobArgs: not a mapping, or a key or value breaks the label syntax.
     """
-    if not isinstance(labels, Mapping):
-        raise InvalidJobArgs(field, labels, "must be a mapping of label keys to values", "pass a dict")
-    for key, value in labels.items():
-        _require_label_key(f"{field}[{key!r}]", key)
-        if not isinstance(value, str) or (value and not _is_label_name(value)):
-            raise InvalidJobArgs(f"{field}[{key!r}]", value, "not a label value",
-                                 "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
+    validate.labels(field, labels, InvalidJobArgs)
 
 
 def require_env_name(field: str, name: Any) -> None:
@@ -157,22 +150,6 @@ def require_env_name(field: str, name: Any) -> None:
         InvalidJobArgs: empty, not a string, or containing characters Kubernetes rejects.
     """
     validate.require(field, name, validate.env_name, InvalidJobArgs)
-
-
-def _require_label_key(field: str, key: Any) -> None:
-    if not isinstance(key, str):
-        raise InvalidJobArgs(field, key, "label keys are strings", "pass a str key")
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > MAX_SUBDOMAIN or not DNS1123_SUBDOMAIN.match(prefix)):
-        raise InvalidJobArgs(field, key, "the prefix before '/' is not a DNS subdomain",
-                             'use a prefix such as "example.com/"')
-    if not _is_label_name(name):
-        raise InvalidJobArgs(field, key, "not a label name",
-                             "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
-
-
-def _is_label_name(name: str) -> bool:
-    return len(name) <= MAX_LABEL and LABEL_NAME.match(name) is not None
 
 
 def require_strings(name: str, value: Any, problem: str, fix: str) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from components import validate
 from components.addons import (
     ClusterQueueArgs,
     KueueArgs,
@@ -39,6 +40,7 @@ from components.stack import keys
 from components.stack.addons import AddonsConfig
 from components.stack.capabilities import cluster_capabilities
 from components.stack.keys import build, full_key, translate
+from runtime.agent.spec import setting
 
 CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
     "kind": (
@@ -145,13 +147,12 @@ def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
             (existing clusters) a kubeconfig that cannot be read or lacks the context.
     """
     kind = raw.get("clusterKind")
-    if kind not in CLUSTER_KEYS:
-        raise StackConfigError(full_key("clusterKind"), kind, f"use one of {', '.join(CLUSTER_KEYS)}")
+    validate.require(full_key("clusterKind"), kind, setting.one_of(tuple(CLUSTER_KEYS)), StackConfigError)
     if kind != "eks" and raw.get("gpuNodeGroups"):
         raise StackConfigError(
             full_key("gpuNodeGroups"), raw["gpuNodeGroups"], "only eks clusters have node groups; remove it"
         )
-    cls, names = CLUSTER_KEYS[kind]
+    cls, names = CLUSTER_KEYS[str(kind)]  # one of its keys, checked above
     kwargs = {arg: raw[key] for key, arg in names.items() if raw.get(key) is not None}
     if kind == "eks":
         kwargs["gpu_node_groups"] = [
@@ -183,8 +184,7 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
     """
     names = raw.get("addons") or []
     for name in names:
-        if name not in ADDONS:
-            raise StackConfigError(full_key("addons"), name, f"use add-ons from {', '.join(ADDONS)}")
+        validate.require(full_key("addons"), name, setting.one_of(ADDONS), StackConfigError)
     if raw.get("kueue") is not None and KUEUE_ADDON not in names:
         raise StackConfigError(full_key("kueue"), raw["kueue"], "add kueue to trainplane:addons or remove this key")
     volcano = None

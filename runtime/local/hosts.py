@@ -34,7 +34,7 @@ from runtime.agent.net.address import bind_family, split_host_port
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import request_json
 from runtime.agent.spec.agent_settings import NodeIdentity
-from runtime.local import jobs, logdirs, ports
+from runtime.local import jobs, launch_plan, logdirs
 
 ROUTE_JOIN = "/join"
 JOIN_INTERVAL = 0.2
@@ -261,7 +261,7 @@ def start(spec: jobs.LocalJobSpec, endpoint: tuple[str, int], node_rank: Optiona
     job = str(spec.job_name)
     addr = local_addr or local_address(endpoint)
     agent_port = free_port(addr)
-    lp = ports.plan(1, spec.master_port, spec.num_proc)
+    lp = launch_plan.plan(1, spec.master_port, spec.num_proc)
     service: Optional[JoinService] = JoinService(token, job, spec.workers, lp.master_port)
     if not service.bind(endpoint):  # type: ignore[union-attr]
         service = None
@@ -288,7 +288,8 @@ def start(spec: jobs.LocalJobSpec, endpoint: tuple[str, int], node_rank: Optiona
     env = jobs.node_env(spec, identity, job, token, log_dir, joined.master_port)
     agent = subprocess.Popen(jobs.agent_command(), env=env, stdin=None if spec.forward_stdin and joined.node_id == 0
                              else subprocess.DEVNULL)
-    plan = ports.LaunchPlan((joined.coordinator[0],), (joined.coordinator[1],), joined.master_port, lp.reservation)
+    plan = launch_plan.LaunchPlan((joined.coordinator[0],), (joined.coordinator[1],), joined.master_port,
+                                  lp.reservation)
     return HostJob(jobs.LocalJob(job=job, token=token, plan=plan, log_dir=log_dir, agents=[agent],
                                  signals_to_handle=spec.signals_to_handle, log_hold=hold), joined, addr,
                    service)

@@ -32,8 +32,8 @@ from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
 from runtime.local import logdirs
+from runtime.local.launch_plan import LaunchPlan, free_port, plan, port_is_free
 from runtime.local.outcome import Outcome
-from runtime.local.ports import LaunchPlan, free_port, plan, port_is_free
 from runtime.local.ray_defaults import ray_defaults
 
 AGENT_EXIT_GRACE = 10.0

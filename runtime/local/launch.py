@@ -258,7 +258,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         except ValueError:
             parser.error(f"{SHUTDOWN_TIMEOUT_ENV}={shutdown!r}: not a number of seconds")
     if ns.master_port is None:
-        ns.master_port = 0  # picked and reserved when the job starts (runtime.local.ports.plan)
+        ns.master_port = 0  # picked and reserved when the job starts (runtime.local.launch_plan.plan)
     if ns.run_path:
         ns.no_python = ns.module = False  # torchrun: --run-path runs SCRIPT as a path, whatever else is set
     workers = flag(ns, "workers")
@@ -273,28 +273,30 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         jobs.LocalJobSpec(**_settings(ns, ns.job_name, ns.log_dir))
     except SpecError as exc:
         parser.error(exc.headline(lambda name: flag(ns, name)))
-    for ok, message in _launcher_checks(ns):
-        if not ok:
-            parser.error(message)
+    for holds, subject, problem, fix in _launcher_checks(ns):
+        if not holds:
+            parser.error(f"{subject}: {problem}; {fix}")
 
 
-def _launcher_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str], ...]:
-    """(ok, message) for what only this launcher has: its ports on one machine, GPUs, directories, SCRIPT."""
+def _launcher_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str, str, str], ...]:
+    """What only this launcher has (its ports on one machine, GPUs, directories, SCRIPT), each as
+    ``(holds, subject, problem, fix)``: a refusal is worded ``subject: problem; fix``, as the spec's
+    ``(problem, fix)`` checks are, the value as ``(got ...)`` in the problem as a headline has it."""
     batch = ns.mode == "batch"
     master_port = flag(ns, "master_port")
-    beyond = port_block(ns.master_port, ns.workers * ns.num_proc, free=True)
+    beyond = port_block(ns.master_port, ns.workers * ns.num_proc, free=True) or ("", "")
     return (
-        (beyond is None, "" if beyond is None else f"{master_port}: {beyond[0]} (got {ns.master_port}); "
-                                                   f"{beyond[1].format(master_port=master_port)}"),
-        (not ns.virtual_local_rank or _gpus_for(ns.num_proc),
-         f"--virtual-local-rank: {contract.CUDA_VISIBLE_DEVICES}={os.environ.get(contract.CUDA_VISIBLE_DEVICES)} "
-         f"names fewer GPUs than the {ns.num_proc} processes per node; name one per process or unset it"),
-        *((Path(d).is_dir(), f"--pythonpath: no such directory {d!r}") for d in ns.pythonpath),
-        (batch or ns.script is None, f"SCRIPT: service mode runs no script (got {ns.script!r}); call functions "
-                                     f"with runtime.client.JobClient"),
-        (not (ns.module and ns.no_python), "--no-python: runs a command, not a module; drop -m or --no-python"),
+        (not beyond[0], master_port, f"{beyond[0]} (got {ns.master_port})", beyond[1].format(master_port=master_port)),
+        (not ns.virtual_local_rank or _gpus_for(ns.num_proc), "--virtual-local-rank",
+         f"{contract.CUDA_VISIBLE_DEVICES}={os.environ.get(contract.CUDA_VISIBLE_DEVICES)} names fewer GPUs than the "
+         f"{ns.num_proc} processes per node", "name one per process or unset it"),
+        *((Path(d).is_dir(), "--pythonpath", f"no such directory (got {d!r})", "name an existing directory")
+          for d in ns.pythonpath),
+        (batch or ns.script is None, "SCRIPT", f"service mode runs no script (got {ns.script!r})",
+         "call functions with runtime.client.JobClient"),
+        (not (ns.module and ns.no_python), "--no-python", "runs a command, not a module", "drop -m or --no-python"),
         (not batch or ns.module or ns.no_python or (ns.script is not None and Path(ns.script).is_file()),
-         f"SCRIPT: no such file {ns.script!r} (use -m for a module, --no-python for a command)"),
+         "SCRIPT", f"no such file (got {ns.script!r})", "use -m for a module, --no-python for a command"),
     )
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.cluster import images
 from testbed.cluster.build import binary
 from testbed.cluster.commands import Layout

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.cluster import commands, nodes, processes, storage
 from testbed.cluster.build import binary
 from testbed.cluster.commands import Layout, Ports

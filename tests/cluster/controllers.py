@@ -19,7 +19,7 @@ from components.addons.kueue import KueueArgs, chart_values, cluster_queue, loca
 from components.addons.trainer_runtime import cluster_training_runtime
 from components.addons.versions import KUEUE_API
 from runtime.agent import contract
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.cluster import crds, kueue, trainer, training_operator
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.pki import Pki

@@ -57,7 +57,7 @@ from components.addons.training_operator import TrainingOperatorArgs
 from components.addons.versions import SCHEDULER_PLUGINS_SCHEDULER
 from components.capabilities import SCHEDULER_PLUGINS
 from components.job.gang import COSCHEDULING_API, COSCHEDULING_GROUP_LABEL
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.cluster import coscheduling, crds, nodes
 from testbed.cluster.build import build_tool
 from testbed.cluster.lifecycle import Cluster

@@ -372,7 +372,7 @@ def test_an_addon_takes_its_arguments_as_a_mapping_and_keeps_its_former_type_as_
         (Volcano, {"queue_weight": 1.5}, "queue_weight", "use a whole number >= 1"),
         (Kueue, {"flavors": [{"node_labels": {}}]}, "flavors[0].name", "set name"),
         (Kueue, {"local_queues": [{"name": "q", "namespace": "n", "cluster_queue": "none"}]},
-         "local_queues[0].cluster_queue", "use a defined one"),
+         "local_queues[0].cluster_queue", "names no defined cluster queue; define the cluster queue first"),
     ],
 )
 def test_an_addons_mapping_is_checked_naming_the_field(component, inputs, field, fix):

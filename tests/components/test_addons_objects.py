@@ -79,19 +79,19 @@ def test_gpu_flavor_selects_the_gpu_nodes_the_cluster_labels():
             'quotas["b"]',
             r"same resources as the other flavors: \['cpu'\]",
         ),
-        (lambda: ResourceFlavorArgs(name="f", node_labels={"zone": 1}), "node_labels", "string values"),
+        (lambda: ResourceFlavorArgs(name="f", node_labels={"zone": 1}), "node_labels['zone']", "not a label value"),
         (lambda: LocalQueueArgs(name="q", namespace="ML", cluster_queue="c"), "namespace", "lower-case"),
         (
             lambda: KueueArgs(flavors=[GPU_FLAVOR], cluster_queues=[QUEUE]),
             "cluster_queues[0].quotas",
-            r"use a defined flavor: \['gpu'\]",
+            "names no defined flavor; use one of gpu",
         ),
         (
             lambda: KueueArgs(
                 local_queues=[LocalQueueArgs(name="q", namespace="ml", cluster_queue="missing")]
             ),
             "local_queues[0].cluster_queue",
-            r"use a defined one: \[\]",
+            "names no defined cluster queue; define the cluster queue first",
         ),
         (lambda: KueueArgs(flavors=[GPU_FLAVOR, GPU_FLAVOR]), "flavors", "its own name"),
         (lambda: VolcanoArgs(queue_weight=0), "queue_weight", ">= 1"),

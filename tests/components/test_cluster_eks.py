@@ -151,7 +151,9 @@ def test_subnet_cidrs_split_the_vpc_evenly():
     [
         ({"instance_types": []}, "instance_types", "list at least one value"),
         ({"instance_types": "g5.xlarge"}, "instance_types", "must be a list of strings"),
-        ({"min_size": 3, "desired_size": 2}, "desired_size", r"keep min_size \(3\) <= desired_size"),
+        ({"min_size": 3, "max_size": 4, "desired_size": 2}, "desired_size",
+         r"^desired_size=2: must be from 3 to 4; use min_size \(3\) <= desired_size <= max_size \(4\)$"),
+        ({"min_size": 3, "desired_size": 2}, "max_size", r"^max_size=1: must be 3 or more; use min_size \(3\) <="),
         ({"max_size": 0, "desired_size": 0}, "max_size", ">= 1"),
         ({"efa": True}, "availability_zone", "name the placement group's zone"),
         ({"capacity_type": "RESERVED"}, "capacity_type", "ON_DEMAND, SPOT"),

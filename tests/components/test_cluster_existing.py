@@ -43,7 +43,7 @@ def test_default_kubeconfig_is_the_kubectl_one(tmp_path, monkeypatch):
         (
             ExistingClusterArgs(kubeconfig=KUBECONFIG, context="prod"),
             "context",
-            "use one of the kubeconfig's contexts: test",
+            "names no defined kubeconfig context; use one of test",
         ),
         (ExistingClusterArgs(kubeconfig="a: [\nb"), "kubeconfig", "not valid YAML"),
         (ExistingClusterArgs(kubeconfig="kind: Config\nusers: []\n"), "kubeconfig", "has no 'contexts' list"),

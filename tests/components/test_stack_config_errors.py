@@ -20,7 +20,7 @@ BAD_CONFIGS = [
         {"clusterKind": "gke"},
         "trainplane:clusterKind",
         "'gke'",
-        "use one of kind, eks, existing",
+        "must be one of kind, eks, existing; use one of kind, eks, existing",
         id="unknown cluster kind",
     ),
     pytest.param(
@@ -124,7 +124,8 @@ BAD_CONFIGS = [
         {"addons": ["volcano", "slurm"]},
         "trainplane:addons",
         "'slurm'",
-        "use add-ons from device-plugin, training-operator, volcano, kueue, trainer",
+        "must be one of device-plugin, training-operator, volcano, kueue, trainer; use one of device-plugin, "
+        "training-operator, volcano, kueue, trainer",
         id="unknown add-on",
     ),
     pytest.param(
@@ -148,7 +149,7 @@ BAD_CONFIGS = [
         {"kueue": {**KUEUE, "localQueues": [{**KUEUE["localQueues"][0], "clusterQueue": "x"}]}},
         "trainplane:kueue.localQueues[0].clusterQueue",
         "'x'",
-        r"use a defined one: \['trainplane'\]",
+        "names no defined cluster queue; use one of trainplane",
         id="local queue feeding an unknown cluster queue",
     ),
     pytest.param(
@@ -236,7 +237,7 @@ BAD_CONFIGS = [
         {"kubeconfig": KUBECONFIG, "kubeContext": "prod"},
         "trainplane:kubeContext",
         "'prod'",
-        "use one of the kubeconfig's contexts: test",
+        "names no defined kubeconfig context; use one of test",
         id="unknown context",
     ),
     pytest.param(

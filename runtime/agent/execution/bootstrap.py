@@ -116,13 +116,13 @@ def wait_for_driver(env: dict[str, str], timeout: float) -> None:
     if not nodes:
         return
     try:
-        joined = raynodes.wait(env[contract.RAY_ADDRESS], nodes, max(1.0, deadline - time.monotonic()))
+        report = raynodes.wait(env[contract.RAY_ADDRESS], nodes, max(1.0, deadline - time.monotonic()))
     except (RuntimeError, KeyError) as exc:
         raise SystemExit(f"trainplane: the Ray cluster could not be checked before the driver starts: {exc}") from None
-    if joined.missing:
-        never = ", ".join(f"node {nodes.index(a)} ({a})" for a in dict.fromkeys(joined.missing))
-        raise SystemExit(f"trainplane: the Ray cluster has {len(joined.alive)} of {len(nodes)} nodes after "
-                         f"{timeout:g} s; never joined: {never}. The driver did not start")
+    if report.missing:
+        never = ", ".join(f"node {nodes.index(a)} ({a})" for a in dict.fromkeys(report.missing))
+        raise SystemExit(f"trainplane: the Ray cluster has {len(report.alive)} of {len(nodes)} nodes after "
+                         f"{timeout:g} s; never report: {never}. The driver did not start")
 
 
 def run(argv: Sequence[str]) -> None:

@@ -37,7 +37,7 @@ MARGIN = 60.0
 
 
 @dataclass(frozen=True)
-class Joined:
+class HeadReport:
     """What the Ray head reported.
 
     Attributes:
@@ -62,7 +62,7 @@ def missing_nodes(expected: Sequence[str], alive: Sequence[str]) -> tuple[str, .
     return tuple(missing)
 
 
-def wait(address: str, expected: Sequence[str], timeout: float, python: str = sys.executable) -> Joined:
+def wait(address: str, expected: Sequence[str], timeout: float, python: str = sys.executable) -> HeadReport:
     """Wait until the Ray cluster at ``address`` has one alive node per ``expected`` address.
 
     Args:
@@ -85,4 +85,4 @@ def wait(address: str, expected: Sequence[str], timeout: float, python: str = sy
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"could not ask the Ray head at {address} for its nodes: {last}")
     alive = tuple(json.loads(lines[-1]))
-    return Joined(alive, missing_nodes(expected, alive))
+    return HeadReport(alive, missing_nodes(expected, alive))

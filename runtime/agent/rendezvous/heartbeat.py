@@ -143,7 +143,7 @@ class Beat:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BeatEffects:
     """What a heartbeat's outcome means: events for the node's :class:`~runtime.agent.rendezvous.member.Member`
     and lines for its log."""
 
@@ -221,7 +221,7 @@ class HeartbeatState:
             return Beat(None, self._generation, ages=True)
         return Beat(world.nodes[up], self._generation, ages=True)
 
-    def answered(self, beat: Beat, world: Optional[World], now: float) -> Outcome:
+    def answered(self, beat: Beat, world: Optional[World], now: float) -> BeatEffects:
         """The beat was answered (with a newer ``world``, or ``None``)."""
         events: list[Event] = []
         if self._failures:
@@ -231,18 +231,18 @@ class HeartbeatState:
         self._interval = self.timing.ttl if not beat.ages else self.timing.next_interval(self._interval)
         if world is not None:
             events.append(WorldArrived(world))
-        return Outcome(tuple(events))
+        return BeatEffects(tuple(events))
 
-    def refused(self, beat: Beat, reason: str) -> Outcome:
+    def refused(self, beat: Beat, reason: str) -> BeatEffects:
         """The beat's receiver does not count this node: a parent (then go to the coordinator at once)
         or the coordinator (then register again)."""
         if beat.parent is not None:
             self._direct, self._interval = True, 0.0
-            return Outcome()
+            return BeatEffects()
         self._interval = self.timing.interval
-        return Outcome((Removed(f"the coordinator no longer counts this node ({reason})"),))
+        return BeatEffects((Removed(f"the coordinator no longer counts this node ({reason})"),))
 
-    def failed(self, beat: Beat, world: Optional[World], where: str, error: str, now: float) -> Outcome:
+    def failed(self, beat: Beat, world: Optional[World], where: str, error: str, now: float) -> BeatEffects:
         """The beat to ``where`` got no answer (or a bad one): back off; a coordinator silent for more
         than the TTL is lost.
 
@@ -259,5 +259,5 @@ class HeartbeatState:
         if world is not None and beat.parent is None and silent > self.timing.ttl \
                 and self._lost_sent != world.coordinator:
             self._lost_sent = world.coordinator
-            return Outcome((CoordinatorLost(world.coordinator, silent),), lines)
-        return Outcome((), lines)
+            return BeatEffects((CoordinatorLost(world.coordinator, silent),), lines)
+        return BeatEffects((), lines)

@@ -14,7 +14,7 @@ from runtime.agent import contract
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.transport import encode
 from runtime.agent.rendezvous.events import Event
-from runtime.agent.rendezvous.heartbeat import Beat, HeartbeatState, Liveness, Outcome
+from runtime.agent.rendezvous.heartbeat import Beat, BeatEffects, HeartbeatState, Liveness
 from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.world import World
@@ -97,13 +97,13 @@ class Heartbeats:
     def _handle(self, sent: tuple[Beat, Exchange, Any], world: Optional[World]) -> None:
         beat, exchange, answer = sent
         if answer.membership_refused:
-            outcome = self._state.refused(beat, answer.problem)
+            effects = self._state.refused(beat, answer.problem)
         elif not answer.ok:
             where = f"{exchange.host}:{exchange.port}"
-            outcome = self._state.failed(beat, world, where, answer.problem, self._clock())
+            effects = self._state.failed(beat, world, where, answer.problem, self._clock())
         else:
-            outcome = self._state.answered(beat, self._world_in(answer.body), self._clock())
-        self._tell(outcome)
+            effects = self._state.answered(beat, self._world_in(answer.body), self._clock())
+        self._tell(effects)
 
     def _world_in(self, reply: dict[str, Any]) -> Optional[World]:
         if "world" not in reply:
@@ -114,8 +114,8 @@ class Heartbeats:
             self._say(f"ignoring a malformed world in a heartbeat reply: {exc!r}")
             return None
 
-    def _tell(self, outcome: Outcome) -> None:
-        for line in outcome.lines:
+    def _tell(self, effects: BeatEffects) -> None:
+        for line in effects.lines:
             self._say(line)
-        for event in outcome.events:
+        for event in effects.events:
             self._deliver(event)

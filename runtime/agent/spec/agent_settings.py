@@ -18,7 +18,8 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError, SpecError
 from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
-from runtime.agent.spec.setting import BOOL, INT, Check, Codec, tcp_port
+from runtime.agent.spec.setting import BOOL, INT, Check, Codec, tcp_port, whole
+from runtime.agent.spec.setting import text as non_empty
 from runtime.agent.spec.trainer import check_trainer_env
 
 _ORDINAL = re.compile(r"-(\d+)$")
@@ -100,15 +101,18 @@ class AgentSettings:
 
     def __post_init__(self) -> None:
         spec, node = self.spec, self.node
-        _require(bool(spec.job_name), contract.JOB_NAME, spec.job_name or "", "set a non-empty job name")
-        _require(bool(self.plumbing.token), contract.TOKEN, "<empty>", "set the job's bearer token")
-        _require(0 <= node.node_id < spec.max_nodes, contract.NODE_RANK_SETTING, node.node_id,
-                 f"use a node rank from 0 to {spec.max_nodes - 1}")
+        _check(contract.JOB_NAME, spec.job_name or "", non_empty("set a non-empty job name"))
+        _check(contract.TOKEN, self.plumbing.token, non_empty("set the job's bearer token"))
+        _check(contract.NODE_RANK_SETTING, node.node_id,
+               whole(0, f"use a node rank from 0 to {spec.max_nodes - 1}", spec.max_nodes - 1))
         for name, port in ((contract.AGENT_PORT_SETTING, node.agent_port), (contract.MASTER_PORT, spec.master_port),
                            (contract.COORDINATOR_HOST, node.coordinator_port)):
             _check(name, port, tcp_port())
-        _require(not spec.outputs.writes_files or bool(spec.log_dir), contract.REDIRECTS, spec.redirects.encode(),
-                 f"set {contract.LOG_DIR}: redirected and teed streams are written to files there")
+        if spec.outputs.writes_files and not spec.log_dir:
+            raise _invalid(contract.REDIRECTS, spec.redirects.encode(),
+                           f"writes the ranks' streams to files (redirected, teed or filtered), and "
+                           f"{contract.LOG_DIR} is unset",
+                           f"set {contract.LOG_DIR}: redirected and teed streams are written to files there")
 
     @property
     def token(self) -> str:
@@ -173,8 +177,8 @@ def spec_from_env(env: Mapping[str, str], argv: Sequence[str] = ()) -> JobSpec:
     try:
         return JobSpec(**values)
     except SpecError as exc:
-        _, fix = exc.render(lambda name: SETTINGS[name].env if name in SETTINGS else name)
-        raise _invalid(SETTINGS[exc.field].env, exc.value, fix) from None
+        problem, fix = exc.render(lambda name: SETTINGS[name].env if name in SETTINGS else name)
+        raise _invalid(SETTINGS[exc.field].env, exc.value, problem, fix) from None
 
 
 def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
@@ -184,8 +188,9 @@ def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
         ConfigError: the node id or the coordinator cannot be told; names the variables to set.
     """
     coordinator = env.get(contract.COORDINATOR_HOST) or env.get(contract.MASTER_ADDR, "")
-    _require(bool(coordinator), contract.COORDINATOR_HOST, "<unset>",
-             "set it to node 0's host name (e.g. <job>-0.<service>)")
+    if not coordinator:
+        raise ConfigError(f"{contract.COORDINATOR_HOST} is unset, and so is {contract.MASTER_ADDR}; set it to node 0's "
+                          "host name (e.g. <job>-0.<service>)")
     agent_port = _int(env, contract.AGENT_PORT_SETTING, contract.AGENT_PORT)
     try:
         host, port = split_host_port(coordinator)
@@ -222,21 +227,18 @@ def plumbing_from_env(env: Mapping[str, str]) -> Plumbing:
     )
 
 
-def _invalid(name: str, value: object, fix: str) -> ConfigError:
-    """The agent's one wording of a refused setting (its exit 2): the variable, the value and the fix of a
-    ``(problem, fix)`` check (``spec.setting.Check``) or a job spec rule."""
-    return ConfigError(f"{name}={value!r} is invalid: {fix}")
-
-
-def _require(ok: bool, name: str, value: object, fix: str) -> None:
-    if not ok:
-        raise _invalid(name, value, fix)
+def _invalid(name: str, value: object, problem: str, fix: str) -> ConfigError:
+    """The agent's one wording of a refused setting (its exit 2): ``NAME=value is invalid: problem; fix``, the
+    words of a ``(problem, fix)`` check (``spec.setting.Check``) or a job spec rule as ``errors.SpecError``
+    says them, with the environment variable for the setting."""
+    return ConfigError(f"{name}={value!r} is invalid: {problem}; {fix}")
 
 
 def _check(name: str, value: object, check: Check) -> None:
+    """Raise ``check``'s answer for the value of variable ``name`` as :func:`_invalid` words it."""
     found = check(value)
     if found is not None:
-        raise _invalid(name, value, found[1])
+        raise _invalid(name, value, *found)
 
 
 def _parsed(name: str, text: str, codec: Codec) -> Any:

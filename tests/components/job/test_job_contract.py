@@ -25,7 +25,7 @@ from components import DistributedJob
 from components.job.bundle import materialise
 from runtime.agent import contract
 from runtime.agent.spec.ports import reserved_ports
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from tests.components.componenttest import REPO_ROOT, deploy, job_args, unsecret
 
 pytestmark = pytest.mark.process

@@ -19,7 +19,7 @@ from components.addons.trainer_runtime import cluster_training_runtime
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.agent_settings import AgentSettings
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from tests.components.componenttest import TOKEN
 from tests.components.job.jobrender import kind_of, render
 from tests.components.job.trainermerge import jobset_of, node_pod, resolved_env

@@ -15,7 +15,7 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
 from runtime.agent.net.transport import request_json
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from tests.conftest import ROOT, project_env, wait_until
 
 pytestmark = pytest.mark.process

@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from runtime.local import ports, reservation
+from runtime.local import launch_plan, reservation
 from tests.conftest import ROOT, project_env
 
 pytestmark = pytest.mark.process
@@ -82,10 +82,10 @@ def test_a_reservation_holds_against_another_process_until_it_exits(tmp_path: Pa
 
 def test_the_plan_skips_ports_another_job_reserved(tmp_path: Path, holder, monkeypatch: pytest.MonkeyPatch):
     picks = iter([39990, 40000, 39991, 41000])  # agent port, base port; then again
-    monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)
-    monkeypatch.setattr(ports, "free_port", lambda _host, _avoid=(), size=1: next(picks))
+    monkeypatch.setattr(launch_plan, "loopback_range_usable", lambda: False)
+    monkeypatch.setattr(launch_plan, "free_port", lambda _host, _avoid=(), size=1: next(picks))
     assert holder(40050) == "held"  # inside the first pick's block, 40000..40065
-    lp = ports.plan(workers=1, master_port=0, lock_dir=str(tmp_path))
+    lp = launch_plan.plan(workers=1, master_port=0, lock_dir=str(tmp_path))
     assert (lp.ports, lp.master_port) == ((39991,), 41000)
     assert holder(41000) == "refused" and holder(39991) == "refused"
     lp.reservation.release()
@@ -95,4 +95,4 @@ def test_the_plan_skips_ports_another_job_reserved(tmp_path: Path, holder, monke
 def test_an_explicit_base_port_another_job_reserved_is_refused_naming_the_flag(tmp_path: Path, holder):
     assert holder(42005) == "held"
     with pytest.raises(RuntimeError, match=r"--master-port: ports 42000\.\.42065 are reserved by another job"):
-        ports.plan(workers=1, master_port=42000, num_proc=2, lock_dir=str(tmp_path))
+        launch_plan.plan(workers=1, master_port=42000, num_proc=2, lock_dir=str(tmp_path))

@@ -17,7 +17,7 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
-from runtime.local import ports
+from runtime.local import launch_plan
 from runtime.local.hosts import JoinService
 from tests.conftest import ROOT, launch, project_env, wait_until
 from tests.netns import IPV4_ADDRESSES, ipv4_pair
@@ -129,12 +129,12 @@ def test_a_failing_rank_on_one_host_ends_both_launchers_with_its_code(script):
     """Two per-node launchers on one machine (the first to bind the endpoint serves it): rank 3, on
     node 1, exits 5; each launcher exits with the job's code, node 0's naming the rank."""
     path = script("import os, sys, time\nif os.environ['RANK'] == '3':\n    sys.exit(5)\ntime.sleep(60)\n")
-    port = ports.free_port("127.0.0.1")
+    port = launch_plan.free_port("127.0.0.1")
     line = [sys.executable, "-m", "runtime", "launch", "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint",
             f"127.0.0.1:{port}", "--grace-period", "1", "--master-port", "0", str(path)]
     env = project_env(**{contract.TOKEN: uuid.uuid4().hex})
     first = subprocess.Popen(line, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert wait_until(lambda: not ports.port_is_free("127.0.0.1", port), timeout=60), "the first serves the join"
+    assert wait_until(lambda: not launch_plan.port_is_free("127.0.0.1", port), timeout=60), "the first serves the join"
     second = subprocess.Popen(line, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     errs = [proc.communicate(timeout=120)[1] for proc in (first, second)]
     assert [first.returncode, second.returncode] == [5, 5], errs

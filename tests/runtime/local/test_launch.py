@@ -14,8 +14,8 @@ import pytest
 
 from runtime.agent import contract
 from runtime.client import JobClient
-from runtime.local import jobs, ports
-from runtime.local.ports import free_port
+from runtime.local import jobs, launch_plan
+from runtime.local.launch_plan import free_port
 from tests.conftest import ROOT, launch, processes_with, project_env, wait_until
 
 pytestmark = pytest.mark.process
@@ -140,7 +140,7 @@ while len(os.listdir(out)) < int(os.environ["WORLD_SIZE"]):  # hold the ports un
 
 def test_single_address_fallback_gives_every_process_its_own_ports(tmp_path: Path, script,
                                                                    monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)
+    monkeypatch.setattr(launch_plan, "loopback_range_usable", lambda: False)
     out = tmp_path / "env"
     out.mkdir()
     spec = jobs.LocalJobSpec(workers=2, num_proc=2, entrypoint=(str(script(BIND_AND_DUMP)), str(out)),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runtime.agent import contract
-from runtime.local import ports
+from runtime.local import launch_plan
 from runtime.local.launch import IGNORED, build_parser, validate
 from tests.conftest import ROOT, Lines, launch, project_env, wait_until
 
@@ -31,7 +31,7 @@ with open(os.path.join(sys.argv[1], "rank-" + os.environ["RANK"] + ".json"), "w"
 def torchrun_envs(script: Path, out: Path, shape: tuple[int, int], env: dict[str, str]) -> list[dict[str, str]]:
     """Every worker's environment under two (or one) real torchrun agents, c10d on loopback."""
     nodes, nproc = shape
-    port = ports.free_port("127.0.0.1")
+    port = launch_plan.free_port("127.0.0.1")
     common = ["--nnodes", str(nodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "parity", "--max-restarts", "1"]
     agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common,
@@ -76,7 +76,7 @@ def test_every_variable_torchrun_sets_is_set_with_the_same_meaning(tmp_path: Pat
     nodes, nproc = shape
     # The same per-node command lines, torchrun's rendezvous options included, with the launcher in
     # torchrun's place: one launcher per node, each running its own node (runtime.local.hosts).
-    port = ports.free_port("127.0.0.1")
+    port = launch_plan.free_port("127.0.0.1")
     launchers = [subprocess.Popen(
         [sys.executable, "-m", "runtime", "launch", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),
          "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "parity", "--max-restarts",

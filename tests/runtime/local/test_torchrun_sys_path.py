@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.local import ports
+from runtime.local import launch_plan
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.process
@@ -38,7 +38,7 @@ def test_a_rank_sees_the_pythonpath_sys_path_and_script_path_torchrun_gives_it(t
     theirs_dir, ours_dir = tmp_path / "torchrun", tmp_path / "trainplane"
     theirs_dir.mkdir()
     ours_dir.mkdir()
-    port = ports.free_port("127.0.0.1")
+    port = launch_plan.free_port("127.0.0.1")
     theirs_run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                                  "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", typed,
                                  str(theirs_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -15,7 +15,7 @@ from runtime import Unauthorized
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError
 from runtime.client import JobClient
-from runtime.local import jobs, ports
+from runtime.local import jobs, launch_plan
 from runtime.workflow import ExistingCompute, fn
 from runtime.workflow.attach import POLL_INTERVAL, wait_until_serving
 from tests.conftest import ROOT, project_env
@@ -77,7 +77,7 @@ def test_attach_waits_for_a_job_that_is_still_starting(tmp_path: Path):
 
 
 def test_an_unreachable_url_fails_after_the_ready_timeout_naming_the_url():
-    url = f"http://127.0.0.1:{ports.free_port('127.0.0.1')}"
+    url = f"http://127.0.0.1:{launch_plan.free_port('127.0.0.1')}"
     with pytest.raises(RendezvousError, match=rf"no running service-mode job at {re.escape(url)} within 1 s "
                                               r"\(not reachable: .*port-forward"):
         fn(service_fns.rank).to(ExistingCompute(url, "any-token", ready_timeout=1))
@@ -87,7 +87,7 @@ def test_the_ready_timeout_is_kept_on_the_clock_looking_every_poll_interval():
     """A fake clock that each wait moves by the poll interval: an unreachable URL is looked at until
     the ready timeout has passed, and not once more."""
     now, looks = [0.0], []
-    url = f"http://127.0.0.1:{ports.free_port('127.0.0.1')}"
+    url = f"http://127.0.0.1:{launch_plan.free_port('127.0.0.1')}"
 
     def wait(seconds: float) -> None:
         looks.append(now[0])

@@ -14,7 +14,7 @@ from kubernetes import config
 
 from runtime.client import JobClient
 from runtime.local.jobs import LocalJob, LocalJobSpec
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from runtime.workflow import ExistingCompute, fn
 from runtime.workflow.portforward import Relay, pod_connector
 from testbed.fake_apiserver import FakeApiServer

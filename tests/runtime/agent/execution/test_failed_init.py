@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.process

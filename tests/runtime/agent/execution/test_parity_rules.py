@@ -170,7 +170,9 @@ def _settings(**overrides: object) -> AgentSettings:
 def test_agent_settings_refuse_bad_signals_and_file_output_without_a_log_dir():
     with pytest.raises(ConfigError, match="signals_to_handle='SIGTERM,NOPE' is invalid: 'NOPE' is not a signal"):
         _settings(signals_to_handle="SIGTERM,NOPE")
-    with pytest.raises(ConfigError, match="TRAINPLANE_REDIRECTS='3' is invalid: set TRAINPLANE_LOG_DIR"):
+    with pytest.raises(ConfigError, match=r"TRAINPLANE_REDIRECTS='3' is invalid: writes the ranks' streams to files "
+                                          r"\(redirected, teed or filtered\), and TRAINPLANE_LOG_DIR is unset; set "
+                                          "TRAINPLANE_LOG_DIR"):
         _settings(redirects=streams.parse_std("3"))
     env = {"TRAINPLANE_JOB": "j", "TRAINPLANE_TOKEN": "t", "TRAINPLANE_NODE_RANK": "0", "TRAINPLANE_COORDINATOR": "h",
            "TRAINPLANE_ENTRYPOINT": "[\"x.py\"]", "TRAINPLANE_TEE": "0:9"}

@@ -20,7 +20,7 @@ from runtime import TransportError
 from runtime.agent import contract
 from runtime.agent.execution import controller
 from runtime.client import JobClient
-from runtime.local import jobs, ports
+from runtime.local import jobs, launch_plan
 from runtime.local.jobs import LocalJob, LocalJobSpec
 from testbed.jobs import serving
 from tests.conftest import ROOT, AgentCluster, launch, processes_with, project_env, wait_until
@@ -162,7 +162,7 @@ def test_monarch_controller_gets_every_workers_address_and_runs_on_node_0_only(t
 
 def test_monarch_workers_sharing_an_address_get_ports_of_their_own(tmp_path: Path, script,
                                                                     monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(ports, "loopback_range_usable", lambda: False)  # every node on 127.0.0.1
+    monkeypatch.setattr(launch_plan, "loopback_range_usable", lambda: False)  # every node on 127.0.0.1
     for name, value in monarch_env(tmp_path).items():
         monkeypatch.setenv(name, value)
     spec = LocalJobSpec(workers=3, num_proc=1, distribution="monarch", master_port=0, grace_period=1,

@@ -14,7 +14,7 @@ import pytest
 
 from runtime import distributed
 from runtime.agent.errors import ConfigError
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.process

@@ -11,7 +11,7 @@ import pytest
 
 from runtime.agent.net.peer import Answer, Exchange
 from runtime.agent.net.transport import HttpTransport
-from runtime.local.ports import free_port
+from runtime.local.launch_plan import free_port
 from testbed.inprocess import LightweightAgent
 from testbed.settings import agent_settings
 from tests.conftest import wait_until

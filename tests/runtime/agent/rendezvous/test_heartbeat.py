@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.agent.rendezvous.events import CoordinatorBack, CoordinatorLost, Removed, WorldArrived
-from runtime.agent.rendezvous.heartbeat import Beat, HeartbeatState, HeartbeatTiming, Outcome
+from runtime.agent.rendezvous.heartbeat import Beat, BeatEffects, HeartbeatState, HeartbeatTiming
 from runtime.agent.rendezvous.tree import layout
 from runtime.agent.world import Node, World
 
@@ -57,7 +57,7 @@ def test_a_new_world_waits_a_spread_first_delay_then_beats_to_the_tree_parent_wi
     assert s.timing.hops == 2 and s.delay() == pytest.approx(0.5 * 0.75)
     beat = s.next(world(), registered=True, coordinating=False, now=0.4)
     assert beat == Beat(world().nodes[1], 1, ages=True), "13 nodes at width 3: node 2 reports to node 1"
-    assert s.answered(beat, None, 0.5) == Outcome()
+    assert s.answered(beat, None, 0.5) == BeatEffects()
     assert s.delay() == pytest.approx(0.75), "doubled from the first delay, capped at ttl/(hops+2)"
 
 
@@ -73,7 +73,7 @@ def test_registered_without_a_world_asks_the_coordinator_once_per_ttl():
     beat = s.next(None, registered=True, coordinating=False, now=3.0)
     assert beat == Beat(None, 0, ages=False)
     later = world(generation=4)
-    assert s.answered(beat, later, 3.1) == Outcome((WorldArrived(later),))
+    assert s.answered(beat, later, 3.1) == BeatEffects((WorldArrived(later),))
     assert s.delay() == 3.0
 
 
@@ -89,11 +89,11 @@ def test_a_parent_refusing_sends_the_next_beat_to_the_coordinator_and_the_coordi
     s = state(node_id=2)
     s.next(world(), True, False, 0.0)
     beat = s.next(world(), True, False, 1.0)
-    assert s.refused(beat, "409 not in this node's world") == Outcome()
+    assert s.refused(beat, "409 not in this node's world") == BeatEffects()
     direct = s.next(world(), True, False, 1.0)
     assert direct == Beat(None, 1, ages=True)
-    outcome = s.refused(direct, "409 register again")
-    assert outcome == Outcome((Removed("the coordinator no longer counts this node (409 register again)"),))
+    effects = s.refused(direct, "409 register again")
+    assert effects == BeatEffects((Removed("the coordinator no longer counts this node (409 register again)"),))
 
 
 def test_failures_back_off_are_logged_sparsely_and_a_silent_coordinator_is_lost_once_then_back():

@@ -37,5 +37,6 @@ def test_in_a_trainjob_pod_agreeing_pet_variables_pass_and_the_rank_source_is_na
 def test_the_arguments_are_the_entrypoint() -> None:
     settings = AgentSettings.from_env({**BASE}, ["-m", "pkg.train", "--epochs", "3"])
     assert settings.spec.entrypoint == ("-m", "pkg.train", "--epochs", "3")
-    with pytest.raises(ConfigError, match=r"TRAINPLANE_ENTRYPOINT=\[\] is invalid: name a script"):
+    with pytest.raises(ConfigError, match=r"TRAINPLANE_ENTRYPOINT=\[\] is invalid: batch mode needs a command to run; "
+                                          "name a script"):
         AgentSettings.from_env({**BASE})
