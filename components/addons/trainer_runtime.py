@@ -26,6 +26,7 @@ from typing import Any
 
 from components.addons.versions import SCHEDULER_PLUGINS_SCHEDULER, TRAINER_API, VOLCANO_SCHEDULER
 from components.capabilities import KUEUE, NO_GANG, SCHEDULER_PLUGINS, VOLCANO
+from components.grace import termination_grace_seconds
 from runtime.agent import contract
 from runtime.agent.spec.job import default
 
@@ -50,6 +51,12 @@ AGENT_COMMAND = ("python3", "-m", contract.AGENT_MODULE)
 TrainJob's ``trainer.args`` are the user's entrypoint, appended to it."""
 SCHEDULE_TIMEOUT_SECONDS = math.ceil(default("quorum_timeout"))
 """Coscheduling's ``scheduleTimeoutSeconds``: the job spec's default quorum timeout (one per runtime)."""
+TERMINATION_GRACE_SECONDS = termination_grace_seconds(default("grace_period"))
+"""The runtime's pods' ``terminationGracePeriodSeconds``: a job's with the default grace period, which
+therefore needs none in its runtime patch (``components.job.trainjob``). Kueue v0.19.2 drops that field from a
+TrainJob's runtime patches when it admits one (it links the Trainer's API at v2.2.1, whose ``PodSpecPatch``
+lacks it), and JobSet's webhook then refuses the Trainer's update of the suspended JobSet as an immutable
+change: so a queued job with another grace period is refused at preview (``components.job.trainjob_rules``)."""
 DISRUPTION_IGNORED = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 """A pod lost to preemption, eviction or a node drain is replaced, uncounted (the Indexed Job backend's
 rule, ``components.job.workloads``); any other failed pod fails the Job (``backoffLimit: 0``) and so the
@@ -95,6 +102,7 @@ def cluster_training_runtime(gang_scheduler: str, labels: dict[str, str]) -> dic
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "containers": [{
             "name": NODE,
             "image": PLACEHOLDER_IMAGE,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
 import pulumi
 
+from components import grace
 from components.gpu import gpu_toleration
 from components.job.args import DistributedJobArgs
 from components.job.bundle import RuntimeBundle
@@ -29,9 +29,6 @@ MANAGED_BY = "pulumi"
 NODE_COMPONENT = "node"
 READ_ONLY_MODE = 0o444
 AGENT_COMMAND = ("python3", "-m", contract.AGENT_MODULE)
-AGENT_STOP_MARGIN = 10
-"""Seconds a stopping pod keeps beyond the agent's grace period: the agent's own SIGKILL of stragglers,
-its verdict and report, and the kubelet's delivery of SIGTERM."""
 SIZE_SETTINGS = (contract.WORKERS, contract.QUORUM_WORKERS)
 """Settings an elastic StatefulSet's pods read from the job's size ConfigMap rather than their template."""
 
@@ -97,9 +94,9 @@ def size_settings(args: DistributedJobArgs) -> dict[str, str]:
 
 
 def termination_grace_seconds(args: DistributedJobArgs) -> int:
-    """The pod's ``terminationGracePeriodSeconds``: the agent's grace period plus :data:`AGENT_STOP_MARGIN`,
-    whole seconds."""
-    return math.ceil(args.grace_period) + AGENT_STOP_MARGIN
+    """The pod's ``terminationGracePeriodSeconds``: the agent's grace period plus
+    ``components.grace.AGENT_STOP_MARGIN``, whole seconds."""
+    return grace.termination_grace_seconds(args.grace_period)
 
 
 DEADLINE_REPORT_MARGIN = 30

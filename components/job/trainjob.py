@@ -23,7 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.addons.trainer_runtime import NODE, RUNTIME_KIND, TRAINER_GROUP, runtime_name
+from components.addons.trainer_runtime import (
+    NODE,
+    RUNTIME_KIND,
+    TERMINATION_GRACE_SECONDS,
+    TRAINER_GROUP,
+    runtime_name,
+)
 from components.addons.versions import TRAINER_API
 from components.capabilities import VOLCANO
 from components.job.args import DistributedJobArgs
@@ -42,7 +48,8 @@ VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 """The Trainer's Volcano plugin takes the PodGroup's queue from this annotation on the JobSet template
 (``info.Annotations``, which runtime patches' ``template.metadata.annotations`` add to:
 ``pkg/runtime/framework/plugins/volcano/volcano.go``, ``Build``; ``trainingruntime.go``, ``newRuntimeInfo``)."""
-PATCHED_POD_FIELDS = ("volumes", "terminationGracePeriodSeconds", "nodeSelector", "tolerations")
+GRACE_FIELD = "terminationGracePeriodSeconds"
+PATCHED_POD_FIELDS = ("volumes", GRACE_FIELD, "nodeSelector", "tolerations")
 """The pod fields trainplane sets per job through the runtime patch (the CRD's ``PodSpecPatch`` allows these;
 the rest of trainplane's pod is the runtime's, and what neither can carry is refused:
 ``components.job.trainjob_rules``)."""
@@ -66,12 +73,15 @@ def trainer_spec(args: DistributedJobArgs, container: dict[str, Any]) -> dict[st
 
 def runtime_patch(args: DistributedJobArgs, template: dict[str, Any]) -> dict[str, Any]:
     """trainplane's ``runtimePatches`` entry: the pod template's labels, annotations and per-job pod fields
-    (:data:`PATCHED_POD_FIELDS`), and the ``node`` container's volume mounts, for the replicated job ``node``;
-    for Volcano, the queue as the JobSet's annotation."""
+    (:data:`PATCHED_POD_FIELDS`; the grace period only where it is not the runtime's,
+    ``trainer_runtime.TERMINATION_GRACE_SECONDS``), and the ``node`` container's volume mounts, for the
+    replicated job ``node``; for Volcano, the queue as the JobSet's annotation."""
     pod = template["spec"]
     node_patch = {"name": NODE, "volumeMounts": pod["containers"][0]["volumeMounts"]}
     pod_patch: dict[str, Any] = {"containers": [node_patch]}
     pod_patch.update({key: pod[key] for key in PATCHED_POD_FIELDS if key in pod})
+    if pod_patch.get(GRACE_FIELD) == TERMINATION_GRACE_SECONDS:
+        del pod_patch[GRACE_FIELD]  # the runtime's already, and Kueue would drop it from the patch
     replicated = {"name": NODE, "template": {"spec": {"template": {"metadata": template["metadata"],
                                                                    "spec": pod_patch}}}}
     patched: dict[str, Any] = {"spec": {"replicatedJobs": [replicated]}}

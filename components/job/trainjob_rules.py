@@ -11,7 +11,15 @@ the backend that can. Kubeflow Trainer v2.3.0's rules (github.com/kubeflow/train
   ``automountServiceAccountToken``) and, on the ``node`` container, only env-free ``volumeMounts`` and
   ``securityContext`` (no ``workingDir``, no ``imagePullPolicy``); the JobSet's ``ttlSecondsAfterFinished`` is the
   runtime's;
-* the Trainer's webhook refuses ``trainer.env`` naming a ``PET_*`` variable it sets (``torch.go``, ``Validate``).
+* the Trainer's webhook refuses ``trainer.env`` naming a ``PET_*`` variable it sets (``torch.go``, ``Validate``);
+* Kueue v0.19.2 (kubernetes-sigs/kueue, ``go.mod``: github.com/kubeflow/trainer/v2 v2.2.1) admits a TrainJob by
+  updating it through the v2.2.1 types (``pkg/controller/jobs/trainjob/trainjob_controller.go``,
+  ``RunWithPodSetsInfo``), whose ``PodSpecPatch`` has no ``terminationGracePeriodSeconds``: the field leaves
+  trainplane's runtime patch, the Trainer rebuilds the suspended JobSet without it, and JobSet v0.12.0's webhook
+  refuses that as an immutable change (``pkg/webhooks/jobset_webhook.go``, ``ValidateUpdate``: only labels,
+  annotations, node selector, tolerations and scheduling gates may change while suspended), so the job never
+  starts (shown live in ``tests/cluster/live_kueue_trainjob.py``). The runtime's pods have the default grace
+  period's (``trainer_runtime.TERMINATION_GRACE_SECONDS``); a queued job with another is refused.
 """
 
 from __future__ import annotations
@@ -19,9 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from components.addons.trainer_runtime import TRAINER_PORT
-from components.capabilities import SCHEDULER_PLUGINS, VOLCANO
+from components.addons.trainer_runtime import TERMINATION_GRACE_SECONDS, TRAINER_PORT
+from components.capabilities import KUEUE, SCHEDULER_PLUGINS, VOLCANO
 from components.errors import InvalidJobArgs
+from components.grace import termination_grace_seconds
 from components.job.backends import INDEXED_JOB, PYTORCHJOB, STATEFULSET, TRAINJOB
 from runtime.agent import contract
 
@@ -72,6 +81,13 @@ def validate(a: DistributedJobArgs) -> None:
     for name, why in POD_FIELDS_NOT_PATCHED.items():
         if getattr(a, name) is not None:
             raise InvalidJobArgs(name, getattr(a, name), f"{why}", f'unset {name}, or use backend="{INDEXED_JOB}"')
+    if (a.gang_scheduler == KUEUE and isinstance(a.grace_period, (int, float))
+            and termination_grace_seconds(a.grace_period) != TERMINATION_GRACE_SECONDS):
+        raise InvalidJobArgs("grace_period", a.grace_period,
+                             "Kueue 0.19 drops a TrainJob's own grace period when it admits the job, and JobSet "
+                             "then refuses the Trainer's change, so the job never starts",
+                             "unset grace_period (the runtime's pods have its default), or use "
+                             f'backend="{INDEXED_JOB}"')
     env = a.env
     if isinstance(env, Mapping):
         for key in env:

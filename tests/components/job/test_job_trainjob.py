@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from components.addons.trainer_runtime import RUNTIME_NAMES, cluster_training_runtime
+from components.addons.trainer_runtime import RUNTIME_NAMES, TERMINATION_GRACE_SECONDS, cluster_training_runtime
 from components.job.render import RenderedJob
 from components.job.trainjob import RUNTIME_PATCH_MANAGER, VOLCANO_QUEUE_ANNOTATION
 from components.job.workloads import DISRUPTION_IGNORED
@@ -112,6 +112,19 @@ def test_the_runtime_patch_labels_the_pods_for_the_network_policy_and_mounts_the
     assert pod["spec"]["terminationGracePeriodSeconds"] == 15
     assert node["command"] == ["python3", "-m", "runtime.agent"] and node["args"] == ["train.py", "--epochs", "3"]
     assert pod["spec"]["automountServiceAccountToken"] is False and pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_the_grace_period_is_the_runtimes_unless_the_job_has_its_own() -> None:
+    """The runtime's pods have the default grace period's ``terminationGracePeriodSeconds``, so a job with the
+    default leaves it out of its patch (Kueue v0.19.2 would drop it there on admission:
+    ``components.job.trainjob_rules``); a job with its own grace period patches it."""
+    assert runtime_for("none")["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"]["terminationGracePeriodSeconds"] == TERMINATION_GRACE_SECONDS == 15
+    default = trainjob(render("demo", backend="trainjob"))
+    assert "terminationGracePeriodSeconds" not in str(default["spec"]["runtimePatches"])
+    assert node_pod(jobset_of(runtime_for("none"), default), 0)["spec"]["terminationGracePeriodSeconds"] == 15
+    own = trainjob(render("demo", backend="trainjob", grace_period=20))
+    assert node_pod(jobset_of(runtime_for("none"), own), 0)["spec"]["terminationGracePeriodSeconds"] == 30
 
 
 @pytest.mark.parametrize("gang", sorted(GANGS))

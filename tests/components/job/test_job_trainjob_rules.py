@@ -38,6 +38,8 @@ TRAINJOB_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
     ({"image_pull_policy": "Always"}, "image_pull_policy", "imagePullPolicy", 'backend="indexed-job"'),
     ({"ttl_seconds_after_finished": 60}, "ttl_seconds_after_finished", "a runtime patch cannot set the JobSet's",
      'backend="indexed-job"'),
+    ({"gang_scheduler": "kueue", "queue": "team", "grace_period": 20}, "grace_period",
+     "Kueue 0.19 drops a TrainJob's own grace period", 'backend="indexed-job"'),
 ])
 def test_what_the_trainer_cannot_do_is_refused_with_the_reason_and_the_backend_that_can(
     overrides: dict[str, Any], field: str, reason: str, fix: str
@@ -45,12 +47,19 @@ def test_what_the_trainer_cannot_do_is_refused_with_the_reason_and_the_backend_t
     """kubeflow/trainer v2.3.0: the torch plugin's missing elastic support (``pkg/runtime/framework/plugins/torch/
     torch.go``), PodGroups of every pod (``coscheduling.go``, ``volcano.go``), ``constants.ContainerTrainerPort``,
     the fields a runtime patch may set (``manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml``,
-    ``runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template.spec``)."""
+    ``runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template.spec``); Kueue
+    v0.19.2's admission through the Trainer's v2.2.1 types, which drops a patch's grace period
+    (``tests/cluster/live_kueue_trainjob.py`` shows it)."""
     with pytest.raises(InvalidJobArgs) as raised:
         job_args(backend="trainjob", **overrides)
     error = raised.value
     assert error.field == field
     assert reason in error.problem and fix in str(error)
+
+
+def test_a_queued_trainjob_with_the_default_grace_period_and_an_unqueued_one_with_its_own_are_accepted() -> None:
+    assert job_args(backend="trainjob", gang_scheduler="kueue", queue="team").grace_period == 5
+    assert job_args(backend="trainjob", grace_period=20).grace_period == 20
 
 
 def test_a_pet_variable_in_the_users_env_is_refused_as_the_trainers_webhook_would() -> None:
