@@ -8,6 +8,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from torch.distributed.elastic.multiprocessing.errors.error_handler import (
+    ErrorHandler,  # imported at collection: torch's first import runs ldconfig, a process this unit tier refuses
+)
 
 from runtime.agent.errors import ConfigError
 from runtime.agent.execution import errorfile, jaxcluster, raynodes, torchrun
@@ -94,8 +97,6 @@ def test_filters_split_on_commas_with_a_double_comma_for_one():
 
 
 def test_the_error_file_written_by_torchs_own_error_handler_is_read_back(tmp_path: Path, monkeypatch):
-    from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
-
     path = tmp_path / "error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
 
