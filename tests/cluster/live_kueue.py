@@ -125,7 +125,9 @@ def test_the_gpu_quota_admits_what_the_gpu_nodes_can_run_and_no_more(api: client
     one-GPU job meanwhile stays unadmitted (``QuotaReserved: False``, ``Pending``, Kueue's message naming the GPU
     quota of flavor ``gpu``: ``pkg/scheduler/flavorassigner/flavorassigner.go``, "insufficient unused quota for ...")
     and none of its pods is bound (Kueue's ``kueue.x-k8s.io/admission`` scheduling gate,
-    ``pkg/controller/jobs/pod/constants/constants.go``, lifted by ``pod_controller.go`` on admission); once the
+    ``pkg/controller/jobs/pod/constants/constants.go``, and, with the TopologyAwareScheduling feature on as it is
+    by default, ``kueue.x-k8s.io/topology`` too: ``pod_webhook.go``, ``Default``; ``pod_controller.go``'s
+    ``prepare`` lifts both on an admission without topology); once the
     first job is deleted the second is admitted and bound to a GPU node. The StatefulSet's pods stay Running on
     kwok, where a Job's would succeed at once and free the quota."""
     namespace = live.namespace
@@ -149,7 +151,8 @@ def test_the_gpu_quota_admits_what_the_gpu_nodes_can_run_and_no_more(api: client
     assert f"quota for {GPU_RESOURCE} in flavor gpu" in reserved["message"], reserved["message"]
     waiting = wait_for_pods(api, namespace, selector(second), 1, bound=False)
     assert [p.spec.node_name for p in waiting] == [None]
-    assert [g.name for p in waiting for g in p.spec.scheduling_gates or []] == ["kueue.x-k8s.io/admission"]
+    assert sorted(g.name for p in waiting for g in p.spec.scheduling_gates or []) == [
+        "kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 
     client.AppsV1Api(api).delete_namespaced_stateful_set(first.names.job, namespace)
     (moved,) = wait_for_pods(api, namespace, selector(second), 1)
