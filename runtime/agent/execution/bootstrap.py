@@ -122,7 +122,7 @@ def wait_for_driver(env: dict[str, str], timeout: float) -> None:
     if report.missing:
         never = ", ".join(f"node {nodes.index(a)} ({a})" for a in dict.fromkeys(report.missing))
         raise SystemExit(f"trainplane: the Ray cluster has {len(report.alive)} of {len(nodes)} nodes after "
-                         f"{timeout:g} s; never report: {never}. The driver did not start")
+                         f"{timeout:g} s; never joined: {never}. The driver did not start")
 
 
 def run(argv: Sequence[str]) -> None:
