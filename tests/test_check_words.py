@@ -193,3 +193,13 @@ def test_a_stack_configs_choice_is_worded_as_every_choice():
         parse_cluster({"clusterKind": "gke"})
     listed = ", ".join(CLUSTER_KEYS)
     assert str(stack_rule.value) == f"trainplane:clusterKind = 'gke': must be one of {listed}; use one of {listed}"
+
+
+def test_text_a_setting_cannot_read_is_worded_alike_by_the_launcher_and_the_agent():
+    problem, fix = "must be a comma-separated list of local ranks", "use e.g. 0,1,2"
+    assert launcher_error(["--local-ranks-filter", "0,a", "train.py"]) == (
+        f"{PROG}: error: argument --local-ranks-filter: {problem} (got '0,a'); {fix}{HELP}")
+    assert agent_error({contract.LOCAL_RANKS_FILTER: "0,a"}) == (
+        f"{contract.LOCAL_RANKS_FILTER}='0,a' is invalid: {problem}; {fix}")
+    assert agent_error({contract.WORKERS: "two"}) == (
+        f"{contract.WORKERS}='two' is invalid: must be a whole number; write it in digits, e.g. 4")

@@ -4,7 +4,8 @@ Tree::
 
     TrainplaneError
     ├── ConfigError (also ValueError)      bad settings: names the field, the value and the fix
-    │   └── SpecError                      a job setting is invalid, in parts each front end words its way
+    │   ├── SpecError                      a job setting is invalid, in parts each front end words its way
+    │   └── ParseError                     text a setting's codec cannot read: what is wrong, how to write it
     ├── RendezvousError                    the world could not be formed
     │   ├── QuorumTimeout                  quorum not met in time; names the missing node ids
     │   └── MembershipRefused              the coordinator (or a tree parent) refuses a member's request:
@@ -48,6 +49,25 @@ class TrainplaneError(Exception):
 
 class ConfigError(TrainplaneError, ValueError):
     """A setting is invalid. The message names the setting, the bad value and the fix."""
+
+
+class ParseError(ConfigError):
+    """Text a setting's codec (``runtime.agent.spec.setting.Codec``) cannot read, in the two parts of
+    a ``(problem, fix)`` check; the message is ``problem; fix`` and each front end puts the setting's
+    name and the text before it.
+
+    Attributes:
+        problem: what is wrong with the text, e.g. ``must be a whole number``.
+        fix: how to write it, e.g. ``write it in digits, e.g. 4``.
+    """
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}; {fix}")
+        self.problem = problem
+        self.fix = fix
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.problem, self.fix)
 
 
 class SpecError(ConfigError):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.errors import RendezvousError, SpecError
+from runtime.agent.errors import ParseError, RendezvousError, SpecError
 from runtime.agent.spec.job import DISTRIBUTIONS, MODES, SETTINGS, default
 from runtime.agent.spec.ports import port_block
 from runtime.agent.spec.setting import Codec
@@ -124,13 +124,14 @@ class _SpelledAppend(_Spelled):
 
 
 def _parsed_by(codec: Codec) -> Any:
-    """An argparse ``type`` that reads a value as the agent reads it from its environment."""
+    """An argparse ``type`` that reads a value as the agent reads it from its environment; text it
+    cannot read is refused as ``problem (got 'text'); fix``."""
 
     def parse(text: str) -> Any:
         try:
             return codec.parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        except ParseError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.problem} (got {text!r}); {exc.fix}") from None
 
     return parse
 

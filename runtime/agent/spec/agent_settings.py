@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
-from runtime.agent.errors import ConfigError, SpecError
+from runtime.agent.errors import ConfigError, ParseError, SpecError
 from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.setting import BOOL, INT, Check, Codec, tcp_port, whole
@@ -245,8 +245,8 @@ def _parsed(name: str, text: str, codec: Codec) -> Any:
     """``text`` of variable ``name`` read by ``codec``, or the :class:`ConfigError` naming both."""
     try:
         return codec.parse(text)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={text!r} " + codec.wrong.format(reason=exc)) from None
+    except ParseError as exc:
+        raise _invalid(name, text, exc.problem, exc.fix) from None
 
 
 def _parse_int(name: str, text: str) -> int:

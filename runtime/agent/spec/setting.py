@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from runtime.agent.errors import ParseError
 from runtime.agent.spec import streams
 
 Check = Callable[[Any], Optional[tuple[str, str]]]
@@ -28,28 +29,26 @@ class Codec:
 
     Attributes:
         encode: value to text.
-        parse: text to value; raises ``ValueError`` whose message says what is wrong with the text.
-        wrong: how an environment variable with unparsable text is described, after ``NAME='text'``:
-            ``{reason}`` is the ``ValueError``'s message.
+        parse: text to value; raises :class:`~runtime.agent.errors.ParseError` saying what is wrong
+            with the text and how to write it.
     """
 
     encode: Callable[[Any], str]
     parse: Callable[[str], Any]
-    wrong: str = "is invalid: {reason}"
 
 
 def _int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError("not a whole number") from None
+        raise ParseError("must be a whole number", "write it in digits, e.g. 4") from None
 
 
 def _seconds(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise ValueError("not a number of seconds") from None
+        raise ParseError("must be a number of seconds", "write it as a number, e.g. 30 or 2.5") from None
 
 
 def _bool(text: str) -> bool:
@@ -58,16 +57,19 @@ def _bool(text: str) -> bool:
         return True
     if word in ("0", "false", "no", "off"):
         return False
-    raise ValueError("use true or false")
+    raise ParseError("must be true or false", "use true or false")
+
+
+_LIST_FIX = 'use a list such as ["--num-cpus=4"]'
 
 
 def _strings(text: str) -> tuple[str, ...]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        raise ValueError('is not JSON: use a list such as ["--num-cpus=4"]') from None
+        raise ParseError("is not JSON", _LIST_FIX) from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError("must be a JSON list of strings")
+        raise ParseError("must be a JSON list of strings", _LIST_FIX)
     return tuple(value)
 
 
@@ -79,11 +81,11 @@ def _filters(value: Sequence[str]) -> str:
     return ",".join(item.replace(",", ",,") for item in value)
 
 
-INT = Codec(str, _int, "is {reason}")
-SECONDS = Codec(lambda v: str(int(v)) if float(v).is_integer() else repr(float(v)), _seconds, "is {reason}")
+INT = Codec(str, _int)
+SECONDS = Codec(lambda v: str(int(v)) if float(v).is_integer() else repr(float(v)), _seconds)
 BOOL = Codec(lambda v: "true" if v else "false", _bool)
 TEXT = Codec(str, str)
-STRINGS = Codec(lambda v: json.dumps(list(v)), _strings, "{reason}")
+STRINGS = Codec(lambda v: json.dumps(list(v)), _strings)
 STD = Codec(lambda v: v.encode(), streams.parse_std)
 RANKS = Codec(_ranks, streams.parse_ranks)
 FILTERS = Codec(_filters, streams.parse_filters)

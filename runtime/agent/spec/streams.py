@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from runtime.agent.errors import ParseError
+
 NONE, OUT, ERR, ALL = 0, 1, 2, 3
 """torchrun's ``Std`` values: no stream, stdout, stderr, both."""
 
@@ -45,23 +47,23 @@ def parse_std(text: str) -> StdChoice:
     """``3``, or ``0:1,1:2``, as torchrun's ``Std.from_str`` takes it.
 
     Raises:
-        ValueError: another form, or a stream value outside 0..3; the message quotes it.
+        ParseError: another form, or a stream value outside 0..3 (the message quotes that value).
     """
     text = text.strip()
     if text.isdigit():
-        return StdChoice(_std(text, text))
+        return StdChoice(_std(text))
     pairs: list[tuple[int, int]] = []
     for item in text.split(","):
         rank, colon, streams = item.partition(":")
         if not colon or not rank.strip().isdigit():
-            raise ValueError(f"{text!r} is not N or LOCAL_RANK:N,... with N from 0 to 3 (e.g. 3, or 0:1,1:2)")
-        pairs.append((int(rank), _std(streams.strip(), text)))
+            raise ParseError("must be N or LOCAL_RANK:N,... with N from 0 to 3", "use e.g. 3, or 0:1,1:2")
+        pairs.append((int(rank), _std(streams.strip())))
     return StdChoice(NONE, tuple(pairs))
 
 
-def _std(value: str, text: str) -> int:
+def _std(value: str) -> int:
     if not value.isdigit() or int(value) > ALL:
-        raise ValueError(f"{text!r}: {value!r} is not a stream choice (0 none, 1 stdout, 2 stderr, 3 both)")
+        raise ParseError(f"{value!r} is not a stream choice", "use 0 (none), 1 (stdout), 2 (stderr) or 3 (both)")
     return int(value)
 
 
@@ -69,14 +71,14 @@ def parse_ranks(text: str) -> Optional[frozenset[int]]:
     """``--local-ranks-filter``: ``0,1,2``; ``""`` for no filter (``None``).
 
     Raises:
-        ValueError: not a comma-separated list of whole numbers.
+        ParseError: not a comma-separated list of whole numbers.
     """
     if not text.strip():
         return None
     try:
         return frozenset(int(part) for part in text.split(","))
     except ValueError:
-        raise ValueError(f"{text!r} is not a comma-separated list of local ranks (e.g. 0,1,2)") from None
+        raise ParseError("must be a comma-separated list of local ranks", "use e.g. 0,1,2") from None
 
 
 def parse_filters(text: str) -> tuple[str, ...]:

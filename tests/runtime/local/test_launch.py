@@ -261,7 +261,7 @@ def test_a_launch_whose_node_cannot_start_fails_with_the_missing_node_and_likely
         cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == contract.EXIT_RENDEZVOUS, result.stderr
-    assert f"{contract.NUM_PROC}='broken' is not a whole number" in result.stderr
+    assert f"{contract.NUM_PROC}='broken' is invalid: must be a whole number" in result.stderr
     assert "missing node ranks: 1." in result.stderr
     assert "Likely causes: pods not scheduled" in result.stderr
     assert "never runs" not in result.stdout

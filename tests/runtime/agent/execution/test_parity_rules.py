@@ -12,7 +12,7 @@ from torch.distributed.elastic.multiprocessing.errors.error_handler import (
     ErrorHandler,  # imported at collection: torch's first import runs ldconfig, a process this unit tier refuses
 )
 
-from runtime.agent.errors import ConfigError
+from runtime.agent.errors import ConfigError, ParseError
 from runtime.agent.execution import errorfile, jaxcluster, raynodes, torchrun
 from runtime.agent.execution.environment import host_of, process_env
 from runtime.agent.spec import streams
@@ -72,10 +72,17 @@ def test_std_values_parse_as_torchruns_std_from_str(text: str, choice: streams.S
     assert streams.parse_std(choice.encode()) == choice
 
 
-@pytest.mark.parametrize("bad", ["4", "x", "0:4", "a:1", "0:1,", "-1"])
-def test_bad_std_values_are_refused_quoting_them(bad: str):
-    with pytest.raises(ValueError, match=repr(bad).replace("\\", "\\\\")):
+FORM = "must be N or LOCAL_RANK:N,... with N from 0 to 3"
+
+
+@pytest.mark.parametrize(("bad", "problem"), [
+    ("4", "'4' is not a stream choice"), ("x", FORM), ("0:4", "'4' is not a stream choice"), ("a:1", FORM),
+    ("0:1,", FORM), ("-1", FORM),
+])
+def test_bad_std_values_are_refused_saying_what_is_wrong(bad: str, problem: str):
+    with pytest.raises(ParseError) as info:
         streams.parse_std(bad)
+    assert info.value.problem == problem and info.value.fix.startswith("use ")
 
 
 def test_stream_plans_follow_torchruns_reify():

@@ -51,13 +51,16 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
     [
         ({contract.NODE_RANK_SETTING: "4"},
          "TRAINPLANE_NODE_RANK=4 is invalid: must be from 0 to 3; use a node rank from 0 to 3"),
-        ({contract.NODE_RANK_SETTING: "x"}, "TRAINPLANE_NODE_RANK='x' is not a whole number"),
+        ({contract.NODE_RANK_SETTING: "x"},
+         "TRAINPLANE_NODE_RANK='x' is invalid: must be a whole number; write it in digits, e.g. 4"),
         ({}, "cannot tell this node's rank"),
         ({contract.NODE_RANK_SETTING: "0", contract.QUORUM_WORKERS: "5"}, "TRAINPLANE_QUORUM_WORKERS=5"),
-        ({contract.NODE_RANK_SETTING: "0", contract.ENTRYPOINT: "train.py"}, "is not JSON"),
+        ({contract.NODE_RANK_SETTING: "0", contract.ENTRYPOINT: "train.py"},
+         "TRAINPLANE_ENTRYPOINT='train.py' is invalid: is not JSON; use a list such as [\"--num-cpus=4\"]"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "mpi"},
          "use one of spmd, pytorch, jax, tensorflow, ray, monarch"),
-        ({contract.NODE_RANK_SETTING: "0", contract.MONITOR_MEMBERS: "maybe"}, "use true or false"),
+        ({contract.NODE_RANK_SETTING: "0", contract.MONITOR_MEMBERS: "maybe"},
+         "TRAINPLANE_MONITOR_MEMBERS='maybe' is invalid: must be true or false; use true or false"),
         ({contract.NODE_RANK_SETTING: "0", contract.MASTER_PORT: "0"},
          "MASTER_PORT=0 is invalid: must be from 1 to 65535; use a TCP port from 1 to 65535"),
         ({contract.NODE_RANK_SETTING: "0", contract.MODE: "service", contract.NO_PYTHON: "true"},
@@ -70,7 +73,7 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
          "TRAINPLANE_DAEMON_ARGS=['--num-cpus=1'] is invalid: applies to TRAINPLANE_DISTRIBUTION ray (got "
          "TRAINPLANE_DISTRIBUTION monarch); daemon arguments go to `ray start`"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "ray", contract.DAEMON_ARGS: "--num-cpus=1"},
-         "TRAINPLANE_DAEMON_ARGS='--num-cpus=1' is not JSON"),
+         "TRAINPLANE_DAEMON_ARGS='--num-cpus=1' is invalid: is not JSON"),
     ],
 )
 def test_bad_settings_name_the_variable(extra: dict, message: str):
