@@ -39,7 +39,7 @@ from components.job.naming import validate_job_name
 from components.stack import keys
 from components.stack.addons import AddonsConfig
 from components.stack.capabilities import cluster_capabilities
-from components.stack.keys import build, full_key, translate
+from components.stack.keys import build, full_key, not_a_key, not_an_object, translate
 from runtime.agent.spec import setting
 
 CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
@@ -280,15 +280,15 @@ def parse_kueue(raw: Any) -> KueueArgs:
     parts = {"flavors": ResourceFlavorArgs, "clusterQueues": ClusterQueueArgs, "localQueues": LocalQueueArgs}
     known = sorted([*parts, ATOMIC_SCALE_UP_KEY])
     if not isinstance(raw, Mapping):
-        raise StackConfigError(full_key("kueue"), raw, f"use an object with keys from {known}")
+        raise not_an_object("kueue", raw, known)
     items: dict[str, Sequence[Any]] = {}
     for key, value in raw.items():
         if key == ATOMIC_SCALE_UP_KEY:
             continue
         if key not in parts:
-            raise StackConfigError(full_key(f"kueue.{key}"), value, f"unknown key; use one of {known}")
+            raise not_a_key("kueue", key, value, known)
         if not isinstance(value, list):
-            raise StackConfigError(full_key(f"kueue.{key}"), value, "use a list of objects")
+            raise StackConfigError.of(full_key(f"kueue.{key}"), value, "must be a list", "use a list of objects")
         items[key] = [build(parts[key], item, f"kueue.{key}[{i}]") for i, item in enumerate(value)]
     try:
         return KueueArgs(
@@ -342,7 +342,8 @@ def parse_jobs(raw: Any, cluster: Optional[ClusterArgs] = None) -> tuple[JobConf
     for i, item in enumerate(raw):
         path = f"jobs[{i}]"
         if not isinstance(item, Mapping):
-            raise StackConfigError(full_key(path), item, "use an object with a name and the job's arguments")
+            raise StackConfigError.of(full_key(path), item, "must be an object",
+                                      "use an object with a name and the job's arguments")
         name = item.get("name")
         if not isinstance(name, str) or any(job.name == name for job in jobs):
             raise StackConfigError(full_key(f"{path}.name"), name, "give every job its own name")

@@ -86,8 +86,20 @@ def _decode(key: str, raw: Optional[str], kind: type) -> Any:
     except json.JSONDecodeError:
         value = raw
     if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-        raise StackConfigError(full_key(key), value, f"use {_TYPE_HINTS[kind]}")
+        raise StackConfigError.of(full_key(key), value, f"must be {_TYPE_HINTS[kind]}", f"use {_TYPE_HINTS[kind]}")
     return value
+
+
+def not_an_object(path: str, raw: Any, known: list[str]) -> StackConfigError:
+    """The error for config path ``path`` (e.g. ``kueue``) holding ``raw`` where an object with
+    keys ``known`` belongs."""
+    return StackConfigError.of(full_key(path), raw, "must be an object", f"use an object with keys from {known}")
+
+
+def not_a_key(path: str, key: str, value: Any, known: list[str]) -> StackConfigError:
+    """The error for key ``key`` (holding ``value``) in the object at config path ``path``, whose
+    keys are ``known``."""
+    return StackConfigError.of(full_key(f"{path}.{key}"), value, f"is not a key of {path}", f"use one of {known}")
 
 
 def camel(name: str) -> str:
@@ -146,14 +158,14 @@ def build(cls: type[T], raw: Any, path: str, drop: tuple[str, ...] = ()) -> T:
     """
     fields = {camel(f.name): f for f in dataclasses.fields(cls)}  # type: ignore[arg-type] # T is a dataclass
     if not isinstance(raw, Mapping):
-        raise StackConfigError(full_key(path), raw, f"use an object with keys from {sorted(fields)}")
+        raise not_an_object(path, raw, sorted(fields))
     for key in raw:
         if key not in fields and key not in drop:
-            raise StackConfigError(full_key(f"{path}.{key}"), raw[key], f"unknown key; use one of {sorted(fields)}")
+            raise not_a_key(path, key, raw[key], sorted(fields))
     for key, f in fields.items():
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if required and key not in raw:
-            raise StackConfigError(full_key(f"{path}.{key}"), None, "set it; it is required")
+            raise StackConfigError.of(full_key(f"{path}.{key}"), None, "is required", "set it")
     try:
         return cls(**{fields[key].name: value for key, value in raw.items() if key in fields})
     except ArgumentError as exc:

@@ -36,7 +36,7 @@ BAD_CONFIGS = [
         {"gpuNodeGroups": [{k: v for k, v in GPU_GROUP.items() if k != "instanceTypes"}]},
         "trainplane:gpuNodeGroups[0].instanceTypes",
         "None",
-        "set it; it is required",
+        "is required; set it",
         id="GPU node group missing instance types",
     ),
     pytest.param(
@@ -141,7 +141,7 @@ BAD_CONFIGS = [
         {"kueue": {**KUEUE, "cohorts": []}},
         "trainplane:kueue.cohorts",
         "[]",
-        "unknown key; use one of",
+        "is not a key of kueue; use one of",
         id="unknown kueue key",
     ),
     pytest.param(
@@ -165,7 +165,7 @@ BAD_CONFIGS = [
         {"kindWorkers": "two"},
         "trainplane:kindWorkers",
         "'two'",
-        "use a whole number",
+        "must be a whole number; use a whole number",
         id="kind workers not a number",
     ),
     pytest.param(
@@ -221,7 +221,7 @@ BAD_CONFIGS = [
         {"gpuNodeGroups": [{**GPU_GROUP, "gpus": 8}]},
         "trainplane:gpuNodeGroups[0].gpus",
         "8",
-        "unknown key",
+        r"is not a key of gpuNodeGroups\[0\]; use one of",
         id="unknown node group key",
     ),
     pytest.param(
@@ -253,7 +253,7 @@ BAD_CONFIGS = [
         {"jobs": job(numproc=2)},
         "trainplane:jobs[0].numproc",
         "2",
-        "unknown key; use one of",
+        r"is not a key of jobs\[0\]; use one of",
         id="misspelt job key",
     ),
     pytest.param(
