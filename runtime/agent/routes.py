@@ -179,10 +179,10 @@ class AgentRoutes:
             self._children.merge(ages, now)
             for nid, entries in ranks.items():
                 self._subtree.note(nid, entries, now)
-        reply: dict[str, Any] = {"generation": world.generation if world else 0}
         if world is not None and world.generation > generation:
-            reply["world"] = world.to_json()
-        return Response(200, reply)
+            return Response(200, {"generation": world.generation, "world": world.to_json()},
+                            b'{"generation": %d, "world": %b}' % (world.generation, world.encoded()))
+        return Response(200, {"generation": world.generation if world else 0})
 
     def world(self, request: Request) -> Response:
         """``POST /world``: a new world; with ``"relay": true``, also sent on to this node's subtree."""

@@ -8,6 +8,7 @@ library only.
 
 from __future__ import annotations
 
+import json
 import signal
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -323,6 +324,14 @@ class World:
                 "job_elapsed": self.job_elapsed,
             }
         return encoded
+
+    def encoded(self) -> bytes:
+        """:meth:`to_json` as JSON bytes, encoded once per world: a world of 1,024 nodes is about
+        40 KB, which every node that beats before its push arrives is answered with."""
+        data = self.__dict__.get("_bytes_memo")
+        if data is None:
+            data = self.__dict__["_bytes_memo"] = json.dumps(self.to_json()).encode()
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> World:

@@ -41,10 +41,18 @@ class Request:
 
 @dataclass(frozen=True)
 class Response:
-    """What a route handler returns: an HTTP status and a JSON object."""
+    """What a route handler returns: an HTTP status and a JSON object.
+
+    Attributes:
+        status: the HTTP status.
+        body: the JSON object.
+        encoded: ``body`` already encoded as JSON bytes (a large answer sent to many peers, encoded
+            once), which the HTTP server sends instead of encoding ``body``; ``None`` to encode it.
+    """
 
     status: int
     body: Mapping[str, Any]
+    encoded: Optional[bytes] = None
 
 
 Handler = Callable[[Request], Response]

@@ -348,7 +348,7 @@ class AgentServer:
         self.loop.call_soon(lambda: self._done(conn, response, keep_alive))
 
     def _answer(self, conn: Connection, response: Response, keep_alive: bool) -> None:
-        data = json.dumps(response.body).encode()
+        data = response.encoded if response.encoded is not None else json.dumps(response.body).encode()
         closing = "" if keep_alive else "Connection: close\r\n"
         head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n{closing}\r\n")

@@ -3,6 +3,8 @@ nowhere else; a parent keeps its children's beats; worlds are checked and relaye
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from runtime.agent import contract
@@ -95,6 +97,20 @@ def test_a_parent_keeps_its_childrens_beats_and_sends_a_newer_world_back():
     with pytest.raises(HttpError) as info:
         put(agent, node_body(7, state="alive", generation=3))
     assert info.value.status == 409
+
+
+def test_a_newer_world_sent_back_with_a_beat_is_encoded_once_per_world():
+    world = World(job="j", generation=3, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, "10.0.0.0", 32300, 1), Node(1, "10.0.0.1", 32300, 1)))
+    agent, _, _, _, _ = routes(coordinating=False, world=world, node_id=0)
+    first, second = (agent.member(Request("PUT", contract.ROUTE_MEMBERS, node_body(1, state="alive", generation=g),
+                                          "peer")) for g in (1, 2))
+    assert first.encoded is not None and json.loads(first.encoded) == dict(first.body)
+    assert World.from_json(json.loads(first.encoded)["world"]) == world
+    assert world.encoded() is world.encoded(), "encoded once, then reused"
+    assert second.encoded == first.encoded
+    current = agent.member(Request("PUT", contract.ROUTE_MEMBERS, node_body(1, state="alive", generation=3), "peer"))
+    assert current.encoded is None and dict(current.body) == {"generation": 3}
 
 
 def test_a_world_of_another_job_is_refused_and_one_of_this_job_taken():
