@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from typing import Callable, Sequence
 
 from runtime.agent import contract
@@ -23,6 +24,8 @@ RELAY = "relay"
 """Key of a pushed world's body: ``true`` asks the receiver to send the world on to its tree children."""
 PROBE_CONCURRENCY = 32
 """Probes in flight at once from the coordinator, so that many silent nodes make no thundering herd."""
+PROBE_IDLE = 5.0
+"""Seconds a probe worker waits for another probe before it ends."""
 
 
 class WorldPusher:
@@ -132,13 +135,15 @@ class WorldPusher:
 
 class Prober:
     """Asks a silent or refusing node's agent whether it is up and which epoch it knows (``GET /info``),
-    from a background thread, at most :data:`PROBE_CONCURRENCY` at once.
+    from at most :data:`PROBE_CONCURRENCY` worker threads: probes queue for them, so hundreds of silent
+    nodes start no thread each (a worker idle for :data:`PROBE_IDLE` seconds ends).
 
     Args:
         transport: the peer transport.
         timeout: seconds a probe may take unless it says otherwise (``HeartbeatTiming.probe_timeout``).
-        answered: called with the probe, whether the agent answered, the reason (with how it failed),
-            the epoch the node knows (0 without an answer) and its coordinator's ``(address, port)``.
+        answered: called (from a worker thread) with the probe, whether the agent answered, the reason
+            (with how it failed), the epoch the node knows (0 without an answer) and its
+            coordinator's ``(address, port)``.
     """
 
     def __init__(self, transport: PeerTransport, timeout: float,
@@ -146,17 +151,40 @@ class Prober:
         self._transport = transport
         self._timeout = timeout
         self._answered = answered
-        self._slots = threading.BoundedSemaphore(PROBE_CONCURRENCY)
+        self._pending: deque[Probe] = deque()
+        self._ready = threading.Condition()
+        self._workers = 0
+        self._idle = 0
 
     def probe(self, probe: Probe) -> None:
-        """Probe ``probe.node`` in the background."""
-        threading.Thread(target=self._probe, args=(probe,), name="probe", daemon=True).start()
+        """Probe ``probe.node`` in the background (queued while every worker is busy)."""
+        with self._ready:
+            self._pending.append(probe)
+            start = len(self._pending) > self._idle and self._workers < PROBE_CONCURRENCY
+            if start:
+                self._workers += 1
+            else:
+                self._ready.notify()
+        if start:
+            threading.Thread(target=self._work, name="probe", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                if not self._pending:
+                    self._idle += 1
+                    self._ready.wait(PROBE_IDLE)
+                    self._idle -= 1
+                    if not self._pending:
+                        self._workers -= 1
+                        return
+                probe = self._pending.popleft()
+            self._probe(probe)
 
     def _probe(self, probe: Probe) -> None:
         node = probe.node
         exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_INFO)
-        with self._slots:
-            answer = self._transport.exchange(exchange, probe.timeout or self._timeout)
+        answer = self._transport.exchange(exchange, probe.timeout or self._timeout)
         try:
             info = answer.result(exchange)
         except TransportError as exc:

@@ -1,0 +1,72 @@
+"""The coordinator's probes (``push.Prober``): many silent nodes are probed by a bounded set of worker
+threads, every probe is answered once, and a probe made once the others are done is answered too."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from runtime.agent.net.peer import Answer, Exchange
+from runtime.agent.rendezvous.actions import Probe
+from runtime.agent.rendezvous.push import PROBE_CONCURRENCY, Prober
+from runtime.agent.world import Node
+
+pytestmark = pytest.mark.unit
+
+
+class HeldTransport:
+    """Answers every ``GET /info`` with epoch 1 once :attr:`release` is set; counts exchanges in flight."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    def exchange(self, exchange: Exchange, timeout: float) -> Answer:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        self.release.wait(timeout)
+        with self.lock:
+            self.in_flight -= 1
+        return Answer(0, 200, {"epoch": 1, "world_coordinator": [0, "10.0.0.0", 32300]})
+
+
+def probe_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "probe")
+
+
+def test_hundreds_of_probes_share_a_bounded_pool_of_workers_and_each_is_answered_once():
+    transport = HeldTransport()
+    answered: list[int] = []
+    done = threading.Event()
+    count = 10 * PROBE_CONCURRENCY
+
+    def answer(probe: Probe, alive: bool, _reason: str, epoch: int, address: tuple[str, int]) -> None:
+        assert alive and epoch == 1 and address == ("10.0.0.0", 32300)
+        answered.append(probe.node.node_id)
+        if len(answered) == count:
+            done.set()
+
+    before = probe_threads()
+    prober = Prober(transport, 30.0, answer)  # type: ignore[arg-type]  # the transport's exchange is all it uses
+    for i in range(count):
+        prober.probe(Probe(Node(i, f"10.0.{i // 250}.{i % 250}", 32300, 1), "silent", 1))
+    assert probe_threads() - before <= PROBE_CONCURRENCY, "a thread per worker, not per probe"
+    transport.release.set()
+    assert done.wait(30), f"{len(answered)} of {count} probes answered"
+    assert sorted(answered) == list(range(count))
+    assert transport.most_in_flight <= PROBE_CONCURRENCY
+
+
+def test_a_probe_made_after_the_others_were_answered_is_answered_too():
+    transport = HeldTransport()
+    transport.release.set()
+    answered = threading.Semaphore(0)
+    prober = Prober(transport, 30.0, lambda *_a: answered.release())  # type: ignore[arg-type]
+    prober.probe(Probe(Node(1, "10.0.0.1", 32300, 1), "silent", 1))
+    assert answered.acquire(timeout=10)
+    prober.probe(Probe(Node(2, "10.0.0.2", 32300, 1), "refused a push", 1))
+    assert answered.acquire(timeout=10), "a worker (the idle one, or a new one) took the second probe"
