@@ -18,7 +18,7 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError, ParseError, SpecError
 from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
-from runtime.agent.spec.setting import BOOL, INT, Check, Codec, tcp_port, whole
+from runtime.agent.spec.setting import BOOL, INT, STRINGS, Check, Codec, tcp_port, whole
 from runtime.agent.spec.setting import text as non_empty
 from runtime.agent.spec.trainer import check_trainer_env
 
@@ -267,13 +267,7 @@ def _strings(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     text = env.get(name, "")
     if not text:
         return ()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise ConfigError(f"{name}={text!r} is not JSON: use a list such as [\"/opt/wrapper\"]") from None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{name}={text!r} must be a JSON list of strings")
-    return tuple(value)
+    return tuple(_parsed(name, text, STRINGS))
 
 
 def _node_id(env: Mapping[str, str]) -> int:
@@ -292,12 +286,13 @@ def _node_id(env: Mapping[str, str]) -> int:
 def _resolve(text: str) -> dict[str, str]:
     if not text:
         return {}
+    fix = 'use an object of host name to address, e.g. {"node-0": "10.0.0.5"}'
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        raise ConfigError(f"{contract.RESOLVE}={text!r} is not JSON: use an object of host name to address") from None
+        raise _invalid(contract.RESOLVE, text, "is not JSON", fix) from None
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ConfigError(f"{contract.RESOLVE}={text!r} must map host names to addresses")
+        raise _invalid(contract.RESOLVE, text, "must map host names to addresses", fix)
     return value
 
 

@@ -60,7 +60,7 @@ def _bool(text: str) -> bool:
     raise ParseError("must be true or false", "use true or false")
 
 
-_LIST_FIX = 'use a list such as ["--num-cpus=4"]'
+_LIST_FIX = 'use a JSON list of strings, e.g. ["train.py", "--epochs=2"]'
 
 
 def _strings(text: str) -> tuple[str, ...]:

@@ -56,7 +56,13 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
         ({}, "cannot tell this node's rank"),
         ({contract.NODE_RANK_SETTING: "0", contract.QUORUM_WORKERS: "5"}, "TRAINPLANE_QUORUM_WORKERS=5"),
         ({contract.NODE_RANK_SETTING: "0", contract.ENTRYPOINT: "train.py"},
-         "TRAINPLANE_ENTRYPOINT='train.py' is invalid: is not JSON; use a list such as [\"--num-cpus=4\"]"),
+         "TRAINPLANE_ENTRYPOINT='train.py' is invalid: is not JSON; use a JSON list of strings, e.g. [\"train.py\", "
+         "\"--epochs=2\"]"),
+        ({contract.NODE_RANK_SETTING: "0", contract.DAEMON_PREFIX: '"/opt/wrapper"'},
+         "TRAINPLANE_DAEMON_PREFIX='\"/opt/wrapper\"' is invalid: must be a JSON list of strings; use a JSON list"),
+        ({contract.NODE_RANK_SETTING: "0", contract.RESOLVE: '{"node-1": 5}'},
+         "TRAINPLANE_RESOLVE='{\"node-1\": 5}' is invalid: must map host names to addresses; use an object of host "
+         "name to address, e.g. {\"node-0\": \"10.0.0.5\"}"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "mpi"},
          "use one of spmd, pytorch, jax, tensorflow, ray, monarch"),
         ({contract.NODE_RANK_SETTING: "0", contract.MONITOR_MEMBERS: "maybe"},
