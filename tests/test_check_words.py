@@ -203,3 +203,14 @@ def test_text_a_setting_cannot_read_is_worded_alike_by_the_launcher_and_the_agen
         f"{contract.LOCAL_RANKS_FILTER}='0,a' is invalid: {problem}; {fix}")
     assert agent_error({contract.WORKERS: "two"}) == (
         f"{contract.WORKERS}='two' is invalid: must be a whole number; write it in digits, e.g. 4")
+
+
+def test_the_eks_clusters_cross_field_rules_say_the_problem_and_the_fix():
+    with pytest.raises(ArgumentError) as zones:
+        EksGpuClusterArgs(availability_zones=["us-west-2a"])
+    assert str(zones.value) == ("availability_zones=('us-west-2a',): names fewer than 2 zones; list 2 or more zones "
+                                "for the created VPC, or give vpc_id and subnets")
+    with pytest.raises(ArgumentError) as subnets:
+        EksGpuClusterArgs(availability_zones=["us-west-2a", "us-west-2b"], public_subnet_ids=["subnet-a"])
+    assert str(subnets.value) == ("vpc_id=None: is unset, and subnet ids are given; set vpc_id too when giving "
+                                  "subnet ids")

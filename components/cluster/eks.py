@@ -86,9 +86,9 @@ class GpuNodeGroupArgs:
         validate.require("max_size", self.max_size, setting.whole(self.min_size, sizes))
         validate.require("desired_size", self.desired_size, setting.whole(self.min_size, sizes, self.max_size))
         if self.efa and not self.availability_zone:
-            raise ArgumentError(
-                "availability_zone", self.availability_zone, "name the placement group's zone when efa is on"
-            )
+            raise ArgumentError.of("availability_zone", self.availability_zone,
+                                   "is required with efa (its cluster placement group is in one zone)",
+                                   "name the placement group's zone")
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,9 @@ class EksGpuClusterArgs:
         for flag in ("autoscaler", "provisioning_requests", "pod_identity"):
             validate.boolean(flag, getattr(self, flag))
         if self.provisioning_requests and not self.autoscaler:
-            raise ArgumentError("provisioning_requests", True, "ProvisioningRequests are the Cluster Autoscaler's: "
-                                "set autoscaler too, or leave provisioning_requests off")
+            raise ArgumentError.of("provisioning_requests", True,
+                                   "ProvisioningRequests are the Cluster Autoscaler's, and autoscaler is off",
+                                   "set autoscaler too, or leave provisioning_requests off")
         if self.cluster_name is not None:
             validate.text("cluster_name", self.cluster_name)
         for field in ("public_subnet_ids", "private_subnet_ids", "availability_zones"):
@@ -158,7 +159,8 @@ class EksGpuClusterArgs:
         validate.text("system_instance_type", self.system_instance_type)
         for group in self.gpu_node_groups:
             if not isinstance(group, GpuNodeGroupArgs):
-                raise ArgumentError("gpu_node_groups", group, "give GpuNodeGroupArgs instances")
+                raise ArgumentError.of("gpu_node_groups", group, "must be GpuNodeGroupArgs",
+                                       "give GpuNodeGroupArgs instances")
         validate.require("gpu_node_groups", [group.name for group in self.gpu_node_groups], validate.NAMED_ONCE)
         if self.vpc_id:
             self._check_existing_network()
@@ -167,27 +169,31 @@ class EksGpuClusterArgs:
 
     def _check_existing_network(self) -> None:
         if len(self.public_subnet_ids) + len(self.private_subnet_ids) < MIN_ZONES:
-            raise ArgumentError(
+            raise ArgumentError.of(
                 "public_subnet_ids",
                 self.public_subnet_ids,
+                f"with private_subnet_ids, names fewer than {MIN_ZONES} subnets",
                 f"list at least {MIN_ZONES} subnets of {self.vpc_id} (public or private) in different zones",
             )
 
     def _check_created_network(self) -> None:
         if self.public_subnet_ids or self.private_subnet_ids:
-            raise ArgumentError("vpc_id", self.vpc_id, "set vpc_id too when giving subnet ids")
+            raise ArgumentError.of("vpc_id", self.vpc_id, "is unset, and subnet ids are given",
+                                   "set vpc_id too when giving subnet ids")
         if len(self.availability_zones) < MIN_ZONES:
-            raise ArgumentError(
+            raise ArgumentError.of(
                 "availability_zones",
                 self.availability_zones,
+                f"names fewer than {MIN_ZONES} zones",
                 f"list {MIN_ZONES} or more zones for the created VPC, or give vpc_id and subnets",
             )
         subnet_cidrs(self.vpc_cidr, len(self.availability_zones))
         for i, group in enumerate(self.gpu_node_groups):
             if group.efa and group.availability_zone not in self.availability_zones:
-                raise ArgumentError(
+                raise ArgumentError.of(
                     f"gpu_node_groups[{i}].availability_zone",
                     group.availability_zone,
+                    "is none of the created VPC's zones, so the group's EFA placement group has no subnet",
                     f"pick one of availability_zones {list(self.availability_zones)} for group {group.name}",
                 )
 
