@@ -24,7 +24,6 @@ but ``kube-system`` and Kueue's own), so other tests' objects never depend on th
 
 from __future__ import annotations
 
-import base64
 import copy
 import os
 import shutil
@@ -37,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from testbed.cluster import processes, versions
+from testbed.cluster import processes, versions, webhooks
 from testbed.cluster.build import GoTool, _go_env, binary, build_tool, tool_dir
 from testbed.cluster.paths import cache_root
 from testbed.cluster.pki import Pki, issue_loopback_serving
@@ -119,20 +118,7 @@ def local_config(rendered: str, health: int, metrics: int, webhook: int, cert_di
 def webhook_configurations(path: Path, port: int, ca: Path, namespaces: Sequence[str]) -> list[dict[str, Any]]:
     """The generated webhook configurations pointed at the manager on ``127.0.0.1:port`` (trusting ``ca``), each
     webhook admitting only ``namespaces``; named ``kueue-...`` as the chart names them."""
-    bundle = base64.b64encode(ca.read_bytes()).decode()
-    selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
-                                      "values": list(namespaces)}]}
-    out = []
-    for doc in yaml.safe_load_all(path.read_text()):
-        if not doc:
-            continue
-        doc["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
-        for hook in doc["webhooks"]:
-            service = hook["clientConfig"]["service"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{service['path']}", "caBundle": bundle}
-            hook["namespaceSelector"] = selector
-        out.append(doc)
-    return out
+    return webhooks.pointed_at_local(path.read_text(), "kueue", port, ca, namespaces)
 
 
 

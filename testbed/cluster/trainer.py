@@ -24,7 +24,6 @@ empty Go build cache (modules downloaded), 242 s wall (184 s user, 40 s system C
 
 from __future__ import annotations
 
-import base64
 import copy
 import os
 import shutil
@@ -37,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from testbed.cluster import processes, versions
+from testbed.cluster import processes, versions, webhooks
 from testbed.cluster.build import GoTool, build_tool
 from testbed.cluster.crds import _download
 from testbed.cluster.pki import Pki, issue_loopback_serving
@@ -116,20 +115,8 @@ def local_config(manager: Manager, health: int, metrics: int, webhook: int, cert
 def webhook_configurations(manager: Manager, port: int, ca: Path, namespaces: Sequence[str]) -> list[dict[str, Any]]:
     """The release's webhook configurations pointed at the manager on ``127.0.0.1:port`` (trusting ``ca``), each
     webhook admitting only ``namespaces``; named ``<manager>-<upstream name>``."""
-    bundle = base64.b64encode(ca.read_bytes()).decode()
-    selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
-                                      "values": list(namespaces)}]}
-    out = []
-    for doc in yaml.safe_load_all(module_file(manager, manager.webhooks).read_text()):
-        if not doc:
-            continue
-        doc["metadata"] = {"name": f"{manager.name}-{doc['metadata']['name']}"}
-        for hook in doc["webhooks"]:
-            service = hook["clientConfig"]["service"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{service['path']}", "caBundle": bundle}
-            hook["namespaceSelector"] = selector
-        out.append(doc)
-    return out
+    return webhooks.pointed_at_local(module_file(manager, manager.webhooks).read_text(), manager.name, port, ca,
+                                     namespaces)
 
 
 
