@@ -1,9 +1,9 @@
 """``python -m testbed.cluster build|up|down``: build the binaries, start the test cluster, stop it.
 
-``build --with NAME`` (repeatable) also builds an optional part, which the default build and CI leave out:
+``build --with NAME`` (repeatable) also builds an optional part, which the default build leaves out:
 ``pods``, the real node (``realnode.py``: Debian's containerd, runc and CNI plugins installed with apt-get when
-missing, the kubelet and CoreDNS), ``trainer`` (Kubeflow Trainer v2 and JobSet), ``training-operator``,
-``scheduler-plugins`` (``build.PARTS``).
+missing, the kubelet and CoreDNS; CI builds it, for the cluster tier's real-node tests), ``trainer`` (Kubeflow
+Trainer v2 and JobSet), ``training-operator``, ``scheduler-plugins`` (``build.PARTS``).
 
 ``up`` prints the admin kubeconfig's path (``export KUBECONFIG=$(python -m testbed.cluster up)``); the
 cluster runs on until ``down``. ``env`` prints the shell ``export`` lines that point the built ``pulumi``
@@ -30,7 +30,8 @@ from testbed.cluster.trainer import TRAINER_TOOL
 from testbed.cluster.waiting import Abort, Timeout
 
 OPTIONAL: dict[str, tuple[GoTool, ...]] = {"trainer": (TRAINER_TOOL,), **PARTS}
-"""The parts ``build`` leaves out unless named with ``--with`` (each only for a ``tests/cluster/live_*.py``)."""
+"""The parts ``build`` leaves out unless named with ``--with``: ``pods`` for the cluster tier's real-node tests
+(the ``real_node`` fixture builds it too when it is missing), the others for a ``tests/cluster/live_*.py`` each."""
 
 
 def print_env(state: Path | None) -> None:
@@ -91,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="build (or find cached) every binary the cluster tests need, and generate the "
                            "CRDs")
     build.add_argument("--with", dest="extra", action="append", choices=sorted(OPTIONAL), default=[],
-                       help="also build an optional part, for a tests/cluster/live_*.py (pods: the real node, Debian "
-                            "packages, kubelet and CoreDNS; trainer: the Kubeflow Trainer v2 and JobSet managers; "
-                            "training-operator; scheduler-plugins); repeatable")
+                       help="also build an optional part (pods: the real node of the cluster tier's real-node tests, "
+                            "Debian packages, kubelet and CoreDNS; trainer: the Kubeflow Trainer v2 and JobSet "
+                            "managers; training-operator; scheduler-plugins: each for a tests/cluster/live_*.py); "
+                            "repeatable")
     for name, text in (("up", "start the cluster (building first if needed); print the kubeconfig path"),
                        ("down", "stop the cluster and remove its state"),
                        ("env", "print export lines pointing the built pulumi at the running cluster")):

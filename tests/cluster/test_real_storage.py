@@ -4,11 +4,11 @@
 outlives its pod and its job.
 
 Each claim is a directory of this machine (the PersistentVolume's ``hostPath``), which the test reads directly to
-see what the pods wrote. Jobs are deployed with ``pulumi up`` as in ``live_real_jobs.py``.
+see what the pods wrote. Jobs are deployed with ``pulumi up`` as in ``test_real_jobs.py``.
 
-Both tests passed on 2026-12-02 (the real node, the ``hostpath`` class).
-Run by path after ``python -m testbed.cluster build --with pods``; the real node is one per machine (its bridge
-``tpnode0`` is deleted and made again at start), so run it when no other session uses the real node.
+Both tests passed on 2026-12-02 (the real node, the ``hostpath`` class). The ``real_node`` fixture builds the
+``pods`` part when it is not cached (CI builds it beforehand); the real node is one per machine (its bridge
+``tpnode0`` is deleted and made again at start), so no other session may use the real node meanwhile.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from testbed.cluster import storage
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.realnode import RealNode
 from testbed.cluster.waiting import wait_for
-from tests.cluster.live_real_jobs import WAIT, job_condition, pod_logs, real_job, up
+from tests.cluster.test_real_jobs import WAIT, job_end, pod_logs, real_job, up
 
 pytestmark = pytest.mark.cluster
 
@@ -70,7 +70,7 @@ def test_claims_bind_every_pod_mounts_them_and_the_checkpoint_outlives_the_job(
         volume_mounts=[*args.volume_mounts, {"name": "results", "mountPath": "/results"}])
     engine, _ = up(tmp_path / "train", cluster, "digits", args)
     checkpoints = wait_for(lambda: bound_path(api, "checkpoints", namespace), BIND, "claim checkpoints to bind")
-    condition = wait_for(lambda: job_condition(api, "digits", namespace), WAIT, "job digits to finish")
+    condition = job_end(api, "digits", namespace)
     logs = pod_logs(api, "digits", namespace)
     assert condition["type"] == "Complete", (condition, logs)
     pods = core.list_namespaced_pod(namespace, label_selector="job-name=digits").items
@@ -89,7 +89,7 @@ def test_claims_bind_every_pod_mounts_them_and_the_checkpoint_outlives_the_job(
     second = real_job(namespace, command=["python3", "-c", reader], workers=1, num_proc=1,
                       checkpoint_dir="/restore", checkpoint_claim="checkpoints")
     reader_engine, _ = up(tmp_path / "read", cluster, "reader", second)
-    condition = wait_for(lambda: job_condition(api, "reader", namespace), WAIT, "job reader to finish")
+    condition = job_end(api, "reader", namespace)
     logs = pod_logs(api, "reader", namespace)
     assert condition["type"] == "Complete", (condition, logs)
     restored = f"restored from /restore epochs 3 accuracy {round(saved['accuracy'], 4)}"
@@ -130,7 +130,7 @@ def test_an_evicted_pods_replacement_resumes_from_the_checkpoint_its_rank_saved(
                      "rank 0 to save its state")
     core = client.CoreV1Api(api)
     core.create_namespaced_pod_eviction(first, namespace, {"metadata": {"name": first, "namespace": namespace}})
-    condition = wait_for(lambda: job_condition(api, "resume", namespace), WAIT, "job resume to finish")
+    condition = job_end(api, "resume", namespace)
     logs = pod_logs(api, "resume", namespace)
     assert condition["type"] == "Complete", (condition, logs)
     replacements = [name for name in logs if name != first]
