@@ -18,8 +18,7 @@ kwok keeps its pods Running, where it marks a Job's pods Succeeded at once. The 
 cordoning the CPU nodes before the pod is deleted. The timeout here is 30 s (``pods_ready_timeout``) so the window
 is short; the add-on's default is 600 s.
 
-Not run yet (2026-12-02): Kueue's manager was not rebuilt in time on this machine (the cache was empty and the
-default binaries were still being built at the deadline).
+Both passed on 2026-12-03, with ``live_kueue.py`` (7 passed together).
 
 Not collected by a plain ``pytest`` (it needs Kueue's manager, ``testbed/cluster/kueue.py``). Run it by path:
 ``.venv/bin/python -m pytest -q tests/cluster/live_kueue_recovery.py``.

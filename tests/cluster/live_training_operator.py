@@ -5,10 +5,9 @@ per-replica Services, the env the agents read; an edit of the job replaces it an
 deleted worker of an elastic PyTorchJob comes back with the lost pod's index and env, the others untouched.
 The operator with ``--gang-scheduler-name`` is in ``live_coscheduling.py``.
 
-The elastic replacement test has not run yet (2026-12-02: the operator was not rebuilt in time); the other two
-passed before it, with the fixture now in ``tests/cluster/controllers.py``: 53 s here (the operator's cold build
-took 1136 s at load 30-190, 201 s of CPU). The program runs on the Python host: the YAML host cannot register a
-CustomResource (pulumi/pulumi-kubernetes#1971).
+All three passed on 2026-12-03, the elastic replacement test included: 53 s here (the operator's cold build
+took 1136 s at load 30-190, 201 s of CPU; 217 s on 2026-12-03 with the Go module cache warm). The program runs
+on the Python host: the YAML host cannot register a CustomResource (pulumi/pulumi-kubernetes#1971).
 
 What the component relies on, each read in kubeflow/trainer (training-operator) v1.9.4:
 
