@@ -20,8 +20,10 @@ from components.cluster.kind import KindClusterArgs
 from components.errors import ArgumentError, InvalidJobArgs, StackConfigError
 from components.stack.config import CLUSTER_KEYS, parse_cluster
 from runtime.agent import contract
-from runtime.agent.errors import ConfigError
+from runtime.agent.errors import ConfigError, ParseError
 from runtime.agent.spec.agent_settings import AgentSettings
+from runtime.agent.spec.job import DISTRIBUTIONS, SETTINGS, JobSpec
+from runtime.agent.spec.ports import port_block
 from runtime.local.launch import build_parser, validate
 from tests.components.componenttest import job_args
 
@@ -81,9 +83,93 @@ def test_a_spec_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args(
     agent = agent_error({contract.WORKERS: "2", contract.QUORUM_WORKERS: "3"})
     assert (info.value.problem, info.value.fix) == (
         "must be from 1 to workers (2)", "use a quorum from 1 to the number of nodes (2)")
-    assert "error: --quorum-workers: must be from 1 to --nnodes (2) (got 3)" in line
+    assert line == (f"{PROG}: error: --quorum-workers: must be from 1 to --nnodes (2) (got 3); use a quorum from 1 to "
+                    f"the number of nodes (2){HELP}")
     assert agent == (f"{contract.QUORUM_WORKERS}=3 is invalid: must be from 1 to {contract.WORKERS} (2); use a quorum "
                      "from 1 to the number of nodes (2)")
+
+
+def test_a_single_controller_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args():
+    line = launcher_error(["--nnodes", "2", "--distribution", "ray", "--num-proc", "2", "train.py"])
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(distribution="ray", num_proc=2)
+    agent = agent_error({contract.DISTRIBUTION: "ray", contract.NUM_PROC: "2"})
+    problem = "a ray job runs one driver process, on node 0, and ray's own workers on every node"
+    assert (info.value.problem, info.value.fix) == (problem, "set num_proc to 1")
+    assert line == f"{PROG}: error: --num-proc: {problem} (got 2); set --num-proc to 1{HELP}"
+    assert agent == f"{contract.NUM_PROC}=2 is invalid: {problem}; set {contract.NUM_PROC} to 1"
+
+
+def test_a_rule_about_two_settings_is_worded_alike_by_the_launcher_the_agent_and_the_job_args():
+    line = launcher_error(["--nnodes", "2", "--distribution", "monarch", "--min-workers", "1", "train.py"])
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(distribution="monarch", num_proc=1, min_workers=1, max_workers=2)
+    agent = agent_error({contract.DISTRIBUTION: "monarch", contract.MIN_WORKERS: "1", contract.MAX_WORKERS: "2"})
+    problem = "a monarch job cannot be elastic (its head is node 0)"
+    assert (info.value.field, info.value.problem, info.value.fix) == (
+        "min_workers", problem, "unset min_workers and max_workers")
+    assert line == f"{PROG}: error: --min-workers/--max-workers: {problem}; unset --min-workers and --max-workers{HELP}"
+    assert agent == (f"{contract.MIN_WORKERS}=1 is invalid: {problem}; unset {contract.MIN_WORKERS} and "
+                     f"{contract.MAX_WORKERS}")
+
+
+def test_a_rule_whose_problem_says_the_value_is_worded_alike_by_the_launcher_the_agent_and_the_job_args():
+    line = launcher_error(["--daemon-arg=--num-cpus=1", "train.py"])
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(daemon_args=["--num-cpus=1"])
+    agent = agent_error({contract.DAEMON_ARGS: '["--num-cpus=1"]'})
+    assert (info.value.problem, info.value.fix) == (
+        "applies to distribution ray only: the arguments go to `ray start` (got distribution spmd)",
+        "unset daemon_args, or use distribution ray")
+    assert line == (f"{PROG}: error: --daemon-arg: applies to --distribution ray only: the arguments go to `ray start` "
+                    f"(got --distribution spmd); unset --daemon-arg, or use --distribution ray{HELP}")
+    dist = contract.DISTRIBUTION
+    assert agent == (f"{contract.DAEMON_ARGS}=['--num-cpus=1'] is invalid: applies to {dist} ray only: the arguments "
+                     f"go to `ray start` (got {dist} spmd); unset {contract.DAEMON_ARGS}, or use {dist} ray")
+
+
+def test_a_check_that_parses_text_is_worded_alike_by_the_launcher_and_the_agent():
+    problem, fix = "'NOPE' is not a signal name", "use signal names, e.g. SIGTERM,SIGUSR1"
+    assert launcher_error(["--signals-to-handle", "SIGTERM,NOPE", "train.py"]) == (
+        f"{PROG}: error: --signals-to-handle: {problem} (got SIGTERM,NOPE); {fix}{HELP}")
+    assert agent_error({contract.TORCHELASTIC_SIGNALS_TO_HANDLE: "SIGTERM,NOPE"}) == (
+        f"{contract.TORCHELASTIC_SIGNALS_TO_HANDLE}='SIGTERM,NOPE' is invalid: {problem}; {fix}")
+
+
+FIX_VERBS = ("use", "unset", "set", "name", "give", "write")
+"""How the spec's fixes begin: each says what to do."""
+UNLIKELY_VALUES = (None, True, -1, 0, 1.5, float("nan"), 70000, "", " ", "NOPE", ["x", 1], ["", "a"], ())
+UNREADABLE_TEXTS = ("x", "-", "0,a", "9", "[1]", "{", "0:9", '"x"')
+
+
+def every_spec_answer() -> list[tuple[str, str]]:
+    """Every ``(problem, fix)`` the job spec words: each setting's check of values it refuses, each codec's
+    refusal of text it cannot read, each rule between settings (worded whether it holds or not) for every
+    distribution, elastic or not, and the port block's."""
+    answers = [found for declared in SETTINGS.values() for value in UNLIKELY_VALUES
+               if (found := declared.problem(value)) is not None]
+    for codec in {declared.codec for declared in SETTINGS.values()}:
+        for text in UNREADABLE_TEXTS:
+            with contextlib.suppress(ParseError):
+                codec.parse(text)
+                continue
+            with pytest.raises(ParseError) as info:
+                codec.parse(text)
+            answers.append((info.value.problem, info.value.fix))
+    specs = [JobSpec(entrypoint=("x.py",), distribution=d) for d in DISTRIBUTIONS]
+    specs.append(JobSpec(entrypoint=("x.py",), workers=3, quorum_workers=2, min_workers=2, max_workers=4))
+    answers += [(rule.problem, rule.fix) for spec in specs for rule in spec.rules()]
+    answers += [found for free in (False, True) if (found := port_block(65500, 2, free)) is not None]
+    return answers
+
+
+def test_every_spec_problem_is_the_problem_alone_and_every_fix_the_fix_alone():
+    answers = every_spec_answer()
+    assert len(answers) > 60
+    for problem, fix in answers:
+        assert "; " not in problem and "(use " not in problem and fix not in problem, (problem, fix)
+        assert problem.split()[0] not in FIX_VERBS, (problem, fix)
+        assert "; " not in fix and fix.split()[0] in FIX_VERBS, (problem, fix)
 
 
 def test_a_whole_number_is_worded_alike_by_the_job_args_and_the_cluster_args():

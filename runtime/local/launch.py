@@ -273,7 +273,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     try:
         jobs.LocalJobSpec(**_settings(ns, ns.job_name, ns.log_dir))
     except SpecError as exc:
-        parser.error(exc.headline(lambda name: flag(ns, name)))
+        parser.error(exc.line(lambda name: flag(ns, name)))
     for holds, subject, problem, fix in _launcher_checks(ns):
         if not holds:
             parser.error(f"{subject}: {problem}; {fix}")
@@ -281,8 +281,8 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
 
 def _launcher_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str, str, str], ...]:
     """What only this launcher has (its ports on one machine, GPUs, directories, SCRIPT), each as
-    ``(holds, subject, problem, fix)``: a refusal is worded ``subject: problem; fix``, as the spec's
-    ``(problem, fix)`` checks are, the value as ``(got ...)`` in the problem as a headline has it."""
+    ``(holds, subject, problem, fix)``: a refusal is worded ``subject: problem (got value); fix``, as
+    ``SpecError.line`` words a refusal of the spec's ``(problem, fix)`` checks."""
     batch = ns.mode == "batch"
     master_port = flag(ns, "master_port")
     beyond = port_block(ns.master_port, ns.workers * ns.num_proc, free=True) or ("", "")
