@@ -23,8 +23,8 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError, ParseError
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.job import DISTRIBUTIONS, SETTINGS, JobSpec
-from runtime.agent.spec.ports import port_block
-from runtime.local.launch import build_parser, validate
+from runtime.agent.spec.ports import known_port, port_block
+from runtime.local.launch import SHUTDOWN_TIMEOUT_ENV, build_parser, validate
 from tests.components.componenttest import job_args
 
 pytestmark = pytest.mark.unit
@@ -77,6 +77,23 @@ def test_a_bad_tcp_port_is_worded_alike_by_the_agent_and_the_job_args():
     assert (info.value.problem, info.value.fix) == ("must be from 1 to 65535", "use a TCP port from 1 to 65535")
     assert agent_error({contract.AGENT_PORT_SETTING: "70000"}) == (
         f"{contract.AGENT_PORT_SETTING}=70000 is invalid: must be from 1 to 65535; use a TCP port from 1 to 65535")
+
+
+def test_a_base_port_of_0_is_worded_alike_by_the_agent_and_the_job_args():
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(master_port=0)
+    problem = ("0 picks a free port when a job starts on one machine, and every node must know node 0's port in "
+               "advance")
+    assert parts(info.value) == (problem, "use a TCP port from 1 to 65535")
+    assert agent_error({contract.MASTER_PORT: "0"}) == (
+        f"{contract.MASTER_PORT}=0 is invalid: {problem}; use a TCP port from 1 to 65535")
+
+
+def test_the_launchers_variable_is_worded_as_the_agents_variables(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(SHUTDOWN_TIMEOUT_ENV, "soon")
+    words = "is invalid: must be a number of seconds; write it as a number, e.g. 30 or 2.5"
+    assert launcher_error(["train.py"]) == f"{PROG}: error: {SHUTDOWN_TIMEOUT_ENV}='soon' {words}{HELP}"
+    assert agent_error({contract.GRACE_PERIOD: "soon"}) == f"{contract.GRACE_PERIOD}='soon' {words}"
 
 
 def test_a_spec_rule_is_worded_alike_by_the_launcher_the_agent_and_the_job_args(tmp_path: Path):
@@ -133,10 +150,17 @@ def test_a_rule_whose_problem_says_the_value_is_worded_alike_by_the_launcher_the
                      f"go to `ray start` (got {dist} spmd); unset {contract.DAEMON_ARGS}, or use {dist} ray")
 
 
+def test_an_empty_job_name_is_worded_alike_by_the_launcher_and_the_agent():
+    problem, fix = "must be non-empty text", "name the job, e.g. digits"
+    assert launcher_error(["--job-name", "", "train.py"]) == (
+        f"{PROG}: error: --job-name: {problem} (got ''); {fix}{HELP}")
+    assert agent_error({contract.JOB_NAME: ""}) == f"{contract.JOB_NAME}='' is invalid: {problem}; {fix}"
+
+
 def test_a_check_that_parses_text_is_worded_alike_by_the_launcher_and_the_agent():
     problem, fix = "'NOPE' is not a signal name", "use signal names, e.g. SIGTERM,SIGUSR1"
     assert launcher_error(["--signals-to-handle", "SIGTERM,NOPE", "train.py"]) == (
-        f"{PROG}: error: --signals-to-handle: {problem} (got SIGTERM,NOPE); {fix}{HELP}")
+        f"{PROG}: error: --signals-to-handle: {problem} (got 'SIGTERM,NOPE'); {fix}{HELP}")
     assert agent_error({contract.TORCHELASTIC_SIGNALS_TO_HANDLE: "SIGTERM,NOPE"}) == (
         f"{contract.TORCHELASTIC_SIGNALS_TO_HANDLE}='SIGTERM,NOPE' is invalid: {problem}; {fix}")
 
@@ -150,7 +174,7 @@ UNREADABLE_TEXTS = ("x", "-", "0,a", "9", "[1]", "{", "0:9", '"x"')
 def every_spec_answer() -> list[tuple[str, str]]:
     """Every ``(problem, fix)`` the job spec words: each setting's check of values it refuses, each codec's
     refusal of text it cannot read, each rule between settings (worded whether it holds or not) for every
-    distribution, elastic or not, and the port block's."""
+    distribution, elastic or not, the port block's and the base port's where every node must know it."""
     answers = [found for declared in SETTINGS.values() for value in UNLIKELY_VALUES
                if (found := declared.problem(value)) is not None]
     for codec in {declared.codec for declared in SETTINGS.values()}:
@@ -165,6 +189,7 @@ def every_spec_answer() -> list[tuple[str, str]]:
     specs.append(JobSpec(entrypoint=("x.py",), workers=3, quorum_workers=2, min_workers=2, max_workers=4))
     answers += [(rule.problem, rule.fix) for spec in specs for rule in spec.rules()]
     answers += [found for free in (False, True) if (found := port_block(65500, 2, free)) is not None]
+    answers += [found for value in UNLIKELY_VALUES if (found := known_port(value)) is not None]
     return answers
 
 

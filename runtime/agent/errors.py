@@ -103,11 +103,12 @@ class SpecError(ConfigError):
         return self.problem.format_map(names), self.fix.format_map(names)
 
     def line(self, name_of: Callable[[str], str]) -> str:
-        """``subject: problem (got value); fix``, names by ``name_of``, the value only when
-        :attr:`shows_value`: the one line of a front end that names the setting before the problem,
-        e.g. a command line's ``--nnodes: must be 1 or more (got 0); use 1 or more nodes``."""
+        """``subject: problem (got value); fix``, names by ``name_of``, the value (its ``repr``, as the
+        agent's refusals show it) only when :attr:`shows_value`: the one line of a front end that names
+        the setting before the problem, e.g. a command line's
+        ``--nnodes: must be 1 or more (got 0); use 1 or more nodes``."""
         problem, fix = self.render(name_of)
-        got = f" (got {self.value})" if self.shows_value else ""
+        got = f" (got {self.value!r})" if self.shows_value else ""
         return f"{self.subject.format_map(_Names(name_of))}: {problem}{got}; {fix}"
 
     def __reduce__(self) -> tuple[Any, ...]:

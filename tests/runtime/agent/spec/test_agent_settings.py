@@ -68,7 +68,8 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
         ({contract.NODE_RANK_SETTING: "0", contract.MONITOR_MEMBERS: "maybe"},
          "TRAINPLANE_MONITOR_MEMBERS='maybe' is invalid: must be true or false; use true or false"),
         ({contract.NODE_RANK_SETTING: "0", contract.MASTER_PORT: "0"},
-         "MASTER_PORT=0 is invalid: must be from 1 to 65535; use a TCP port from 1 to 65535"),
+         "MASTER_PORT=0 is invalid: 0 picks a free port when a job starts on one machine, and every node must know "
+         "node 0's port in advance; use a TCP port from 1 to 65535"),
         ({contract.NODE_RANK_SETTING: "0", contract.MODE: "service", contract.NO_PYTHON: "true"},
          "TRAINPLANE_NO_PYTHON=True is invalid: runs a command, and service mode runs none; unset it in service mode"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "ray", contract.NUM_PROC: "2"},
