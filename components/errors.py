@@ -1,8 +1,8 @@
 """Errors raised by the trainplane Pulumi components, all at preview time.
 
 ComponentError                 base of every error this package raises
-├── ArgumentError              a component argument is invalid: field, value, fix
-│   └── InvalidJobArgs         a DistributedJobArgs field (or the job name) is invalid: field, value, problem, fix
+├── ArgumentError              a component argument is invalid: field, value, problem, fix
+│   └── InvalidJobArgs         a DistributedJobArgs field (or the job name) is invalid: the same parts
 ├── StackConfigError           a stack config value is invalid: config key, value, fix
 ├── BundleError                the runtime bundle cannot be built from runtime/agent/
 └── OperatorRuleError          a rendered PyTorchJob breaks a training-operator rule
@@ -10,50 +10,27 @@ ComponentError                 base of every error this package raises
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 
 class ComponentError(Exception):
     """Base class of every error raised by ``components``."""
 
 
+_Argument = TypeVar("_Argument", bound="ArgumentError")
+
+
 class ArgumentError(ComponentError, ValueError):
-    """A component argument is invalid.
-
-    The message is ``"<field>=<value!r>: <detail>"``.
-
-    Attributes:
-        field: The argument's name as the component spells it (``snake_case``).
-        value: The rejected value.
-        fix: What to change, in one sentence.
-    """
-
-    def __init__(self, field: str, value: object, fix: str) -> None:
-        self.field = field
-        self.value = value
-        self.fix = fix
-        super().__init__(f"{field}={value!r}: {self.detail}")
-
-    @property
-    def detail(self) -> str:
-        """The message after ``"<field>=<value!r>: "``: what is wrong and how to fix it."""
-        return self.fix
-
-    @classmethod
-    def of(cls, field: str, value: object, problem: str, fix: str) -> ArgumentError:
-        """The error for a ``(problem, fix)`` check's answer (``runtime.agent.spec.setting.Check``): the
-        message is ``"<field>=<value!r>: <problem>; <fix>"``."""
-        return cls(field, value, f"{problem}; {fix}")
-
-
-class InvalidJobArgs(ArgumentError):
-    """A job argument is invalid. Raised at preview time, before anything is created.
+    """A component argument is invalid, in the two parts of a ``(problem, fix)`` check
+    (``runtime.agent.spec.setting.Check``).
 
     The message is ``"<field>=<value!r>: <problem>; <fix>"``.
 
     Attributes:
-        field: The argument's name, e.g. ``"quorum_workers"``.
+        field: The argument's name as the component spells it (``snake_case``).
         value: The rejected value.
-        problem: What is wrong with it.
-        fix: What to do instead.
+        problem: What is wrong with it, alone, e.g. ``must be 0 or more``.
+        fix: What to change, alone, e.g. ``use a whole number >= 0``.
     """
 
     def __init__(self, field: str, value: object, problem: str, fix: str) -> None:
@@ -65,18 +42,28 @@ class InvalidJobArgs(ArgumentError):
             problem: What is wrong with it.
             fix: What to do instead.
         """
+        self.field = field
+        self.value = value
         self.problem = problem
-        super().__init__(field, value, fix)
+        self.fix = fix
+        super().__init__(f"{field}={value!r}: {self.detail}")
 
     @property
     def detail(self) -> str:
-        """``"<problem>; <fix>"``."""
+        """The message after ``"<field>=<value!r>: "``: ``"<problem>; <fix>"``."""
         return f"{self.problem}; {self.fix}"
 
     @classmethod
-    def of(cls, field: str, value: object, problem: str, fix: str) -> InvalidJobArgs:
-        """The error for a ``(problem, fix)`` check's answer, its parts kept apart."""
+    def of(cls: type[_Argument], field: str, value: object, problem: str, fix: str) -> _Argument:
+        """The error for a ``(problem, fix)`` check's answer, as the constructor makes it: the one signature
+        every component error's ``of`` has (:meth:`StackConfigError.of` too)."""
         return cls(field, value, problem, fix)
+
+
+class InvalidJobArgs(ArgumentError):
+    """A job argument (a ``DistributedJobArgs`` field, or the job name) is invalid. Raised at preview time,
+    before anything is created; its parts and message are :class:`ArgumentError`'s, e.g. field
+    ``"quorum_workers"``."""
 
 
 class StackConfigError(ComponentError, ValueError):

@@ -55,12 +55,12 @@ def local_chart(field: str, path: object, chart: HelmChart) -> str:
     pinned = f"the {chart.name} chart, version {chart.version}"
     metadata = _chart_metadata(Path(text))
     if not isinstance(metadata, dict):
-        raise ArgumentError(field, path, f"point it at a directory holding {CHART_FILE}, or a .tgz of one, "
-                                         f"with {pinned}")
+        raise ArgumentError(field, path, f"holds no {CHART_FILE}", f"point it at a directory holding {CHART_FILE}, "
+                                                                   f"or a .tgz of one, with {pinned}")
     found = (metadata.get("name"), str(metadata.get("version")))
     if found != (chart.name, chart.version):
-        raise ArgumentError(field, path, f"it holds the {found[0]} chart, version {found[1]}; use a copy of {pinned} "
-                                         "(the add-on's settings are written for that release)")
+        raise ArgumentError(field, path, f"holds the {found[0]} chart, version {found[1]}",
+                            f"use a copy of {pinned} (the add-on's settings are written for that release)")
     return text
 
 

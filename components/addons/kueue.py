@@ -104,25 +104,23 @@ class ClusterQueueArgs:
     def __post_init__(self) -> None:
         validate.dns_label("name", self.name)
         if not isinstance(self.quotas, Mapping) or not self.quotas:
-            raise ArgumentError(
-                "quotas", self.quotas, 'map each flavor to its quotas, e.g. {"default": {"cpu": "8"}}'
-            )
+            raise ArgumentError("quotas", self.quotas, "must be a non-empty mapping of flavors to quotas",
+                                'map each flavor to its quotas, e.g. {"default": {"cpu": "8"}}')
         covered = None
         for flavor, resources in self.quotas.items():
             if not isinstance(resources, Mapping) or not resources:
-                raise ArgumentError(
-                    f'quotas["{flavor}"]', resources, 'map resource names to quantities, e.g. {"cpu": "8"}'
-                )
+                raise ArgumentError(f'quotas["{flavor}"]', resources,
+                                    "must be a non-empty mapping of resource names to quantities",
+                                    'map resource names to quantities, e.g. {"cpu": "8"}')
             for resource, quantity in resources.items():
                 number = isinstance(quantity, (int, float)) and not isinstance(quantity, bool)
                 validate.require(f'quotas["{flavor}"]["{resource}"]', str(quantity) if number else quantity,
                                  validate.quantity)
             if covered is not None and set(resources) != covered:
-                raise ArgumentError(
-                    f'quotas["{flavor}"]',
-                    sorted(resources),
-                    f"quote the same resources as the other flavors: {sorted(covered)}",
-                )
+                raise ArgumentError(f'quotas["{flavor}"]', sorted(resources),
+                                    "quotes other resources than the flavors before it (Kueue puts every flavor "
+                                    "in one resource group)",
+                                    f"quote the same resources as the other flavors: {sorted(covered)}")
             covered = set(resources)
 
 

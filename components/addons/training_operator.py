@@ -120,13 +120,14 @@ def local_overlay(field: str, path: object) -> str:
     pinned = f"the standalone overlay of kubeflow/trainer {TRAINING_OPERATOR_VERSION}"
     found = next((Path(text) / n for n in KUSTOMIZATION_FILES if (Path(text) / n).is_file()), None)
     if found is None:
-        raise ArgumentError(field, path, f"point it at a directory holding a kustomization.yaml: {pinned}")
+        raise ArgumentError(field, path, "holds no kustomization",
+                            f"point it at a directory holding a kustomization.yaml: {pinned}")
     kustomization = yaml.safe_load(found.read_text())
     images = kustomization.get("images", []) if isinstance(kustomization, dict) else []
     tags = [i.get("newTag") for i in images if isinstance(i, dict) and i.get("name") == image]
     if tags != [tag]:
-        raise ArgumentError(field, path, f"its kustomization sets {image} to {tags or 'no tag'}, not {tag}; use a copy "
-                                         f"of {pinned}")
+        raise ArgumentError(field, path, f"its kustomization sets {image} to {tags or 'no tag'}, not {tag}",
+                            f"use a copy of {pinned}")
     return text
 
 

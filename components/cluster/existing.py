@@ -56,7 +56,7 @@ class ExistingClusterArgs:
         classes = self.storage_classes
         if classes is not None and (not isinstance(classes, Mapping) or not all(
                 isinstance(m, (list, tuple)) and set(m) <= ACCESS_MODES for m in classes.values())):
-            raise ArgumentError("storage_classes", classes,
+            raise ArgumentError("storage_classes", classes, "must map each storage class to a list of access modes",
                                 f"map each class to access modes from {sorted(ACCESS_MODES)}")
         if self.default_storage_class is not None:
             validate.require("default_storage_class", self.default_storage_class,
@@ -87,16 +87,14 @@ def load_kubeconfig(args: ExistingClusterArgs) -> str:
     else:
         path = Path(source).expanduser()
         if not path.is_file():
-            raise ArgumentError(
-                "kubeconfig", source, f"no file at {path}; give a kubeconfig path or its content"
-            )
+            raise ArgumentError("kubeconfig", source, f"no file at {path}", "give a kubeconfig path or its content")
         content = path.read_text(encoding="utf-8")
     try:
         parsed = yaml.safe_load(content)
     except yaml.YAMLError as exc:
-        raise ArgumentError("kubeconfig", shown, f"not valid YAML ({exc}); give a kubeconfig") from exc
+        raise ArgumentError("kubeconfig", shown, f"not valid YAML ({exc})", "give a kubeconfig") from exc
     if not isinstance(parsed, dict) or not isinstance(parsed.get("contexts"), list):
-        raise ArgumentError("kubeconfig", shown, "has no 'contexts' list; give a kubeconfig file")
+        raise ArgumentError("kubeconfig", shown, "has no 'contexts' list", "give a kubeconfig file")
     names = [entry.get("name") for entry in parsed["contexts"] if isinstance(entry, dict)]
     if args.context is not None:
         validate.require("context", args.context, validate.defined("kubeconfig context", [str(n) for n in names]))

@@ -63,7 +63,8 @@ def autoscaler_region(args: EksGpuClusterArgs) -> str:
     """
     region = args.region or pulumi.Config("aws").get("region")
     if not region:
-        raise ArgumentError("region", None, "the cluster autoscaler needs the AWS region: set aws:region")
+        raise ArgumentError("region", None, "the cluster autoscaler needs the AWS region, and neither region nor the "
+                            "aws:region config sets it", "set region, or aws:region in the stack config")
     return region
 
 
@@ -78,7 +79,8 @@ def install_platform(name: str, args: EksGpuClusterArgs, ctx: PlatformContext) -
     after = list(ctx.node_groups)
     if args.pod_identity_agent:
         if ctx.cluster_name is None:
-            raise ArgumentError("cluster_name", None, "the pod identity agent needs the cluster's name")
+            raise ArgumentError("cluster_name", None, "is unset, and the pod identity agent needs the cluster's name",
+                                "give the platform the EKS cluster's name")
         agent = aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=ctx.cluster_name,
                               addon_name=POD_IDENTITY_AGENT,
                               opts=pulumi.ResourceOptions(parent=ctx.parent, depends_on=list(ctx.node_groups)))

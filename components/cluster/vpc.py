@@ -48,11 +48,11 @@ def subnet_cidrs(vpc_cidr: str, count: int) -> list[str]:
     try:
         network = ipaddress.IPv4Network(vpc_cidr)
     except ValueError as exc:
-        raise ArgumentError(
-            "vpc_cidr", vpc_cidr, f"use an IPv4 CIDR block such as 10.0.0.0/16 ({exc})"
-        ) from exc
+        raise ArgumentError("vpc_cidr", vpc_cidr, f"not an IPv4 CIDR block ({exc})",
+                            "use an IPv4 CIDR block such as 10.0.0.0/16") from exc
     if network.prefixlen + SUBNET_PREFIX_BITS > 28 or count > 2**SUBNET_PREFIX_BITS:
-        raise ArgumentError("vpc_cidr", vpc_cidr, f"use a /24 or larger block for {count} subnets")
+        raise ArgumentError("vpc_cidr", vpc_cidr, f"cannot hold {count} subnets",
+                            f"use a /24 or larger block for {count} subnets")
     return [str(subnet) for subnet in network.subnets(prefixlen_diff=SUBNET_PREFIX_BITS)][:count]
 
 

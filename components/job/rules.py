@@ -12,9 +12,10 @@ from components.capabilities import GANG_SCHEDULERS, KUEUE, NO_GANG, SCHEDULER_P
 from components.errors import InvalidJobArgs
 from components.job import checks, platform, trainjob_rules
 from components.job.backends import BACKENDS, INDEXED_JOB, PYTORCHJOB, STATEFULSET
+from components.validate import require
 from runtime.agent.errors import SpecError
-from runtime.agent.spec.job import PORT_FIX, SINGLE_CONTROLLER
-from runtime.agent.spec.ports import framework_ports, port_block, reserved_ports
+from runtime.agent.spec.job import SINGLE_CONTROLLER
+from runtime.agent.spec.ports import framework_ports, known_port, port_block, reserved_ports
 
 if TYPE_CHECKING:
     from components.job.args import DistributedJobArgs
@@ -199,9 +200,7 @@ def _validate_pod(a: DistributedJobArgs) -> None:
 
 def _validate_network(a: DistributedJobArgs) -> None:
     checks.require_port("agent_port", a.agent_port)
-    if a.master_port == 0:
-        raise InvalidJobArgs("master_port", a.master_port, "0 picks a free port when a job starts on one machine; "
-                             "the pods of a job must know node 0's port in advance", PORT_FIX)
+    require("master_port", a.master_port, known_port, InvalidJobArgs)
     if a.agent_port == a.master_port:
         raise InvalidJobArgs("master_port", a.master_port, "equals agent_port", "give them different ports")
     checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)

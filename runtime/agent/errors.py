@@ -82,8 +82,8 @@ class SpecError(ConfigError):
         fix: how to put it right, e.g. ``use 1 or more nodes``.
         subject: the settings the problem is about, e.g. ``{min_workers}/{max_workers}``; ``{field}``
             by default.
-        shows_value: whether a front end that words the problem alone adds the value to it (the
-            problem may say the value itself, or be about another setting's).
+        shows_value: whether a front end that names the setting before the problem (:meth:`line`) adds
+            the value to it (the problem may say the value itself, or be about another setting's).
     """
 
     def __init__(self, field: str, value: object, problem: str, fix: str, subject: str = "",
@@ -102,13 +102,14 @@ class SpecError(ConfigError):
         names = _Names(name_of)
         return self.problem.format_map(names), self.fix.format_map(names)
 
-    def headline(self, name_of: Callable[[str], str]) -> str:
-        """``subject: problem`` (and ``(got value)`` when :attr:`shows_value`), names by ``name_of``: the
-        one line of a front end that words the problem alone, e.g. a command line's
-        ``--nnodes: must be 1 or more (got 0)``."""
-        names = _Names(name_of)
-        got = f" (got {self.value})" if self.shows_value else ""
-        return f"{self.subject.format_map(names)}: {self.problem.format_map(names)}{got}"
+    def line(self, name_of: Callable[[str], str]) -> str:
+        """``subject: problem (got value); fix``, names by ``name_of``, the value (its ``repr``, as the
+        agent's refusals show it) only when :attr:`shows_value`: the one line of a front end that names
+        the setting before the problem, e.g. a command line's
+        ``--nnodes: must be 1 or more (got 0); use 1 or more nodes``."""
+        problem, fix = self.render(name_of)
+        got = f" (got {self.value!r})" if self.shows_value else ""
+        return f"{self.subject.format_map(_Names(name_of))}: {problem}{got}; {fix}"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.field, self.value, self.problem, self.fix, self.subject, self.shows_value)

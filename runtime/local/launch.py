@@ -255,9 +255,9 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     if ns.grace_period is None:
         shutdown = os.environ.get(SHUTDOWN_TIMEOUT_ENV, "")
         try:
-            ns.grace_period = float(shutdown) if shutdown else default("grace_period")
-        except ValueError:
-            parser.error(f"{SHUTDOWN_TIMEOUT_ENV}={shutdown!r}: not a number of seconds")
+            ns.grace_period = SETTINGS["grace_period"].codec.parse(shutdown) if shutdown else default("grace_period")
+        except ParseError as exc:
+            parser.error(f"{SHUTDOWN_TIMEOUT_ENV}={shutdown!r} is invalid: {exc.problem}; {exc.fix}")
     if ns.master_port is None:
         ns.master_port = 0  # picked and reserved when the job starts (runtime.local.launch_plan.plan)
     if ns.run_path:
@@ -265,7 +265,8 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     workers = flag(ns, "workers")
     if ns.nnodes_min is not None:
         if not 1 <= ns.nnodes_min <= ns.workers:
-            parser.error(f"{workers}: MIN:MAX needs 1 <= MIN <= MAX (got {ns.nnodes_min}:{ns.workers})")
+            parser.error(f"{workers}: MIN:MAX needs 1 <= MIN <= MAX (got {ns.nnodes_min}:{ns.workers}); use a MIN "
+                         "from 1 to MAX")
         if ns.min_workers is not None or ns.max_workers is not None:
             parser.error(f"{workers}: MIN:MAX and --min-workers/--max-workers both set the elastic bounds; "
                          f"use one of them")
@@ -273,7 +274,7 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     try:
         jobs.LocalJobSpec(**_settings(ns, ns.job_name, ns.log_dir))
     except SpecError as exc:
-        parser.error(exc.headline(lambda name: flag(ns, name)))
+        parser.error(exc.line(lambda name: flag(ns, name)))
     for holds, subject, problem, fix in _launcher_checks(ns):
         if not holds:
             parser.error(f"{subject}: {problem}; {fix}")
@@ -281,8 +282,8 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
 
 def _launcher_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str, str, str], ...]:
     """What only this launcher has (its ports on one machine, GPUs, directories, SCRIPT), each as
-    ``(holds, subject, problem, fix)``: a refusal is worded ``subject: problem; fix``, as the spec's
-    ``(problem, fix)`` checks are, the value as ``(got ...)`` in the problem as a headline has it."""
+    ``(holds, subject, problem, fix)``: a refusal is worded ``subject: problem (got value); fix``, as
+    ``SpecError.line`` words a refusal of the spec's ``(problem, fix)`` checks."""
     batch = ns.mode == "batch"
     master_port = flag(ns, "master_port")
     beyond = port_block(ns.master_port, ns.workers * ns.num_proc, free=True) or ("", "")

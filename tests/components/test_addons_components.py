@@ -379,4 +379,4 @@ def test_an_addons_mapping_is_checked_naming_the_field(component, inputs, field,
     with pytest.raises(ArgumentError) as info:
         component("addon", inputs)
     assert info.value.field.startswith(field)
-    assert fix in info.value.fix
+    assert fix in info.value.detail

@@ -50,4 +50,4 @@ def test_a_misspelt_kueue_framework_is_refused_at_preview_naming_the_known_ones(
     assert info.value.field == "frameworks[1]"
     assert info.value.value == "kubeflow.org/pytorchjobs"
     listed = ", ".join(KNOWN_FRAMEWORKS)
-    assert info.value.fix == f"must be one of {listed}; use one of {listed}"
+    assert (info.value.problem, info.value.fix) == (f"must be one of {listed}", f"use one of {listed}")

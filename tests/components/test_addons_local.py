@@ -79,11 +79,12 @@ def test_a_helm_addon_installs_a_local_copy_of_its_pinned_chart(tmp_path, name, 
 def test_a_local_chart_of_another_release_or_none_is_refused_naming_the_pin(tmp_path, name):
     _, args_type, chart = HELM_ADDONS[name]
     other = write_chart(tmp_path / "other", chart.name, "0.0.1")
-    for path, says in ((other, "version 0.0.1"), (tmp_path / "missing", "Chart.yaml")):
+    for path, says in ((other, f"holds the {chart.name} chart, version 0.0.1"), (tmp_path / "missing",
+                                                                                  "holds no Chart.yaml")):
         with pytest.raises(ArgumentError) as info:
             args_type(chart_path=str(path))
         assert info.value.field == "chart_path"
-        assert says in info.value.fix and f"the {chart.name} chart, version {chart.version}" in info.value.fix
+        assert info.value.problem == says and f"the {chart.name} chart, version {chart.version}" in info.value.fix
 
 
 def write_overlay(directory, tag):
@@ -107,13 +108,13 @@ def test_the_training_operator_applies_a_local_copy_of_its_pinned_overlay(tmp_pa
     assert deployment.one("kubernetes:kustomize/v2:Directory").inputs["directory"] == path
 
 
-@pytest.mark.parametrize(("tag", "says"), [("v1-855e096", "not v1-93c5489"), (None, "kustomization.yaml")])
+@pytest.mark.parametrize(("tag", "says"), [("v1-855e096", "not v1-93c5489"), (None, "holds no kustomization")])
 def test_a_local_overlay_of_another_release_or_none_is_refused(tmp_path, tag, says):
     path = write_overlay(tmp_path / "overlay", tag) if tag else str(tmp_path / "missing")
     with pytest.raises(ArgumentError) as info:
         TrainingOperatorArgs(manifests_path=path)
     assert info.value.field == "manifests_path"
-    assert says in info.value.fix and "v1.9.4" in info.value.fix
+    assert says in info.value.problem and "v1.9.4" in info.value.fix
 
 
 @pytest.mark.usefixtures("home")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components.errors import (
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     "error",
     [
-        ArgumentError("workers", -1, "use a whole number >= 0"),
+        ArgumentError("workers", -1, "must be 0 or more", "use a whole number >= 0"),
         InvalidJobArgs("workers", 0, "must be >= 1", "pass an int >= 1"),
         StackConfigError("trainplane:kindWorkers", "two", "use a whole number"),
         BundleError("too big"),
@@ -35,13 +37,22 @@ def test_every_error_has_the_one_root(error: ComponentError) -> None:
 @pytest.mark.parametrize(
     ("error", "message", "detail"),
     [
-        (ArgumentError("workers", -1, "use a whole number >= 0"), "workers=-1: use a whole number >= 0",
-         "use a whole number >= 0"),
+        (ArgumentError("workers", -1, "must be 0 or more", "use a whole number >= 0"),
+         "workers=-1: must be 0 or more; use a whole number >= 0", "must be 0 or more; use a whole number >= 0"),
         (InvalidJobArgs("workers", 0, "must be >= 1", "pass an int >= 1"), "workers=0: must be >= 1; pass an int >= 1",
          "must be >= 1; pass an int >= 1"),
     ],
 )
 def test_argument_errors_share_field_value_and_detail(error: ArgumentError, message: str, detail: str) -> None:
-    with pytest.raises(ValueError, match=f"^{message}$") as caught:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$") as caught:
         raise error
     assert (caught.value.field, caught.value.value, caught.value.detail) == ("workers", error.value, detail)
+    assert caught.value.detail == f"{caught.value.problem}; {caught.value.fix}"
+
+
+def test_an_argument_errors_of_keeps_the_checks_problem_and_fix_apart() -> None:
+    error = ArgumentError.of("workers", -1, "must be 0 or more", "use a whole number >= 0")
+    assert type(error) is ArgumentError
+    assert (error.problem, error.fix) == ("must be 0 or more", "use a whole number >= 0")
+    job = InvalidJobArgs.of("workers", 0, "must be 1 or more", "use 1 or more nodes")
+    assert type(job) is InvalidJobArgs and str(job) == "workers=0: must be 1 or more; use 1 or more nodes"

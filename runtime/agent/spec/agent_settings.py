@@ -18,6 +18,7 @@ from runtime.agent import contract
 from runtime.agent.errors import ConfigError, ParseError, SpecError
 from runtime.agent.net.address import split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
+from runtime.agent.spec.ports import known_port
 from runtime.agent.spec.setting import BOOL, INT, STRINGS, Check, Codec, tcp_port, whole
 from runtime.agent.spec.setting import text as non_empty
 from runtime.agent.spec.trainer import check_trainer_env
@@ -101,12 +102,13 @@ class AgentSettings:
 
     def __post_init__(self) -> None:
         spec, node = self.spec, self.node
-        _check(contract.JOB_NAME, spec.job_name or "", non_empty("set a non-empty job name"))
+        _check(contract.JOB_NAME, spec.job_name or "", SETTINGS["job_name"].problem)  # the spec's check; unset is ""
         _check(contract.TOKEN, self.plumbing.token, non_empty("set the job's bearer token"))
         _check(contract.NODE_RANK_SETTING, node.node_id,
                whole(0, f"use a node rank from 0 to {spec.max_nodes - 1}", spec.max_nodes - 1))
-        for name, port in ((contract.AGENT_PORT_SETTING, node.agent_port), (contract.MASTER_PORT, spec.master_port),
-                           (contract.COORDINATOR_HOST, node.coordinator_port)):
+        _check(contract.MASTER_PORT, spec.master_port, known_port)
+        for name, port in ((contract.AGENT_PORT_SETTING, node.agent_port), (contract.COORDINATOR_HOST,
+                                                                             node.coordinator_port)):
             _check(name, port, tcp_port())
         if spec.outputs.writes_files and not spec.log_dir:
             raise _invalid(contract.REDIRECTS, spec.redirects.encode(),

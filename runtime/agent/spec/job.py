@@ -57,8 +57,18 @@ DEFAULT_ROLE = "default"
 PORT_FIX = f"{TCP_PORT_FIX}, or 0 for a free one"
 
 
-class _Rule(NamedTuple):
-    """A rule between settings: when it does not hold, ``name``'s value is the one refused."""
+class Rule(NamedTuple):
+    """A rule between settings: when it does not hold, ``name``'s value is the one refused, with the parts of
+    an ``errors.SpecError``.
+
+    Attributes:
+        name: the setting refused.
+        holds: whether the spec keeps the rule.
+        problem: what is wrong, alone (no fix in it); ``{name}`` names a setting.
+        fix: how to put it right.
+        subject: the settings the problem is about; ``{name}`` when empty.
+        shows_value: whether a front end adds the refused value to the problem.
+    """
 
     name: str
     holds: bool
@@ -210,52 +220,49 @@ class JobSpec:
             found = SETTINGS[f.name].problem(getattr(self, f.name)) if f.name in SETTINGS else None
             if found is not None:
                 raise SpecError(f.name, getattr(self, f.name), *found)
-        for rule in self._across():
+        for rule in self.rules():
             if not rule.holds:
                 raise SpecError(rule.name, getattr(self, rule.name), rule.problem, rule.fix, rule.subject,
                                 rule.shows_value)
 
-    def _across(self) -> tuple[_Rule, ...]:
-        """Every rule between settings, in the order they are checked."""
+    def rules(self) -> tuple[Rule, ...]:
+        """Every rule between settings, in the order they are checked, each worded for this spec's values
+        whether it holds or not."""
         workers, dist, single = self.workers, self.distribution, self.distribution in SINGLE_CONTROLLER
         return (
-            _Rule("quorum_workers", self.quorum_workers is None or self.quorum_workers <= workers,
-                  f"must be from 1 to {{workers}} ({workers})",
-                  f"use a quorum from 1 to the number of nodes ({workers})"),
-            _Rule("quorum_workers", self.quorum_workers is None or self.elastic or self.quorum_workers >= workers,
-                  f"a fixed-size job forms its world with the first {self.quorum_workers} nodes and refuses the "
-                  f"other {workers - (self.quorum_workers or workers)} (their agents exit 3)",
-                  f"unset {{quorum_workers}} (wait for all {workers}), or make the job elastic with "
-                  f"{{min_workers}} <= {self.quorum_workers} and {{max_workers}} >= {workers}"),
-            _Rule("quorum_workers", self.quorum_workers is None or self.min_workers is None
-                  or self.quorum_workers >= self.min_workers,
-                  f"the world would form with fewer nodes than {{min_workers}} ({self.min_workers}), the fewest "
-                  "it may run with",
-                  f"use a quorum of at least {self.min_workers}, or lower {{min_workers}}"),
-            _Rule("min_workers", self.min_workers is None or self.min_workers <= workers,
-                  f"must be from 1 to {{workers}} ({workers})", "use {min_workers} <= {workers} <= {max_workers}"),
-            _Rule("max_workers", self.max_workers is None or self.max_workers >= workers,
-                  f"must be at least {{workers}} ({workers})", "use {min_workers} <= {workers} <= {max_workers}"),
-            _Rule("heartbeat_ttl", self.heartbeat_ttl >= 4 * self.heartbeat_interval,
-                  f"must be at least 4 x {{heartbeat_interval}} ({4 * self.heartbeat_interval:g} s)",
-                  f"use at least 4 x the heartbeat interval ({4 * self.heartbeat_interval:g} s)"),
-            _Rule("entrypoint", bool(self.entrypoint) or self.mode != "batch", "batch mode needs a command to run",
-                  "name a script or -m module"),
-            _Rule("no_python", not self.no_python or self.mode == "batch",
-                  "runs a command, and service mode runs none",
-                  "unset it in service mode, whose processes run the call loop"),
-            _Rule("num_proc", not single or self.num_proc == 1,
-                  f"a {dist} job runs one driver process, on node 0, and {dist}'s own workers on every node; use "
-                  f"{{num_proc}} 1",
-                  f"a {dist} job runs one driver process, on node 0, and {dist}'s own workers on every node; use 1"),
-            _Rule("min_workers", not single or not self.elastic,
-                  f"a {dist} job cannot be elastic (its head is node 0); drop them",
-                  f"a {dist} job cannot be elastic (its head is node 0); unset {{min_workers}} and {{max_workers}}",
-                  subject="{min_workers}/{max_workers}", shows_value=False),
-            _Rule("daemon_args", not self.daemon_args or dist == "ray",
-                  f"applies to {{distribution}} ray (got {{distribution}} {dist})",
-                  f"daemon arguments go to `ray start`, and this job's distribution is {dist!r}; unset it",
-                  shows_value=False),
+            Rule("quorum_workers", self.quorum_workers is None or self.quorum_workers <= workers,
+                 f"must be from 1 to {{workers}} ({workers})",
+                 f"use a quorum from 1 to the number of nodes ({workers})"),
+            Rule("quorum_workers", self.quorum_workers is None or self.elastic or self.quorum_workers >= workers,
+                 f"a fixed-size job forms its world with the first {self.quorum_workers} nodes and refuses the "
+                 f"other {workers - (self.quorum_workers or workers)} (their agents exit 3)",
+                 f"unset {{quorum_workers}} (wait for all {workers}), or make the job elastic with "
+                 f"{{min_workers}} <= {self.quorum_workers} and {{max_workers}} >= {workers}"),
+            Rule("quorum_workers", self.quorum_workers is None or self.min_workers is None
+                 or self.quorum_workers >= self.min_workers,
+                 f"the world would form with fewer nodes than {{min_workers}} ({self.min_workers}), the fewest "
+                 "it may run with",
+                 f"use a quorum of at least {self.min_workers}, or lower {{min_workers}}"),
+            Rule("min_workers", self.min_workers is None or self.min_workers <= workers,
+                 f"must be from 1 to {{workers}} ({workers})", "use {min_workers} <= {workers} <= {max_workers}"),
+            Rule("max_workers", self.max_workers is None or self.max_workers >= workers,
+                 f"must be at least {{workers}} ({workers})", "use {min_workers} <= {workers} <= {max_workers}"),
+            Rule("heartbeat_ttl", self.heartbeat_ttl >= 4 * self.heartbeat_interval,
+                 f"must be at least 4 x {{heartbeat_interval}} ({4 * self.heartbeat_interval:g} s)",
+                 f"use at least 4 x the heartbeat interval ({4 * self.heartbeat_interval:g} s)"),
+            Rule("entrypoint", bool(self.entrypoint) or self.mode != "batch", "batch mode needs a command to run",
+                 "name a script or -m module"),
+            Rule("no_python", not self.no_python or self.mode == "batch",
+                 "runs a command, and service mode runs none",
+                 "unset it in service mode, whose processes run the call loop"),
+            Rule("num_proc", not single or self.num_proc == 1,
+                 f"a {dist} job runs one driver process, on node 0, and {dist}'s own workers on every node",
+                 "set {num_proc} to 1"),
+            Rule("min_workers", not single or not self.elastic, f"a {dist} job cannot be elastic (its head is node 0)",
+                 "unset {min_workers} and {max_workers}", subject="{min_workers}/{max_workers}", shows_value=False),
+            Rule("daemon_args", not self.daemon_args or dist == "ray",
+                 f"applies to {{distribution}} ray only: the arguments go to `ray start` (got {{distribution}} {dist})",
+                 "unset {daemon_args}, or use {distribution} ray", shows_value=False),
         )
 
     @property

@@ -1,12 +1,17 @@
 """The job's port layout: the ports counted up from its base port (``master_port``), as every front end
-and the pods' renderer plan them (``contract.RENDEZVOUS_PORT_SPAN`` gives the offsets). Standard library
-only."""
+and the pods' renderer plan them (``contract.RENDEZVOUS_PORT_SPAN`` gives the offsets), and the check of
+the base port where every node must know it (:func:`known_port`). Standard library only."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from runtime.agent import contract
+from runtime.agent.spec.setting import TCP_PORT_FIX, tcp_port
+
+FREE_PORT_PROBLEM = ("0 picks a free port when a job starts on one machine, and every node must know node 0's port "
+                     "in advance")
+"""Why the base port of a job whose nodes start apart (its agents, its pods) cannot be 0."""
 
 
 def reserved_ports(processes: int) -> int:
@@ -26,6 +31,14 @@ def framework_ports(distribution: str, master_port: int) -> tuple[tuple[str, int
     if distribution == "monarch":
         return ((contract.MONARCH_PORT_NAME, base),)
     return ()
+
+
+def known_port(value: Any) -> Optional[tuple[str, str]]:
+    """A check for the job's base port where every node must know it before it starts (an agent's
+    ``MASTER_PORT``, a pod's ``master_port``): a TCP port, 1 to 65535, and 0 refused saying why."""
+    if value == 0 and not isinstance(value, bool):
+        return FREE_PORT_PROBLEM, TCP_PORT_FIX
+    return tcp_port()(value)
 
 
 def port_block(master_port: int, processes: int, free: bool = False) -> Optional[tuple[str, str]]:

@@ -24,13 +24,14 @@ def parse_signals(text: str) -> tuple[signal.Signals, ...]:
     """``SIGTERM,SIGINT,...`` as torchrun's ``--signals-to-handle`` takes it, in order, without repeats.
 
     Raises:
-        ValueError: a name that is not a signal here, quoted in the message.
+        ValueError: a name that is not a signal here; the message, the problem alone, quotes it (the job
+            spec's check adds the fix).
     """
     found: list[signal.Signals] = []
     for name in (n.strip() for n in text.split(",")):
         sig = getattr(signal, name, None) if name.startswith("SIG") else None
         if not isinstance(sig, signal.Signals):
-            raise ValueError(f"{name!r} is not a signal name (use names such as SIGTERM,SIGUSR1)")
+            raise ValueError(f"{name!r} is not a signal name")
         if sig not in found:
             found.append(sig)
     return tuple(found)

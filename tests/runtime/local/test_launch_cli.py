@@ -42,7 +42,7 @@ pytestmark = pytest.mark.process
         (["--no-python", "-m", "pkg.train"], "--no-python"),
         (["--mode", "service", "--no-python"], "--no-python"),
         (["--nnodes", "1:x", "x.py"], "expected N or MIN:MAX nodes, got '1:x'"),
-        (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got 3:2)"),
+        (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got 3:2); use a MIN from 1 to MAX"),
         (["--nproc_per_node", "two", "x.py"], "argument --nproc_per_node: expected a number of processes, or "
                                               "auto, cpu, gpu or xpu, got 'two'"),
         (["--nproc-per-node=two", "x.py"], "argument --nproc-per-node: expected a number of processes"),

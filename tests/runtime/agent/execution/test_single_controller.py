@@ -244,13 +244,17 @@ def test_monarch_service_calls_run_on_node_0_only(monarch_service: LocalJob):
 
 @pytest.mark.parametrize(("flags", "message"), [
     (("--distribution", "ray", "--num-proc", "2"),
-     "--num-proc: a ray job runs one driver process, on node 0, and ray's own workers on every node; use "
-     "--num-proc 1 (got 2)"),
+     "--num-proc: a ray job runs one driver process, on node 0, and ray's own workers on every node (got 2); set "
+     "--num-proc to 1"),
     (("--distribution", "monarch", "--min-workers", "1"),
-     "--min-workers/--max-workers: a monarch job cannot be elastic (its head is node 0); drop them"),
+     "--min-workers/--max-workers: a monarch job cannot be elastic (its head is node 0); unset --min-workers and "
+     "--max-workers"),
     (("--distribution", "monarch", "--daemon-arg=--num-cpus=1"),
-     "--daemon-arg: applies to --distribution ray (got --distribution monarch)"),
-    (("--daemon-arg=--num-cpus=1",), "--daemon-arg: applies to --distribution ray (got --distribution spmd)"),
+     "--daemon-arg: applies to --distribution ray only: the arguments go to `ray start` (got --distribution "
+     "monarch); unset --daemon-arg, or use --distribution ray"),
+    (("--daemon-arg=--num-cpus=1",),
+     "--daemon-arg: applies to --distribution ray only: the arguments go to `ray start` (got --distribution spmd); "
+     "unset --daemon-arg, or use --distribution ray"),
 ])
 def test_flags_a_single_controller_job_cannot_take_are_refused(script, flags: tuple[str, ...], message: str):
     result = launch("--workers", "2", *flags, str(script("pass\n")))

@@ -68,16 +68,20 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
         ({contract.NODE_RANK_SETTING: "0", contract.MONITOR_MEMBERS: "maybe"},
          "TRAINPLANE_MONITOR_MEMBERS='maybe' is invalid: must be true or false; use true or false"),
         ({contract.NODE_RANK_SETTING: "0", contract.MASTER_PORT: "0"},
-         "MASTER_PORT=0 is invalid: must be from 1 to 65535; use a TCP port from 1 to 65535"),
+         "MASTER_PORT=0 is invalid: 0 picks a free port when a job starts on one machine, and every node must know "
+         "node 0's port in advance; use a TCP port from 1 to 65535"),
         ({contract.NODE_RANK_SETTING: "0", contract.MODE: "service", contract.NO_PYTHON: "true"},
          "TRAINPLANE_NO_PYTHON=True is invalid: runs a command, and service mode runs none; unset it in service mode"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "ray", contract.NUM_PROC: "2"},
-         "TRAINPLANE_NUM_PROC=2 is invalid: a ray job runs one driver process, on node 0"),
+         "TRAINPLANE_NUM_PROC=2 is invalid: a ray job runs one driver process, on node 0, and ray's own workers on "
+         "every node; set TRAINPLANE_NUM_PROC to 1"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "monarch", contract.MIN_WORKERS: "2",
-          contract.MAX_WORKERS: "4"}, "a monarch job cannot be elastic"),
+          contract.MAX_WORKERS: "4"}, "TRAINPLANE_MIN_WORKERS=2 is invalid: a monarch job cannot be elastic (its head "
+         "is node 0); unset TRAINPLANE_MIN_WORKERS and TRAINPLANE_MAX_WORKERS"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "monarch", contract.DAEMON_ARGS: '["--num-cpus=1"]'},
-         "TRAINPLANE_DAEMON_ARGS=['--num-cpus=1'] is invalid: applies to TRAINPLANE_DISTRIBUTION ray (got "
-         "TRAINPLANE_DISTRIBUTION monarch); daemon arguments go to `ray start`"),
+         "TRAINPLANE_DAEMON_ARGS=['--num-cpus=1'] is invalid: applies to TRAINPLANE_DISTRIBUTION ray only: the "
+         "arguments go to `ray start` (got TRAINPLANE_DISTRIBUTION monarch); unset TRAINPLANE_DAEMON_ARGS, or use "
+         "TRAINPLANE_DISTRIBUTION ray"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "ray", contract.DAEMON_ARGS: "--num-cpus=1"},
          "TRAINPLANE_DAEMON_ARGS='--num-cpus=1' is invalid: is not JSON"),
     ],

@@ -100,8 +100,8 @@ def test_one_check_is_worded_by_each_front_end_in_its_own_names():
     assert (error.field, error.value) == ("quorum_workers", 3)
     assert str(error) == ("quorum_workers=3 is invalid: must be from 1 to workers (2); use a quorum from 1 to the "
                           "number of nodes (2)")
-    assert error.headline(lambda name: {"workers": "--nnodes", "quorum_workers": "--quorum-workers"}[name]) == \
-        "--quorum-workers: must be from 1 to --nnodes (2) (got 3)"
+    assert error.line(lambda name: {"workers": "--nnodes", "quorum_workers": "--quorum-workers"}[name]) == \
+        "--quorum-workers: must be from 1 to --nnodes (2) (got 3); use a quorum from 1 to the number of nodes (2)"
     with pytest.raises(ConfigError, match=re.escape("TRAINPLANE_QUORUM_WORKERS=3 is invalid: must be from 1 to "
                                                     "TRAINPLANE_WORKERS (2); use a quorum from 1")):
         spec_from_env({contract.WORKERS: "2", contract.QUORUM_WORKERS: "3", contract.ENTRYPOINT: '["x.py"]'})
