@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config
 
 from runtime.agent import contract
-from testbed.cluster import versions
+from testbed.cluster import realnode, versions
 from testbed.cluster.lifecycle import Cluster
 from tests.conftest import ROOT, processes_with, project_env, wait_until
 
@@ -22,9 +22,11 @@ pytestmark = pytest.mark.cluster
 
 
 def test_the_nodes_are_shaped_like_the_stacks_nodes_and_ready(cluster: Cluster, api: client.ApiClient) -> None:
+    """kwok's nodes; the real node (``realnode.LABEL``), which the session's real-node tests add, is not one."""
     assert cluster.server.startswith("https://127.0.0.1:")
     assert client.VersionApi(api).get_code().git_version == versions.KUBERNETES
-    nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
+    nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items
+             if (n.metadata.labels or {}).get(realnode.LABEL[0]) != realnode.LABEL[1]}
     assert sorted(nodes) == ["cpu-0", "cpu-1", "gpu-0", "gpu-1"]
     for name, node in nodes.items():
         assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions), name
