@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +12,9 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, NodeFailed, RemoteError
 from runtime.agent.net.server import Request
+from runtime.agent.service import dispatch
 from runtime.agent.service.dispatch import ServiceNode
+from runtime.agent.service.drivers import ThreadDriver
 from runtime.agent.service.wire import error_from_body
 from runtime.agent.world import Node, World
 from testbed.inprocess import InProcessExecutor
@@ -107,10 +109,33 @@ def test_a_leaf_error_climbs_and_the_running_subtrees_are_cancelled(tree: Fleet)
     assert cancels[0] == ["10.0.0.1", "10.0.0.5"], "the coordinator cancels the subtrees still running"
 
 
-def test_the_deadline_on_the_fake_clock_names_exactly_the_ranks_still_out():
-    """The coordinator's own rank 0 and node 1's rank 1 wait at gates. Once the call is under way the
-    clock passes its deadline and rank 1 is let go: its answer, the last child's, wakes the
-    coordinator, which ends the call at once naming rank 0, though no real time passed."""
+class CountingDriver(ThreadDriver):
+    """A :class:`ThreadDriver` that counts the steps it has run and knows the thread that made it."""
+
+    made: list[CountingDriver] = []
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock)
+        self.thread = threading.current_thread()
+        self.steps_run = 0
+        CountingDriver.made.append(self)
+
+    def post(self, step: Callable[[], None]) -> None:
+        def counted() -> None:
+            step()
+            self.steps_run += 1
+        super().post(counted)
+
+
+def test_the_deadline_on_the_fake_clock_names_exactly_the_ranks_still_out(monkeypatch: pytest.MonkeyPatch):
+    """The coordinator's own rank 0 and node 1's rank 1 wait at gates. Rank 1 is let go; once its answer has
+    reached the coordinator (a step its driver has run), the clock passes the deadline, and the coordinator's
+    next look at its timers ends the call naming rank 0 alone, though no real time reached the deadline.
+
+    The clock moves only after that step: a driver also looks at its timers once per real second, so a move
+    before it could let either node's deadline fire first and name rank 1 too."""
+    monkeypatch.setattr(dispatch, "ThreadDriver", CountingDriver)
+    monkeypatch.setattr(CountingDriver, "made", [])
     fleet = Fleet(2, threshold=100, fanout=3)
     late, stuck = inprocess_fns.gate("hop-late"), inprocess_fns.gate("hop-stuck")
     outcome: list[tuple[int, dict[str, Any]]] = []
@@ -118,11 +143,11 @@ def test_the_deadline_on_the_fake_clock_names_exactly_the_ranks_still_out():
                                                                        timeout=60.0)))
     try:
         caller.start()
-        # both ranks run (a node's call is in flight before its rank starts: past the deadline then, node 1's
-        # hop would end at once, its rank unanswered)
         assert wait_until(lambda: {"hop-late", "hop-stuck"} <= inprocess_fns.AT_GATE, timeout=10)
-        fleet.clock.now = 61.0
+        [coordinator] = [d for d in CountingDriver.made if d.thread is caller]
         late.set()
+        assert wait_until(lambda: coordinator.steps_run >= 1, timeout=10), "node 1's answer reaches the coordinator"
+        fleet.clock.now = 61.0
         caller.join(timeout=20)
     finally:
         stuck.set()
