@@ -87,6 +87,20 @@ def addon_stack(stack: str, kubeconfig: Path, copies: dict[str, str]) -> Cluster
     return ClusterStack(config, left_out)
 
 
+def whole_stack(stack: str, kubeconfig: Path, copies: dict[str, str]) -> ClusterStack:
+    """``stacks/Pulumi.<stack>.yaml``'s config as written, pointed at ``kubeconfig``, its add-ons installed from the
+    local ``copies`` (``trainplane:addonCopies``): nothing left out, for a run whose add-ons' controllers answer
+    (``tests/cluster/live_existing_stack.py`` runs them as processes).
+
+    Raises:
+        FileNotFoundError: no such stack file.
+    """
+    config = dict(yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"])
+    config["trainplane:addonCopies"] = dict(copies)
+    config["trainplane:kubeconfig"] = str(kubeconfig)
+    return ClusterStack(config, ())
+
+
 def copy_project(directory: Path, stack: str, config: dict[str, Any]) -> Path:
     """Copy the program into ``directory`` with ``stacks/Pulumi.<stack>.yaml`` holding ``config``;
     returns ``directory``."""
@@ -100,7 +114,16 @@ def copy_project(directory: Path, stack: str, config: dict[str, Any]) -> Path:
             shutil.copytree(source, directory / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copyfile(source, directory / name)
+    write_stack(directory, stack, config)
+    return directory
+
+
+def write_stack(directory: Path, stack: str, config: dict[str, Any]) -> Path:
+    """Write ``config`` as the copy in ``directory``'s ``Pulumi.<stack>.yaml`` (where its ``Pulumi.yaml`` keeps
+    stack files); returns the file's path."""
+    project = yaml.safe_load((directory / "Pulumi.yaml").read_text())
     stacks = directory / project.get("stackConfigDir", ".")
     stacks.mkdir(parents=True, exist_ok=True)
-    (stacks / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
-    return directory
+    path = stacks / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    return path

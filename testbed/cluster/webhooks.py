@@ -1,7 +1,8 @@
 """Admission webhook configurations of a controller run as a process beside the test cluster: the
 release's generated configurations (``config/.../manifests.yaml``, which name an in-cluster Service)
 pointed at ``https://127.0.0.1:<port>`` instead, trusting the test CA, each webhook admitting only
-the namespaces a test uses, so that other tests' objects never wait on it."""
+the namespaces a test uses, so that other tests' objects never wait on it; or a release's own
+configurations, already in the cluster, redirected the same way (:func:`redirect_patch`)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,20 @@ def pointed_at_local(manifests: str, prefix: str, port: int, ca: Path,
             hook["namespaceSelector"] = selector
         out.append(doc)
     return out
+
+
+def redirect_patch(configuration: dict[str, Any], port: int, ca_pem: bytes) -> list[dict[str, Any]]:
+    """A JSON patch (RFC 6902 operations) sending every webhook of ``configuration`` (a Mutating or Validating
+    WebhookConfiguration as the API server holds it) to ``https://127.0.0.1:port`` with the path its Service had,
+    trusting the PEM ``ca_pem``: what a release's webhooks need when the controller serving them runs as a process
+    on this machine rather than behind the release's Service, which no pod serves here. Each webhook's rules,
+    selectors and failure policy stay the release's.
+
+    Raises:
+        KeyError: a webhook's client is not a Service (already redirected, or a URL of the release's own).
+    """
+    bundle = base64.b64encode(ca_pem).decode()
+    return [{"op": "replace", "path": f"/webhooks/{i}/clientConfig",
+             "value": {"url": f"https://127.0.0.1:{port}{hook['clientConfig']['service']['path']}",
+                       "caBundle": bundle}}
+            for i, hook in enumerate(configuration["webhooks"])]
