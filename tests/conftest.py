@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
@@ -59,6 +61,20 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
             return True
         time.sleep(interval)
     return condition()
+
+
+@contextmanager
+def importable(root: Path, package: str) -> Iterator[Path]:
+    """``package`` under the directory ``root`` importable by this process while the block runs; afterwards
+    ``root`` leaves ``sys.path`` and every module of ``package`` leaves ``sys.modules`` (so the next test imports
+    its own copy). Yields ``root``."""
+    sys.path.insert(0, str(root))
+    try:
+        yield root
+    finally:
+        sys.path.remove(str(root))
+        for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
+            del sys.modules[name]
 
 
 class Lines:

@@ -19,7 +19,6 @@ import importlib
 import os
 import signal
 import statistics
-import sys
 import textwrap
 import threading
 import time
@@ -37,6 +36,7 @@ from testbed.cluster.engine import PASSPHRASE, Engine
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.realnode import RealNode
 from testbed.cluster.waiting import wait_for
+from tests.conftest import importable
 
 pytestmark = pytest.mark.cluster
 
@@ -92,13 +92,8 @@ def package(tmp_path: Path) -> Iterator[Path]:
     (root / "livepkg").mkdir(parents=True)
     (root / "livepkg" / "__init__.py").write_text("")
     write(root, 1)
-    sys.path.insert(0, str(root))
-    try:
+    with importable(root, "livepkg"):
         yield root
-    finally:
-        sys.path.remove(str(root))
-        for name in [n for n in sys.modules if n == "livepkg" or n.startswith("livepkg.")]:
-            del sys.modules[name]
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from runtime.local.jobs import LocalJobSpec
 from runtime.workflow import ExistingCompute, LocalCompute, cls, fn
 from runtime.workflow.codesync import source_for
 from testbed.jobs import serving
+from tests.conftest import importable
 
 pytestmark = pytest.mark.process
 
@@ -67,13 +67,8 @@ def package(tmp_path: Path) -> Iterator[Path]:
     (root / "hotpkg" / "data.bin").write_bytes(b"x" * 100)
     (root / ".gitignore").write_text("*.bin\n")
     write(root, 1)
-    sys.path.insert(0, str(root))
-    try:
+    with importable(root, "hotpkg"):
         yield root
-    finally:
-        sys.path.remove(str(root))
-        for name in [n for n in sys.modules if n == "hotpkg" or n.startswith("hotpkg.")]:
-            del sys.modules[name]
 
 
 def test_an_edit_runs_on_every_rank_in_the_same_processes_and_unchanged_modules_keep_their_state(package: Path):
