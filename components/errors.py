@@ -3,7 +3,7 @@
 ComponentError                 base of every error this package raises
 ├── ArgumentError              a component argument is invalid: field, value, problem, fix
 │   └── InvalidJobArgs         a DistributedJobArgs field (or the job name) is invalid: the same parts
-├── StackConfigError           a stack config value is invalid: config key, value, fix
+├── StackConfigError           a stack config value is invalid: config key, value, problem, fix
 ├── BundleError                the runtime bundle cannot be built from runtime/agent/
 └── OperatorRuleError          a rendered PyTorchJob breaks a training-operator rule
 """
@@ -67,25 +67,44 @@ class InvalidJobArgs(ArgumentError):
 
 
 class StackConfigError(ComponentError, ValueError):
-    """A stack config value is invalid; raised before any resource is registered.
+    """A stack config value is invalid, in the two parts of a ``(problem, fix)`` check, as
+    :class:`ArgumentError` carries them; raised before any resource is registered.
+
+    The message is ``"<key> = <value!r>: <problem>; <fix>"``: :class:`ArgumentError`'s, with the config
+    key as Pulumi spells a config value (``key = value``).
 
     Attributes:
         key: The full config key, e.g. ``trainplane:gpuNodeGroups[0].instanceTypes``.
         value: The rejected value.
-        fix: What to change, in one sentence.
+        problem: What is wrong with it, alone, e.g. ``must be a list``.
+        fix: What to change, alone, e.g. ``use a list of objects``.
     """
 
-    def __init__(self, key: str, value: object, fix: str) -> None:
+    def __init__(self, key: str, value: object, problem: str, fix: str) -> None:
+        """Build the error.
+
+        Args:
+            key: The full config key.
+            value: The rejected value.
+            problem: What is wrong with it.
+            fix: What to do instead.
+        """
         self.key = key
         self.value = value
+        self.problem = problem
         self.fix = fix
-        super().__init__(f"{key} = {value!r}: {fix}")
+        super().__init__(f"{key} = {value!r}: {self.detail}")
+
+    @property
+    def detail(self) -> str:
+        """The message after ``"<key> = <value!r>: "``: ``"<problem>; <fix>"``, as :attr:`ArgumentError.detail`."""
+        return f"{self.problem}; {self.fix}"
 
     @classmethod
     def of(cls, key: str, value: object, problem: str, fix: str) -> StackConfigError:
-        """The error for a ``(problem, fix)`` check's answer (``runtime.agent.spec.setting.Check``): the
-        message is ``"<key> = <value!r>: <problem>; <fix>"``."""
-        return cls(key, value, f"{problem}; {fix}")
+        """The error for a ``(problem, fix)`` check's answer (``runtime.agent.spec.setting.Check``), as the
+        constructor makes it (:meth:`ArgumentError.of`'s signature)."""
+        return cls(key, value, problem, fix)
 
 
 class BundleError(ComponentError):

@@ -1,61 +1,29 @@
-"""One rule, one wording: the same check refused by each front end (the launcher's command line, the
-agent's environment, a ``DistributedJobArgs`` at preview, a cluster or add-on argument) says the same
-problem and fix, each in the front end's names for the settings."""
+"""One rule, one wording: the same check refused by each front end of a job (the launcher's command line,
+the agent's environment, a ``DistributedJobArgs`` at preview) says the same problem and fix, each in the
+front end's names for the settings; tests/test_check_words_components.py has the cluster, add-on and stack
+config args'."""
 
 from __future__ import annotations
 
 import contextlib
-import io
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from components.addons.device_plugin import NvidiaDevicePluginArgs
-from components.addons.kueue import KNOWN_FRAMEWORKS, ClusterQueueArgs, KueueArgs, LocalQueueArgs, ResourceFlavorArgs
-from components.addons.trainer import TrainerV2Args
-from components.addons.training_operator import OPERATOR_GANG_SCHEDULERS, TrainingOperatorArgs
-from components.cluster.eks import EksGpuClusterArgs, GpuNodeGroupArgs
-from components.cluster.existing import ExistingClusterArgs
-from components.cluster.kind import KindClusterArgs
-from components.errors import ArgumentError, InvalidJobArgs, StackConfigError
-from components.stack.config import CLUSTER_KEYS, parse_cluster
+from components.errors import InvalidJobArgs
 from runtime.agent import contract
-from runtime.agent.errors import ConfigError, ParseError
-from runtime.agent.spec.agent_settings import AgentSettings
+from runtime.agent.errors import HttpError, ParseError
 from runtime.agent.spec.job import DISTRIBUTIONS, SETTINGS, JobSpec
-from runtime.agent.spec.ports import known_port, port_block
-from runtime.local.launch import SHUTDOWN_TIMEOUT_ENV, build_parser, validate
+from runtime.agent.spec.ports import base_port, known_port, port_block
+from runtime.agent.spec.setting import INT, SECONDS, TCP_PORT_FIX
+from runtime.local import hosts
+from runtime.local.launch import SHUTDOWN_TIMEOUT_ENV
+from tests.checkwords import HELP, PROG, agent_error, assert_worded_alike, launcher_error, parts
 from tests.components.componenttest import job_args
 
 pytestmark = pytest.mark.unit
-
-PROG = "python -m runtime launch"
-HELP = " (see --help)"
-
-NODE_ENV = {contract.NODE_RANK_SETTING: "0", contract.COORDINATOR_HOST: "127.0.0.1", contract.TOKEN: "t",
-            contract.JOB_NAME: "job", contract.ENTRYPOINT: '["train.py"]'}
-
-
-def launcher_error(argv: list[str]) -> str:
-    """The launcher's one-line parse error (exit 2) for ``argv``."""
-    parser = build_parser()
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exit_info:
-        validate(parser, parser.parse_args(argv))
-    assert exit_info.value.code == 2
-    return stderr.getvalue().strip().splitlines()[-1]
-
-
-def agent_error(env: dict[str, str]) -> str:
-    """The agent's refusal of its environment (it exits 2 with this message)."""
-    with pytest.raises(ConfigError) as info:
-        AgentSettings.from_env({**NODE_ENV, **env})
-    return str(info.value)
-
-
-def parts(error: ArgumentError) -> tuple[str, str]:
-    """A component error's ``(problem, fix)``, as the check answered it."""
-    return error.problem, error.fix
 
 
 def test_a_port_block_past_65535_is_worded_alike_by_the_launcher_and_the_job_args(tmp_path: Path):
@@ -151,18 +119,14 @@ def test_a_rule_whose_problem_says_the_value_is_worded_alike_by_the_launcher_the
 
 
 def test_an_empty_job_name_is_worded_alike_by_the_launcher_and_the_agent():
-    problem, fix = "must be non-empty text", "name the job, e.g. digits"
-    assert launcher_error(["--job-name", "", "train.py"]) == (
-        f"{PROG}: error: --job-name: {problem} (got ''); {fix}{HELP}")
-    assert agent_error({contract.JOB_NAME: ""}) == f"{contract.JOB_NAME}='' is invalid: {problem}; {fix}"
+    assert_worded_alike(["--job-name", "", "train.py"], "--job-name", contract.JOB_NAME, "",
+                        "must be non-empty text", "name the job, e.g. digits")
 
 
 def test_a_check_that_parses_text_is_worded_alike_by_the_launcher_and_the_agent():
-    problem, fix = "'NOPE' is not a signal name", "use signal names, e.g. SIGTERM,SIGUSR1"
-    assert launcher_error(["--signals-to-handle", "SIGTERM,NOPE", "train.py"]) == (
-        f"{PROG}: error: --signals-to-handle: {problem} (got 'SIGTERM,NOPE'); {fix}{HELP}")
-    assert agent_error({contract.TORCHELASTIC_SIGNALS_TO_HANDLE: "SIGTERM,NOPE"}) == (
-        f"{contract.TORCHELASTIC_SIGNALS_TO_HANDLE}='SIGTERM,NOPE' is invalid: {problem}; {fix}")
+    assert_worded_alike(["--signals-to-handle", "SIGTERM,NOPE", "train.py"], "--signals-to-handle",
+                        contract.TORCHELASTIC_SIGNALS_TO_HANDLE, "SIGTERM,NOPE", "'NOPE' is not a signal name",
+                        "use signal names, e.g. SIGTERM,SIGUSR1")
 
 
 FIX_VERBS = ("use", "unset", "set", "name", "give", "write")
@@ -202,95 +166,6 @@ def test_every_spec_problem_is_the_problem_alone_and_every_fix_the_fix_alone():
         assert "; " not in fix and fix.split()[0] in FIX_VERBS, (problem, fix)
 
 
-def test_a_whole_number_is_worded_alike_by_the_job_args_and_the_cluster_args():
-    with pytest.raises(InvalidJobArgs) as job:
-        job_args(gpus=-1)
-    with pytest.raises(ArgumentError) as cluster:
-        KindClusterArgs(workers=-1)
-    assert parts(job.value) == parts(cluster.value) == ("must be 0 or more", "use a whole number >= 0")
-
-
-def test_a_choice_is_worded_alike_by_the_spec_the_job_args_and_the_add_on_args():
-    with pytest.raises(InvalidJobArgs) as spec_rule:
-        job_args(mode="interactive")
-    with pytest.raises(InvalidJobArgs) as job_rule:
-        job_args(image_pull_policy="always")
-    assert parts(spec_rule.value) == ("must be one of batch, service", "use one of batch, service")
-    policies = "Always, IfNotPresent, Never"
-    assert parts(job_rule.value) == (f"must be one of {policies}", f"use one of {policies}")
-    with pytest.raises(ArgumentError) as add_on_rule:
-        TrainingOperatorArgs.for_gang_scheduler("kube-batch")
-    listed = ", ".join(OPERATOR_GANG_SCHEDULERS)
-    assert parts(add_on_rule.value) == (f"must be one of {listed}", f"use one of {listed}")
-
-
-def test_a_flag_is_worded_alike_by_the_job_args_and_the_add_on_and_cluster_args():
-    with pytest.raises(InvalidJobArgs) as job_rule:
-        job_args(monitor_members="yes")
-    with pytest.raises(ArgumentError) as add_on_rule:
-        KueueArgs(block_admission="yes")  # type: ignore[arg-type]
-    with pytest.raises(ArgumentError) as cluster_rule:
-        ExistingClusterArgs(kubeconfig="k", gpu_nodes="yes")  # type: ignore[arg-type]
-    assert parts(job_rule.value) == parts(add_on_rule.value) == parts(cluster_rule.value) == (
-        "must be true or false", "use true or false")
-
-
-def test_a_label_is_worded_alike_by_the_job_args_and_the_add_on_args():
-    with pytest.raises(InvalidJobArgs) as job_rule:
-        job_args(labels={"team": "-ml"})
-    with pytest.raises(ArgumentError) as add_on_rule:
-        ResourceFlavorArgs(name="gpu", node_labels={"team": "-ml"})
-    fix = "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
-    assert (job_rule.value.field, add_on_rule.value.field) == ("labels['team']", "node_labels['team']")
-    assert parts(job_rule.value) == parts(add_on_rule.value) == ("not a label value", fix)
-
-
-def test_a_repeated_name_is_worded_alike_by_the_add_on_and_cluster_args():
-    with pytest.raises(ArgumentError) as add_on_rule:
-        KueueArgs(flavors=[ResourceFlavorArgs(name="gpu"), ResourceFlavorArgs(name="gpu")])
-    group = GpuNodeGroupArgs(name="gpu", instance_types=["g5.xlarge"])
-    with pytest.raises(ArgumentError) as cluster_rule:
-        EksGpuClusterArgs(availability_zones=["a", "b"], gpu_node_groups=[group, group])
-    assert parts(add_on_rule.value) == parts(cluster_rule.value) == ("repeats gpu", "give each one its own name")
-    with pytest.raises(ArgumentError) as listed_twice:
-        TrainerV2Args(gang_schedulers=["volcano", "volcano"])
-    assert parts(listed_twice.value) == ("repeats volcano", "list each one once")
-
-
-def test_a_reference_to_something_undefined_is_worded_alike_by_the_add_on_and_cluster_args():
-    with pytest.raises(ArgumentError) as add_on_rule:
-        KueueArgs(flavors=[ResourceFlavorArgs(name="gpu")],
-                  cluster_queues=[ClusterQueueArgs(name="main", quotas={"gpu": {"cpu": "1"}})],
-                  local_queues=[LocalQueueArgs(name="q", namespace="ml", cluster_queue="other")])
-    with pytest.raises(ArgumentError) as cluster_rule:
-        ExistingClusterArgs(storage_classes={"efs": ["ReadWriteMany"]}, default_storage_class="gp3")
-    assert parts(add_on_rule.value) == ("names no defined cluster queue", "use one of main")
-    assert parts(cluster_rule.value) == ("names no defined storage class", "use one of efs")
-
-
-def test_a_range_is_worded_alike_by_the_agent_and_the_cluster_args():
-    with pytest.raises(ArgumentError) as cluster_rule:
-        GpuNodeGroupArgs(name="gpu", instance_types=["g5.xlarge"], min_size=1, max_size=3, desired_size=4)
-    assert parts(cluster_rule.value) == ("must be from 1 to 3", "use min_size (1) <= desired_size <= max_size (3)")
-    assert agent_error({contract.WORKERS: "4", contract.NODE_RANK_SETTING: "4"}) == (
-        f"{contract.NODE_RANK_SETTING}=4 is invalid: must be from 0 to 3; use a node rank from 0 to 3")
-
-
-def test_an_optional_flag_is_worded_as_every_flag():
-    with pytest.raises(ArgumentError) as optional_flag:
-        NvidiaDevicePluginArgs(mofed_enabled="no")  # type: ignore[arg-type]
-    assert parts(optional_flag.value) == ("must be true or false", "use true or false")
-    assert NvidiaDevicePluginArgs(mofed_enabled=None).mofed_enabled is None
-
-
-def test_a_kueue_framework_is_a_choice_worded_as_every_choice():
-    with pytest.raises(ArgumentError) as info:
-        KueueArgs(frameworks=["batch/job", "kubeflow.org/pytorchjobs"])
-    listed = ", ".join(KNOWN_FRAMEWORKS)
-    assert info.value.field == "frameworks[1]"
-    assert parts(info.value) == (f"must be one of {listed}", f"use one of {listed}")
-
-
 def test_the_launchers_own_checks_say_the_problem_the_value_and_the_fix(tmp_path: Path):
     missing = str(tmp_path / "missing.py")
     assert launcher_error([missing]) == (
@@ -301,29 +176,111 @@ def test_the_launchers_own_checks_say_the_problem_the_value_and_the_fix(tmp_path
         f"{PROG}: error: --no-python: runs a command, not a module; drop -m or --no-python{HELP}")
 
 
-def test_a_stack_configs_choice_is_worded_as_every_choice():
-    with pytest.raises(StackConfigError) as stack_rule:
-        parse_cluster({"clusterKind": "gke"})
-    listed = ", ".join(CLUSTER_KEYS)
-    assert str(stack_rule.value) == f"trainplane:clusterKind = 'gke': must be one of {listed}; use one of {listed}"
-
-
 def test_text_a_setting_cannot_read_is_worded_alike_by_the_launcher_and_the_agent():
-    problem, fix = "must be a comma-separated list of local ranks", "use e.g. 0,1,2"
-    assert launcher_error(["--local-ranks-filter", "0,a", "train.py"]) == (
-        f"{PROG}: error: argument --local-ranks-filter: {problem} (got '0,a'); {fix}{HELP}")
-    assert agent_error({contract.LOCAL_RANKS_FILTER: "0,a"}) == (
-        f"{contract.LOCAL_RANKS_FILTER}='0,a' is invalid: {problem}; {fix}")
+    assert_worded_alike(["--local-ranks-filter", "0,a", "train.py"], "--local-ranks-filter",
+                        contract.LOCAL_RANKS_FILTER, "0,a", "must be a comma-separated list of local ranks",
+                        "use e.g. 0,1,2")
     assert agent_error({contract.WORKERS: "two"}) == (
         f"{contract.WORKERS}='two' is invalid: must be a whole number; write it in digits, e.g. 4")
 
 
-def test_the_eks_clusters_cross_field_rules_say_the_problem_and_the_fix():
-    with pytest.raises(ArgumentError) as zones:
-        EksGpuClusterArgs(availability_zones=["us-west-2a"])
-    assert str(zones.value) == ("availability_zones=('us-west-2a',): names fewer than 2 zones; list 2 or more zones "
-                                "for the created VPC, or give vpc_id and subnets")
-    with pytest.raises(ArgumentError) as subnets:
-        EksGpuClusterArgs(availability_zones=["us-west-2a", "us-west-2b"], public_subnet_ids=["subnet-a"])
-    assert str(subnets.value) == ("vpc_id=None: is unset, and subnet ids are given; set vpc_id too when giving "
-                                  "subnet ids")
+NUMBERS = {INT: "two", SECONDS: "soon"}
+"""A text each number codec cannot read."""
+NUMERIC_FLAGS = [(name, declared.flags[-1], declared.env, NUMBERS[declared.codec])
+                 for name, declared in SETTINGS.items()
+                 if declared.flags and declared.codec in NUMBERS and name not in ("workers", "num_proc")]
+"""Every setting the launcher takes as a plain number: its last spelling (torchrun's, where it has one), its
+variable and a text it cannot read."""
+
+
+@pytest.mark.parametrize(("name", "flag", "env", "text"), NUMERIC_FLAGS, ids=[row[0] for row in NUMERIC_FLAGS])
+def test_a_number_a_flag_cannot_read_is_worded_as_the_agent_words_its_variable(name: str, flag: str, env: str,
+                                                                                text: str):
+    with pytest.raises(ParseError) as codec:
+        SETTINGS[name].codec.parse(text)
+    assert_worded_alike([flag, text, "train.py"], flag, env, text, codec.value.problem, codec.value.fix)
+
+
+def test_the_node_rank_a_flag_cannot_read_is_worded_as_the_agent_words_its_variable():
+    problem, fix = "must be a whole number", "write it in digits, e.g. 4"
+    assert_worded_alike(["--node_rank", "one", "train.py"], "--node_rank", contract.NODE_RANK_SETTING, "one",
+                        problem, fix)
+    assert launcher_error(["--monitor-interval", "soon", "train.py"]) == (
+        f"{PROG}: error: --monitor-interval: must be a number of seconds (got 'soon'); write it as a number, e.g. "
+        f"30 or 2.5{HELP}")
+
+
+def test_the_node_and_process_counts_say_the_numbers_words_and_their_other_forms():
+    with pytest.raises(ParseError) as number:
+        INT.parse("two")
+    assert (number.value.problem, number.value.fix) == ("must be a whole number", "write it in digits, e.g. 4")
+    for text in ("two", "1:x", "x:2"):
+        assert launcher_error(["--nnodes", text, "train.py"]) == (
+            f"{PROG}: error: --nnodes: must be a whole number, or MIN:MAX (got {text!r}); write it in digits, e.g. "
+            f"4, or MIN:MAX, e.g. 2:4{HELP}")
+    assert launcher_error(["--nproc_per_node", "two", "train.py"]) == (
+        f"{PROG}: error: --nproc_per_node: must be a whole number, or auto, cpu, gpu or xpu (got 'two'); write it in "
+        f"digits, e.g. 4, or use auto, cpu, gpu or xpu{HELP}")
+
+
+@pytest.mark.parametrize(("word", "torch", "problem"), [
+    ("gpu", SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False)), "no CUDA device is visible"),
+    ("xpu", SimpleNamespace(xpu=SimpleNamespace(is_available=lambda: False)), "no XPU device is visible"),
+    ("gpu", None, "torch is not installed to count the devices"),
+])
+def test_a_device_count_with_no_device_names_the_flag_the_problem_and_the_fix(
+        monkeypatch: pytest.MonkeyPatch, word: str, torch: object, problem: str):
+    """torch as it is on a machine without the device (or without torch): tests/runtime/local/test_launch_cli.py
+    runs the launcher on this machine with CUDA hidden."""
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert launcher_error(["--nproc-per-node", word, "train.py"]) == (
+        f"{PROG}: error: --nproc-per-node: {problem} (got {word!r}); use a number of processes, auto or cpu{HELP}")
+
+
+def test_a_node_rank_is_worded_alike_by_the_agent_the_per_node_launcher_and_the_join():
+    problem, fix = "must be from 0 to 1", "use a node rank from 0 to 1"
+    assert agent_error({contract.WORKERS: "2", contract.NODE_RANK_SETTING: "2"}) == (
+        f"{contract.NODE_RANK_SETTING}=2 is invalid: {problem}; {fix}")
+    assert launcher_error(["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29400", "--node_rank", "2", "-m", "t"]) == (
+        f"{PROG}: error: --node_rank: {problem} (got 2); {fix}{HELP}")
+    with pytest.raises(HttpError) as join:
+        hosts.JoinService("t", "job", 2, 29500).join("key", 2, 2, "10.0.0.2", 1)
+    assert str(join.value) == f"--node-rank=2 is invalid: {problem}; {fix}"
+
+
+def test_an_endpoints_port_and_form_are_worded_alike_by_the_launcher_and_the_agent():
+    endpoint = ["--nnodes", "2", "-m", "--rdzv-endpoint"]  # -m: a module, which the launcher does not look for
+    assert launcher_error([*endpoint, "127.0.0.1:70000", "train"]) == (
+        f"{PROG}: error: --rdzv-endpoint: its port must be from 1 to 65535 (got '127.0.0.1:70000'); {TCP_PORT_FIX}"
+        f"{HELP}")
+    assert agent_error({contract.COORDINATOR_HOST: "127.0.0.1:70000"}) == (
+        f"{contract.COORDINATOR_HOST}=70000 is invalid: must be from 1 to 65535; {TCP_PORT_FIX}")
+    fix = "use host, host:port, an IPv6 address, or [IPv6 address]:port"
+    assert launcher_error([*endpoint, ":29400", "train"]) == (
+        f"{PROG}: error: --rdzv-endpoint: names no host (got ':29400'); {fix}{HELP}")
+    assert agent_error({contract.COORDINATOR_HOST: ":29400"}) == (
+        f"{contract.COORDINATOR_HOST}=':29400' is invalid: names no host; {fix}")
+
+
+def test_a_base_port_is_refused_alike_where_every_node_must_know_it_and_only_one_machine_offers_0():
+    with pytest.raises(InvalidJobArgs) as info:
+        job_args(master_port=70000)
+    assert parts(info.value) == ("must be from 1 to 65535", TCP_PORT_FIX)
+    assert agent_error({contract.MASTER_PORT: "70000"}) == (
+        f"{contract.MASTER_PORT}=70000 is invalid: must be from 1 to 65535; {TCP_PORT_FIX}")
+    assert launcher_error(["--master-port", "70000", "train.py"]) == (
+        f"{PROG}: error: --master-port: must be from 0 to 65535 (got 70000); {TCP_PORT_FIX}, or 0 for a free one{HELP}")
+    for value in UNLIKELY_VALUES:
+        known = known_port(value)
+        assert known is None or "0 for a free" not in known[1], (value, known)
+        free = base_port(free=True)(value)
+        assert (free is None) == (known is None or value == 0), (value, free)
+
+
+def test_the_elastic_bounds_typed_as_nnodes_min_max_are_named_by_nnodes():
+    assert launcher_error(["--nnodes", "1:2", "--distribution", "ray", "train.py"]) == (
+        f"{PROG}: error: --nnodes: a ray job cannot be elastic (its head is node 0) (got '1:2'); give --nnodes one "
+        f"number, e.g. --nnodes 2{HELP}")
+    assert launcher_error(["--nnodes", "3:4", "--quorum-workers", "2", "train.py"]) == (
+        f"{PROG}: error: --quorum-workers: the world would form with fewer nodes than --nnodes MIN (3), the fewest it "
+        f"may run with (got 2); use a quorum of at least 3, or lower --nnodes MIN{HELP}")

@@ -98,7 +98,10 @@ def _validate_size(a: DistributedJobArgs) -> None:
 
 def _validate_shared(a: DistributedJobArgs) -> None:
     """The shared settings, each on its own and across each other, as the job spec checks them for every front
-    end; a field carries the setting's name, so the spec's words need no translation."""
+    end; a field carries the setting's name, so the spec's words need no translation. ``master_port`` first as
+    every node must know it (``ports.known_port``, as the agent checks it): the spec's own check takes 0, a
+    free port where the job starts on one machine."""
+    require("master_port", a.master_port, known_port, InvalidJobArgs)
     try:
         a.spec  # noqa: B018 - building the spec runs its checks
     except SpecError as error:
@@ -200,7 +203,6 @@ def _validate_pod(a: DistributedJobArgs) -> None:
 
 def _validate_network(a: DistributedJobArgs) -> None:
     checks.require_port("agent_port", a.agent_port)
-    require("master_port", a.master_port, known_port, InvalidJobArgs)
     if a.agent_port == a.master_port:
         raise InvalidJobArgs("master_port", a.master_port, "equals agent_port", "give them different ports")
     checks.require_dns1123_subdomain("cluster_domain", a.cluster_domain)

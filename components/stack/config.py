@@ -1,7 +1,7 @@
 """The typed stack config: cluster, add-ons and jobs, validated as a whole before anything is created.
 
-Every error is a ``StackConfigError`` naming the config key (``trainplane:...``), the value and
-the fix, raised while ``pulumi preview`` runs the program.
+Every error is a ``StackConfigError`` naming the config key (``trainplane:...``), the value, the
+problem and the fix, raised while ``pulumi preview`` runs the program.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from components.job.naming import validate_job_name
 from components.stack import keys
 from components.stack.addons import AddonsConfig
 from components.stack.capabilities import cluster_capabilities
-from components.stack.keys import build, full_key, not_a_key, not_an_object, translate
+from components.stack.keys import REQUIRED, build, full_key, not_a_key, not_an_object, not_installed, translate
 from runtime.agent.spec import setting
+from runtime.agent.spec.job import SETTINGS
 
 CLUSTER_KEYS: dict[str, tuple[type, dict[str, str]]] = {
     "kind": (
@@ -149,9 +150,8 @@ def parse_cluster(raw: Mapping[str, Any]) -> ClusterArgs:
     kind = raw.get("clusterKind")
     validate.require(full_key("clusterKind"), kind, setting.one_of(tuple(CLUSTER_KEYS)), StackConfigError)
     if kind != "eks" and raw.get("gpuNodeGroups"):
-        raise StackConfigError(
-            full_key("gpuNodeGroups"), raw["gpuNodeGroups"], "only eks clusters have node groups; remove it"
-        )
+        raise StackConfigError(full_key("gpuNodeGroups"), raw["gpuNodeGroups"],
+                               f"only eks clusters have node groups (clusterKind {kind!r})", "remove it")
     cls, names = CLUSTER_KEYS[str(kind)]  # one of its keys, checked above
     kwargs = {arg: raw[key] for key, arg in names.items() if raw.get(key) is not None}
     if kind == "eks":
@@ -186,7 +186,7 @@ def parse_addons(raw: Mapping[str, Any], cluster: ClusterArgs) -> AddonsConfig:
     for name in names:
         validate.require(full_key("addons"), name, setting.one_of(ADDONS), StackConfigError)
     if raw.get("kueue") is not None and KUEUE_ADDON not in names:
-        raise StackConfigError(full_key("kueue"), raw["kueue"], "add kueue to trainplane:addons or remove this key")
+        raise not_installed("kueue", raw["kueue"], KUEUE_ADDON, "key")
     volcano = None
     if VOLCANO_ADDON in names:
         try:
@@ -222,14 +222,13 @@ def with_local_copies(copies: Mapping[str, Any], names: Sequence[str], addons: A
     """
     for name, path in copies.items():
         if name not in names:
-            raise StackConfigError(full_key(f"addonCopies.{name}"), path,
-                                   f"add {name} to trainplane:addons or remove this entry")
+            raise not_installed(f"addonCopies.{name}", path, name, "entry")
         attribute, field = LOCAL_COPY_FIELDS[name]
         try:
             addons = dataclasses.replace(addons, **{
                 attribute: dataclasses.replace(getattr(addons, attribute), **{field: path})})
         except ArgumentError as exc:
-            raise StackConfigError(full_key(f"addonCopies.{name}"), path, exc.detail) from exc
+            raise StackConfigError(full_key(f"addonCopies.{name}"), path, exc.problem, exc.fix) from exc
     return addons
 
 
@@ -254,8 +253,7 @@ def parse_operator(
     value = raw.get(key)
     if TRAINING_OPERATOR not in names:
         if value is not None:
-            raise StackConfigError(full_key(key), value,
-                                   "add training-operator to trainplane:addons or remove this key")
+            raise not_installed(key, value, TRAINING_OPERATOR, "key")
         return None
     gang = value if value is not None else (VOLCANO if volcano is not None else NO_GANG)
     try:
@@ -263,10 +261,11 @@ def parse_operator(
     except ArgumentError as exc:
         raise translate(exc, "", {"gang_scheduler": key}) from exc
     if gang == VOLCANO and volcano is None:
-        raise StackConfigError(full_key(key), gang, "add volcano to trainplane:addons, or use none")
+        raise StackConfigError(full_key(key), gang, "names volcano, which trainplane:addons does not install",
+                               "add volcano to trainplane:addons, or use none")
     if gang == SCHEDULER_PLUGINS and not isinstance(cluster, ExistingClusterArgs):
-        raise StackConfigError(full_key(key), gang, "trainplane does not install scheduler-plugins; use volcano "
-                               "or none, or an existing cluster that runs it")
+        raise StackConfigError(full_key(key), gang, "trainplane does not install scheduler-plugins",
+                               "use volcano or none, or an existing cluster that runs it")
     return operator
 
 
@@ -312,15 +311,15 @@ def check_atomic_scale_up(kueue: KueueArgs, cluster: ClusterArgs) -> None:
         return
     key = full_key(f"kueue.{ATOMIC_SCALE_UP_KEY}")
     if isinstance(cluster, KindClusterArgs):
-        raise StackConfigError(key, True, "kind has no Cluster Autoscaler to make ProvisioningRequests' nodes; "
+        raise StackConfigError(key, True, "kind has no Cluster Autoscaler to make ProvisioningRequests' nodes",
                                "remove it (or use an eks stack with trainplane:eksAutoscaler)")
     if isinstance(cluster, ExistingClusterArgs):
-        raise StackConfigError(key, True, "the stack does not configure an existing cluster's autoscaler; remove "
-                               "it, or use the Kueue component (atomic_scale_up) in a program of your own on a "
-                               "cluster whose Cluster Autoscaler runs --enable-provisioning-requests")
+        raise StackConfigError(key, True, "the stack does not configure an existing cluster's autoscaler",
+                               "remove it, or use the Kueue component (atomic_scale_up) in a program of your own on "
+                               "a cluster whose Cluster Autoscaler runs --enable-provisioning-requests")
     if isinstance(cluster, EksGpuClusterArgs) and not cluster.autoscaler:
-        raise StackConfigError(key, True, "ProvisioningRequests are the Cluster Autoscaler's: set "
-                               "trainplane:eksAutoscaler: true, or remove it")
+        raise StackConfigError(key, True, "ProvisioningRequests are the Cluster Autoscaler's, and "
+                               "trainplane:eksAutoscaler is off", "set trainplane:eksAutoscaler: true, or remove it")
 
 
 def with_provisioning_requests(cluster: ClusterArgs, addons: AddonsConfig) -> ClusterArgs:
@@ -344,9 +343,11 @@ def parse_jobs(raw: Any, cluster: Optional[ClusterArgs] = None) -> tuple[JobConf
         if not isinstance(item, Mapping):
             raise StackConfigError.of(full_key(path), item, "must be an object",
                                       "use an object with a name and the job's arguments")
-        name = item.get("name")
-        if not isinstance(name, str) or any(job.name == name for job in jobs):
-            raise StackConfigError(full_key(f"{path}.name"), name, "give every job its own name")
+        name = item.get("name")  # the job spec's job name (text), named once among the stack's jobs
+        found = REQUIRED if name is None else (SETTINGS["job_name"].problem(name)
+                                               or validate.NAMED_ONCE([*(job.name for job in jobs), name]))
+        if found is not None or not isinstance(name, str):
+            raise StackConfigError.of(full_key(f"{path}.name"), name, *(found or REQUIRED))
         args = build(DistributedJobArgs, _with_cluster_name(item, path, cluster), path, drop=("name",))
         try:
             validate_job_name(name, args)
@@ -363,7 +364,8 @@ def _with_cluster_name(item: Mapping[str, Any], path: str, cluster: Optional[Clu
         return item
     if cluster.cluster_name is None:
         raise StackConfigError(full_key(f"{path}.iamRoleArn"), item["iamRoleArn"], "a pod identity association "
-                               "names its EKS cluster: set trainplane:eksClusterName (or iamBinding: irsa)")
+                               "names its EKS cluster, and trainplane:eksClusterName is unset",
+                               "set trainplane:eksClusterName (or iamBinding: irsa)")
     return {**item, "eksClusterName": cluster.cluster_name}
 
 

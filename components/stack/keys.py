@@ -90,6 +90,17 @@ def _decode(key: str, raw: Optional[str], kind: type) -> Any:
     return value
 
 
+REQUIRED = ("is required", "set it")
+"""The ``(problem, fix)`` of a required key left unset."""
+
+
+def not_installed(path: str, value: Any, addon: str, kind: str) -> StackConfigError:
+    """The error for config path ``path`` (a ``kind``: a key, or an entry of one) holding ``value``, which
+    configures add-on ``addon``, where ``trainplane:addons`` does not install it."""
+    return StackConfigError.of(full_key(path), value, f"configures {addon}, which trainplane:addons does not install",
+                               f"add {addon} to trainplane:addons or remove this {kind}")
+
+
 def not_an_object(path: str, raw: Any, known: list[str]) -> StackConfigError:
     """The error for config path ``path`` (e.g. ``kueue``) holding ``raw`` where an object with
     keys ``known`` belongs."""
@@ -135,9 +146,9 @@ def translate(exc: ArgumentError, prefix: str, rename: Mapping[str, str]) -> Sta
         rename: Argument names whose config key is not simply their camel-case form.
 
     Returns:
-        The error to raise, with the key, the value and what is wrong plus the fix.
+        The error to raise, with the key, the value, and the argument error's problem and fix.
     """
-    return StackConfigError(full_key(prefix + config_path(exc.field, rename)), exc.value, exc.detail)
+    return StackConfigError(full_key(prefix + config_path(exc.field, rename)), exc.value, exc.problem, exc.fix)
 
 
 def build(cls: type[T], raw: Any, path: str, drop: tuple[str, ...] = ()) -> T:
@@ -165,7 +176,7 @@ def build(cls: type[T], raw: Any, path: str, drop: tuple[str, ...] = ()) -> T:
     for key, f in fields.items():
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if required and key not in raw:
-            raise StackConfigError.of(full_key(f"{path}.{key}"), None, "is required", "set it")
+            raise StackConfigError.of(full_key(f"{path}.{key}"), None, *REQUIRED)
     try:
         return cls(**{fields[key].name: value for key, value in raw.items() if key in fields})
     except ArgumentError as exc:

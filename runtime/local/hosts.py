@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from runtime.agent import contract
-from runtime.agent.errors import HttpError, TransportError
-from runtime.agent.net.address import bind_family, split_host_port
+from runtime.agent.errors import HttpError, ParseError, TransportError
+from runtime.agent.net.address import HOST_PORT_FIX, bind_family, split_host_port
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import request_json
-from runtime.agent.spec.agent_settings import NodeIdentity
+from runtime.agent.spec.agent_settings import NodeIdentity, node_rank_in
+from runtime.agent.spec.setting import tcp_port
 from runtime.local import jobs, launch_plan, logdirs
 
 ROUTE_JOIN = "/join"
@@ -116,8 +117,9 @@ class JoinService:
 
     def _assign(self, key: str, node_rank: Optional[int]) -> int:
         if node_rank is not None:
-            if not 0 <= node_rank < self._nodes:
-                raise HttpError(409, f"--node-rank={node_rank} is invalid: use 0 to {self._nodes - 1}")
+            found = node_rank_in(self._nodes)(node_rank)
+            if found is not None:
+                raise HttpError(409, f"--node-rank={node_rank} is invalid: {found[0]}; {found[1]}")
             if node_rank in self._members:
                 raise HttpError(409, f"--node-rank={node_rank} is invalid: another host's launcher has node rank "
                                      f"{node_rank}; give each host its own")
@@ -209,12 +211,18 @@ def parse_endpoint(text: str, default_port: int = contract.DEFAULT_MASTER_PORT) 
     default port).
 
     Raises:
-        ValueError: no host, or a port outside 1..65535.
+        ParseError: ``(problem, fix)``: text ``split_host_port`` cannot read (its problem, and how to
+            write it: ``net.address.HOST_PORT_FIX``, the agent's coordinator's fix too), or a port the
+            spec's ``tcp_port`` check refuses, in its words.
     """
-    host, port = split_host_port(text)
+    try:
+        host, port = split_host_port(text)
+    except ValueError as exc:
+        raise ParseError(str(exc), HOST_PORT_FIX) from None
     port = default_port if port is None else port
-    if not 0 < port < 65536:
-        raise ValueError(f"{text!r}: port {port} is outside 1..65535")
+    found = tcp_port()(port)
+    if found is not None:
+        raise ParseError(f"its port {found[0]}", found[1])
     return host, port
 
 
@@ -314,14 +322,14 @@ def endpoint_of(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Opti
     typed = ns.spelled.get("rdzv_endpoint", "--rdzv-endpoint")
     try:
         endpoint = parse_endpoint(ns.rdzv_endpoint)
-    except ValueError as exc:
-        parser.error(f"{typed}: {exc}")
+    except ParseError as exc:
+        parser.error(f"{typed}: {exc.problem} (got {ns.rdzv_endpoint!r}); {exc.fix}")
     if ns.min_workers is not None or ns.max_workers is not None:
         parser.error(f"{typed}: a job started by per-node command lines has a fixed node count (--nnodes N); "
                      f"drop MIN:MAX and --min-workers/--max-workers")
-    if ns.node_rank is not None and not 0 <= ns.node_rank < ns.workers:
-        rank = ns.spelled.get("node_rank", "--node-rank")
-        parser.error(f"{rank}: must be 0 to {ns.workers - 1} (got {ns.node_rank})")
+    found = None if ns.node_rank is None else node_rank_in(ns.workers)(ns.node_rank)
+    if found is not None:
+        parser.error(f"{ns.spelled.get('node_rank', '--node-rank')}: {found[0]} (got {ns.node_rank}); {found[1]}")
     if ns.mode == "service":
         parser.error(f"{typed}: a service job is started whole by one launcher (python -m runtime launch --mode "
                      f"service --workers N) or as a DistributedJob, not by per-node command lines")

@@ -20,13 +20,13 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import ParseError, RendezvousError, SpecError
-from runtime.agent.spec.job import DISTRIBUTIONS, MODES, SETTINGS, default
+from runtime.agent.spec.job import DISTRIBUTIONS, ELASTIC_BOUNDS, MODES, SETTINGS, default
 from runtime.agent.spec.ports import port_block
-from runtime.agent.spec.setting import Codec
+from runtime.agent.spec.setting import INT, SECONDS, Codec
 from runtime.local import hosts, jobs
 from runtime.local.torchrun_options import (
     IGNORED,
@@ -60,7 +60,9 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        message = re.sub(r"^argument ((?:-[\w-]+/)+-[\w-]+): ", lambda m: f"argument {self._as_typed(m[1])}: ", message)
+        """Exit 2 with ``prog: error: message (see --help)``; argparse's refusal of a flag's value
+        (``argument --a/--b: ...``) names the flag as typed, as :func:`validate`'s refusals do (``--b: ...``)."""
+        message = re.sub(r"^argument ((?:-[\w-]+/)*-[\w-]+): ", lambda m: f"{self._as_typed(m[1])}: ", message)
         self.exit(contract.EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
     def _flags_before_script(self, args: list[str]) -> set[str]:
@@ -123,13 +125,14 @@ class _SpelledAppend(_Spelled):
         super().__call__(parser, namespace, [*getattr(namespace, self.dest), values], option_string)
 
 
-def _parsed_by(codec: Codec) -> Any:
-    """An argparse ``type`` that reads a value as the agent reads it from its environment; text it
-    cannot read is refused as ``problem (got 'text'); fix``."""
+def _parsed_by(read: Callable[[str], Any]) -> Any:
+    """An argparse ``type`` that reads a value with ``read`` (a setting's codec's ``parse``, as the agent
+    reads it from its environment, or one of torchrun's forms); text it cannot read (its ``ParseError``) is
+    refused as ``problem (got 'text'); fix``."""
 
     def parse(text: str) -> Any:
         try:
-            return codec.parse(text)
+            return read(text)
         except ParseError as exc:
             raise argparse.ArgumentTypeError(f"{exc.problem} (got {text!r}); {exc.fix}") from None
 
@@ -137,23 +140,19 @@ def _parsed_by(codec: Codec) -> Any:
 
 
 FLAG_FORMS: dict[str, dict[str, Any]] = {
-    "workers": {"type": node_count, "action": _Nodes, "metavar": "N|MIN:MAX",
+    "workers": {"type": _parsed_by(node_count), "action": _Nodes, "metavar": "N|MIN:MAX",
                 "help": "nodes (agents); MIN:MAX, as torchrun takes it, starts MAX nodes and keeps going while "
                         "MIN remain (the same as --min-workers MIN --max-workers MAX)"},
-    "num_proc": {"type": nproc, "metavar": "N|auto|cpu|gpu|xpu",
+    "num_proc": {"type": _parsed_by(nproc), "metavar": "N|auto|cpu|gpu|xpu",
                  "help": "processes per node, or as torchrun counts them: cpu (this process's CPUs), gpu or xpu "
                          "(the devices torch sees; an error if none), auto (the accelerators torch sees, else the "
                          "CPUs)"},
     "mode": {"choices": MODES}, "distribution": {"choices": DISTRIBUTIONS},
-    "quorum_workers": {"type": int}, "quorum_timeout": {"type": float}, "max_restarts": {"type": int},
-    "timeout": {"type": float}, "hang_report_after": {"type": float},
-    "min_workers": {"type": int}, "max_workers": {"type": int}, "heartbeat_ttl": {"type": float},
-    "master_port": {"type": int, "default": None,
+    "master_port": {"default": None,
                     "help": "rendezvous port on node 0 (TCP), the base of the ports the job counts up from; unset or "
                             "0, a free block of ports picked and reserved as LocalCompute does, so jobs started at the "
                             "same moment never share one"},
-    "tree_threshold": {"type": int}, "tree_fanout": {"type": int},
-    "grace_period": {"type": float, "default": None,
+    "grace_period": {"default": None,
                      "help": f"seconds between the stop signal and SIGKILL; unset, {SHUTDOWN_TIMEOUT_ENV} if set (as "
                              f"torchrun reads it), else {default('grace_period'):g}"},
     "log_dir": {"help": "base directory for logs, as torchrun takes it: each job writes to its own "
@@ -168,10 +167,11 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                                 "(it is raised unless this is given; runtime.membership.poll and wait work either "
                                 "way)"},
     **{name: {"action": _SpelledFlag, "const": True} for name in ("no_python", "allow_pickle", "virtual_local_rank")},
-    **{name: {"type": _parsed_by(SETTINGS[name].codec)}
-       for name in ("redirects", "tee", "local_ranks_filter", "stdout_filters", "stderr_filters")},
 }
-"""How the launcher's command line takes a job setting's value where argparse's default (text) does not."""
+"""How the launcher's command line takes a job setting's value where the spec's declaration does not say it:
+every other flag that takes a value reads it with the setting's codec, as the agent reads the setting from its
+environment (a number the agent refuses as ``must be a whole number; write it in digits, e.g. 4``, so does
+the flag)."""
 LAUNCHER_NAMES = {"entrypoint": "SCRIPT"}
 """What errors call a job setting that has no flag: the part of the command line that gives it."""
 
@@ -182,6 +182,8 @@ def flag(ns: argparse.Namespace, dest: str, fallback: Optional[str] = None) -> s
     typed = ns.spelled.get(dest)
     if typed:
         return str(typed)
+    if dest in ("min_workers", "max_workers") and getattr(ns, "nnodes_min", None) is not None:
+        return f"{flag(ns, 'workers')} {'MIN' if dest == 'min_workers' else 'MAX'}"  # typed as --nnodes MIN:MAX
     declared = SETTINGS.get(dest)
     if declared is not None and declared.flags:
         return declared.flags[0]
@@ -194,6 +196,8 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
         if not declared.flags:
             continue
         form = {"action": _Spelled, "default": default(name), "help": declared.doc, **FLAG_FORMS.get(name, {})}
+        if form["action"] is _Spelled:
+            form.setdefault("type", _parsed_by(declared.codec.parse))
         shown = "" if form["default"] is None else declared.codec.encode(form["default"])
         if form["action"] is not _SpelledFlag and shown:
             form["help"] += f"; default {shown}"
@@ -215,17 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
         ("rdzv_backend", ("--rdzv-backend", "--rdzv_backend"), str),
         ("rdzv_endpoint", ("--rdzv-endpoint", "--rdzv_endpoint"), str),
         ("rdzv_conf", ("--rdzv-conf", "--rdzv_conf"), str),
-        ("node_rank", ("--node-rank", "--node_rank"), int),
+        ("node_rank", ("--node-rank", "--node_rank"), INT),
         ("master_addr", ("--master-addr", "--master_addr"), str),
         ("local_addr", ("--local-addr", "--local_addr"), str),
-        ("monitor_interval", ("--monitor-interval", "--monitor_interval"), float),
+        ("monitor_interval", ("--monitor-interval", "--monitor_interval"), SECONDS),
         ("start_method", ("--start-method", "--start_method"), START_METHODS),
         ("event_log_handler", ("--event-log-handler", "--event_log_handler"), str),
         ("logs_specs", ("--logs-specs", "--logs_specs"), str),
         ("numa_binding", ("--numa-binding", "--numa_binding"), NUMA_MODES),
     ):
         choices = kind if isinstance(kind, tuple) else None
-        convert: Any = None if choices else kind
+        convert: Any = _parsed_by(kind.parse) if isinstance(kind, Codec) else None if choices else kind
         ignored.add_argument(*flags, dest=dest, default=None, action=_Spelled, type=convert,
                              choices=choices, help=PER_NODE_HELP.get(dest, IGNORED[dest]))
     ignored.add_argument("--standalone", dest="standalone", action=_SpelledFlag, const=True, default=False,
@@ -247,11 +251,10 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     ``min_workers`` and ``max_workers``, and the grace period's default; then checks every job setting
     as the job spec does, then what only this launcher has (SCRIPT, ``--pythonpath``, the port block).
     """
-    num_proc = flag(ns, "num_proc")
     try:
         ns.num_proc = resolve_nproc(ns.num_proc)
-    except ValueError as exc:
-        parser.error(f"{num_proc}: {exc}")
+    except ParseError as exc:
+        parser.error(f"{flag(ns, 'num_proc')}: {exc.problem} (got {ns.num_proc!r}); {exc.fix}")
     if ns.grace_period is None:
         shutdown = os.environ.get(SHUTDOWN_TIMEOUT_ENV, "")
         try:
@@ -265,8 +268,8 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     workers = flag(ns, "workers")
     if ns.nnodes_min is not None:
         if not 1 <= ns.nnodes_min <= ns.workers:
-            parser.error(f"{workers}: MIN:MAX needs 1 <= MIN <= MAX (got {ns.nnodes_min}:{ns.workers}); use a MIN "
-                         "from 1 to MAX")
+            parser.error(f"{workers}: MIN:MAX needs 1 <= MIN <= MAX (got '{ns.nnodes_min}:{ns.workers}'); use a "
+                         "MIN from 1 to MAX")
         if ns.min_workers is not None or ns.max_workers is not None:
             parser.error(f"{workers}: MIN:MAX and --min-workers/--max-workers both set the elastic bounds; "
                          f"use one of them")
@@ -274,10 +277,23 @@ def validate(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     try:
         jobs.LocalJobSpec(**_settings(ns, ns.job_name, ns.log_dir))
     except SpecError as exc:
-        parser.error(exc.line(lambda name: flag(ns, name)))
+        parser.error(_spec_line(ns, exc))
     for holds, subject, problem, fix in _launcher_checks(ns):
         if not holds:
             parser.error(f"{subject}: {problem}; {fix}")
+
+
+def _spec_line(ns: argparse.Namespace, exc: SpecError) -> str:
+    """The job spec's refusal as this command line says it, each setting named by the flag typed
+    (``SpecError.line``); the elastic bounds typed as ``--nnodes MIN:MAX``, by that: its MIN and MAX, and a
+    refusal of the bounds together (a single-controller job's) refuses ``--nnodes MIN:MAX``, whose fix is
+    ``--nnodes N``."""
+    if ns.nnodes_min is None or exc.subject != ELASTIC_BOUNDS:
+        return exc.line(lambda name: flag(ns, name))
+    problem, _ = exc.render(lambda name: flag(ns, name))
+    nnodes = flag(ns, "workers")
+    return (f"{nnodes}: {problem} (got '{ns.nnodes_min}:{ns.workers}'); give {nnodes} one number, e.g. "
+            f"{nnodes} {ns.workers}")
 
 
 def _launcher_checks(ns: argparse.Namespace) -> tuple[tuple[bool, str, str, str], ...]:

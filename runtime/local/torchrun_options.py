@@ -2,6 +2,9 @@
 ``--nproc-per-node``, and the options that have no meaning here. Read from the pinned torch 2.13.0
 ``torch/distributed/run.py`` (``get_args_parser``, ``determine_local_world_size``). Standard library
 only (torch is imported only to count devices for ``--nproc-per-node gpu|xpu|auto``).
+
+A value neither form reads is refused as the agent refuses a number it cannot read (the spec's ``INT``
+codec), with the other forms added to its problem and fix: a ``ParseError``'s ``(problem, fix)``.
 """
 
 from __future__ import annotations
@@ -9,6 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Optional, Union
+
+from runtime.agent.errors import ParseError
+from runtime.agent.spec.setting import INT
 
 IGNORED = {
     "rdzv_backend": "the agents run their own rendezvous",
@@ -44,6 +50,21 @@ START_METHODS = ("spawn", "fork", "forkserver")
 """torchrun's ``--start-method`` choices."""
 
 
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+"""``--nproc-per-node``'s words, as torchrun takes them, beside a number of processes."""
+NPROC_FIX = "use a number of processes, auto or cpu"
+"""How to put right a ``--nproc-per-node`` word that counts devices there are none of."""
+
+
+def _whole(text: str, problem: str, fix: str) -> int:
+    """``text`` read by the spec's ``INT`` codec; text it cannot read refused in its words, ``problem`` and
+    ``fix`` added to them (the flag's other forms)."""
+    try:
+        return int(INT.parse(text))
+    except ParseError as exc:
+        raise ParseError(f"{exc.problem}, {problem}", f"{exc.fix}, {fix}") from None
+
+
 def node_count(text: str) -> tuple[int, Optional[int]]:
     """``--nnodes`` as torchrun takes it: ``N``, or ``MIN:MAX`` for an elastic job.
 
@@ -52,13 +73,12 @@ def node_count(text: str) -> tuple[int, Optional[int]]:
         remain.
 
     Raises:
-        argparse.ArgumentTypeError: neither form.
+        ParseError: neither form: ``must be a whole number, or MIN:MAX``, ``write it in digits, e.g. 4, or
+            MIN:MAX, e.g. 2:4``.
     """
     low, colon, high = text.partition(":")
-    try:
-        return (int(high), int(low)) if colon else (int(text), None)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX nodes, got {text!r}") from None
+    words = ("or MIN:MAX", "or MIN:MAX, e.g. 2:4")
+    return (_whole(high, *words), _whole(low, *words)) if colon else (_whole(text, *words), None)
 
 
 def nproc(text: str) -> Union[int, str]:
@@ -66,15 +86,13 @@ def nproc(text: str) -> Union[int, str]:
     (resolved by :func:`resolve_nproc` once every flag is known).
 
     Raises:
-        argparse.ArgumentTypeError: anything else.
+        ParseError: anything else: ``must be a whole number, or auto, cpu, gpu or xpu``, ``write it in
+            digits, e.g. 4, or use auto, cpu, gpu or xpu``.
     """
-    if text in ("auto", "cpu", "gpu", "xpu"):
+    if text in NPROC_WORDS:
         return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of processes, or auto, cpu, gpu or xpu, got {text!r}"
-                                         ) from None
+    words = f"{', '.join(NPROC_WORDS[:-1])} or {NPROC_WORDS[-1]}"
+    return _whole(text, f"or {words}", f"or use {words}")
 
 
 def cpu_count() -> int:
@@ -88,7 +106,8 @@ def resolve_nproc(value: Union[int, str]) -> int:
     the accelerators torch sees, else :func:`cpu_count` (also when torch is not installed).
 
     Raises:
-        ValueError: ``gpu``/``xpu`` without such a device (or without torch), in torchrun's words.
+        ParseError: ``gpu``/``xpu`` where torch sees no such device (torchrun raises ``Cuda is not
+            available.``), or torch is not installed to count them; the fix is :data:`NPROC_FIX`.
     """
     if isinstance(value, int):
         return value
@@ -99,13 +118,13 @@ def resolve_nproc(value: Union[int, str]) -> int:
     except ImportError:
         if value == "auto":
             return cpu_count()
-        raise ValueError(f"{value} needs torch to count its devices, and torch is not installed") from None
+        raise ParseError("torch is not installed to count the devices", NPROC_FIX) from None
     if value == "auto":
         accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
         return torch.accelerator.device_count() if accelerator is not None else cpu_count()
     device = torch.cuda if value == "gpu" else torch.xpu
     if not device.is_available():
-        raise ValueError(f"{'Cuda' if value == 'gpu' else 'Xpu'} is not available.")
+        raise ParseError(f"no {'CUDA' if value == 'gpu' else 'XPU'} device is visible", NPROC_FIX)
     return int(device.device_count())
 
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.unit
     [
         ArgumentError("workers", -1, "must be 0 or more", "use a whole number >= 0"),
         InvalidJobArgs("workers", 0, "must be >= 1", "pass an int >= 1"),
-        StackConfigError("trainplane:kindWorkers", "two", "use a whole number"),
+        StackConfigError("trainplane:kindWorkers", "two", "must be a whole number", "use a whole number"),
         BundleError("too big"),
         OperatorRuleError("no Master"),
     ],
@@ -56,3 +56,13 @@ def test_an_argument_errors_of_keeps_the_checks_problem_and_fix_apart() -> None:
     assert (error.problem, error.fix) == ("must be 0 or more", "use a whole number >= 0")
     job = InvalidJobArgs.of("workers", 0, "must be 1 or more", "use 1 or more nodes")
     assert type(job) is InvalidJobArgs and str(job) == "workers=0: must be 1 or more; use 1 or more nodes"
+
+
+def test_a_stack_config_error_keeps_the_problem_and_the_fix_apart_as_an_argument_error_does() -> None:
+    error = StackConfigError("trainplane:kindWorkers", "two", "must be a whole number", "use a whole number")
+    assert (error.key, error.value, error.problem, error.fix) == (
+        "trainplane:kindWorkers", "two", "must be a whole number", "use a whole number")
+    assert str(error) == "trainplane:kindWorkers = 'two': must be a whole number; use a whole number"
+    assert error.detail == f"{error.problem}; {error.fix}"
+    made = StackConfigError.of("trainplane:kindWorkers", "two", "must be a whole number", "use a whole number")
+    assert (type(made), str(made), made.detail) == (StackConfigError, str(error), error.detail)

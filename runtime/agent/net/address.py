@@ -32,32 +32,37 @@ def url(host: str, port: int, path: str = "") -> str:
     return f"http://{host_port(host, port)}{path}"
 
 
+HOST_PORT_FIX = "use host, host:port, an IPv6 address, or [IPv6 address]:port"
+"""How to write what :func:`split_host_port` reads (the agent's coordinator, the launcher's endpoint)."""
+
+
 def split_host_port(text: str) -> tuple[str, Optional[int]]:
     """``(host, port or None)`` of ``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6
     address (``fd00::2``: more than one colon and no brackets is an address without a port).
 
     Raises:
         ValueError: brackets that do not close, text after them that is not ``:port``, a port that
-            is not a number, or no host.
+            is not a number, or no host: the problem alone (the caller names the text; the fix is
+            :data:`HOST_PORT_FIX`).
     """
     if text.startswith("["):
         end = text.find("]")
         if end < 0:
-            raise ValueError(f"{text!r}: '[' without ']'")
+            raise ValueError("has '[' without ']'")
         host, rest = text[1:end], text[end + 1:]
         if rest and not rest.startswith(":"):
-            raise ValueError(f"{text!r}: expected ':port' after ']'")
+            raise ValueError("expected ':port' after ']'")
         port_text = rest[1:] if rest else None
     elif text.count(":") == 1:
         host, _, port_text = text.partition(":")
     else:
         host, port_text = text, None
     if not host:
-        raise ValueError(f"{text!r}: no host")
+        raise ValueError("names no host")
     if port_text is None:
         return host, None
     if not port_text.isdigit():
-        raise ValueError(f"{text!r}: the port {port_text!r} is not a number")
+        raise ValueError(f"its port {port_text!r} is not a number")
     return host, int(port_text)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, ParseError, SpecError
-from runtime.agent.net.address import split_host_port
+from runtime.agent.net.address import HOST_PORT_FIX, split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.ports import known_port
 from runtime.agent.spec.setting import BOOL, INT, STRINGS, Check, Codec, tcp_port, whole
@@ -56,6 +56,12 @@ class NodeIdentity:
     def is_coordinator(self) -> bool:
         """Node 0 coordinates (until it fails over)."""
         return self.node_id == 0
+
+
+def node_rank_in(nodes: int) -> Check:
+    """The check of a node rank in a job of ``nodes`` nodes (at most): 0 to ``nodes - 1``; the agent's
+    ``TRAINPLANE_NODE_RANK`` and a per-node command line's ``--node-rank`` (``runtime.local.hosts``)."""
+    return whole(0, f"use a node rank from 0 to {nodes - 1}", nodes - 1)
 
 
 @dataclass(frozen=True)
@@ -104,8 +110,7 @@ class AgentSettings:
         spec, node = self.spec, self.node
         _check(contract.JOB_NAME, spec.job_name or "", SETTINGS["job_name"].problem)  # the spec's check; unset is ""
         _check(contract.TOKEN, self.plumbing.token, non_empty("set the job's bearer token"))
-        _check(contract.NODE_RANK_SETTING, node.node_id,
-               whole(0, f"use a node rank from 0 to {spec.max_nodes - 1}", spec.max_nodes - 1))
+        _check(contract.NODE_RANK_SETTING, node.node_id, node_rank_in(spec.max_nodes))
         _check(contract.MASTER_PORT, spec.master_port, known_port)
         for name, port in ((contract.AGENT_PORT_SETTING, node.agent_port), (contract.COORDINATOR_HOST,
                                                                              node.coordinator_port)):
@@ -176,6 +181,8 @@ def spec_from_env(env: Mapping[str, str], argv: Sequence[str] = ()) -> JobSpec:
         if not text.strip() or f.name in values:
             continue
         values[f.name] = _parsed(declared.env, text, declared.codec)
+    if "master_port" in values:  # every node must know it: known_port before the spec's check, which takes 0
+        _check(contract.MASTER_PORT, values["master_port"], known_port)
     try:
         return JobSpec(**values)
     except SpecError as exc:
@@ -197,8 +204,7 @@ def identity_from_env(env: Mapping[str, str]) -> NodeIdentity:
     try:
         host, port = split_host_port(coordinator)
     except ValueError as exc:
-        raise ConfigError(f"{contract.COORDINATOR_HOST}={coordinator!r} is invalid: {exc}; use host, host:port, an "
-                          f"IPv6 address, or [IPv6 address]:port") from None
+        raise ConfigError(f"{contract.COORDINATOR_HOST}={coordinator!r} is invalid: {exc}; {HOST_PORT_FIX}") from None
     advertise = env.get(contract.ADVERTISE_ADDRESS) or env.get(contract.POD_IP, "") or "127.0.0.1"
     bind = env.get(contract.BIND_ADDRESS)
     if bind is None:

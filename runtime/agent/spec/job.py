@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Optional
 from runtime.agent import contract
 from runtime.agent.errors import SpecError
 from runtime.agent.spec import streams
+from runtime.agent.spec.ports import base_port
 from runtime.agent.spec.setting import (
     BOOL,
     FILTERS,
@@ -32,7 +33,6 @@ from runtime.agent.spec.setting import (
     SECONDS,
     STD,
     STRINGS,
-    TCP_PORT_FIX,
     Setting,
     flag,
     one_of,
@@ -54,7 +54,6 @@ SINGLE_CONTROLLER = ("ray", "monarch")
 (``runtime.agent.execution.controller``), and the driver's exit decides the job."""
 DEFAULT_ROLE = "default"
 """torchrun's ``--role`` default: the workers' ``ROLE_NAME``."""
-PORT_FIX = f"{TCP_PORT_FIX}, or 0 for a free one"
 
 
 class Rule(NamedTuple):
@@ -78,6 +77,9 @@ class Rule(NamedTuple):
     shows_value: bool = True
 
 
+ELASTIC_BOUNDS = "{min_workers}/{max_workers}"
+"""The subject of a rule about the elastic bounds together (a front end may take them in one value, as the
+launcher's ``--nnodes MIN:MAX``)."""
 EVERY_STREAM_SHOWN = streams.StdChoice()
 """``--redirects``/``--tee`` 0: no stream of any rank to a file."""
 
@@ -146,7 +148,7 @@ class JobSpec:
         doc="elastic: late nodes are admitted up to this many; unset: not elastic")
     master_port: int = setting(
         contract.DEFAULT_MASTER_PORT, env=contract.MASTER_PORT, codec=INT, flags=("--master-port", "--master_port"),
-        check=whole(0, PORT_FIX, 65535),
+        check=base_port(free=True),
         doc="rendezvous port on node 0 (TCP), the base of the ports the job counts up from; 0 picks a free one "
             "when the job starts on this machine")
     monitor_members: bool = setting(
@@ -259,7 +261,7 @@ class JobSpec:
                  f"a {dist} job runs one driver process, on node 0, and {dist}'s own workers on every node",
                  "set {num_proc} to 1"),
             Rule("min_workers", not single or not self.elastic, f"a {dist} job cannot be elastic (its head is node 0)",
-                 "unset {min_workers} and {max_workers}", subject="{min_workers}/{max_workers}", shows_value=False),
+                 "unset {min_workers} and {max_workers}", subject=ELASTIC_BOUNDS, shows_value=False),
             Rule("daemon_args", not self.daemon_args or dist == "ray",
                  f"applies to {{distribution}} ray only: the arguments go to `ray start` (got {{distribution}} {dist})",
                  "unset {daemon_args}, or use {distribution} ray", shows_value=False),

@@ -1,17 +1,20 @@
 """The job's port layout: the ports counted up from its base port (``master_port``), as every front end
-and the pods' renderer plan them (``contract.RENDEZVOUS_PORT_SPAN`` gives the offsets), and the check of
-the base port where every node must know it (:func:`known_port`). Standard library only."""
+and the pods' renderer plan them (``contract.RENDEZVOUS_PORT_SPAN`` gives the offsets), and the one check
+of the base port (:func:`base_port`): 0 for a free port where the job starts on one machine, and a known
+port where every node must know it (:func:`known_port`). Standard library only."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from runtime.agent import contract
-from runtime.agent.spec.setting import TCP_PORT_FIX, tcp_port
+from runtime.agent.spec.setting import TCP_PORT_FIX, Check, tcp_port, whole
 
 FREE_PORT_PROBLEM = ("0 picks a free port when a job starts on one machine, and every node must know node 0's port "
                      "in advance")
 """Why the base port of a job whose nodes start apart (its agents, its pods) cannot be 0."""
+OR_FREE_PORT = ", or 0 for a free one"
+"""What a fix about the base port adds where the front end takes 0 for a free port (one machine's launcher)."""
 
 
 def reserved_ports(processes: int) -> int:
@@ -35,10 +38,18 @@ def framework_ports(distribution: str, master_port: int) -> tuple[tuple[str, int
 
 def known_port(value: Any) -> Optional[tuple[str, str]]:
     """A check for the job's base port where every node must know it before it starts (an agent's
-    ``MASTER_PORT``, a pod's ``master_port``): a TCP port, 1 to 65535, and 0 refused saying why."""
+    ``MASTER_PORT``, a pod's ``master_port``): a TCP port, 1 to 65535, and 0 refused saying why. A front end
+    that knows every node must know the port checks this before the job spec's check (:func:`base_port`
+    with ``free``), whose fix offers 0."""
     if value == 0 and not isinstance(value, bool):
         return FREE_PORT_PROBLEM, TCP_PORT_FIX
     return tcp_port()(value)
+
+
+def base_port(free: bool) -> Check:
+    """The check of the job's base port: ``free``, where 0 picks a free port (the job spec's own check, since
+    a job that starts on one machine takes 0), 0 to 65535, its fix offering 0; else :func:`known_port`."""
+    return whole(0, TCP_PORT_FIX + OR_FREE_PORT, 65535) if free else known_port
 
 
 def port_block(master_port: int, processes: int, free: bool = False) -> Optional[tuple[str, str]]:
@@ -51,5 +62,4 @@ def port_block(master_port: int, processes: int, free: bool = False) -> Optional
     if last <= 65535 or (free and master_port == 0):
         return None
     return (f"the job uses {reserved} ports from it (rendezvous, JAX, TensorFlow), up to {last}, beyond the last "
-            f"TCP port", f"use a {{master_port}} of at most {65536 - reserved}" + (", or 0 for a free one" if free
-                                                                                   else ""))
+            f"TCP port", f"use a {{master_port}} of at most {65536 - reserved}" + (OR_FREE_PORT if free else ""))

@@ -179,7 +179,7 @@ INVALID = [
     ({"agent_port": 70000}, "agent_port", GIVEN, "must be from 1 to 65535", "use a TCP port from 1 to 65535"),
     ({"master_port": 0}, "master_port", GIVEN, "0 picks a free port when a job starts on one machine, and every node "
      "must know node 0's port in advance", "use a TCP port from 1 to 65535"),
-    ({"master_port": 70000}, "master_port", GIVEN, "must be from 0 to 65535", "use a TCP port from 1 to 65535"),
+    ({"master_port": 70000}, "master_port", GIVEN, "must be from 1 to 65535", "use a TCP port from 1 to 65535"),
     ({"master_port": 32300}, "master_port", GIVEN, "equals agent_port", "give them different ports"),
     ({"master_port": 65500, "num_proc": 2}, "master_port", GIVEN,
      "the job uses 66 ports from it (rendezvous, JAX, TensorFlow), up to 65565, beyond the last TCP port",

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.process
         (["--workers", "3", "--quorum-workers", "2", "x.py"],
          "--quorum-workers: a fixed-size job forms its world with the first 2 nodes and refuses the other 1"),
         (["--nnodes", "3:4", "--quorum-workers", "2", "x.py"],
-         "--quorum-workers: the world would form with fewer nodes than --min-workers (3)"),
+         "--quorum-workers: the world would form with fewer nodes than --nnodes MIN (3)"),
         (["--max_restarts", "-1", "x.py"], "--max_restarts: must be 0 or more"),
         (["--mode", "service", "examples/ddp_digits.py"], "SCRIPT"),
         (["--workers", "2"], "SCRIPT"),
@@ -41,21 +41,24 @@ pytestmark = pytest.mark.process
         (["--mode", "service", "--pythonpath", "no/such/dir"], "--pythonpath"),
         (["--no-python", "-m", "pkg.train"], "--no-python"),
         (["--mode", "service", "--no-python"], "--no-python"),
-        (["--nnodes", "1:x", "x.py"], "expected N or MIN:MAX nodes, got '1:x'"),
-        (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got 3:2); use a MIN from 1 to MAX"),
-        (["--nproc_per_node", "two", "x.py"], "argument --nproc_per_node: expected a number of processes, or "
-                                              "auto, cpu, gpu or xpu, got 'two'"),
-        (["--nproc-per-node=two", "x.py"], "argument --nproc-per-node: expected a number of processes"),
-        (["--nproc_per_node", "two", "x.py", "--num-proc", "3"], "argument --nproc_per_node: expected a number"),
-        (["--nproc-per-node", "gpu", "x.py"], "--nproc-per-node: Cuda is not available."),
+        (["--nnodes", "1:x", "x.py"], "--nnodes: must be a whole number, or MIN:MAX (got '1:x'); write it in digits, "
+                                      "e.g. 4, or MIN:MAX, e.g. 2:4"),
+        (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got '3:2'); use a MIN from 1 to MAX"),
+        (["--nproc_per_node", "two", "x.py"], "error: --nproc_per_node: must be a whole number, or auto, cpu, gpu or "
+                                              "xpu (got 'two'); write it in digits, e.g. 4, or use auto, cpu, gpu"),
+        (["--nproc-per-node=two", "x.py"], "error: --nproc-per-node: must be a whole number, or auto"),
+        (["--nproc_per_node", "two", "x.py", "--num-proc", "3"], "error: --nproc_per_node: must be a whole number"),
         (["--nproc", "2", "x.py"], "unrecognized arguments: --nproc"),
         (["--signals-to-handle", "SIGTERM,SIGNOPE", "x.py"], "--signals-to-handle: 'SIGNOPE' is not a signal"),
         (["--redirects", "4", "x.py"], "--redirects: '4' is not a stream choice (got '4'); use 0 (none), 1 (stdout)"),
         (["-t", "0:x", "x.py"], "-t: 'x' is not a stream choice (got '0:x'); use 0 (none)"),
         (["--local_ranks_filter", "0,a", "x.py"],
          "--local_ranks_filter: must be a comma-separated list of local ranks (got '0,a'); use e.g. 0,1,2"),
-        (["--start-method", "thread", "x.py"], "argument --start-method: invalid choice: 'thread'"),
-        (["--node_rank", "one", "x.py"], "argument --node_rank: invalid int value: 'one'"),
+        (["--start-method", "thread", "x.py"], "error: --start-method: invalid choice: 'thread'"),
+        (["--node_rank", "one", "x.py"], "error: --node_rank: must be a whole number (got 'one'); write it in digits"),
+        (["--max_restarts", "one", "x.py"], "error: --max_restarts: must be a whole number (got 'one'); write it in "
+                                            "digits, e.g. 4"),
+        (["--quorum-timeout", "soon", "x.py"], "error: --quorum-timeout: must be a number of seconds (got 'soon')"),
         (["--shutdown-timeout", "-1", "x.py"], "--shutdown-timeout: must be 0 or more seconds (got -1.0)"),
         (["--nnodes", "1:2", "--min-workers", "1", "x.py"], "--nnodes: MIN:MAX and --min-workers/--max-workers"),
         (["--nproc-per-node", "2", "--distribution", "ray", "examples/ray_nodes.py"],
@@ -68,6 +71,17 @@ def test_bad_cli_input_is_one_line_naming_the_flag(args: list[str], flag: str):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert flag in lines[0] and "error" in lines[0]
+
+
+def test_nproc_per_node_gpu_where_no_cuda_device_is_visible_names_the_flag_the_problem_and_the_fix():
+    """torchrun's ``gpu`` counts the CUDA devices torch sees; with none visible (CUDA_VISIBLE_DEVICES empty, so on
+    any machine) the one line names the flag, the problem and the other forms, not torch's bare
+    'Cuda is not available.'."""
+    result = launch("--nproc-per-node", "gpu", "x.py", timeout=60, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "python -m runtime launch: error: --nproc-per-node: no CUDA device is visible (got 'gpu'); use a number of "
+        "processes, auto or cpu (see --help)"]
 
 
 def test_help_exits_0_and_an_unknown_command_2():
