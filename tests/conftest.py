@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import subprocess
@@ -113,6 +114,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "each test needs exactly one tier marker (" + ", ".join(TIERS) + "); add e.g. "
             "`pytestmark = pytest.mark.unit` to: " + ", ".join(undeclared)
         )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection left alive (every imported module: Pulumi's, protobuf's, the schemas' and the
+    tests' own) out of the garbage collector's sight (``gc.freeze``), so a full collection during a test
+    (the interpreter's own, or ``componenttest``'s after a failed program) looks only at what tests made
+    since: it took 0.2 to 0.4 s each over everything imported, tens of seconds over the suite."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
