@@ -141,14 +141,16 @@ class JobClient:
         token: the job's bearer token.
         serialization: ``json`` (default) or ``pickle`` (the deployment must allow it).
         transport: an httpx transport (tests pass ``httpx.MockTransport``); default: HTTP.
+        verdict_wait: seconds a call failed by ``NodeFailed`` asks ``/info`` if the job ended (:data:`VERDICT_WAIT`).
     """
 
     def __init__(self, url: str, token: str, serialization: str = JSON,
-                 transport: Optional[httpx.BaseTransport] = None) -> None:
+                 transport: Optional[httpx.BaseTransport] = None, verdict_wait: float = VERDICT_WAIT) -> None:
         if serialization not in SERIALIZATIONS:
             raise ValueError(f"serialization={serialization!r} is invalid: use one of {', '.join(SERIALIZATIONS)}")
         self.url = url.rstrip("/")
         self.serialization = serialization
+        self._verdict_wait = verdict_wait
         self._ended: Optional[JobInfo] = None
         self._http = httpx.Client(
             base_url=self.url, transport=transport,
@@ -296,8 +298,8 @@ class JobClient:
         return info
 
     def _verdict(self) -> Optional[JobInfo]:
-        """Ask ``/info`` for up to :data:`VERDICT_WAIT` seconds whether the job has ended; its info if so."""
-        deadline = time.monotonic() + VERDICT_WAIT
+        """Ask ``/info`` for up to ``verdict_wait`` seconds whether the job has ended; its info if so."""
+        deadline = time.monotonic() + self._verdict_wait
         while time.monotonic() < deadline:
             try:
                 info = self.info()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Union
 
 import pytest
 
@@ -54,18 +56,29 @@ def _module_name(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
+BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+"""The fields of a statement that hold statements (an ``except`` clause's and a ``case``'s own ``body``
+included): an import is a statement, so nothing else needs walking (the expressions are most of a tree)."""
+
+
+def _import_statements(statements: Iterable[ast.AST]) -> Iterator[Union[ast.Import, ast.ImportFrom]]:
+    """The imports among ``statements`` and the blocks in them, at any depth but a ``TYPE_CHECKING`` block."""
+    for stmt in statements:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            yield stmt
+        elif isinstance(stmt, ast.If) and ast.unparse(stmt.test).endswith("TYPE_CHECKING"):
+            yield from _import_statements(stmt.orelse)
+        else:
+            for block in BLOCKS:
+                yield from _import_statements(getattr(stmt, block, ()))
+
+
 def _imports(path: Path, modules: set[str]) -> set[str]:
     """The project modules ``path`` imports, at any depth but a ``TYPE_CHECKING`` block: a ``from
     package import name`` counts the submodule ``name`` when there is one."""
-    tree = ast.parse(path.read_text())
-    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and ast.unparse(block.test).endswith("TYPE_CHECKING") for stmt in block.body
-                   for node in ast.walk(stmt)}
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path.parent)
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in _import_statements(ast.parse(path.read_text()).body):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

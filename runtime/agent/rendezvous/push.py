@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
@@ -144,42 +144,56 @@ class Prober:
         answered: called (from a worker thread) with the probe, whether the agent answered, the reason
             (with how it failed), the epoch the node knows (0 without an answer) and its
             coordinator's ``(address, port)``.
+        wait: waits on an event for at most that many seconds; whether it was set: how an idle worker
+            waits for another probe (the agent's ``wait`` seam, so a fake clock drives it in tests).
     """
 
     def __init__(self, transport: PeerTransport, timeout: float,
-                 answered: Callable[[Probe, bool, str, int, tuple[str, int]], None]) -> None:
+                 answered: Callable[[Probe, bool, str, int, tuple[str, int]], None],
+                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
         self._transport = transport
         self._timeout = timeout
         self._answered = answered
+        self._wait = wait
         self._pending: deque[Probe] = deque()
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()
+        self._arrived = threading.Event()
+        """Set while a probe is queued (cleared only once the queue is empty), so an idle worker wakes for it."""
         self._workers = 0
         self._idle = 0
 
     def probe(self, probe: Probe) -> None:
         """Probe ``probe.node`` in the background (queued while every worker is busy)."""
-        with self._ready:
+        with self._lock:
             self._pending.append(probe)
             start = len(self._pending) > self._idle and self._workers < PROBE_CONCURRENCY
             if start:
                 self._workers += 1
-            else:
-                self._ready.notify()
+            self._arrived.set()
         if start:
             threading.Thread(target=self._work, name="probe", daemon=True).start()
 
     def _work(self) -> None:
         while True:
-            with self._ready:
-                if not self._pending:
-                    self._idle += 1
-                    self._ready.wait(PROBE_IDLE)
-                    self._idle -= 1
-                    if not self._pending:
-                        self._workers -= 1
-                        return
-                probe = self._pending.popleft()
+            probe = self._next()
+            if probe is None:
+                return
             self._probe(probe)
+
+    def _next(self) -> Optional[Probe]:
+        """The next queued probe, waiting up to :data:`PROBE_IDLE` seconds for one; ``None``: this worker ends."""
+        with self._lock:
+            if self._pending:
+                return self._pending.popleft()
+            self._idle += 1
+            self._arrived.clear()
+        self._wait(self._arrived, PROBE_IDLE)
+        with self._lock:
+            self._idle -= 1
+            if self._pending:
+                return self._pending.popleft()
+            self._workers -= 1
+            return None
 
     def _probe(self, probe: Probe) -> None:
         node = probe.node

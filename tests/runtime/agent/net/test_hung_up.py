@@ -17,19 +17,24 @@ from runtime.agent.net.server import AgentServer, Request, Response
 pytestmark = pytest.mark.unit
 
 TOKEN = "t"
+LOOK = 0.1
+"""Seconds each of the route's looks waits for the client to hang up: a look that returns ``False`` waited
+all of it (the client still there)."""
+LOOKS = 200
+"""The route's looks before it answers anyway (20 s)."""
 
 
 @pytest.fixture
 def server():
-    """A server whose one route reports ``hung_up`` answers until the client hangs up (or 20 looks)."""
+    """A server whose one route reports ``hung_up`` answers until the client hangs up (or :data:`LOOKS` looks)."""
     seen: queue.SimpleQueue[bool] = queue.SimpleQueue()
     started = threading.Event()
 
     def watch(request: Request) -> Response:
         assert request.hung_up is not None
         started.set()
-        for _ in range(20):
-            gone = request.hung_up(0.5)
+        for _ in range(LOOKS):
+            gone = request.hung_up(LOOK)
             seen.put(gone)
             if gone:
                 break

@@ -71,20 +71,21 @@ def read_answer(sock: socket.socket) -> dict:
 
 def read_answers(sock: socket.socket, count: int) -> list[dict]:
     """The JSON bodies of the next ``count`` responses on ``sock``."""
-    data, bodies = b"", []
+    data, bodies = bytearray(), []  # appended to in place: a small receive buffer gives thousands of chunks
     while len(bodies) < count:
         while b"\r\n\r\n" not in data:
             chunk = sock.recv(1 << 20)
             assert chunk, "the server closed the connection mid-answer"
             data += chunk
-        top, _, data = data.partition(b"\r\n\r\n")
+        end = data.index(b"\r\n\r\n")
+        top, data = bytes(data[:end]), data[end + 4:]
         length = int(top.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
         while len(data) < length:
             chunk = sock.recv(1 << 20)
             assert chunk, "the server closed the connection mid-answer"
             data += chunk
         bodies.append(json.loads(data[:length]))
-        data = data[length:]
+        del data[:length]
     return bodies
 
 

@@ -130,10 +130,12 @@ class CountingDriver(ThreadDriver):
 def test_the_deadline_on_the_fake_clock_names_exactly_the_ranks_still_out(monkeypatch: pytest.MonkeyPatch):
     """The coordinator's own rank 0 and node 1's rank 1 wait at gates. Rank 1 is let go; once its answer has
     reached the coordinator (a step its driver has run), the clock passes the deadline, and the coordinator's
-    next look at its timers ends the call naming rank 0 alone, though no real time reached the deadline.
+    next look at its timers ends the call naming rank 0 alone, though no real time reached the deadline. That
+    look comes at once: the test posts the driver a step that does nothing (a driver looks at its timers
+    whenever a step has run, else once per real second).
 
-    The clock moves only after that step: a driver also looks at its timers once per real second, so a move
-    before it could let either node's deadline fire first and name rank 1 too."""
+    The clock moves only after node 1's answer is a step run: a move before it could let either node's
+    deadline fire first and name rank 1 too."""
     monkeypatch.setattr(dispatch, "ThreadDriver", CountingDriver)
     monkeypatch.setattr(CountingDriver, "made", [])
     fleet = Fleet(2, threshold=100, fanout=3)
@@ -148,6 +150,7 @@ def test_the_deadline_on_the_fake_clock_names_exactly_the_ranks_still_out(monkey
         late.set()
         assert wait_until(lambda: coordinator.steps_run >= 1, timeout=10), "node 1's answer reaches the coordinator"
         fleet.clock.now = 61.0
+        coordinator.post(lambda: None)
         caller.join(timeout=20)
     finally:
         stuck.set()
