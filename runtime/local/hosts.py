@@ -30,11 +30,10 @@ from typing import Any, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError, TransportError
-from runtime.agent.net.address import bind_family, split_host_port
-from runtime.agent.net.server import AgentServer, Request, Response
-from runtime.agent.net.transport import request_json
+from runtime.agent.spec.address import bind_family, split_host_port
 from runtime.agent.spec.agent_settings import NodeIdentity
 from runtime.local import jobs, launch_plan, logdirs
+from runtime.local.json_http import JsonServer, Request, Response, request_json
 
 ROUTE_JOIN = "/join"
 JOIN_INTERVAL = 0.2
@@ -73,14 +72,14 @@ class JoinService:
         self._lock = threading.Lock()
         self._members: dict[int, tuple[str, str, int]] = {}
         """Node id -> (launcher key, address, agent port)."""
-        self._server: Optional[AgentServer] = None
+        self._server: Optional[JsonServer] = None
 
     def bind(self, endpoint: tuple[str, int]) -> bool:
         """Bind the endpoint; whether this launcher is the one that serves it (``False``: it is not
         an address of this host, or another launcher here serves it already)."""
         try:
-            self._server = AgentServer(endpoint, self._token, {("POST", ROUTE_JOIN): self._route},
-                                       max_body=MAX_JOIN_BODY, job=self._job)
+            self._server = JsonServer(endpoint, self._token, {("POST", ROUTE_JOIN): self._route},
+                                      max_body=MAX_JOIN_BODY, job=self._job)
         except OSError:
             return False
         return True
