@@ -40,7 +40,7 @@ from runtime.workflow.portforward import Relay
 from testbed.agents import ROOT, project_env
 from testbed.jobs import serving
 
-FNS = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
 TIMEOUT = 3.0
 """The baseline call's deadline, seconds."""
 WAIT = 120.0
@@ -91,7 +91,7 @@ def by_cut(job: LocalJob, prefix: Path) -> float:
 
 
 def by_kill(job: LocalJob, prefix: Path) -> float:
-    driver = subprocess.Popen([sys.executable, "-m", "tests.runtime.caller_driver", "existing", job.url, job.token,
+    driver = subprocess.Popen([sys.executable, "-m", "testbed.caller_driver", "existing", job.url, job.token,
                                str(prefix), str(prefix) + ".gate"], cwd=ROOT, env=project_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -40,6 +40,7 @@ from runtime.agent.net.transport import request_json
 from runtime.agent.rendezvous.heartbeat import HeartbeatTiming
 from runtime.agent.rendezvous.tree import layout
 from runtime.agent.spec.job import default
+from runtime.agent.spec.status import RUNNING
 from testbed.agents import ROOT, AgentCluster, project_env
 from testbed.lightweight import lightweight_address
 
@@ -162,7 +163,7 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
                 except TransportError:
                     return False
                 seen = [m["last_seen_s"] for m in snap["members"]]
-                return snap["status"] == "running" and len(seen) == nodes and max(seen) < 3.0
+                return snap["status"] == RUNNING and len(seen) == nodes and max(seen) < 3.0
 
             if not wait_for(settled, settle, interval=1.0):  # a 1,024-member snapshot is ~100 KB: not every 10 ms
                 raise RuntimeError(f"{nodes} lightweight nodes did not settle into one world within {settle:g} s")

@@ -36,7 +36,7 @@ from runtime.workflow.portforward import Relay, pod_connector
 from testbed.fake_apiserver import FakeApiServer
 from testbed.jobs import serving
 
-CALL = "tests.runtime.service_fns:rank"
+CALL = "testbed.service_fns:rank"
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Client of a service-mode job: ``JobClient(url, token).call("pkg.mod:fn", *args, **kwargs) -> list``.
 
 httpx is imported here and in ``runtime.workflow`` only, so ``import runtime`` stays standard-library
-only. Failures are rebuilt from the wire format (``runtime.agent.service.wire``) into the exceptions of
+only. Failures are rebuilt from the wire format (``runtime.agent.spec.wire``) into the exceptions of
 ``runtime.agent.errors``, re-exported from ``runtime``:
 
 * ``RemoteError`` - the function raised on a rank (rank, node rank, type, message, remote traceback);
@@ -35,7 +35,8 @@ import httpx
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, JobEnded, NodeFailed, TransportError, Unauthorized
-from runtime.agent.service.wire import (
+from runtime.agent.spec.status import FAILED, TERMINAL
+from runtime.agent.spec.wire import (
     JSON,
     SERIALIZATIONS,
     check_json_arguments,
@@ -43,7 +44,6 @@ from runtime.agent.service.wire import (
     pack_arguments,
     unpack_result,
 )
-from runtime.agent.world import TERMINAL
 from runtime.output_reader import OutputChunk, OutputReader
 
 ANSWER_SLACK = 10.0
@@ -312,7 +312,7 @@ class JobClient:
 
     @staticmethod
     def _job_ended(info: JobInfo) -> JobEnded:
-        return JobEnded(info.status, info.reason, int(info.raw.get("exit_code", 1 if info.status == "failed" else 0)))
+        return JobEnded(info.status, info.reason, int(info.raw.get("exit_code", 1 if info.status == FAILED else 0)))
 
     def members(self) -> Membership:
         """The coordinator's membership snapshot."""
@@ -338,8 +338,8 @@ class JobClient:
         """Send a synced tree to every node of the job (``POST /code``, down the job's tree).
 
         Args:
-            digest: the tree's digest (``runtime.agent.code.archive.tree_digest``).
-            archive: the tree, packed (``runtime.agent.code.archive.pack``).
+            digest: the tree's digest (``runtime.agent.spec.archive.tree_digest``).
+            archive: the tree, packed (``runtime.agent.spec.archive.pack``).
 
         Returns:
             How many nodes hold it now.

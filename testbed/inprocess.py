@@ -20,8 +20,8 @@ from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.service.calls import remote_error
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.executor import LocalCall, RankDone, RankEvent, RankFailed
-from runtime.agent.service.wire import JSON, pack_result
 from runtime.agent.spec.agent_settings import AgentSettings
+from runtime.agent.spec.wire import JSON, pack_result
 from runtime.agent.world import World
 
 _context = threading.local()

@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional, Sequence
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.agent.net.peer import Answer, Exchange
-from runtime.agent.net.server import Request, Response, Routes, route
+from runtime.agent.net.server import Request, Response, Routes
+from runtime.agent.spec.agent_http import UNAUTHORIZED, route
 from runtime.agent.world import Node
 
 CLOSED = "its agent closed the coordinator's connection to its agent port"
@@ -119,7 +120,7 @@ class FakeNetwork:
         if (exchange.method, exchange.path) == ("GET", contract.ROUTE_HEALTHZ):
             return Response(200, {"ok": True})
         if not hmac.compare_digest(token.encode(), expected.encode()):
-            raise HttpError(401, "missing or wrong bearer token")
+            raise HttpError(401, UNAUTHORIZED)
         handler = route(routes, exchange.method, exchange.path)
         body = json.loads(exchange.body) if exchange.body else {}
         if not isinstance(body, dict):

@@ -1,6 +1,6 @@
-"""The layout's rules, read from the source alone: small modules, no import cycle, the agent's public surface,
-benchmarks and the testbed independent of the tests (the pod bundle's rule, which runs a process, is
-``tests/test_pod_bundle.py``)."""
+"""The layout's rules, read from the source alone: small modules, no import cycle, the agent's public surface
+(its spec, contract and errors, and the user API's in-pod modules), benchmarks and the testbed independent of
+the tests (the pod bundle's rule, which runs a process, is ``tests/test_pod_bundle.py``)."""
 
 from __future__ import annotations
 
@@ -28,28 +28,21 @@ def test_no_module_of_the_code_or_its_tests_is_over_400_lines():
 
 PACKAGES = ("runtime", "components", "testbed", "bench", "tests", "examples")
 PUBLIC_AGENT = ("runtime.agent.spec", "runtime.agent.contract", "runtime.agent.errors")
-"""The parts of ``runtime.agent`` that code outside it may import: the job spec and port layout, the
-environment contract, the errors."""
+"""The parts of ``runtime.agent`` that code outside it may import: the job spec and port layout, the formats
+the agent shares with its clients and front ends (its HTTP's rules, the call wire format, the job's statuses,
+the console's lines, the code archive, the cache-directory tag, addresses), the environment contract, the
+errors."""
 HARNESSES = ("runtime.agent", "testbed", "bench", "tests")
 """Code that drives the agent's own parts: the agent itself, and the tests and benchmarks' harnesses."""
-OUTSIDE_THE_SURFACE = {
-    "runtime": {"runtime.agent.execution.delivery", "runtime.agent.execution.torchgroup"},
-    "runtime.client": {"runtime.agent.service.wire", "runtime.agent.world"},
-    "runtime.local.hosts": {"runtime.agent.net.address", "runtime.agent.net.server", "runtime.agent.net.transport"},
-    "runtime.local.jobs": {"runtime.agent.execution.procs", "runtime.agent.net.address", "runtime.agent.net.transport"},
-    "runtime.workflow.attach": {"runtime.agent.world"},
-    "runtime.workflow.classes": {"runtime.agent.service.instances"},
-    "runtime.workflow.codesync": {"runtime.agent.code.archive", "runtime.agent.code.store"},
-    "runtime.workflow.compute": {"runtime.agent.service.wire"},
-    "runtime.workflow.existing": {"runtime.agent.service.wire"},
-    "runtime.workflow.kubernetes_compute": {"runtime.agent.service.wire"},
-    "runtime.workflow.local_compute": {"runtime.agent.code.store", "runtime.agent.service.wire"},
-    "runtime.workflow.printer": {"runtime.agent.execution.console"},
-}
-"""The client and local mode's imports of the agent's private parts, as they stand (the user API
-``runtime.membership``/``runtime.distributed`` is in-pod code; the call wire format, the console's
-lines and the code store are shared with the client): none may be added, and the components and the
-launcher import none."""
+USER_API = "runtime"
+"""The package ``runtime`` itself (``runtime/__init__.py``): the one module outside ``runtime.agent`` that
+ships to pods in the agent's bundle (``components.job.bundle.PACKAGE_INIT``, ``tests/test_pod_bundle.py``),
+because the ranks' processes import it. Its user API is in-pod code of the agent's, run in the user's
+processes: ``runtime.membership`` is the agent's ``execution.delivery`` (the membership changes its agent
+delivers), ``runtime.distributed`` its ``execution.torchgroup`` (torch's process group across the worlds
+the agent forms). So it may import the agent's modules, but only to re-export them whole under a name of
+its ``__all__`` (:func:`test_the_user_api_re_exports_whole_agent_modules_and_imports_nothing_else_private`);
+the rest of ``runtime`` (the client, the workflow API, local mode) imports the public parts alone."""
 
 
 def _module_name(path: Path) -> str:
@@ -115,15 +108,44 @@ def test_no_module_imports_itself_back_through_another():
     assert cycles == []
 
 
+def _private_agent(imports: set[str]) -> set[str]:
+    return {i for i in imports if _under(i, ("runtime.agent",)) and not _under(i, PUBLIC_AGENT)}
+
+
 def test_outside_the_agent_only_its_spec_contract_and_errors_are_imported():
-    private = {module: {i for i in imports if _under(i, ("runtime.agent",)) and not _under(i, PUBLIC_AGENT)}
-               for module, imports in _graph().items() if not _under(module, HARNESSES)}
-    assert {module: found for module, found in private.items() if found} == OUTSIDE_THE_SURFACE
+    private = {module: _private_agent(imports) for module, imports in _graph().items()
+               if not _under(module, HARNESSES) and module != USER_API}
+    assert {module: found for module, found in private.items() if found} == {}
+
+
+def test_the_user_api_re_exports_whole_agent_modules_and_imports_nothing_else_private():
+    tree = ast.parse((ROOT / "runtime" / "__init__.py").read_text())
+    exported = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                    and [ast.unparse(t) for t in node.targets] == ["__all__"])
+    modules = set(_graph())
+    imported = [(alias.name, None) for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [(f"{node.module}.{alias.name}", alias.asname or alias.name) for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module for alias in node.names]
+    private = [(name, bound) for name, bound in imported
+               if _private_agent({name if name in modules else name.rpartition(".")[0]})]
+    assert private, "the user API re-exports the agent's in-pod modules (USER_API's docstring)"
+    assert [name for name, bound in private if name not in modules or bound not in exported] == []
 
 
 def test_benchmarks_and_the_testbed_import_nothing_from_the_tests():
     graph = _graph()
     assert {m: i for m, i in graph.items() if _under(m, ("bench", "testbed")) and _under_any(i, ("tests",))} == {}
+
+
+def test_benchmarks_and_the_testbed_run_no_module_of_the_tests_by_name():
+    """Nor by a name in a string: ``python -m tests...``, or a call's ``tests....:function`` that the job's
+    processes import (the functions service jobs run are ``testbed.service_fns``)."""
+    modules = set(_graph())
+    named = {_module_name(p): {n.value for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Constant)
+                               and isinstance(n.value, str) and n.value.split(":", 1)[0] in modules
+                               and _under(n.value.split(":", 1)[0], ("tests",))}
+             for root in ("bench", "testbed") for p in (ROOT / root).rglob("*.py") if "__pycache__" not in p.parts}
+    assert {module: found for module, found in named.items() if found} == {}
 
 
 def _under_any(modules: set[str], prefixes: tuple[str, ...]) -> bool:

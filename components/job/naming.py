@@ -40,8 +40,8 @@ class JobNames:
         service_fqdn: ``<service>.<namespace>.svc.<cluster domain>``.
         coordinator_env: value of ``TRAINPLANE_COORDINATOR`` in pods; ``None`` when the training
             operator's ``MASTER_ADDR`` names node 0 (PyTorchJob with a Master).
-        coordinator_fqdn: node 0's fully qualified host name.
-        coordinator_url: the coordinator agent's base URL, ``http://<coordinator_fqdn>:<agent port>``.
+        coordinator_url: the coordinator agent's base URL, ``http://<node 0's fully qualified host name>:<agent
+            port>``.
         peers: value of ``TRAINPLANE_PEERS``, every node's host with ``{index}`` for the node rank, or ``None``
             (a fixed-size PyTorchJob, whose Master the operator names).
 
@@ -56,7 +56,6 @@ class JobNames:
     size_configmap: str
     service_fqdn: pulumi.Input[str]
     coordinator_env: Optional[str]
-    coordinator_fqdn: pulumi.Input[str]
     coordinator_url: pulumi.Input[str]
     peers: Optional[str] = None
 
@@ -151,7 +150,6 @@ def job_names(name: str, args: DistributedJobArgs) -> JobNames:
         size_configmap=f"{name}-size",
         service_fqdn=in_namespace(name),
         coordinator_env=coordinator_env,
-        coordinator_fqdn=coordinator_fqdn,
         coordinator_url=lift(lambda fqdn: f"http://{fqdn}:{args.agent_port}", coordinator_fqdn),
         peers=peers,
     )

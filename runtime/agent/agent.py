@@ -60,7 +60,8 @@ from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.signals import STOP_SIGNALS, handled
-from runtime.agent.world import FAILED, STOPPED, Node, World
+from runtime.agent.spec.status import FAILED, STOPPED
+from runtime.agent.world import Node, World
 
 TICK = 0.1
 """Seconds between the coordinator's time-driven checks (liveness, quorum)."""

@@ -223,6 +223,9 @@ AGENT_MODULE = "runtime.agent"
 """Run as ``python3 -m runtime.agent`` with the bundle on PYTHONPATH."""
 SERVICE_MODULE = "runtime.agent.service.worker"
 """What each user process runs in service mode (under the bootstrap): the call loop."""
+INSTANCE_CALL = "runtime.agent.service.instances:call"
+"""The function a call on an instance of a user's class runs (``module:qualname``): the workflow API's
+``cls`` calls it by this name (``runtime.workflow.classes``)."""
 
 # --- Service mode defaults ---------------------------------------------------------------------
 DEFAULT_TREE_THRESHOLD = 100

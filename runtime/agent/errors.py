@@ -35,7 +35,7 @@ Tree::
                                            code does not swallow it (as KeyboardInterrupt)
 
 Every exception with more than a message rebuilds itself from its attributes (``__reduce__``), so it
-pickles, and ``runtime.agent.service.wire`` turns it into the JSON an HTTP hop carries and back.
+pickles, and ``runtime.agent.spec.wire`` turns it into the JSON an HTTP hop carries and back.
 """
 
 from __future__ import annotations

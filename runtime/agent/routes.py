@@ -23,7 +23,8 @@ from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.push import RELAY, WorldPusher
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.spec.agent_settings import AgentSettings
-from runtime.agent.world import TERMINAL, Failure, Node, World
+from runtime.agent.spec.status import TERMINAL
+from runtime.agent.world import Failure, Node, World
 
 
 def status_of(refusal: MembershipRefused) -> int:

@@ -13,14 +13,10 @@ import signal
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from runtime.agent import contract
-from runtime.agent.net.address import host_port
-
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-STOPPED = "stopped"
-TERMINAL = (SUCCEEDED, FAILED, STOPPED)
+from runtime.agent.spec import ports
+from runtime.agent.spec.address import host_port
+from runtime.agent.spec.job import default
+from runtime.agent.spec.status import RUNNING, TERMINAL
 
 
 class Node(NamedTuple):
@@ -177,7 +173,7 @@ class World:
     max_restarts: int
     nodes: tuple[Node, ...]
     master_port: int
-    distribution: str = "spmd"
+    distribution: str = default("distribution")
     status: str = RUNNING
     cause: Failure | None = None
     message: str = ""
@@ -199,21 +195,19 @@ class World:
 
     @property
     def rendezvous_port(self) -> int:
-        """This generation's MASTER_PORT: the base port for generation 1, then the next ones in
-        ``contract.RENDEZVOUS_PORT_SPAN``, so no generation meets the previous one's TCPStore."""
-        return self.master_port + (self.generation - 1) % contract.RENDEZVOUS_PORT_SPAN
+        """This generation's MASTER_PORT (``spec.ports.rendezvous_port``)."""
+        return ports.rendezvous_port(self.master_port, self.generation)
 
     @property
     def jax_coordinator_port(self) -> int:
-        """This generation's JAX coordinator port: like :attr:`rendezvous_port`, but in the block
-        starting at ``contract.JAX_PORT_OFFSET``, so it never equals MASTER_PORT."""
-        return self.rendezvous_port + contract.JAX_PORT_OFFSET
+        """This generation's JAX coordinator port (``spec.ports.jax_coordinator_port``)."""
+        return ports.jax_coordinator_port(self.master_port, self.generation)
 
     @property
     def controller_port(self) -> int:
         """Single-controller jobs: the Ray head's port on node 0, and every node's Monarch worker port
-        (TCP): ``master_port + contract.CONTROLLER_PORT_OFFSET``."""
-        return self.master_port + contract.CONTROLLER_PORT_OFFSET
+        (``spec.ports.controller_port``)."""
+        return ports.controller_port(self.master_port)
 
     def worker_port(self, node_rank: int) -> int:
         """A Monarch job: the port node ``node_rank``'s worker serves on (TCP). :attr:`controller_port`
@@ -350,7 +344,7 @@ class World:
             max_restarts=int(data["max_restarts"]),
             nodes=nodes,
             master_port=int(data["master_port"]),
-            distribution=str(data.get("distribution", "spmd")),
+            distribution=str(data.get("distribution", default("distribution"))),
             status=status,
             cause=Failure.from_json(cause) if cause else None,
             message=str(data.get("message", "")),

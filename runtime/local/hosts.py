@@ -30,12 +30,11 @@ from typing import Any, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError, ParseError, TransportError
-from runtime.agent.net.address import HOST_PORT_FIX, bind_family, split_host_port
-from runtime.agent.net.server import AgentServer, Request, Response
-from runtime.agent.net.transport import request_json
+from runtime.agent.spec.address import HOST_PORT_FIX, bind_family, split_host_port
 from runtime.agent.spec.agent_settings import NodeIdentity, node_rank_in
 from runtime.agent.spec.setting import tcp_port
 from runtime.local import jobs, launch_plan, logdirs
+from runtime.local.json_http import JsonServer, Request, Response, request_json
 
 ROUTE_JOIN = "/join"
 JOIN_INTERVAL = 0.2
@@ -74,14 +73,14 @@ class JoinService:
         self._lock = threading.Lock()
         self._members: dict[int, tuple[str, str, int]] = {}
         """Node id -> (launcher key, address, agent port)."""
-        self._server: Optional[AgentServer] = None
+        self._server: Optional[JsonServer] = None
 
     def bind(self, endpoint: tuple[str, int]) -> bool:
         """Bind the endpoint; whether this launcher is the one that serves it (``False``: it is not
         an address of this host, or another launcher here serves it already)."""
         try:
-            self._server = AgentServer(endpoint, self._token, {("POST", ROUTE_JOIN): self._route},
-                                       max_body=MAX_JOIN_BODY, job=self._job)
+            self._server = JsonServer(endpoint, self._token, {("POST", ROUTE_JOIN): self._route},
+                                      max_body=MAX_JOIN_BODY, job=self._job)
         except OSError:
             return False
         return True
@@ -212,7 +211,7 @@ def parse_endpoint(text: str, default_port: int = contract.DEFAULT_MASTER_PORT) 
 
     Raises:
         ParseError: ``(problem, fix)``: text ``split_host_port`` cannot read (its problem, and how to
-            write it: ``net.address.HOST_PORT_FIX``, the agent's coordinator's fix too), or a port the
+            write it: ``spec.address.HOST_PORT_FIX``, the agent's coordinator's fix too), or a port the
             spec's ``tcp_port`` check refuses, in its words.
     """
     try:

@@ -19,19 +19,20 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import IO, Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError
-from runtime.agent.execution.procs import RUNTIME_ROOT, exit_status
-from runtime.agent.net.address import url
-from runtime.agent.net.transport import request_json
 from runtime.agent.spec import env_writer
+from runtime.agent.spec.address import url
 from runtime.agent.spec.agent_settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.job import SETTINGS, JobSpec
-from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, parse_signals
+from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, exit_status, parse_signals
 from runtime.agent.spec.signals import handled as handled_signals
+from runtime.agent.spec.status import RUNNING
 from runtime.local import logdirs
+from runtime.local.json_http import request_json
 from runtime.local.launch_plan import LaunchPlan, free_port, plan, port_is_free
 from runtime.local.outcome import Outcome
 from runtime.local.ray_defaults import ray_defaults
@@ -43,6 +44,8 @@ CONSOLE_STATE = "console"
 """The file in the run root through which a job's agents share the launcher's console."""
 CONNECTION_FILE = "connection.json"
 """Service mode: the file in the job's log directory holding its URL and token (mode 0600)."""
+RUNTIME_ROOT = str(Path(__file__).resolve().parents[2])
+"""The directory holding this ``runtime`` package, which local agents run from."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ class LocalJob:
                                     job=self.job)
             except TransportError:
                 info = {}
-            if info.get("status") == "running":
+            if info.get("status") == RUNNING:
                 return
             if time.monotonic() > deadline:
                 raise RendezvousError(f"job {self.job}: not ready within {timeout:g} s "

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from runtime.agent.errors import ConfigError, RendezvousError, TransportError, Unauthorized
-from runtime.agent.world import RUNNING, TERMINAL
+from runtime.agent.spec.job import default
+from runtime.agent.spec.status import RUNNING, TERMINAL
 from runtime.client import JobClient
 
 POLL_INTERVAL = 0.5
@@ -123,7 +124,8 @@ def _check(client: JobClient, url: str, expect: Expectation) -> tuple[str, Optio
         return f"status {info.status!r}", None
     members = client.members()
     shape = JobShape(workers=sum(1 for m in members.raw.get("members", []) if m.get("node_rank") is not None),
-                     num_proc=info.num_proc, distribution=str(info.raw.get("distribution", "spmd")), job=info.job)
+                     num_proc=info.num_proc, distribution=str(info.raw.get("distribution", default("distribution"))),
+                     job=info.job)
     if not expect.accepts(shape):
         return f"running with {shape.workers} nodes x {shape.num_proc} processes", None
     return "", shape

@@ -21,7 +21,7 @@ import inspect
 import uuid
 from typing import Any, Optional
 
-from runtime.agent.service.instances import CALL
+from runtime.agent import contract
 from runtime.workflow.codesync import Snapshot, Source
 from runtime.workflow.compute import Compute, DeployRequest
 from runtime.workflow.functions import CallOptions, Deployed, _Connection, check_arguments, imported_digest
@@ -106,8 +106,8 @@ class RemoteInstance(Deployed):
     def _call(self, method: Optional[str], args: tuple[Any, ...], kwargs: dict[str, Any],
               code: Optional[tuple[Optional[Source], Optional[Snapshot]]] = None) -> list[Any]:
         target = self.target
-        return self._invoke(CALL, [target.name, self.instance_id, list(target.args), dict(target.kwargs), method,
-                                   list(args), kwargs], {}, code)
+        return self._invoke(contract.INSTANCE_CALL, [target.name, self.instance_id, list(target.args),
+                                                     dict(target.kwargs), method, list(args), kwargs], {}, code)
 
 
 class RemoteMethod:

@@ -7,7 +7,7 @@ as caches (a ``CACHEDIR.TAG``, as the agents' code stores and local jobs' log di
 log directory inside the project is never synced); symbolic links are left out. Taking a snapshot
 stats every file and reads only those whose size, time or inode changed since the last one, so an
 unchanged tree costs a walk and a digest. The digest is
-``runtime.agent.code.archive.tree_digest``; the archive is built only when the job lacks it.
+``runtime.agent.spec.archive.tree_digest``; the archive is built only when the job lacks it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Optional
 
 import pathspec
 
-from runtime.agent.code.archive import Entry, pack, tree_digest
-from runtime.agent.code.store import CACHEDIR_SIGNATURE, CACHEDIR_TAG
 from runtime.agent.errors import ConfigError
+from runtime.agent.spec.archive import Entry, pack, tree_digest
+from runtime.agent.spec.cachedir import is_cache_dir
 
 IGNORE_FILES = (".gitignore", ".trainplaneignore")
 """Files in the root whose patterns (gitignore syntax) leave paths out of the tree."""
@@ -134,7 +134,7 @@ class Source:
         pending = [""]
         while pending:
             relative_dir = pending.pop()
-            if _is_cache(os.path.join(self.root, relative_dir)):
+            if is_cache_dir(os.path.join(self.root, relative_dir)):
                 continue
             with os.scandir(os.path.join(self.root, relative_dir)) as listing:
                 for item in listing:
@@ -147,18 +147,6 @@ class Source:
                     elif item.is_file() and not excluded.match_file(relative):
                         found.append((relative, item.stat()))
         return found
-
-
-def _is_cache(directory: str) -> bool:
-    """Whether ``directory`` holds a ``CACHEDIR.TAG`` with the specification's signature."""
-    tag = os.path.join(directory, CACHEDIR_TAG)
-    if not os.path.isfile(tag):
-        return False
-    try:
-        with open(tag, "rb") as f:
-            return f.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE.encode()
-    except OSError:
-        return False
 
 
 _SOURCES: dict[str, Source] = {}

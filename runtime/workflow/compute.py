@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from runtime.agent.errors import ConfigError
-from runtime.agent.service.wire import JSON, SERIALIZATIONS
 from runtime.agent.spec.job import check, default
+from runtime.agent.spec.wire import JSON, SERIALIZATIONS
 from runtime.workflow.guard import refuse_inside_job
 
 READY_TIMEOUT = 120.0

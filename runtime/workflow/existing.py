@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from runtime.agent.errors import ConfigError
-from runtime.agent.service.wire import JSON
+from runtime.agent.spec.wire import JSON
 from runtime.workflow.attach import wait_until_serving
 from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint
 

@@ -45,8 +45,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
-from runtime.agent.service.wire import JSON
 from runtime.agent.spec.job import SINGLE_CONTROLLER, default
+from runtime.agent.spec.wire import JSON
 from runtime.workflow.attach import Expectation, JobShape, wait_until_serving
 from runtime.workflow.compute import Compute, DeployRequest, Endpoint, resize_limit_of
 from runtime.workflow.errors import DeployError

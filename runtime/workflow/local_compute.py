@@ -17,10 +17,10 @@ import os
 import uuid
 from typing import Mapping, Optional
 
-from runtime.agent.code.store import tag_cache_dir
 from runtime.agent.errors import RendezvousError
-from runtime.agent.service.wire import JSON, PICKLE
+from runtime.agent.spec.cachedir import tag_cache_dir
 from runtime.agent.spec.job import SINGLE_CONTROLLER, check, default
+from runtime.agent.spec.wire import JSON, PICKLE
 from runtime.local import jobs, logdirs
 from runtime.workflow.attach import Expectation, wait_until_serving
 from runtime.workflow.compute import READY_TIMEOUT, Compute, DeployRequest, Endpoint, resize_limit_of

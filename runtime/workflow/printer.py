@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Optional, TextIO
 
-from runtime.agent.execution.console import START, render
+from runtime.agent.spec.console_lines import START, render, resume
 from runtime.output_reader import OutputChunk
 
 
@@ -35,8 +35,8 @@ class RankPrinter:
         state = self._states.get(key, START)
         if self._open is not None and self._open != key:
             self._write(self._open[1], "\n")
-        if self._open != key and state != START:  # another writer ended this line: its end is written
-            state, data = START, data[2:] if data.startswith(b"\r\n") else data[data.startswith(b"\n"):]
+        if self._open != key:
+            data, state = resume(data, state)
         text, state = render(data, f"[rank {chunk.rank}] ".encode(), state)
         self._states[key] = state
         self._open = None if state == START else key

@@ -18,7 +18,7 @@ from runtime import (
     Unauthorized,
     WorkerMembershipChanged,
 )
-from runtime.agent.service.wire import error_body, error_status, pack_result
+from runtime.agent.spec.wire import error_body, error_status, pack_result
 from runtime.client import JobClient
 
 pytestmark = pytest.mark.unit

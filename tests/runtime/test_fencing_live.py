@@ -30,9 +30,9 @@ from runtime.agent import contract
 from runtime.agent.errors import CallError, TrainplaneError, TransportError, WorkerMembershipChanged
 from runtime.agent.net.transport import request_json
 from runtime.client import JobClient
+from testbed import service_fns
 from tests.conftest import ROOT, fault_lasts, processes_with, project_env, wait_until
 from tests.netns import bridged, cut, heal
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 

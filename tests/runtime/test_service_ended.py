@@ -17,7 +17,7 @@ from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.process
 
-FNS = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
 
 
 def test_a_node_lost_mid_call_ends_a_fixed_size_job_and_every_later_call_says_why(tmp_path: Path):

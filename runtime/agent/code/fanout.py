@@ -27,14 +27,15 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from runtime.agent import contract
-from runtime.agent.code.archive import ArchiveError, check_digest
 from runtime.agent.code.store import CodeStore
 from runtime.agent.errors import HttpError
 from runtime.agent.net.peer import Answer, Exchange, PeerTransport
 from runtime.agent.net.transport import encode
 from runtime.agent.rendezvous.tree import plan_node, plan_root
 from runtime.agent.spec.agent_settings import AgentSettings
-from runtime.agent.world import RUNNING, World
+from runtime.agent.spec.archive import ArchiveError, check_digest
+from runtime.agent.spec.status import RUNNING
+from runtime.agent.world import World
 
 SEND_TIMEOUT = 60.0
 """Seconds a subtree may take to receive and unpack a tree."""

@@ -12,25 +12,14 @@ import tempfile
 import threading
 from typing import Optional
 
-from runtime.agent.code.archive import ArchiveError, check_digest, tree_digest, unpack
+from runtime.agent.spec.archive import ArchiveError, check_digest, tree_digest, unpack
+from runtime.agent.spec.cachedir import tag_cache_dir
 
 TREE = "tree"
 MANIFEST = "manifest.json"
 ARCHIVE = "archive.tar.gz"
 KEEP = 4
 """Trees a node keeps; older ones are removed as new ones arrive."""
-CACHEDIR_TAG = "CACHEDIR.TAG"
-CACHEDIR_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
-"""The Cache Directory Tagging Specification's file and first line (https://bford.info/cachedir/):
-tools that copy trees (``tar --exclude-caches``, backup tools, code sync) skip a directory holding it."""
-
-
-def tag_cache_dir(path: str) -> None:
-    """Mark ``path`` (which exists) as a cache directory that copies of a tree leave out."""
-    tag = os.path.join(path, CACHEDIR_TAG)
-    if not os.path.exists(tag):
-        with open(tag, "w") as f:
-            f.write(f"{CACHEDIR_SIGNATURE}\n# trainplane: logs and synced code, not source\n")
 
 
 def manifest(tree_dir: str) -> dict[str, str]:

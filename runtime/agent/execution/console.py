@@ -1,6 +1,7 @@
 """The console the ranks' output shares: every line carries its writer's prefix, ``\\r`` redraws
 (a progress bar) included, and a writer's unfinished line is ended before another writer's text
-goes to the console, so lines of two ranks never merge. Standard library only.
+goes to the console, so lines of two ranks never merge (the line format: ``spec.console_lines``).
+Standard library only.
 
 One :class:`Console` serves one process's two output streams (an agent's stdout and stderr, read
 by one terminal). Agents that share a terminal (the local launcher's) also share a small state
@@ -14,48 +15,14 @@ from __future__ import annotations
 import fcntl
 import itertools
 import os
-import re
 import sys
 import threading
 from typing import BinaryIO, Optional
 
-START, MID, AFTER_CR = 0, 1, 2
-"""Where a writer's line stands: at its start (the prefix is due), within it, or just after a ``\\r``
-(the cursor back at the line's start: the prefix is due again before more text, not before ``\\n``)."""
-_PIECES = re.compile(rb"\r\n|\n|\r|[^\r\n]+")
+from runtime.agent.spec.console_lines import START, render, resume
+
 _OWNER_BYTES = 64
 """Size of the owner record in the shared state file."""
-
-
-def render(data: bytes, prefix: bytes, state: int) -> tuple[bytes, int]:
-    """``data`` as the console shows it: ``prefix`` before every line's text and after every ``\\r``
-    that more text follows (a redraw keeps its prefix), none inside ``\\r\\n``.
-
-    Args:
-        data: what the writer wrote, in the order written.
-        prefix: the writer's prefix, e.g. ``b"[rank 3] "``.
-        state: the writer's :data:`START`, :data:`MID` or :data:`AFTER_CR` before ``data``.
-
-    Returns:
-        The bytes to write, and the writer's state after them.
-    """
-    out: list[bytes] = []
-    for match in _PIECES.finditer(data):
-        piece = match.group()
-        if piece.endswith(b"\n"):
-            if state == START:
-                out.append(prefix)
-            out.append(piece)
-            state = START
-        elif piece == b"\r":
-            out.append(piece)
-            state = START if state == START else AFTER_CR
-        else:
-            if state != MID:
-                out.append(prefix)
-            out.append(piece)
-            state = MID
-    return b"".join(out), state
 
 
 class Console:
@@ -101,8 +68,8 @@ class Console:
             if owner and owner != me:
                 self._put(int(owner.rsplit(b".", 1)[1]), b"\n")
             state = self._states.get((writer, index), START)
-            if owner != me and state != START:  # another writer ended this line: its end is written
-                state, data = START, data[2:] if data.startswith(b"\r\n") else data[data.startswith(b"\n"):]
+            if owner != me:
+                data, state = resume(data, state)
             text, state = render(data, prefix, state)
             self._put(index, text)
             self._states[(writer, index)] = state

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from runtime.agent import contract
+from runtime.agent.spec import ports
 from runtime.agent.world import World
 
 MONARCH_WORKER = (
@@ -80,8 +80,8 @@ def daemon(
     if node_rank == 0:
         argv = (
             "ray", "start", "--head", *common, f"--port={port}",
-            f"--ray-client-server-port={world.master_port + contract.RAY_CLIENT_PORT_OFFSET}",
-            f"--dashboard-port={world.master_port + contract.RAY_DASHBOARD_PORT_OFFSET}",
+            f"--ray-client-server-port={ports.ray_client_port(world.master_port)}",
+            f"--dashboard-port={ports.ray_dashboard_port(world.master_port)}",
             "--include-dashboard=false",
         )
         return Daemon("ray head", (*prefix, *argv, *extra_args))

@@ -11,7 +11,8 @@ import ipaddress
 import json
 
 from runtime.agent import contract
-from runtime.agent.net.address import host_port
+from runtime.agent.spec import ports
+from runtime.agent.spec.address import host_port
 from runtime.agent.spec.job import DEFAULT_ROLE
 from runtime.agent.world import World
 
@@ -90,13 +91,13 @@ def host_of(addr: str) -> str:
 def tf_config(world: World, rank: int) -> str:
     """TensorFlow's ``TF_CONFIG``: one worker entry per process, this process's index.
 
-    Ports start at ``master_port + contract.TF_PORT_OFFSET`` and count the processes on the same
+    Ports start at ``spec.ports.first_tf_port`` and count the processes on the same
     machine (:func:`host_of`): the local rank when every node has a machine of its own, so no two
     entries collide where nodes share one (the local launcher's 127.0.0.x addresses, or its
     single-address fallback: TensorFlow's gRPC server binds ``0.0.0.0:port``, not the address in
     its entry), and none takes a torch or JAX rendezvous port.
     """
-    first = world.master_port + contract.TF_PORT_OFFSET
+    first = ports.first_tf_port(world.master_port)
     taken: dict[str, int] = {}
     workers: list[str] = []
     for node in world.nodes:

@@ -26,6 +26,7 @@ from runtime.agent.execution.bootstrap import EXEC_FLAG, starter
 from runtime.agent.execution.tee import Output
 from runtime.agent.spec import streams
 from runtime.agent.spec.job import SETTINGS
+from runtime.agent.spec.signals import exit_status
 from runtime.agent.world import ended_text
 
 RUNTIME_ROOT = str(Path(__file__).resolve().parents[3])
@@ -63,11 +64,6 @@ class ProcExit:
     def how(self) -> str:
         """How it ended: ``exited with code 1``, or ``was killed by SIGKILL``."""
         return ended_text(self.exit_code, self.signal)
-
-
-def exit_status(returncode: int) -> int:
-    """A shell-style exit status: ``returncode`` itself, or 128 + N for death by signal N."""
-    return contract.EXIT_INTERRUPTED_BASE - returncode if returncode < 0 else returncode
 
 
 def inherited_env(agent_env: Mapping[str, str]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from runtime.agent import contract
-from runtime.agent.net.address import host_port
+from runtime.agent.spec.address import host_port
 
 MAX_RESPONSE_HEAD = 64 * 1024
 """Bytes of response head accepted before the exchange is failed."""

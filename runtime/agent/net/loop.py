@@ -26,10 +26,10 @@ Watcher = Callable[[int], None]
 
 
 class Timer:
-    """A callback due at a monotonic time; :meth:`cancel` (on the loop) before it runs drops it."""
+    """A callback due at a monotonic time (kept beside it in its loop's heap); :meth:`cancel` (on the loop)
+    before it runs drops it."""
 
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
-        self.when = when
+    def __init__(self, callback: Callable[[], None]) -> None:
         self.callback = callback
         self.cancelled = False
 
@@ -70,7 +70,7 @@ class EventLoop:
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         """Run ``callback`` on the loop at monotonic time ``when`` (loop thread only)."""
-        timer = Timer(when, callback)
+        timer = Timer(callback)
         heapq.heappush(self._timers, (when, next(self._order), timer))
         return timer
 

@@ -1,15 +1,13 @@
-"""Requests and responses as the agent's route handlers see them, the token check and the route
-lookup: what the server and the in-memory transport share. Standard library only."""
+"""Requests and responses as the agent's route handlers see them, and a handler's failure as an answer: what
+the server and the in-memory transport share (the token check and the route lookup: ``spec.agent_http``).
+Standard library only."""
 
 from __future__ import annotations
 
-import hmac
-import json
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from runtime.agent import contract
 from runtime.agent.errors import HttpError
 
 
@@ -61,45 +59,9 @@ RouteKey = Tuple[str, str]
 Routes = Dict[RouteKey, Handler]
 
 
-def authorized(header: Optional[str], token: str) -> bool:
-    """Whether an ``Authorization`` header carries ``token``, compared in constant time."""
-    if not header:
-        return False
-    scheme, _, value = header.partition(" ")
-    return scheme == contract.AUTH_SCHEME and hmac.compare_digest(value.strip().encode(), token.encode())
-
-
-def route(routes: Routes, method: str, path: str) -> Handler:
-    """The handler of ``method path``.
-
-    Raises:
-        HttpError: 405 when ``path`` is served for other methods only, 404 when it is not served.
-    """
-    handler = routes.get((method, path))
-    if handler is None:
-        known = any(p == path for _, p in routes)
-        raise HttpError(405 if known else 404, f"no route {method} {path}")
-    return handler
-
-
 def error(status: int, message: str) -> Response:
     """A JSON error answer: ``{"error": message}`` with ``status``."""
     return Response(status, {"error": message})
-
-
-def json_object(raw: bytes) -> Mapping[str, Any]:
-    """A request body: a JSON object.
-
-    Raises:
-        HttpError: 400 for anything else.
-    """
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HttpError(400, f"body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise HttpError(400, "body must be a JSON object")
-    return body
 
 
 def run_handler(handler: Handler, request: Request, keep_alive: bool) -> tuple[Response, bool]:

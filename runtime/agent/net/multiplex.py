@@ -27,11 +27,11 @@ import socket
 import time
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from runtime.agent.net.address import host_port
 from runtime.agent.net.http11 import parse_head, request_bytes
 from runtime.agent.net.keepalive import ConnectionPool
 from runtime.agent.net.loop import EventLoop, Timer
 from runtime.agent.net.peer import Answer, Exchange
+from runtime.agent.spec.address import host_port
 
 
 class _Watch(Protocol):

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from runtime.agent.errors import TransportError, Unauthorized, WrongJob
-from runtime.agent.net.address import url
+from runtime.agent.errors import TransportError
+from runtime.agent.spec.address import url
+from runtime.agent.spec.agent_http import refused
 from runtime.agent.world import Node
 
 
@@ -100,13 +101,7 @@ class Answer:
             return self.body
         if self.status is None:
             raise TransportError(f"{exchange.where} failed: {self.problem}")
-        if self.status == 401:
-            raise Unauthorized(f"{exchange.where}: 401 {self.body.get('error', '')}", 401)
-        if self.status == 403:
-            raise WrongJob(f"{exchange.where}: 403 {self.body.get('error', '')}", 403)
-        if self.error:
-            raise TransportError(f"{exchange.where}: {self.error}", self.status)
-        raise TransportError(f"{exchange.where}: {self.status} {self.body.get('error', '')}", self.status)
+        raise refused(exchange.where, self.status, self.body, self.error)
 
 
 class Batch(Protocol):

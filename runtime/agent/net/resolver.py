@@ -12,7 +12,7 @@ import time
 from typing import Callable, Mapping
 
 from runtime.agent.errors import RendezvousError
-from runtime.agent.net.address import first_address
+from runtime.agent.spec.address import first_address
 
 
 class Resolver:

@@ -23,12 +23,13 @@ from typing import Any, Callable, Collection, Mapping, Optional, Union
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.agent.net import messages
-from runtime.agent.net.address import bind_family
 from runtime.agent.net.connection import Call, Connection, Pending
 from runtime.agent.net.handlers import HandlerPool
 from runtime.agent.net.loop import EventLoop
-from runtime.agent.net.messages import Request, Response, RouteKey, Routes, authorized, route
+from runtime.agent.net.messages import Request, Response, RouteKey, Routes
 from runtime.agent.net.requesthead import MAX_LINE, Headers, RequestHead
+from runtime.agent.spec.address import bind_family
+from runtime.agent.spec.agent_http import UNAUTHORIZED, authorized, body_length, json_object, other_job, route
 
 LONG_WORKERS = 32
 """Most threads running long handlers (calls and execs, which hold their thread while the call runs;
@@ -263,29 +264,20 @@ class AgentServer:
         if method == "GET" and path == contract.ROUTE_HEALTHZ:
             return self._drained(conn, headers, keep_alive, Response(200, {"ok": True}))
         if not authorized(headers.get(contract.AUTH_HEADER), self.token):
-            return self._drained(conn, headers, keep_alive, messages.error(401, "missing or wrong bearer token"))
+            return self._drained(conn, headers, keep_alive, messages.error(401, UNAUTHORIZED))
         named = headers.get(contract.JOB_HEADER)
         if named is not None and named != self.job:
-            return self._drained(conn, headers, keep_alive, messages.error(
-                403, f"this agent serves job {self.job!r}, not {named!r}: a request from another job is refused"))
+            return self._drained(conn, headers, keep_alive, messages.error(403, other_job(self.job, named)))
         try:
             handler = route(self.routes, method, path)
         except HttpError as exc:
             return self._drained(conn, headers, keep_alive, messages.error(exc.status, str(exc)))
         if method not in ("PUT", "POST"):
             return self._drained(conn, headers, keep_alive, Call(method, path, handler, False))
-        length_text = headers.get("Content-Length")
-        if length_text is None:
-            return Pending(0, messages.error(411, "Content-Length required"), False)
         try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if length < 0:
-            return Pending(0, messages.error(400, f"bad Content-Length {length_text!r}"), False)
-        if length > self.max_body:
-            too_big = f"body of {length} bytes exceeds the {self.max_body}-byte cap"
-            return Pending(0, messages.error(413, too_big), False)
+            length = body_length(headers.get("Content-Length"), self.max_body)
+        except HttpError as exc:
+            return Pending(0, messages.error(exc.status, str(exc)), False)
         self._continue(conn, headers)
         return Pending(length, Call(method, path, handler, True), keep_alive)
 
@@ -312,7 +304,7 @@ class AgentServer:
             self._answer(conn, then, pending.keep_alive)
             return
         try:
-            parsed = messages.json_object(body) if then.has_body else {}
+            parsed = json_object(body) if then.has_body else {}
         except HttpError as exc:
             self._answer(conn, messages.error(exc.status, str(exc)), pending.keep_alive)
             return

@@ -160,8 +160,8 @@ def request_json(
     *,
     job: str,
 ) -> dict[str, Any]:
-    """One JSON request to an agent on a connection of its own, for callers outside the agent (the
-    local launcher, tests, benchmarks): an :class:`HttpTransport` used once.
+    """One JSON request to an agent on a connection of its own, for the tests' and benchmarks' harnesses
+    (local mode asks with ``runtime.local.json_http``): an :class:`HttpTransport` used once.
 
     Args:
         host: address or host name of the agent.

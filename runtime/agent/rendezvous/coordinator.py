@@ -4,13 +4,12 @@ Pure state machine: methods take the current time and return actions (``Push`` a
 ``Say`` something to the log); the agent performs them. No I/O here, so every decision is unit
 testable with a fake clock. Standard library only.
 
-Fixed-size jobs (torchrun semantics): losing a node, silently or by a failing process, fails the
-generation; it restarts as a new generation while ``max_restarts`` allows, else the job fails with
-the earliest failure as root cause. Elastic jobs (``min_workers``/``max_workers``): a lost node is
-removed and the survivors continue in a new generation, ranks re-packed densely in node order, as
-long as ``min_workers`` remain; a node that registers after the world formed is admitted at the next
-generation, up to ``max_workers``; each node's failed processes are budgeted (``budget``). Ranks
-that neither exit nor write, and the job's time limit: ``stragglers``.
+Fixed-size jobs (torchrun semantics): losing a node, silently or by a failing process, fails the generation; it
+restarts as a new generation while ``max_restarts`` allows, else the job fails with the earliest failure as root
+cause. Elastic jobs (``min_workers``/``max_workers``): a lost node is removed and the survivors continue in a new
+generation, ranks re-packed densely in node order, as long as ``min_workers`` remain; a node that registers after
+the world formed is admitted at the next generation, up to ``max_workers``; each node's failed processes are
+budgeted (``budget``). Ranks that neither exit nor write, and the job's time limit: ``stragglers``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ from runtime.agent.rendezvous.lease import Lease
 from runtime.agent.rendezvous.snapshot import members_view
 from runtime.agent.rendezvous.stragglers import Stragglers
 from runtime.agent.spec.agent_settings import AgentSettings
-from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, Failure, Node, World, nodes_from
+from runtime.agent.spec.status import FAILED, RUNNING, STOPPED, SUCCEEDED
+from runtime.agent.world import Failure, Node, World, nodes_from
 
 
 class Coordinator:

@@ -14,9 +14,10 @@ from typing import Callable, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import RendezvousError
-from runtime.agent.net.address import split_host_port
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.resolver import Resolver
+from runtime.agent.spec.address import split_host_port
+from runtime.agent.spec.status import RUNNING
 
 ASK_TIMEOUT = 1.0
 """Seconds the peers get to answer, together."""
@@ -69,7 +70,7 @@ def running_coordinator(peers: Sequence[tuple[int, str, int]], me: int, transpor
         if not answer.ok:
             continue
         coordinator = answer.body.get("world_coordinator")
-        if answer.body.get("status") == "running" and isinstance(coordinator, list) and len(coordinator) == 3:
+        if answer.body.get("status") == RUNNING and isinstance(coordinator, list) and len(coordinator) == 3:
             return str(coordinator[1]), int(coordinator[2])
         return None
     return None

@@ -22,7 +22,8 @@ from typing import Callable, Mapping, Optional
 
 from runtime.agent.rendezvous.events import CoordinatorBack, CoordinatorLost, Event, Removed, WorldArrived
 from runtime.agent.rendezvous.tree import Layout, layout
-from runtime.agent.world import RUNNING, Node, World
+from runtime.agent.spec.status import RUNNING
+from runtime.agent.world import Node, World
 
 LATE_BEAT = 0.25
 """Fraction of a beat cap a direct reporter's beat may come late (scheduling, a busy host) before the

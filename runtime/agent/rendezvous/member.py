@@ -46,7 +46,8 @@ from runtime.agent.rendezvous.election import Election, fails_over, majority
 from runtime.agent.rendezvous.nodestate import MemberState, MemberView, Running
 from runtime.agent.spec.job import SINGLE_CONTROLLER
 from runtime.agent.spec.signals import STOP_SIGNALS, parse_signals
-from runtime.agent.world import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL, World
+from runtime.agent.spec.status import FAILED, RUNNING, STOPPED, SUCCEEDED, TERMINAL
+from runtime.agent.world import World
 
 WORLD_WAIT_MARGIN = 15.0
 """Seconds a registered node waits for a world beyond the quorum timeout."""

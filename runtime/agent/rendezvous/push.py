@@ -18,7 +18,8 @@ from runtime.agent.errors import TransportError
 from runtime.agent.net.peer import Answer, Exchange, PeerTransport
 from runtime.agent.rendezvous.actions import Probe, Push
 from runtime.agent.rendezvous.tree import Layout, layout
-from runtime.agent.world import TERMINAL, Node, World
+from runtime.agent.spec.status import TERMINAL
+from runtime.agent.world import Node, World
 
 RELAY = "relay"
 """Key of a pushed world's body: ``true`` asks the receiver to send the world on to its tree children."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Optional
 
 from runtime.agent.spec.job import JobSpec
-from runtime.agent.world import RUNNING, Node, World, nodes_from
+from runtime.agent.spec.status import RUNNING
+from runtime.agent.world import Node, World, nodes_from
 
 FENCED = "fenced"
 """The view's status once its coordinator was fenced out (``lease``): its world is not the job's."""

@@ -1,6 +1,6 @@
 """What ``POST /call`` and ``POST /exec`` carry, validated; and what a rank does with a call.
 
-Standard library only. Bodies are JSON objects (``runtime.agent.service.wire`` covers values and errors)::
+Standard library only. Bodies are JSON objects (``runtime.agent.spec.wire`` covers values and errors)::
 
     POST /call   (client -> coordinator)
         {"fn": "pkg.mod:qualname", "serialization": "json", "args": [...], "kwargs": {...},
@@ -33,10 +33,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from runtime.agent.code.archive import ArchiveError, check_digest
 from runtime.agent.errors import HttpError, RemoteError
 from runtime.agent.service.output_relay import parse_key
-from runtime.agent.service.wire import JSON, PICKLE, SERIALIZATIONS, unpack_pickled_arguments
+from runtime.agent.spec.archive import ArchiveError, check_digest
+from runtime.agent.spec.wire import JSON, PICKLE, SERIALIZATIONS, unpack_pickled_arguments
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _FN = re.compile(rf"{_NAME}(?:\.{_NAME})*:{_NAME}(?:\.{_NAME})*")

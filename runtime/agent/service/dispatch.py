@@ -1,14 +1,12 @@
 """Service-mode calls through one agent: ``POST /call`` (coordinator) and ``POST /exec`` (every node).
 
-A call's journey: the coordinator validates it (``calls.py``), plans flat or tree fan-out
-(``rendezvous/tree.py``) and then does what every node does with an ``/exec``: one :class:`hop.Hop`
-starts the call on its own ranks (the executor it was given), sends it to each child (kept-alive
-connections), and merges what comes back into rank order, whatever order it arrives in. Given the
-server's event loop (:meth:`ServiceNode.use_loop`), an ``/exec`` runs on it from request to answer,
-its children's requests too, so a hop takes no thread; one that must wait first (for its world, a
-code tree, an output forwarder) runs in the server's pool. One call runs at a time per job; the next
-waits for the coordinator (within its own deadline). Standard library only.
-"""
+A call's journey: the coordinator validates it (``calls.py``), plans flat or tree fan-out (``rendezvous/tree.py``)
+and then does what every node does with an ``/exec``: one :class:`hop.Hop` starts the call on its own ranks (the
+executor it was given), sends it to each child (kept-alive connections), and merges what comes back into rank order,
+whatever order it arrives in. Given the server's event loop (:meth:`ServiceNode.use_loop`), an ``/exec`` runs on it
+from request to answer, its children's requests too, so a hop takes no thread; one that must wait first (for its
+world, a code tree, an output forwarder) runs in the server's pool. One call runs at a time per job; the next waits
+for the coordinator (within its own deadline). Standard library only."""
 
 from __future__ import annotations
 
@@ -43,9 +41,10 @@ from runtime.agent.service.drivers import Driver, LoopDriver, ThreadDriver
 from runtime.agent.service.executor import LocalExecutor
 from runtime.agent.service.hop import Abort, Event, Hop, Links, Outcome, by_address, exec_response
 from runtime.agent.service.output_relay import CallOutputs, OutputForwarder, sink
-from runtime.agent.service.wire import error_body, error_status
 from runtime.agent.spec.agent_settings import AgentSettings
-from runtime.agent.world import RUNNING, TERMINAL, Node, World
+from runtime.agent.spec.status import RUNNING, TERMINAL
+from runtime.agent.spec.wire import error_body, error_status
+from runtime.agent.world import Node, World
 
 REMEMBERED_CANCELS = 4096
 """Cancels for calls not (yet) seen that a node remembers, so a late exec is refused at once."""

@@ -86,7 +86,7 @@ class ThreadDriver:
 
     def at(self, when: float, step: Step) -> Timer:
         """A timer :meth:`run_until` fires."""
-        timer = Timer(when, step)
+        timer = Timer(step)
         heapq.heappush(self._timers, (when, next(self._order), timer))
         return timer
 

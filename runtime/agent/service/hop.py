@@ -28,7 +28,7 @@ from runtime.agent.service.calls import ExecRequest
 from runtime.agent.service.drivers import Driver
 from runtime.agent.service.executor import LocalCall, LocalExecutor, RankDone, RankFailed
 from runtime.agent.service.silence import SilenceReport
-from runtime.agent.service.wire import error_body, error_from_body, error_status
+from runtime.agent.spec.wire import error_body, error_from_body, error_status
 from runtime.agent.world import Node, World
 
 HOP_MARGIN_FRACTION = 0.05

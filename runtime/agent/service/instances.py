@@ -1,5 +1,6 @@
 """Objects that live in a service worker process between calls: one instance of a user's class per
-rank, made and called through ``POST /call`` like any function (``runtime.workflow.cls``).
+rank, made and called through ``POST /call`` like any function (``runtime.workflow.cls``), as
+``contract.INSTANCE_CALL`` names :func:`call`.
 
 Every call names the class, the instance and its constructor's arguments, so a process that lacks
 the instance (it is new: the first call, or its predecessor died) makes it first and says so when
@@ -17,9 +18,6 @@ import inspect
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
-
-CALL = "runtime.agent.service.instances:call"
-"""The function a call on an instance runs (``module:qualname``)."""
 
 
 @dataclass

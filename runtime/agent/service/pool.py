@@ -23,7 +23,7 @@ from runtime.agent.errors import CallCancelled, ChannelClosed, RemoteError, Trai
 from runtime.agent.execution.procs import LocalProcesses, ProcExit
 from runtime.agent.service.channel import Channel
 from runtime.agent.service.executor import LocalCall, RankDone, RankEvent, RankFailed
-from runtime.agent.service.wire import error_from_body
+from runtime.agent.spec.wire import error_from_body
 
 POLL = 0.05
 """Seconds between checks of a running call's cancellation and of its process, while waiting."""

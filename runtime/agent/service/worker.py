@@ -49,7 +49,7 @@ from runtime.agent.errors import (
 from runtime.agent.execution import delivery, torchgroup, torchhooks
 from runtime.agent.service.calls import STR_FAILED, Invocation, remote_error
 from runtime.agent.service.channel import Channel
-from runtime.agent.service.wire import PICKLE, error_body, json_problem, pack_result
+from runtime.agent.spec.wire import PICKLE, error_body, json_problem, pack_result
 
 CANCEL_SIGNAL = signal.SIGINT
 """Signal the reader thread sends the main thread to interrupt a cancelled call."""

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError, ParseError, SpecError
-from runtime.agent.net.address import HOST_PORT_FIX, split_host_port
+from runtime.agent.spec.address import HOST_PORT_FIX, split_host_port
 from runtime.agent.spec.job import SETTINGS, JobSpec
 from runtime.agent.spec.ports import known_port
 from runtime.agent.spec.setting import BOOL, INT, STRINGS, Check, Codec, tcp_port, whole

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from runtime.agent import contract
-from runtime.agent.net.address import host_port
+from runtime.agent.spec.address import host_port
 from runtime.agent.spec.agent_settings import AgentSettings, NodeIdentity, Plumbing
 from runtime.agent.spec.job import SETTINGS, JobSpec
 

@@ -1,5 +1,6 @@
 """The job's port layout: the ports counted up from its base port (``master_port``), as every front end
-and the pods' renderer plan them (``contract.RENDEZVOUS_PORT_SPAN`` gives the offsets), and the one check
+and the pods' renderer plan them and every agent gives its processes and daemons
+(``contract.RENDEZVOUS_PORT_SPAN`` gives the offsets): the one place that computes them; and the one check
 of the base port (:func:`base_port`): 0 for a free port where the job starts on one machine, and a known
 port where every node must know it (:func:`known_port`). Standard library only."""
 
@@ -17,6 +18,40 @@ OR_FREE_PORT = ", or 0 for a free one"
 """What a fix about the base port adds where the front end takes 0 for a free port (one machine's launcher)."""
 
 
+def rendezvous_port(master_port: int, generation: int) -> int:
+    """Generation ``generation``'s ``MASTER_PORT``: the base port for generation 1, then the next ones in
+    ``contract.RENDEZVOUS_PORT_SPAN``, so no generation meets the previous one's TCPStore."""
+    return master_port + (generation - 1) % contract.RENDEZVOUS_PORT_SPAN
+
+
+def jax_coordinator_port(master_port: int, generation: int) -> int:
+    """Generation ``generation``'s JAX coordinator port: like :func:`rendezvous_port`, but in the block
+    starting at ``contract.JAX_PORT_OFFSET``, so it never equals ``MASTER_PORT``."""
+    return rendezvous_port(master_port, generation) + contract.JAX_PORT_OFFSET
+
+
+def first_tf_port(master_port: int) -> int:
+    """The first TensorFlow worker port (``TF_CONFIG``); the others count up from it, one per process
+    sharing a machine (``runtime.agent.execution.environment.tf_config``)."""
+    return master_port + contract.TF_PORT_OFFSET
+
+
+def controller_port(master_port: int) -> int:
+    """Single-controller jobs: the Ray head's port (its GCS) on node 0, and every node's Monarch worker
+    port (nodes sharing an address count up from it)."""
+    return master_port + contract.CONTROLLER_PORT_OFFSET
+
+
+def ray_client_port(master_port: int) -> int:
+    """The Ray head's client server port (``ray://`` addresses)."""
+    return master_port + contract.RAY_CLIENT_PORT_OFFSET
+
+
+def ray_dashboard_port(master_port: int) -> int:
+    """The Ray head's (minimal) dashboard port."""
+    return master_port + contract.RAY_DASHBOARD_PORT_OFFSET
+
+
 def reserved_ports(processes: int) -> int:
     """How many ports from the job's base port up a job of ``processes`` processes may use:
     rendezvous, JAX and TensorFlow (see ``contract.RENDEZVOUS_PORT_SPAN``)."""
@@ -27,12 +62,11 @@ def framework_ports(distribution: str, master_port: int) -> tuple[tuple[str, int
     """The named TCP ports a job of ``distribution`` listens on beyond the agent and rendezvous
     ports, as ``(name, port)``: Ray's head and client ports, or Monarch's worker port (inside the
     block :func:`reserved_ports` counts); none for an SPMD distribution."""
-    base = master_port + contract.CONTROLLER_PORT_OFFSET
     if distribution == "ray":
-        return ((contract.RAY_HEAD_PORT_NAME, base),
-                (contract.RAY_CLIENT_PORT_NAME, master_port + contract.RAY_CLIENT_PORT_OFFSET))
+        return ((contract.RAY_HEAD_PORT_NAME, controller_port(master_port)),
+                (contract.RAY_CLIENT_PORT_NAME, ray_client_port(master_port)))
     if distribution == "monarch":
-        return ((contract.MONARCH_PORT_NAME, base),)
+        return ((contract.MONARCH_PORT_NAME, controller_port(master_port)),)
     return ()
 
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from runtime.agent.execution.environment import process_env
-from runtime.agent.world import FAILED, Failure, Node, World
+from runtime.agent.spec.status import FAILED
+from runtime.agent.world import Failure, Node, World
 
 pytestmark = pytest.mark.unit
 

@@ -355,7 +355,7 @@ def test_service_mode_writes_a_connection_file_serves_calls_and_stops_on_sigint(
         connection = only_job_dir(logs, marker) / "connection.json"
         assert connection.stat().st_mode & 0o777 == 0o600
         with JobClient.from_file(connection) as client:
-            assert client.call("tests.runtime.service_fns:rank", timeout=60) == [0, 1, 2, 3]
+            assert client.call("testbed.service_fns:rank", timeout=60) == [0, 1, 2, 3]
             assert client.call("user_fns:where", timeout=60) == [0, 1, 2, 3]
             info = client.info()
             assert (info.mode, info.node_id, info.node_rank) == ("service", 0, 0)

@@ -13,8 +13,8 @@ import pytest
 from runtime import CallTimeout, TransportError
 from runtime.agent import contract
 from runtime.workflow import LocalCompute, fn
+from testbed import service_fns
 from tests.conftest import wait_until
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 

@@ -1,7 +1,7 @@
 """A caller that goes mid-call (Ctrl-C, killed, its connection cut) cancels the call on every rank, as a
 call timeout does, and the next call runs at once in the same processes.
 
-Real jobs and real drivers: each test starts a driver process (``tests/runtime/caller_driver.py``) or
+Real jobs and real drivers: each test starts a driver process (``testbed/caller_driver.py``) or
 calls from this one, waits until every rank runs ``service_fns.mark_then_wait`` (which would wait two
 minutes for a gate file nobody creates), then interrupts the caller. Ctrl-C is SIGINT to the driver's
 whole process group, as a terminal sends it.
@@ -31,7 +31,7 @@ from tests.conftest import ROOT, project_env, wait_until
 
 pytestmark = pytest.mark.process
 
-FNS = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
 RANKS = (0, 1)
 WAIT = 120.0
 """Seconds any condition here may take on a loaded machine (never a measure of speed)."""
@@ -60,8 +60,8 @@ def running_everywhere(prefix: Path) -> bool:
 
 
 def driver(*args: str) -> subprocess.Popen[str]:
-    """Start ``tests.runtime.caller_driver ARGS`` in a process group of its own (its terminal's)."""
-    return subprocess.Popen([sys.executable, "-m", "tests.runtime.caller_driver", *args], cwd=ROOT,
+    """Start ``testbed.caller_driver ARGS`` in a process group of its own (its terminal's)."""
+    return subprocess.Popen([sys.executable, "-m", "testbed.caller_driver", *args], cwd=ROOT,
                             env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

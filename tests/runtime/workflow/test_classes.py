@@ -10,8 +10,8 @@ import pytest
 
 from runtime import RemoteError
 from runtime.workflow import LocalCompute, RemoteInstance, cls, fn
-from tests.runtime import service_fns
-from tests.runtime.service_fns import Counter
+from testbed import service_fns
+from testbed.service_fns import Counter
 
 pytestmark = pytest.mark.process
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.agent.code.archive import unpack
-from runtime.agent.code.store import tag_cache_dir
 from runtime.agent.errors import ConfigError
+from runtime.agent.spec.archive import unpack
+from runtime.agent.spec.cachedir import tag_cache_dir
 from runtime.workflow import codesync
 from runtime.workflow.codesync import Source
 

@@ -18,8 +18,8 @@ from runtime.client import JobClient
 from runtime.local import jobs, launch_plan
 from runtime.workflow import ExistingCompute, fn
 from runtime.workflow.attach import POLL_INTERVAL, wait_until_serving
+from testbed import service_fns
 from tests.conftest import ROOT, project_env
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 

@@ -14,8 +14,8 @@ import pytest
 from runtime import CallTimeout
 from runtime.agent.errors import ConfigError
 from runtime.workflow import CallOptions, LocalCompute, Location, RemoteFunction, fn, locate
+from testbed import service_fns
 from tests.conftest import ROOT, processes_with, project_env, wait_until
-from tests.runtime import service_fns
 from tests.runtime.pkg_for_locate import in_init
 
 pytestmark = pytest.mark.process
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.process
 
 def test_locate_names_module_functions_and_the_directory_to_import_from():
     located = locate(service_fns.whoami)
-    assert (located.name, located.root) == ("tests.runtime.service_fns:whoami", str(ROOT))
+    assert (located.name, located.root) == ("testbed.service_fns:whoami", str(ROOT))
     assert locate(in_init) == Location("tests.runtime.pkg_for_locate:in_init", str(ROOT))
     assert locate(LocalCompute.teardown) == Location("runtime.workflow.compute:Compute.teardown", str(ROOT))
 

@@ -13,8 +13,8 @@ import pytest
 from runtime.agent import contract
 from runtime.workflow import LocalCompute, NestedJobError, fn
 from runtime.workflow.guard import job_process_marker, refuse_inside_job
+from testbed import service_fns
 from tests.conftest import processes_with, project_env, wait_until
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 

@@ -19,9 +19,9 @@ from runtime.agent.errors import ConfigError, RendezvousError
 from runtime.workflow import DeployError, KubernetesCompute, fn
 from runtime.workflow import program as job_program
 from runtime.workflow.kubernetes_compute import default_job_name
+from testbed import service_fns
 from tests.components.componenttest import KUBECONFIG, Deployment
 from tests.conftest import ROOT, processes_with, project_env, wait_until
-from tests.runtime import service_fns
 from tests.runtime.kubecluster import FakeCluster
 
 pytestmark = pytest.mark.process
@@ -37,7 +37,7 @@ def compute_on(cluster: FakeCluster, **overrides) -> KubernetesCompute:
 
 
 def test_deploy_call_reattach_from_a_second_driver_resize_by_stack_update_and_destroy(cluster: FakeCluster):
-    name = default_job_name("tests.runtime.service_fns:whoami", 52)
+    name = default_job_name("testbed.service_fns:whoami", 52)
     assert name == f"{getpass.getuser().lower()}-whoami"
     first = compute_on(cluster).distribute("pytorch", workers=2, num_proc=1)
 

@@ -15,8 +15,8 @@ from kubernetes import config
 
 from runtime.workflow import DeployError, KubernetesCompute, fn
 from runtime.workflow.objects import POD_APPEAR_TIMEOUT, JobObjects, Vanishing, look_with
+from testbed import service_fns
 from tests.conftest import ROOT
-from tests.runtime import service_fns
 from tests.runtime.kubecluster import FakeCluster
 
 pytestmark = pytest.mark.process

@@ -15,7 +15,7 @@ from runtime import RemoteError
 from runtime.client import JobClient, OutputChunk
 from runtime.workflow import LocalCompute, fn
 from runtime.workflow.printer import RankPrinter
-from tests.runtime import service_fns
+from testbed import service_fns
 
 pytestmark = pytest.mark.process
 
@@ -76,7 +76,7 @@ def test_output_arrives_while_the_call_is_still_running(compute: LocalCompute, t
                 release.touch()
 
     with JobClient(compute.endpoint.url, compute.endpoint.token) as client:
-        results = client.invoke("tests.runtime.service_fns:chatter", [1], {"wait_for": str(release)}, timeout=20,
+        results = client.invoke("testbed.service_fns:chatter", [1], {"wait_for": str(release)}, timeout=20,
                                 output=on_output)
 
     assert results == [0, 1, 2, 3] and release.exists()
@@ -84,7 +84,7 @@ def test_output_arrives_while_the_call_is_still_running(compute: LocalCompute, t
 
 def test_output_is_off_for_a_job_client_and_with_the_option(compute: LocalCompute, capfd):
     with JobClient(compute.endpoint.url, compute.endpoint.token) as client:
-        assert client.call("tests.runtime.service_fns:chatter", 2) == [0, 1, 2, 3]
+        assert client.call("testbed.service_fns:chatter", 2) == [0, 1, 2, 3]
     assert fn(service_fns.chatter).to(compute).options(output=False)(2) == [0, 1, 2, 3]
 
     out, err = capfd.readouterr()

@@ -17,13 +17,13 @@ from runtime.local.jobs import LocalJob, LocalJobSpec
 from runtime.local.launch_plan import free_port
 from runtime.workflow import ExistingCompute, fn
 from runtime.workflow.portforward import Relay, pod_connector
+from testbed import service_fns
 from testbed.fake_apiserver import FakeApiServer
 from testbed.jobs import serving
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 
-FNS = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 
 from runtime.agent.errors import ConfigError
 from runtime.workflow import LocalCompute, fn
+from testbed import service_fns
 from tests.conftest import processes_with, wait_until
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 

@@ -25,8 +25,8 @@ from runtime.agent import contract
 from runtime.client import JobClient
 from runtime.workflow import LocalCompute, fn
 from runtime.workflow.local_compute import AGENTS_LOG
+from testbed import service_fns
 from tests.conftest import fault_lasts, wait_until
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 

@@ -22,8 +22,8 @@ from runtime.workflow.stacks import (
     plugin_versions,
     workspace_settings,
 )
+from testbed import service_fns
 from tests.components.componenttest import KUBECONFIG
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.agent.code import archive as archive_module
-from runtime.agent.code.archive import ArchiveError, Entry, pack, tree_digest, unpack
 from runtime.agent.code.store import KEEP, CodeStore, manifest
+from runtime.agent.spec import archive as archive_module
+from runtime.agent.spec.archive import ArchiveError, Entry, pack, tree_digest, unpack
 
 pytestmark = pytest.mark.unit
 

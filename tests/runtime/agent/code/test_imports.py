@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.agent.code.archive import Entry, pack, tree_digest
 from runtime.agent.code.imports import TreeImports
 from runtime.agent.code.store import CodeStore
+from runtime.agent.spec.archive import Entry, pack, tree_digest
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.agent.execution.console import AFTER_CR, MID, START, Console, render
+from runtime.agent.execution.console import Console
+from runtime.agent.spec.console_lines import AFTER_CR, MID, START, render
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.process

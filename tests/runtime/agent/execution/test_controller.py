@@ -19,7 +19,8 @@ from runtime.agent.rendezvous.actions import Push
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.spec.job import JobSpec
 from runtime.agent.spec.ports import framework_ports
-from runtime.agent.world import FAILED, SUCCEEDED, Failure, Node, World
+from runtime.agent.spec.status import FAILED, SUCCEEDED
+from runtime.agent.world import Failure, Node, World
 from testbed.settings import agent_settings
 from tests.conftest import ROOT, project_env
 

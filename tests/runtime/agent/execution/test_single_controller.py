@@ -232,12 +232,12 @@ def monarch_service(tmp_path: Path) -> Iterator[LocalJob]:
 
 def test_monarch_service_calls_run_on_node_0_only(monarch_service: LocalJob):
     with JobClient(monarch_service.url, monarch_service.token) as client:
-        [env] = client.call("tests.runtime.service_fns:environment", list(DRIVER_KEYS), timeout=60)
+        [env] = client.call("testbed.service_fns:environment", list(DRIVER_KEYS), timeout=60)
         assert (env["RANK"], env["WORLD_SIZE"], env["NODE_RANK"]) == ("0", "1", "0")
         assert env["MONARCH_WORKER_ADDRESSES"].count("tcp://") == 2
-        assert client.call("tests.runtime.service_fns:rank", node_ranks=[0], timeout=60) == [0]
+        assert client.call("testbed.service_fns:rank", node_ranks=[0], timeout=60) == [0]
         with pytest.raises(TransportError) as info:
-            client.call("tests.runtime.service_fns:rank", node_ranks=[0, 1], timeout=60)
+            client.call("testbed.service_fns:rank", node_ranks=[0, 1], timeout=60)
     assert info.value.status == 400
     assert "node rank(s) [1] run no processes (a monarch job runs calls on node 0 only)" in str(info.value)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from runtime.agent.execution import verdict
-from runtime.agent.world import FAILED, SUCCEEDED, Node, World
+from runtime.agent.spec.status import FAILED, SUCCEEDED
+from runtime.agent.world import Node, World
 
 pytestmark = pytest.mark.unit
 

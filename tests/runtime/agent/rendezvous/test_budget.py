@@ -13,7 +13,7 @@ import pytest
 from runtime.agent.rendezvous.actions import Register
 from runtime.agent.rendezvous.events import WorldArrived
 from runtime.agent.rendezvous.member import REJOIN_BACKOFF_CAP
-from runtime.agent.world import FAILED, RUNNING
+from runtime.agent.spec.status import FAILED, RUNNING
 from tests.runtime.agent.rendezvous.test_coordinator import failure, formed, node, pushes
 from tests.runtime.agent.rendezvous.test_member import exited, member, running, world
 

@@ -10,7 +10,8 @@ from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.forming import LAST_CALL, PROGRESS_MIN_GAP
 from runtime.agent.routes import status_of
 from runtime.agent.spec.agent_settings import AgentSettings
-from runtime.agent.world import FAILED, RUNNING, SUCCEEDED, Failure, Node
+from runtime.agent.spec.status import FAILED, RUNNING, SUCCEEDED
+from runtime.agent.world import Failure, Node
 from testbed.settings import agent_settings
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,8 @@ from runtime.agent.rendezvous.actions import Probe, Push
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.heartbeat import HeartbeatTiming
 from runtime.agent.rendezvous.watch import Watch
-from runtime.agent.world import SUCCEEDED, Node
+from runtime.agent.spec.status import SUCCEEDED
+from runtime.agent.world import Node
 from testbed.settings import agent_settings
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,8 @@ from runtime.agent.rendezvous.actions import Probe
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.election import Ballot, Election, majority
 from runtime.agent.rendezvous.lease import Lease
-from runtime.agent.world import SUCCEEDED, Node, World
+from runtime.agent.spec.status import SUCCEEDED
+from runtime.agent.world import Node, World
 from testbed.fencing import SimJob
 from testbed.settings import agent_settings
 

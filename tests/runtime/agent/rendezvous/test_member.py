@@ -38,7 +38,8 @@ from runtime.agent.rendezvous.events import (
 )
 from runtime.agent.rendezvous.member import WORLD_WAIT_MARGIN, Member, MemberState
 from runtime.agent.spec.signals import DEFAULT_SIGNALS
-from runtime.agent.world import FAILED, STOPPED, SUCCEEDED, Node, World
+from runtime.agent.spec.status import FAILED, STOPPED, SUCCEEDED
+from runtime.agent.world import Node, World
 
 pytestmark = pytest.mark.unit
 

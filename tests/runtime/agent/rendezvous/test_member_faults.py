@@ -8,7 +8,7 @@ import pytest
 
 from runtime.agent.rendezvous.actions import Exit, Report, StopJob, StopProcesses
 from runtime.agent.rendezvous.events import SignalReceived, WorldArrived
-from runtime.agent.world import STOPPED
+from runtime.agent.spec.status import STOPPED
 from tests.runtime.agent.rendezvous.test_member import member, running, world
 
 pytestmark = pytest.mark.unit

@@ -14,14 +14,14 @@ from runtime.agent.service.calls import STR_FAILED, Invocation, remote_error
 from runtime.client import JobClient
 from runtime.local.jobs import LocalJob, LocalJobSpec
 from runtime.workflow import ExistingCompute, fn
+from testbed import service_fns
 from testbed.jobs import serving
 from tests.conftest import ROOT
-from tests.runtime import service_fns
 
 pytestmark = pytest.mark.process
 
-FNS = "tests.runtime.service_fns"
-MODULE = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
+MODULE = "testbed.service_fns"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_any_exception_comes_back_and_the_process_stays(client: JobClient, kind:
     error = info.value
     assert (error.exc_type, error.message, error.fn) == (exc_type, message, f"{FNS}:raise_kind")
     assert error.remote_traceback.rstrip().endswith(f"{exc_type}: {message}" if message else exc_type)
-    assert frames(error.remote_traceback)[0].endswith("tests/runtime/service_fns.py"), error.remote_traceback
+    assert frames(error.remote_traceback)[0].endswith("testbed/service_fns.py"), error.remote_traceback
     assert "runtime/agent" not in error.remote_traceback, "the runtime's frames are left out"
     assert pids(client) == before, "the same processes serve the next call"
 
@@ -79,7 +79,7 @@ def test_a_chain_comes_back_whole_each_part_from_the_users_code(client: JobClien
         "During handling of the above exception, another exception occurred:",
         "Traceback (most recent call last):", "module_only_on_the_ranks.Foreign: outer",
     ], text
-    assert all(name.endswith("tests/runtime/service_fns.py") for name in frames(text)), text
+    assert all(name.endswith("testbed/service_fns.py") for name in frames(text)), text
 
 
 def test_with_code_sync_the_traceback_names_files_from_the_callers_import_root():
@@ -87,7 +87,7 @@ def test_with_code_sync_the_traceback_names_files_from_the_callers_import_root()
     spec = LocalJobSpec(workers=1, num_proc=1, mode="service", master_port=0, grace_period=1.0)
     with serving(spec, ready_timeout=60) as synced, pytest.raises(RemoteError) as info:
         fn(service_fns.raise_kind).to(ExistingCompute(synced.url, synced.token))("foreign")
-    assert frames(info.value.remote_traceback) == ["tests/runtime/service_fns.py"], info.value.remote_traceback
+    assert frames(info.value.remote_traceback) == ["testbed/service_fns.py"], info.value.remote_traceback
 
 
 @pytest.mark.parametrize(("kind", "where", "pickle_hint"), [

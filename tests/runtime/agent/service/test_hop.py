@@ -15,7 +15,7 @@ from runtime.agent.net.server import Request
 from runtime.agent.service import dispatch
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.drivers import ThreadDriver
-from runtime.agent.service.wire import error_from_body
+from runtime.agent.spec.wire import error_from_body
 from runtime.agent.world import Node, World
 from testbed.inprocess import InProcessExecutor
 from testbed.settings import agent_settings

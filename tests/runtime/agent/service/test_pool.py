@@ -18,7 +18,7 @@ from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.process
 
-FNS = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
 
 
 def pool_of(python: str, lines: list[str]) -> WorkerPool:

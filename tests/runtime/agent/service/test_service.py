@@ -20,7 +20,7 @@ from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.process
 
-FNS = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
 GRACE = 1.0
 OPERATOR_ENV = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_RDZV_ENDPOINT": "job-master-0:29400"}
 """Variables the training operator would set on the agents' pods: inputs to the agents only."""

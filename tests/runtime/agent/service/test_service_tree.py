@@ -16,7 +16,7 @@ from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.process
 
-FNS = "tests.runtime.service_fns"
+FNS = "testbed.service_fns"
 NODES = 13
 
 

@@ -18,7 +18,7 @@ from runtime.agent.errors import (
     WorkerMembershipChanged,
 )
 from runtime.agent.service.calls import CallRequest, ExecRequest, Invocation, parse_timeout
-from runtime.agent.service.wire import (
+from runtime.agent.spec.wire import (
     error_body,
     error_from_body,
     error_status,

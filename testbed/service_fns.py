@@ -1,4 +1,4 @@
-"""Functions the service-mode tests call on every rank (imported by the worker processes)."""
+"""Functions the service-mode tests and benchmarks call on every rank (imported by the worker processes)."""
 
 from __future__ import annotations
 

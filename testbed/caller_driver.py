@@ -1,9 +1,10 @@
-"""A driver the caller-side tests start, signal and kill: it calls ``service_fns.mark_then_wait`` on a
-job and, when that call is interrupted (Ctrl-C), says so and calls ``service_fns.whoami``.
+"""A driver the caller-side tests and ``bench/cancel.py`` start, signal and kill: it calls
+``service_fns.mark_then_wait`` on a job and, when that call is interrupted (Ctrl-C), says so and calls
+``service_fns.whoami``.
 
-    python -m tests.runtime.caller_driver existing URL TOKEN PREFIX GATE
-    python -m tests.runtime.caller_driver portforward KUBECONFIG POD TOKEN PREFIX GATE
-    python -m tests.runtime.caller_driver local PREFIX GATE
+    python -m testbed.caller_driver existing URL TOKEN PREFIX GATE
+    python -m testbed.caller_driver portforward KUBECONFIG POD TOKEN PREFIX GATE
+    python -m testbed.caller_driver local PREFIX GATE
 
 ``existing`` attaches to a running job (``ExistingCompute``); ``portforward`` reaches it as
 ``KubernetesCompute`` does, through a local relay and the ``kubernetes`` client's port-forward to pod
@@ -21,7 +22,7 @@ import sys
 from runtime.agent import contract
 from runtime.workflow import ExistingCompute, LocalCompute, fn
 from runtime.workflow.compute import Compute
-from tests.runtime import service_fns
+from testbed import service_fns
 
 
 def run(compute: Compute, prefix: str, gate: str) -> None:

@@ -7,9 +7,9 @@ import socket
 import pytest
 
 from runtime.agent import contract
-from runtime.agent.net.address import host_port, split_host_port, url
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import request_json
+from runtime.agent.spec.address import host_port, split_host_port, url
 from runtime.agent.spec.agent_settings import identity_from_env
 
 pytestmark = pytest.mark.unit
