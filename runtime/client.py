@@ -144,7 +144,7 @@ class JobClient:
         verdict_wait: seconds a call failed by ``NodeFailed`` asks ``/info`` if the job ended (:data:`VERDICT_WAIT`).
     """
 
-    def __init__(self, url: str, token: str, serialization: str = JSON,
+    def __init__(self, url: str, token: str, *, serialization: str = JSON,
                  transport: Optional[httpx.BaseTransport] = None, verdict_wait: float = VERDICT_WAIT) -> None:
         if serialization not in SERIALIZATIONS:
             raise ValueError(f"serialization={serialization!r} is invalid: use one of {', '.join(SERIALIZATIONS)}")

@@ -86,7 +86,7 @@ def wait_until_serving(url: str, token: str, serialization: str, ready_timeout: 
             names the URL and the last problem.
     """
     deadline = clock() + ready_timeout
-    with JobClient(url, token, serialization) as client:
+    with JobClient(url, token, serialization=serialization) as client:
         while True:
             try:
                 problem, shape = _check(client, url, expect)

@@ -130,7 +130,7 @@ class _Connection:
     def client_for(self, endpoint: Endpoint, serialization: str) -> JobClient:
         if self.client is None or self.endpoint != endpoint:
             self.close()
-            self.client = JobClient(endpoint.url, endpoint.token, serialization)
+            self.client = JobClient(endpoint.url, endpoint.token, serialization=serialization)
             self.endpoint = endpoint
         return self.client
 

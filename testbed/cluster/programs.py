@@ -8,8 +8,9 @@ the same registrations as a Pulumi YAML program, so the real engine, the real ku
 real API server handle exactly the job's objects and options. A custom resource's type token differs (the
 Python SDK registers ``kubernetes:<apiVersion>:<kind>``, which no schema names; Pulumi YAML takes the
 provider's ``CustomResource`` type); the provider creates the same object. What it leaves out is the job token's
-``RandomPassword`` (pulumi-random's provider is not served by the Go module proxy here: the token is a
-plain value of the program).
+``RandomPassword``: the token is a plain value of the program, so these programs need no plugin beyond the
+kubernetes provider (the repository's own program, ``test_program.py``, draws it from the stand-in random plugin,
+``testbed/randomprovider.py``).
 """
 
 from __future__ import annotations

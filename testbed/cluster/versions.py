@@ -27,6 +27,10 @@ Why these releases:
 - pulumi-random: its provider module (github.com/pulumi/pulumi-random/provider/v4) is refused by the Go
   module proxy here, any version; ``testbed/randomprovider`` stands in for its one resource the program uses,
   installed as the version of the ``pulumi-random`` SDK in the venv (the version that SDK asks the engine for).
+- pulumi-command: its provider module (github.com/pulumi/pulumi-command/provider, and the repository's root module)
+  is refused by the Go module proxy here, any version (tried again 2026-12-03); no stack the tests deploy creates a
+  ``command`` resource, and the engine only logs the missing plugin the Python host names (``tests/cluster/
+  test_missing_plugins.py``), so it is not built.
 - pulumi-yaml v1.25.0: the newest served; the YAML language host for examples/yaml.
 - CoreDNS v1.15.0: served by the Go module proxy; the cluster DNS of the optional ``pods`` part.
 - kwok v0.7.0, controller-tools v0.23.0: the newest served releases.

@@ -15,9 +15,9 @@ the releases install, the stack goes up in two steps: first with its add-ons alo
 (``project.whole_stack``), whose ``up`` creates the queues and the job; neither redirect nor certificate shows as a
 change to the engine, which does not refresh.
 
-Run by path: the two controllers' first builds take 13 to 19 minutes each on 2 cores, which keeps them out of CI
-(``python -m testbed.cluster build --with training-operator`` builds the operator first; the test builds Kueue's
-manager when it is not cached, as ``live_kueue.py`` does).
+Run by path: the two controllers' first builds take 13 to 19 minutes each on 2 cores, which keeps them out of CI;
+the test builds either when it is not cached (hence its hour's timeout), or ``python -m testbed.cluster build --with
+training-operator`` builds the operator beforehand.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from tests.cluster.releases import (
     removed_afterwards,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(3600)]
 
 STACK = "existing"
 ADDONS = ["training-operator", "kueue"]
