@@ -35,17 +35,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from runtime.local.launch_plan import free_port
-from testbed.cluster import images
+from testbed.cluster import images, reaper
 from testbed.cluster.build import binary
 from testbed.cluster.commands import Layout
 from testbed.cluster.lifecycle import Cluster
@@ -122,6 +121,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{layout.path('cni')}"
@@ -199,18 +199,6 @@ def kubelet_command(kubelet: Path, layout: NodeLayout, config: Path, node_kubeco
             f"--hostname-override={NODE}", f"--node-ip={GATEWAY}", f"--node-labels={LABEL[0]}={LABEL[1]}", "--v=1"]
 
 
-def _mounts_under(root: Path) -> list[str]:
-    """Mount points at or below ``root`` (from ``/proc/self/mountinfo``), deepest first."""
-    found = []
-    prefix = str(root.resolve())
-    with open("/proc/self/mountinfo") as info:
-        for line in info:
-            point = line.split()[4].encode().decode("unicode_escape")
-            if point == prefix or point.startswith(prefix + "/"):
-                found.append(point)
-    return sorted(found, key=len, reverse=True)
-
-
 def remove_state(root: Path) -> None:
     """Unmount everything below ``root`` (the kubelet's volumes, containerd's snapshots), then remove it.
 
@@ -218,9 +206,8 @@ def remove_state(root: Path) -> None:
         NodeError: something is still mounted there (nothing is removed then, so no host directory a pod mounted
             could be deleted through a mount).
     """
-    for point in _mounts_under(root):
-        subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
-    left = _mounts_under(root)
+    reaper.unmount_under(root)
+    left = reaper.mounts_under(root)
     if left:
         raise NodeError(f"still mounted under {root}, not removed: {left}")
     shutil.rmtree(root, ignore_errors=True)
@@ -233,6 +220,8 @@ class RealNode:
     layout: NodeLayout
     cluster: Cluster
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    reaper_process: Optional[subprocess.Popen[bytes]] = None
+    """What kills the shims and their containers should this process die first (``reaper.py``)."""
 
     @property
     def ctr(self) -> list[str]:
@@ -262,17 +251,6 @@ class RealNode:
             return check()
         return wait_for(step, timeout, what, interval=0.5)
 
-    def _shim_pids(self) -> list[int]:
-        """containerd's shims for this node (each names this node's socket on its command line)."""
-        pids = []
-        marker = str(self.layout.socket).encode()
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if marker in (entry / "cmdline").read_bytes():
-                        pids.append(int(entry.name))
-        return pids
-
     def _remove_containers(self) -> None:
         """Kill and delete every task and container in the CRI namespace (their shims then exit)."""
         ns = [*self.ctr, "-n", "k8s.io"]
@@ -298,10 +276,9 @@ class RealNode:
             self._remove_containers()
         for process in reversed(list(self.processes.values())):
             _terminate(process)
-        for pid in self._shim_pids():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
-        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+        reaper.reap(str(self.layout.socket).encode(), BRIDGE, None)
+        if self.reaper_process is not None:
+            _terminate(self.reaper_process)
         remove_state(self.layout.root)
 
 
@@ -358,7 +335,7 @@ def start(cluster: Cluster, root: Path) -> RealNode:
         layout.path(directory).mkdir(parents=True, exist_ok=True)
     cluster_layout = Layout(cluster.state)
     pki = cluster_layout.pki
-    node = RealNode(layout, cluster)
+    node = RealNode(layout, cluster, reaper_process=reaper.start(str(layout.socket), BRIDGE, root))
     try:
         (layout.path("containerd.toml")).write_text(containerd_config(layout))
         (layout.path("cni") / "10-trainplane.conflist").write_text(json.dumps(cni_config(layout), indent=1))
