@@ -15,7 +15,7 @@ import pytest
 from components.errors import InvalidJobArgs
 from runtime.agent import contract
 from runtime.agent.errors import HttpError, ParseError
-from runtime.agent.spec.job import DISTRIBUTIONS, SETTINGS, JobSpec
+from runtime.agent.spec.job import DISTRIBUTIONS, MODES, SETTINGS, JobSpec
 from runtime.agent.spec.ports import base_port, known_port, port_block
 from runtime.agent.spec.setting import INT, SECONDS, TCP_PORT_FIX
 from runtime.local import hosts
@@ -182,6 +182,14 @@ def test_text_a_setting_cannot_read_is_worded_alike_by_the_launcher_and_the_agen
                         "use e.g. 0,1,2")
     assert agent_error({contract.WORKERS: "two"}) == (
         f"{contract.WORKERS}='two' is invalid: must be a whole number; write it in digits, e.g. 4")
+
+
+@pytest.mark.parametrize(("flag", "env", "text", "choices"), [
+    ("--mode", contract.MODE, "rpc", MODES), ("--distribution", contract.DISTRIBUTION, "mpi", DISTRIBUTIONS)])
+def test_a_value_outside_a_settings_choices_is_worded_alike_by_the_launcher_and_the_agent(
+        flag: str, env: str, text: str, choices: tuple[str, ...]):
+    listed = ", ".join(choices)
+    assert_worded_alike([flag, text, "train.py"], flag, env, text, f"must be one of {listed}", f"use one of {listed}")
 
 
 NUMBERS = {INT: "two", SECONDS: "soon"}

@@ -26,7 +26,7 @@ from runtime.agent import contract
 from runtime.agent.errors import ParseError, RendezvousError, SpecError
 from runtime.agent.spec.job import DISTRIBUTIONS, ELASTIC_BOUNDS, MODES, SETTINGS, default
 from runtime.agent.spec.ports import port_block
-from runtime.agent.spec.setting import INT, SECONDS, Codec
+from runtime.agent.spec.setting import INT, SECONDS, Codec, one_of
 from runtime.local import hosts, jobs
 from runtime.local.torchrun_options import (
     IGNORED,
@@ -139,6 +139,20 @@ def _parsed_by(read: Callable[[str], Any]) -> Any:
     return parse
 
 
+def _choice_form(choices: Sequence[str]) -> dict[str, Any]:
+    """The argparse form of a flag taking one of ``choices``, shown as ``{a,b}``, anything else refused in the spec's
+    words (``one_of``, as the agent refuses its environment): ``must be one of ... (got 'x'); use one of ...``."""
+    check = one_of(choices)
+
+    def parse(text: str) -> str:
+        refused = check(text)
+        if refused is not None:
+            raise argparse.ArgumentTypeError(f"{refused[0]} (got {text!r}); {refused[1]}")
+        return text
+
+    return {"type": parse, "metavar": "{" + ",".join(choices) + "}"}
+
+
 FLAG_FORMS: dict[str, dict[str, Any]] = {
     "workers": {"type": _parsed_by(node_count), "action": _Nodes, "metavar": "N|MIN:MAX",
                 "help": "nodes (agents); MIN:MAX, as torchrun takes it, starts MAX nodes and keeps going while "
@@ -147,7 +161,7 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
                  "help": "processes per node, or as torchrun counts them: cpu (this process's CPUs), gpu or xpu "
                          "(the devices torch sees; an error if none), auto (the accelerators torch sees, else the "
                          "CPUs)"},
-    "mode": {"choices": MODES}, "distribution": {"choices": DISTRIBUTIONS},
+    "mode": _choice_form(MODES), "distribution": _choice_form(DISTRIBUTIONS),
     "master_port": {"default": None,
                     "help": "rendezvous port on node 0 (TCP), the base of the ports the job counts up from; unset or "
                             "0, a free block of ports picked and reserved as LocalCompute does, so jobs started at the "
@@ -228,10 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
         ("logs_specs", ("--logs-specs", "--logs_specs"), str),
         ("numa_binding", ("--numa-binding", "--numa_binding"), NUMA_MODES),
     ):
-        choices = kind if isinstance(kind, tuple) else None
-        convert: Any = _parsed_by(kind.parse) if isinstance(kind, Codec) else None if choices else kind
-        ignored.add_argument(*flags, dest=dest, default=None, action=_Spelled, type=convert,
-                             choices=choices, help=PER_NODE_HELP.get(dest, IGNORED[dest]))
+        form = (_choice_form(kind) if isinstance(kind, tuple) else
+                {"type": _parsed_by(kind.parse) if isinstance(kind, Codec) else kind})
+        ignored.add_argument(*flags, dest=dest, default=None, action=_Spelled,
+                             help=PER_NODE_HELP.get(dest, IGNORED[dest]), **form)
     ignored.add_argument("--standalone", dest="standalone", action=_SpelledFlag, const=True, default=False,
                          help=IGNORED["standalone"])
     p.add_argument("--pythonpath", action="append", default=[], metavar="DIR",

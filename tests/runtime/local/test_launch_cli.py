@@ -54,7 +54,8 @@ pytestmark = pytest.mark.process
         (["-t", "0:x", "x.py"], "-t: 'x' is not a stream choice (got '0:x'); use 0 (none)"),
         (["--local_ranks_filter", "0,a", "x.py"],
          "--local_ranks_filter: must be a comma-separated list of local ranks (got '0,a'); use e.g. 0,1,2"),
-        (["--start-method", "thread", "x.py"], "error: --start-method: invalid choice: 'thread'"),
+        (["--start-method", "thread", "x.py"], "error: --start-method: must be one of spawn, fork, forkserver (got "
+                                              "'thread'); use one of spawn, fork, forkserver"),
         (["--node_rank", "one", "x.py"], "error: --node_rank: must be a whole number (got 'one'); write it in digits"),
         (["--max_restarts", "one", "x.py"], "error: --max_restarts: must be a whole number (got 'one'); write it in "
                                             "digits, e.g. 4"),
