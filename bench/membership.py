@@ -154,7 +154,7 @@ def load_trial(nodes: int, window: float, hosts: int, settle: float) -> float:
             coordinator = lightweight_address(0)
 
             def read(path: str) -> dict[str, Any]:
-                return request_json(coordinator, 32300, "GET", path, token, CONTROL_TIMEOUT, job="load")
+                return request_json(coordinator, 32300, "GET", path, token, timeout=CONTROL_TIMEOUT, job="load")
 
             def settled() -> bool:
                 """World formed, and every member heard from (directly or aggregated) within a TTL."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 from typing import Optional
 
@@ -40,6 +41,16 @@ class NullProcesses:
         """No process, nothing to renumber."""
 
 
+HOST_SWITCH_INTERVAL = 0.05
+"""Seconds of CPython's GIL switch interval in a process hosting many agents (the default is 0.005).
+
+A production agent has an interpreter to itself; here 128 agents (about 385 threads) share one GIL, and every
+thread waiting for it wakes each switch interval to ask for it. With 1,024 agents on 2 cores that waiting took most
+of the fleet's CPU as system time (1.5-2.0 CPU seconds a second against 0.5-1.0 of Python; 0.6-0.9 with this value)
+and node 0 lost its lease to the stall in 4 of 5 runs of ``bench/membership.py --nodes 1024``. The agents' own work
+blocks on sockets, which gives the GIL up at once, so the longer interval only shortens the waiting between them."""
+
+
 def lightweight_address(node_id: int) -> str:
     """A distinct loopback address for each of up to 65,000 lightweight nodes."""
     return f"127.1.{node_id // 250}.{node_id % 250 + 1}"
@@ -47,6 +58,7 @@ def lightweight_address(node_id: int) -> str:
 
 def host(args: argparse.Namespace) -> None:
     """Run ``count`` lightweight agents, node ids ``first`` + k * ``stride``, in this process until killed."""
+    sys.setswitchinterval(HOST_SWITCH_INTERVAL)
     settings = json.loads(args.settings)
     agents = []
     for node_id in range(args.first, args.first + args.count * args.stride, args.stride):

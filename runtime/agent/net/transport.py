@@ -145,8 +145,16 @@ def _exchange(sock: socket.socket, message: bytes) -> tuple[ResponseHead, bytes]
 
 
 def encode(body: Union[Mapping[str, Any], bytes, None]) -> Optional[bytes]:
-    """A request body as it travels: a JSON object encoded, bytes (already encoded) or ``None`` as is."""
-    return body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    """A request body as it travels: a JSON object encoded, bytes (already encoded) or ``None`` as is.
+
+    Raises:
+        TypeError: ``body`` is none of those (a number or a list is not a request body).
+    """
+    if isinstance(body, bytes) or body is None:
+        return body
+    if not isinstance(body, Mapping):
+        raise TypeError(f"a request body is a JSON object, bytes or None, not {type(body).__name__}")
+    return json.dumps(body).encode()
 
 
 def request_json(
@@ -156,8 +164,8 @@ def request_json(
     path: str,
     token: str,
     body: Union[Mapping[str, Any], bytes, None] = None,
-    timeout: float = DEFAULT_TIMEOUT,
     *,
+    timeout: float = DEFAULT_TIMEOUT,
     job: str,
 ) -> dict[str, Any]:
     """One JSON request to an agent on a connection of its own, for the tests' and benchmarks' harnesses
@@ -170,7 +178,7 @@ def request_json(
         path: route.
         token: the job token, sent as a bearer token.
         body: JSON object to send, the same already encoded, or ``None``.
-        timeout: socket timeout, seconds.
+        timeout: socket timeout, seconds (keyword only).
         job: the job id the request is for (an agent of another job refuses it).
 
     Returns:

@@ -239,3 +239,14 @@ def test_a_kept_alive_connection_the_peer_drops_at_the_next_request_is_asked_aga
     thread.join(timeout=5)
     listener.close()
     assert len(connections) == 2 and transport.sent == 3
+
+
+def test_a_body_that_is_not_a_json_object_is_refused_before_anything_is_sent(server: AgentServer):
+    """``bench/membership.py`` once passed its timeout where the body goes: the GET went out with ``30.0`` as
+    its body and the default 5 s timeout; now the number is refused, and the timeout is keyword only."""
+    with pytest.raises(TypeError, match="a request body is a JSON object, bytes or None, not float"):
+        request_json("127.0.0.1", server.server_address[1], "GET", contract.ROUTE_HEALTHZ, TOKEN, 30.0, job=JOB)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        request_json("127.0.0.1", server.server_address[1], "GET", contract.ROUTE_HEALTHZ, TOKEN, None, 30.0, job=JOB)  # type: ignore[misc]
+    assert server.accepted == 0
+    assert encode({"n": 1}) == b'{"n": 1}' and encode(b"raw") == b"raw" and encode(None) is None
