@@ -26,7 +26,7 @@ from runtime.agent.rendezvous.events import (
     VotesCounted,
     WorldArrived,
 )
-from runtime.agent.rendezvous.heartbeat import HeartbeatState, HeartbeatTiming
+from runtime.agent.rendezvous.heartbeat import Beat, BeatEffects, HeartbeatState, HeartbeatTiming, Liveness
 from runtime.agent.rendezvous.member import Member
 from runtime.agent.world import Failure, Node, World
 from testbed.settings import agent_settings
@@ -47,10 +47,14 @@ class SimNode:
     exit_code: Optional[int] = None
     said: list[str] = field(default_factory=list)
     register_at: Optional[float] = None
+    children: Liveness = field(default_factory=Liveness)
 
 
 class SimJob:
-    """An elastic job of ``nodes`` nodes (``min_workers``), TTL ``ttl`` seconds, formed at once.
+    """An elastic job of ``nodes`` nodes (``min_workers``), TTL ``ttl`` seconds, formed at once. A world
+    of ``threshold`` nodes or more beats along a tree of ``width`` children per node, as the agents'
+    worlds do: a child beats its parent, which forwards its subtree's ages up and answers with how long
+    ago the coordinator last heard it (``HeartbeatState.upstream_age``).
 
     Attributes:
         now: the fake monotonic time, seconds.
@@ -59,20 +63,22 @@ class SimJob:
     """
 
     def __init__(self, nodes: int = 3, *, min_workers: int = 2, ttl: float = 3.0, elastic: bool = True,
-                 max_restarts: int = 0) -> None:
+                 max_restarts: int = 0, width: int = 50, threshold: int = 100) -> None:
         self.now = 0.0
         self.cut: set[int] = set()
         self.stopped: set[int] = set()
         bounds = {"min_workers": min_workers, "max_workers": nodes} if elastic else {}
         self.settings = [agent_settings(job_name="j", node_id=i, workers=nodes, heartbeat_ttl=ttl,
                                         heartbeat_interval=ttl / 12, advertise_address=f"10.0.0.{i}",
-                                        max_restarts=max_restarts, **bounds)
+                                        max_restarts=max_restarts, tree_fanout=width, tree_threshold=threshold,
+                                        **bounds)
                          for i in range(nodes)]
         timing = HeartbeatTiming(ttl / 12, ttl)
         self.nodes = [SimNode(Node(i, f"10.0.0.{i}", 32300, 1), Member(
             node_id=i, local_world_size=1, elastic=elastic, signals_to_handle="SIGTERM", ttl=ttl, quorum_timeout=60.0,
-            coordinating=i == 0, coordinator_port=32300), HeartbeatState(timing, i, width=50, threshold=100, now=0.0,
-                                                                         jitter=lambda: 0.0)) for i in range(nodes)]
+            coordinating=i == 0, coordinator_port=32300), HeartbeatState(timing, i, width=width, threshold=threshold,
+                                                                         now=0.0, jitter=lambda: 0.0))
+                      for i in range(nodes)]
         self.nodes[0].coordinator = Coordinator(self.settings[0], 0.0)
         for n in self.nodes:
             self._member(n, n.member.start(0.0))
@@ -114,7 +120,6 @@ class SimJob:
         return a == b or (a not in self.cut and b not in self.cut and b not in self.stopped)
 
     def _step(self, n: SimNode) -> None:
-        me = n.node.node_id
         if n.register_at is not None and self.now >= n.register_at:
             self._register(n)
         self._event(n, Tick())
@@ -124,19 +129,39 @@ class SimJob:
         beat = n.beats.next(view.world, view.registered, view.coordinating, self.now)
         if beat is None or view.world is None:
             return
-        target = view.world.coordinator[0]
-        holder = self.nodes[target].coordinator
-        if not self._reach(me, target) or holder is None:
-            outcome = n.beats.failed(beat, view.world, f"node {target}", "no answer", self.now)
-        else:
-            try:
-                holder.heartbeat(me, {}, self.now, view.epoch)
-                newer = holder.world if holder.world is not None and holder.world.order > view.world.order else None
-                outcome = n.beats.answered(beat, newer, self.now)
-            except MembershipRefused as exc:
-                outcome = n.beats.refused(beat, str(exc))
+        world = view.world
+        outcome = self._beat_parent(n, beat, world, beat.parent) if beat.parent is not None \
+            else self._beat_coordinator(n, beat, world)
         for event in outcome.events:
             self._event(n, event)
+
+    def _beat_coordinator(self, n: SimNode, beat: Beat, world: World) -> BeatEffects:
+        """``n``'s beat to its world's coordinator, with its subtree's ages (``routes.AgentRoutes._beat``)."""
+        me = n.node.node_id
+        target = world.coordinator[0]
+        holder = self.nodes[target].coordinator
+        if not self._reach(me, target) or holder is None:  # a node not coordinating refuses it (404)
+            return n.beats.failed(beat, world, f"node {target}", "no answer", self.now)
+        ages = {k: v for k, v in n.children.ages(self.now).items() if world.has(k)} if beat.ages else {}
+        try:
+            holder.heartbeat(me, ages, self.now, n.member.view.epoch)
+        except MembershipRefused as exc:
+            return n.beats.refused(beat, str(exc))
+        newer = holder.world if holder.world is not None and holder.world.order > world.order else None
+        return n.beats.answered(beat, newer, self.now)
+
+    def _beat_parent(self, n: SimNode, beat: Beat, world: World, up: Node) -> BeatEffects:
+        """``n``'s beat to its tree parent, which keeps it for its own next beat upward."""
+        me, parent = n.node.node_id, self.nodes[up.node_id]
+        if not self._reach(me, parent.node.node_id) or parent.exit_code is not None:
+            return n.beats.failed(beat, world, f"node {parent.node.node_id}", "no answer", self.now)
+        mine = parent.member.view.world
+        if mine is not None and mine.generation >= world.generation and not mine.has(me):
+            return n.beats.refused(beat, f"node {me} is not in this node's world; register again")
+        parent.children.beat(me, self.now)
+        parent.children.merge(n.children.ages(self.now), self.now)
+        newer = mine if mine is not None and mine.order > world.order else None
+        return n.beats.answered(beat, newer, self.now, upstream=parent.beats.upstream_age(self.now))
 
     def _event(self, n: SimNode, event: Event) -> None:
         self._member(n, n.member.handle(event, self.now))

@@ -137,15 +137,16 @@ class Agent:
             quorum_timeout=spec.quorum_timeout, transport=self._transport, resolver=self._resolver,
             address=lambda: self.member.view.coordinator, events=self._events.put, stopping=self._stopping,
             clock=clock, discover=self._discover, wait=wait)
+        beats = HeartbeatState(timing, node.node_id, width=spec.tree_fanout, threshold=spec.tree_threshold,
+                               now=clock())
         self._heartbeats = Heartbeats(
-            state=HeartbeatState(timing, node.node_id, width=spec.tree_fanout, threshold=spec.tree_threshold,
-                                 now=clock()),
+            state=beats,
             member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
             children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
             wake=self._wake, activity=self._processes.activity, subtree=self._subtree, wait=wait)
         routes = AgentRoutes(
             settings=settings, view=lambda: self.member.view, coordination=self._coordination,
-            children=self._children, pusher=self._pusher,
+            children=self._children, upstream=beats.upstream_age, pusher=self._pusher,
             actions=lambda decided: self._events.put(_Decided(tuple(decided))), arrived=self._events.put,
             counters=Counters(lambda: self._server.requests_served, lambda: self._pusher.sent,
                               lambda: self._service.stats() if self._service is not None else None), clock=clock,

@@ -6,6 +6,7 @@ a membership refusal becomes an HTTP status. Standard library only.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -18,7 +19,7 @@ from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.coordinator_lock import Coordination
 from runtime.agent.rendezvous.election import Ballot
 from runtime.agent.rendezvous.events import Event, WorldArrived
-from runtime.agent.rendezvous.heartbeat import Liveness
+from runtime.agent.rendezvous.heartbeat import TO_COORDINATOR, UPSTREAM, Liveness
 from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.push import RELAY, WorldPusher
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
@@ -51,6 +52,8 @@ class AgentRoutes:
         view: returns the node's read-only view (``member.MemberView``: its world, its epoch).
         coordination: this node's coordinator role.
         children: what this node hears from its tree children (it forwards their ages upward).
+        upstream: seconds since the coordinator last heard this node, at a monotonic time
+            (``HeartbeatState.upstream_age``): a tree parent's answer to its children carries it.
         pusher: relays a world pushed for relaying to this node's tree children.
         actions: takes the coordinator's actions (to the agent's loop).
         arrived: takes the events a request brings (a pushed world, a candidate's ballot) to the agent's loop.
@@ -60,7 +63,8 @@ class AgentRoutes:
     """
 
     def __init__(self, *, settings: AgentSettings, view: Callable[[], MemberView], coordination: Coordination,
-                 children: Liveness, pusher: WorldPusher, actions: Callable[[list[CoordinatorAction]], None],
+                 children: Liveness, upstream: Callable[[float], float], pusher: WorldPusher,
+                 actions: Callable[[list[CoordinatorAction]], None],
                  arrived: Callable[[Event], None], counters: Counters, clock: Callable[[], float],
                  subtree: Optional[SubtreeRanks] = None) -> None:
         self._subtree = subtree or SubtreeRanks()
@@ -68,6 +72,7 @@ class AgentRoutes:
         self._view = view
         self._coordination = coordination
         self._children = children
+        self._upstream = upstream
         self._pusher = pusher
         self._actions = actions
         self._arrived = arrived
@@ -138,7 +143,8 @@ class AgentRoutes:
             forwarded = body.get("subtree_ranks")
             subtree: dict[Any, Any] = forwarded if isinstance(forwarded, dict) else {}
             return self._beat(node.node_id, generation, ages, {node.node_id: body.get("ranks"), **{
-                int(k): v for k, v in subtree.items() if str(k).isdigit()}}, epoch)
+                int(k): v for k, v in subtree.items() if str(k).isdigit()}}, epoch,
+                to_coordinator=body.get(TO_COORDINATOR) is True)
         if not self._coordination.active:
             raise HttpError(404, "registration goes to the coordinator")
         message = str(body.get("message", ""))
@@ -154,11 +160,19 @@ class AgentRoutes:
         return Response(200, {"generation": world.generation if world else 0})
 
     def _beat(self, node_id: int, generation: int, ages: dict[int, float], ranks: dict[int, Any],
-              epoch: int) -> Response:
+              epoch: int, *, to_coordinator: bool) -> Response:
         """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent);
         ``ranks`` (node id to its ranks: the child's own and those its subtree forwarded) are noted
-        by the coordinator (their activity, ``stragglers``) or kept by the parent to forward."""
+        by the coordinator (their activity, ``stragglers``) or kept by the parent to forward. A beat
+        sent ``to_coordinator`` that reaches a node not coordinating (one that stepped down) is
+        refused with 404, so its sender counts the coordinator lost after a TTL as if it were silent
+        (answering it would hide the loss from the fencing rule's voters).
+
+        Raises:
+            HttpError: 404 for a beat to the coordinator at a node that does not coordinate; 409 (and
+                400) for what the coordinator refuses, or a child not in this parent's world."""
         now = self._clock()
+        upstream: Optional[float] = None
         if self._coordination.active:
             def beat(c: Coordinator) -> Optional[World]:
                 c.heartbeat(node_id, ages, now, epoch)
@@ -172,6 +186,9 @@ class AgentRoutes:
             except MembershipRefused as exc:
                 raise HttpError(status_of(exc), str(exc)) from None
         else:
+            if to_coordinator:
+                raise HttpError(404, f"node {self._settings.node.node_id} does not coordinate; a heartbeat to the "
+                                     f"coordinator goes to the node coordinating this node's world")
             world = self._world()
             behind = world is None or world.generation < generation
             if not behind and world is not None and not world.has(node_id):
@@ -180,10 +197,15 @@ class AgentRoutes:
             self._children.merge(ages, now)
             for nid, entries in ranks.items():
                 self._subtree.note(nid, entries, now)
+            if not behind:  # a parent without the child's world yet knows nothing of its coordinator
+                upstream = round(self._upstream(now), 3)
+        fields: dict[str, Any] = {"generation": world.generation if world else 0}
+        if upstream is not None:  # a parent says how long ago the coordinator last heard it
+            fields[UPSTREAM] = upstream
         if world is not None and world.generation > generation:
-            return Response(200, {"generation": world.generation, "world": world.to_json()},
-                            b'{"generation": %d, "world": %b}' % (world.generation, world.encoded()))
-        return Response(200, {"generation": world.generation if world else 0})
+            head = json.dumps(fields)[:-1].encode()
+            return Response(200, {**fields, "world": world.to_json()}, b'%b, "world": %b}' % (head, world.encoded()))
+        return Response(200, fields)
 
     def world(self, request: Request) -> Response:
         """``POST /world``: a new world; with ``"relay": true``, also sent on to this node's subtree."""

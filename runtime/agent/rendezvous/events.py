@@ -37,15 +37,18 @@ class DaemonExited:
 
 @dataclass(frozen=True)
 class CoordinatorLost:
-    """The coordinator ``(node_id, addr, port)`` did not answer heartbeats for ``silent_for`` seconds."""
+    """The coordinator ``(node_id, addr, port)`` has not heard this node for ``silent_for`` seconds: its
+    heartbeats to it failed, or (``via``) its tree parent, which answers, says so of its own."""
 
     coordinator: tuple[int, str, int]
     silent_for: float
+    via: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class CoordinatorBack:
-    """The coordinator answers again after ``failures`` failed heartbeats."""
+    """The coordinator answers again after ``failures`` failed heartbeats (0: it hears this node again
+    through its tree parent, which had said it did not)."""
 
     failures: int
 

@@ -25,6 +25,12 @@ from runtime.agent.rendezvous.tree import Layout, layout
 from runtime.agent.spec.status import RUNNING
 from runtime.agent.world import Node, World
 
+UPSTREAM = "upstream_s"
+"""Key of a tree parent's answer to a heartbeat: seconds since the coordinator last heard the parent
+(``HeartbeatState.upstream_age``)."""
+TO_COORDINATOR = "to_coordinator"
+"""Key of a heartbeat's body: ``true`` when it is sent to the coordinator (not to a tree parent); a
+node that does not coordinate refuses such a beat (404) rather than answer it."""
 LATE_BEAT = 0.25
 """Fraction of a beat cap a direct reporter's beat may come late (scheduling, a busy host) before the
 coordinator probes it."""
@@ -181,10 +187,20 @@ class HeartbeatState:
         self._jitter = jitter
         self._interval = 0.0
         self._generation = 0
-        self._last_ok = now
+        self._reached = now
         self._failures = 0
         self._direct = False
+        self._toward: Optional[tuple[int, str, int]] = None
         self._lost_sent: Optional[tuple[int, str, int]] = None
+
+    def upstream_age(self, now: float) -> float:
+        """Seconds since this node last knew the coordinator heard it: its own beat answered by the
+        coordinator, or by a tree parent that had been heard that long before (the parent's own
+        :meth:`upstream_age`, carried in its answer). A tree parent answers its children's beats with
+        it, so a coordinator lost above a parent is lost to the parent's whole subtree, as a direct
+        reporter's failed beats tell it (the fencing rule's voters are every node, not only the ones
+        that beat to the coordinator). 0 while this node beats to nobody or has no world yet."""
+        return max(0.0, now - self._reached) if self._toward is not None else 0.0
 
     def delay(self) -> float:
         """Seconds to wait before asking :meth:`next` (a new world wakes the thread sooner)."""
@@ -202,8 +218,9 @@ class HeartbeatState:
         waiting = world is None and registered
         if coordinating or (not waiting and (world is None or world.status != RUNNING
                                              or not world.has(self._node_id))):
-            self._interval, self._last_ok = 0.0, now
+            self._interval, self._reached = 0.0, now
             return None
+        self._toward = world.coordinator if world is not None else None
         if world is None:
             # Registered, no world yet: ask once per TTL (a lost push heals; the coordinator is not
             # flooded while a large world forms).
@@ -214,7 +231,9 @@ class HeartbeatState:
         tree = layout(len(world.nodes), width=self._width, threshold=self._threshold)
         if world.generation != self._generation:
             self.timing = replace(self.timing, hops=tree.hops)
+            # A new world is the coordinator's news: its age toward this node starts again.
             self._generation, self._interval = world.generation, self.timing.first_delay(self._jitter())
+            self._reached = max(self._reached, now)
             return None
         position = world.node_rank_of(self._node_id)
         up = tree.parent(position)
@@ -222,13 +241,25 @@ class HeartbeatState:
             return Beat(None, self._generation, ages=True)
         return Beat(world.nodes[up], self._generation, ages=True)
 
-    def answered(self, beat: Beat, world: Optional[World], now: float) -> BeatEffects:
-        """The beat was answered (with a newer ``world``, or ``None``)."""
+    def answered(self, beat: Beat, world: Optional[World], now: float, upstream: float = 0.0) -> BeatEffects:
+        """The beat was answered (with a newer ``world``, or ``None``), by a tree parent whose own
+        news last reached the coordinator ``upstream`` seconds before (0 from the coordinator).
+
+        A parent's answer past the TTL means the coordinator lost above it: reported once, as a
+        direct reporter's failed beats are (:meth:`failed`); its return, once.
+        """
         events: list[Event] = []
-        if self._failures:
+        self._reached = max(self._reached, now - max(0.0, upstream))
+        silent = now - self._reached
+        via = beat.parent.node_id if beat.parent is not None else None
+        if silent > self.timing.ttl and via is not None and self._toward is not None:
+            if self._lost_sent != self._toward:
+                self._lost_sent = self._toward
+                events.append(CoordinatorLost(self._toward, silent, via=via))
+        elif self._failures or self._lost_sent is not None:
             events.append(CoordinatorBack(self._failures))
             self._lost_sent = None
-        self._failures, self._direct, self._last_ok = 0, False, now
+        self._failures, self._direct = 0, False
         self._interval = self.timing.ttl if not beat.ages else self.timing.next_interval(self._interval)
         if world is not None:
             events.append(WorldArrived(world))
@@ -256,7 +287,7 @@ class HeartbeatState:
             lines = (f"heartbeat to {where} failed ({self._failures} in a row): {error}",)
         self._direct = False
         self._interval = self.timing.next_interval(self._interval)
-        silent = now - self._last_ok
+        silent = now - self._reached
         if world is not None and beat.parent is None and silent > self.timing.ttl \
                 and self._lost_sent != world.coordinator:
             self._lost_sent = world.coordinator

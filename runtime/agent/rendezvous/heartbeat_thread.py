@@ -14,7 +14,7 @@ from runtime.agent import contract
 from runtime.agent.net.peer import Exchange, PeerTransport
 from runtime.agent.net.transport import encode
 from runtime.agent.rendezvous.events import Event
-from runtime.agent.rendezvous.heartbeat import Beat, BeatEffects, HeartbeatState, Liveness
+from runtime.agent.rendezvous.heartbeat import TO_COORDINATOR, UPSTREAM, Beat, BeatEffects, HeartbeatState, Liveness
 from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.world import World
@@ -87,7 +87,8 @@ class Heartbeats:
         ages = {}
         if beat.ages and world is not None:
             ages = {k: round(v, 3) for k, v in self._children.ages(now).items() if world.has(k)}
-        body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages, "epoch": view.epoch}
+        body = {**self._member, "generation": beat.generation, "state": "alive", "ages": ages, "epoch": view.epoch,
+                TO_COORDINATOR: beat.parent is None}
         body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
         if beat.ages and world is not None:
             body["subtree_ranks"] = self._subtree.forward(now, world.has)
@@ -102,7 +103,8 @@ class Heartbeats:
             where = f"{exchange.host}:{exchange.port}"
             effects = self._state.failed(beat, world, where, answer.problem, self._clock())
         else:
-            effects = self._state.answered(beat, self._world_in(answer.body), self._clock())
+            effects = self._state.answered(beat, self._world_in(answer.body), self._clock(),
+                                           upstream=_seconds(answer.body.get(UPSTREAM)))
         self._tell(effects)
 
     def _world_in(self, reply: dict[str, Any]) -> Optional[World]:
@@ -119,3 +121,11 @@ class Heartbeats:
             self._say(line)
         for event in effects.events:
             self._deliver(event)
+
+
+def _seconds(value: object) -> float:
+    """A parent's ``upstream_s``: a finite number of seconds >= 0, else 0 (absent from the coordinator's
+    answers; a malformed one is not news of a lost coordinator)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
+        return float(value)
+    return 0.0

@@ -180,8 +180,8 @@ class Member:
     def _on_back(self, event: ev.CoordinatorBack) -> tuple[MemberAction, ...]:
         self.orphaned = False
         self._election.settle()
-        said = Say(f"the coordinator answers again after {event.failures} failed heartbeat(s)")
-        world = self.world
+        said, world = Say(f"the coordinator answers again after {event.failures} failed heartbeat(s)" if event.failures
+                          else "the coordinator hears this node again (through its tree parent)"), self.world
         if world is not None and world.status == RUNNING and self._ended() == 0:  # its report may have been lost
             return said, Report(world.generation, SUCCEEDED)
         return (said,)
@@ -342,7 +342,8 @@ class Member:
                        f"for {event.silent_for:.1f} s; this node's {world.distribution} daemon serves nobody: "
                        f"stopping"), Exit(contract.EXIT_NODE_LOST)
         self.orphaned = True
-        lost = f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s"
+        lost = f"the coordinator (node {lost_id} at {addr}) has been unreachable for {event.silent_for:.1f} s" + (
+            f" (so says its tree parent, node {event.via})" if event.via is not None else "")
         said, ended = f"{lost}; training continues", self._ended()
         if not self._fails_over(world):
             if ended is not None:  # they ended before the coordinator was lost: the same rule, in the other order

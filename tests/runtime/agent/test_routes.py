@@ -30,7 +30,7 @@ def node_body(node_id: int, state: str = "joining", **extra: object) -> dict:
 
 
 def routes(coordinating: bool, world: World | None = None, node_id: int = 0, elastic: bool = True,
-           subtree: SubtreeRanks | None = None):
+           subtree: SubtreeRanks | None = None, upstream: float = 0.0):
     bounds = {"min_workers": 1, "max_workers": 2, "quorum_workers": 1} if elastic else {}
     settings = agent_settings(job_name="j", node_id=node_id, workers=2, **bounds)
     coordination = Coordination(Coordinator(settings, 0.0) if coordinating else None)
@@ -40,7 +40,7 @@ def routes(coordinating: bool, world: World | None = None, node_id: int = 0, ela
     decided, arrived, children = [], [], Liveness()
     view = MemberView(world, ("", 32300), registered=True, coordinating=coordinating, epoch=world.epoch if world else 1)
     agent = AgentRoutes(settings=settings, view=lambda: view, coordination=coordination, children=children,
-                        pusher=pusher, actions=decided.extend, arrived=arrived.append,
+                        upstream=lambda _now: upstream, pusher=pusher, actions=decided.extend, arrived=arrived.append,
                         counters=Counters(lambda: 7, lambda: pusher.sent, lambda: None), clock=lambda: 1.0,
                         subtree=subtree)
     return agent, coordination, decided, arrived, children
@@ -93,6 +93,7 @@ def test_a_parent_keeps_its_childrens_beats_and_sends_a_newer_world_back():
     agent, _, _, _, children = routes(coordinating=False, world=world, node_id=0)
     reply = put(agent, node_body(1, state="alive", generation=2, ages={"1": 0.5}))
     assert reply["generation"] == 3 and World.from_json(reply["world"]) == world
+    assert reply["upstream_s"] == 0.0
     assert children.age(1, 1.0) == pytest.approx(0.0)
     with pytest.raises(HttpError) as info:
         put(agent, node_body(7, state="alive", generation=3))
@@ -110,7 +111,41 @@ def test_a_newer_world_sent_back_with_a_beat_is_encoded_once_per_world():
     assert world.encoded() is world.encoded(), "encoded once, then reused"
     assert second.encoded == first.encoded
     current = agent.member(Request("PUT", contract.ROUTE_MEMBERS, node_body(1, state="alive", generation=3), "peer"))
-    assert current.encoded is None and dict(current.body) == {"generation": 3}
+    assert current.encoded is None and dict(current.body) == {"generation": 3, "upstream_s": 0.0}
+
+
+def test_a_parent_answers_with_how_long_ago_the_coordinator_heard_it_and_the_coordinator_does_not():
+    """A tree parent's answer carries its own silence toward the coordinator (in the reply's encoded bytes too),
+    so its children count a coordinator lost above it; the coordinator's answers carry none."""
+    world = World(job="j", generation=3, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, "10.0.0.0", 32300, 1), Node(1, "10.0.0.1", 32300, 1)))
+    parent, _, _, _, _ = routes(coordinating=False, world=world, node_id=0, upstream=3.25)
+    assert put(parent, node_body(1, state="alive", generation=3)) == {"generation": 3, "upstream_s": 3.25}
+    behind = parent.member(Request("PUT", contract.ROUTE_MEMBERS, node_body(1, state="alive", generation=1), "peer"))
+    assert behind.encoded is not None and json.loads(behind.encoded)["upstream_s"] == 3.25
+    assert World.from_json(json.loads(behind.encoded)["world"]) == world
+    behind_child, _, _, _, _ = routes(coordinating=False, world=None, node_id=0, upstream=9.0)
+    assert put(behind_child, node_body(1, state="alive", generation=3)) == {"generation": 0}, \
+        "a parent without the child's world says nothing of the coordinator"
+    coordinator, coordination, _, _, _ = routes(coordinating=True)
+    put(coordinator, node_body(0))
+    coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    assert "upstream_s" not in put(coordinator, node_body(0, state="alive", generation=1, to_coordinator=True))
+
+
+def test_a_beat_to_the_coordinator_at_a_node_that_does_not_coordinate_is_refused_404():
+    """A coordinator that stepped down (fenced out, or given up) must not answer the beats of the nodes
+    that still take it for their coordinator: answered, they would never count it lost, and no majority
+    could elect another. A beat to it as a tree
+    parent is still its to keep."""
+    world = World(job="j", generation=3, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, "10.0.0.0", 32300, 1), Node(1, "10.0.0.1", 32300, 1)))
+    agent, _, _, _, children = routes(coordinating=False, world=world, node_id=0)
+    with pytest.raises(HttpError) as info:
+        put(agent, node_body(1, state="alive", generation=3, to_coordinator=True))
+    assert info.value.status == 404 and "node 0 does not coordinate" in str(info.value)
+    assert children.age(1, 1.0) == float("inf"), "not kept as a child's beat"
+    assert put(agent, node_body(1, state="alive", generation=3, to_coordinator=False))["generation"] == 3
 
 
 def test_a_world_of_another_job_is_refused_and_one_of_this_job_taken():

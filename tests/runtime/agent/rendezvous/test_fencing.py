@@ -117,6 +117,25 @@ def test_a_cut_off_coordinator_holds_its_decisions_and_fails_nothing():
     assert world_of(job, 2).epoch == 2 and members(world_of(job, 2)) == [1, 2]
 
 
+def test_a_tree_worlds_lost_coordinator_is_replaced_with_the_votes_of_nodes_that_beat_to_parents():
+    """13 nodes in a width-3 tree: 9 of them beat to a tree parent, not the coordinator, so without
+    their votes no majority (7) could form. Node 0 stops: its children count it lost, their subtrees
+    hear so from them (the parents' answers say how long the coordinator has not heard them), and
+    node 1 takes over in epoch 2 with every survivor's vote; node 0, resumed, rejoins that world."""
+    job = SimJob(13, width=3, threshold=4)
+    assert len(world_of(job, 12).nodes) == 13
+    job.stopped.add(0)
+    job.run(4 * TTL)
+    assert job.coordinators() == [1], [n.said for n in job.nodes]
+    assert any("12 of 13" in line for line in job.nodes[1].said), job.nodes[1].said
+    leaf = job.nodes[12].said
+    assert any("so says its tree parent" in line for line in leaf), leaf
+    assert (world_of(job, 12).epoch, members(world_of(job, 12))) == (2, list(range(1, 13)))
+    job.stopped.clear()
+    world = settle(job, 13)
+    assert world.epoch == 2 and job.coordinators() == [1]
+
+
 def test_a_double_failure_elects_the_next_in_line():
     """Nodes 0 and 1 of five stop for good: node 2 stands one TTL after node 1 would have, and the
     three survivors (a majority of five) go on in epoch 2 with node 2 coordinating."""

@@ -119,3 +119,46 @@ def test_a_silent_parent_is_not_the_coordinator_lost():
     beat = s.next(w, True, False, 0.5)
     assert beat.parent is not None
     assert s.failed(beat, w, "10.0.0.1:32300", "timed out", now=10.0).events == ()
+
+
+def test_a_parent_that_answers_but_has_not_reached_the_coordinator_for_a_ttl_loses_it_for_its_subtree():
+    """Node 2 beats to node 1 (13 nodes, width 3); node 1 answers, saying the coordinator last heard it
+    1 s, 2.5 s, then 3.5 s before: past the TTL it is the coordinator lost, said once and named by the
+    parent (the fencing rule's leaves vote too); a parent heard again in time brings it back, once."""
+    s, w = state(node_id=2), world()
+    s.next(w, True, False, 0.0)
+    beat = s.next(w, True, False, 0.5)
+    assert beat is not None and beat.parent == w.nodes[1]
+    assert s.answered(beat, None, 1.0, upstream=1.0).events == ()
+    assert s.upstream_age(1.5) == pytest.approx(1.5), "the parent's age, then the time since its answer"
+    assert s.answered(beat, None, 3.0, upstream=2.5).events == ()
+    lost = s.answered(beat, None, 4.0, upstream=3.5)
+    assert lost.events == (CoordinatorLost(w.coordinator, pytest.approx(3.5), via=1),)
+    assert s.answered(beat, None, 5.5, upstream=5.0).events == (), "lost is said once"
+    assert s.upstream_age(5.5) == pytest.approx(5.0), "its own children hear the same"
+    assert s.answered(beat, None, 6.0, upstream=0.2).events == (CoordinatorBack(0),)
+    assert s.answered(beat, None, 6.5, upstream=0.2).events == ()
+
+
+def test_a_direct_reporter_counts_the_coordinator_silent_from_its_last_answer():
+    s, w = state(node_id=1), world()
+    s.next(w, True, False, 0.0)
+    beat = s.next(w, True, False, 0.5)
+    assert beat == Beat(None, 1, ages=True)
+    s.answered(beat, None, 1.0)
+    assert s.upstream_age(2.0) == pytest.approx(1.0)
+    assert s.failed(beat, w, "10.0.0.0:32300", "404", now=4.0).events == ()
+    assert s.failed(beat, w, "10.0.0.0:32300", "404", now=4.1).events == (CoordinatorLost(w.coordinator,
+                                                                                         pytest.approx(3.1)),)
+    assert s.upstream_age(4.1) == pytest.approx(3.1)
+
+
+def test_a_node_waiting_for_its_world_tells_its_children_nothing_of_the_coordinator():
+    """Registered, no world yet: its first beat comes a TTL later, so its age toward the coordinator
+    would pass the TTL while it waits; it says 0 (nothing known) until it beats in a world."""
+    s = state(node_id=1)
+    assert s.next(None, True, False, 0.0) is None
+    assert s.upstream_age(10.0) == 0.0
+    w = world()
+    s.next(w, True, False, 10.0)
+    assert s.upstream_age(11.0) == pytest.approx(1.0), "a new world is the coordinator's news"
