@@ -33,12 +33,14 @@ class Say:
 class Probe:
     """Ask ``node`` directly whether its agent is up and which epoch it knows (``GET /info`` within
     ``timeout`` seconds, :attr:`Coordinator.probe_timeout` when ``None``); answer with
-    :meth:`Coordinator.probed`."""
+    :meth:`Coordinator.probed`. A ``confirming`` probe asks only for the lease (``lease``): sent while
+    a majority is unheard, when the whole fleet may be stalled, its failure loses no node."""
 
     node: Node
     reason: str
     generation: int
     timeout: Optional[float] = None
+    confirming: bool = False
 
 
 @dataclass(frozen=True)

@@ -164,14 +164,15 @@ class Coordinator:
         silent = self.lease.silent(world, lambda i: self.liveness.age(i, now))
         return [self._probe(world, world.nodes[world.node_rank_of(i)], f"confirming coordinator node "
                             f"{self._s.node.node_id}'s lease: node {i} unheard for {self.liveness.age(i, now):.1f} s "
-                            f"(or only before a stall)")
+                            f"(or only before a stall)", confirming=True)
                 for i in silent if i not in self._probing]
 
-    def _probe(self, world: World, node: Node, reason: str, timeout: Optional[float] = None) -> Probe:
+    def _probe(self, world: World, node: Node, reason: str, timeout: Optional[float] = None, *,
+               confirming: bool = False) -> Probe:
         """A probe of ``node`` in ``world`` (within ``timeout`` seconds; ``None``: :attr:`probe_timeout`),
         noted as pending until :meth:`probed` answers it."""
         self._probing[node.node_id] = world.generation
-        return Probe(node, reason, world.generation, timeout)
+        return Probe(node, reason, world.generation, timeout, confirming)
 
     def suspect(self, node_id: int, reason: str) -> list[CoordinatorAction]:
         """Something other than silence suggests a node is gone (a refused connection or push, its agent
@@ -189,7 +190,8 @@ class Coordinator:
                coordinator: tuple[str, int] = ("", 0)) -> list[CoordinatorAction]:
         """The answer to a :class:`Probe`: an agent that answered in this epoch is alive (its beats are
         only late); one that knows a newer epoch fences this coordinator out; one that did not answer
-        is lost, unless the coordinator holds (``lease``). An older world's answer counts for nothing.
+        is lost, unless the coordinator holds or the probe only confirmed the lease (``lease``; such a node
+        is probed again if it stays silent once the hold ends). An older world's answer counts for nothing.
 
         Args:
             probe: the probe answered.
@@ -213,8 +215,8 @@ class Coordinator:
             self.liveness.beat(node_id, now)
             self.lease.confirmed(node_id)
             return []
-        if self.lease.holding(world, lambda i: self.liveness.age(i, now), now):
-            return []
+        if probe.confirming or self.lease.holding(world, lambda i: self.liveness.age(i, now), now):
+            return []  # a silence seen while a majority was unheard: the silence path decides once it ends
         if probe.timeout is not None and self.detection.quiet_majority(
                 world, [min(self.liveness.age(n.node_id, now), now - self._graced_at) for n in world.nodes]):
             return []  # a quick probe: with a majority quiet, the silence path decides (tick)

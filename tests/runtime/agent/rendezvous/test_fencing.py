@@ -274,3 +274,34 @@ def test_after_its_own_stall_a_coordinator_counts_only_fresh_probe_answers_not_t
         assert c.world is not None and c.world.status == SUCCEEDED, answers
     else:
         assert c.lease.deposed is not None and c.world is not None and c.world.status != SUCCEEDED, answers
+
+
+def test_a_probe_that_only_confirmed_the_lease_loses_nobody_and_a_node_still_silent_is_probed_again():
+    """The whole fleet stalls (1,024 nodes on two cores did): the coordinator holds and probes every
+    unheard node to confirm its lease. Three answer; node 4's confirming probe times out after the hold
+    has ended: that loses nothing, as the fleet may have been stalled, but node 4, still silent, is
+    probed again by the silence rule, and that probe's failure loses it."""
+    settings = agent_settings(job_name="j", node_id=0, workers=5, min_workers=2, max_workers=5, heartbeat_ttl=TTL,
+                              heartbeat_interval=TTL / 12)
+    c = Coordinator(settings, 0.0, world=a_world(nodes=5))
+    probes = []
+    for tick in range(1, 7):
+        probes += c.tick(tick * TTL / 6)
+    assert probes and all(p.confirming for p in probes), probes
+    by_node = {p.node.node_id: p for p in probes}
+    assert sorted(by_node) == [1, 2, 3, 4]
+    for node_id in (1, 2, 3):
+        assert c.probed(by_node[node_id], True, "", TTL + 0.1, epoch=1) == []
+    assert c.probed(by_node[4], False, "timed out", TTL + 0.2) == []
+    assert c.world is not None and c.world.generation == 3, "a confirming probe's failure loses nobody"
+    again: list = []
+    now = TTL + 0.2
+    while not again and now < 3 * TTL:
+        now += 0.1
+        for node_id in (1, 2, 3):
+            c.heartbeat(node_id, {}, now)
+        again = [a for a in c.tick(now) if isinstance(a, Probe)]
+    [probe] = again
+    assert probe.node.node_id == 4 and not probe.confirming
+    actions = c.probed(probe, False, "timed out", now + 0.1)
+    assert c.world is not None and c.world.generation == 4 and not c.world.has(4), actions
