@@ -51,14 +51,14 @@ PROBING_DEAD_S = 25.0
 RECORDER = ROOT / "bench" / "recorder.py"
 TTL = 3.0
 AGENTS_PER_HOST = 128
+"""Lightweight agents per OS process. Each is a real agent with its own threads; past about this many
+in one interpreter, GIL hand-offs among their threads, not the work, set the latency of a heartbeat."""
 FLEET_NICENESS = 10
 """The niceness of the processes running nodes 1 and up in a load trial: node 0's process, which on a cluster has a
 machine to itself, is not starved of these 2 cores by the 1,023 nodes simulated beside it (it was: at 1,024 nodes its
 ``GET /info`` timed out after 5 s once the fleet had settled)."""
 CONTROL_TIMEOUT = 30.0
 """Seconds the benchmark waits for its own reads of the coordinator (``/members``, ``/info``)."""
-"""Lightweight agents per OS process. Each is a real agent with its own threads; past about this many
-in one interpreter, GIL hand-offs among their threads, not the work, set the latency of a heartbeat."""
 
 
 def loadavg() -> str:
