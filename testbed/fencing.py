@@ -151,17 +151,20 @@ class SimJob:
         return n.beats.answered(beat, newer, self.now)
 
     def _beat_parent(self, n: SimNode, beat: Beat, world: World, up: Node) -> BeatEffects:
-        """``n``'s beat to its tree parent, which keeps it for its own next beat upward."""
+        """``n``'s beat to its tree parent, which keeps it for its own next beat upward
+        (``routes.AgentRoutes._beat``)."""
         me, parent = n.node.node_id, self.nodes[up.node_id]
         if not self._reach(me, parent.node.node_id) or parent.exit_code is not None:
             return n.beats.failed(beat, world, f"node {parent.node.node_id}", "no answer", self.now)
         mine = parent.member.view.world
         if mine is not None and mine.generation >= world.generation and not mine.has(me):
             return n.beats.refused(beat, f"node {me} is not in this node's world; register again")
-        parent.children.beat(me, self.now)
-        parent.children.merge(n.children.ages(self.now), self.now)
+        if n.member.view.epoch <= parent.member.view.epoch:  # a child that voted elsewhere: no news kept
+            parent.children.beat(me, self.now)
+            parent.children.merge(n.children.ages(self.now), self.now)
         newer = mine if mine is not None and mine.order > world.order else None
-        return n.beats.answered(beat, newer, self.now, upstream=parent.beats.upstream_age(self.now))
+        same = mine is not None and mine.generation == world.generation
+        return n.beats.answered(beat, newer, self.now, upstream=parent.beats.upstream_age(self.now) if same else None)
 
     def _event(self, n: SimNode, event: Event) -> None:
         self._member(n, n.member.handle(event, self.now))

@@ -166,7 +166,9 @@ class AgentRoutes:
         by the coordinator (their activity, ``stragglers``) or kept by the parent to forward. A beat
         sent ``to_coordinator`` that reaches a node not coordinating (one that stepped down) is
         refused with 404, so its sender counts the coordinator lost after a TTL as if it were silent
-        (answering it would hide the loss from the fencing rule's voters).
+        (answering it would hide the loss from the fencing rule's voters). A parent keeps no news of a
+        child whose ``epoch`` is past its own (it voted for another candidate: ``lease``), and tells a
+        child how long ago the coordinator heard it only when both are in the same world.
 
         Raises:
             HttpError: 404 for a beat to the coordinator at a node that does not coordinate; 409 (and
@@ -193,11 +195,12 @@ class AgentRoutes:
             behind = world is None or world.generation < generation
             if not behind and world is not None and not world.has(node_id):
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
-            self._children.beat(node_id, now)
-            self._children.merge(ages, now)
-            for nid, entries in ranks.items():
-                self._subtree.note(nid, entries, now)
-            if not behind:  # a parent without the child's world yet knows nothing of its coordinator
+            if epoch <= self._view().epoch:  # a child that voted elsewhere is no news for this coordinator
+                self._children.beat(node_id, now)
+                self._children.merge(ages, now)
+                for nid, entries in ranks.items():
+                    self._subtree.note(nid, entries, now)
+            if world is not None and world.generation == generation:  # the child's world, so its coordinator
                 upstream = round(self._upstream(now), 3)
         fields: dict[str, Any] = {"generation": world.generation if world else 0}
         if upstream is not None:  # a parent says how long ago the coordinator last heard it

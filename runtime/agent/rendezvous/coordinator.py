@@ -169,8 +169,7 @@ class Coordinator:
 
     def _probe(self, world: World, node: Node, reason: str, timeout: Optional[float] = None, *,
                confirming: bool = False) -> Probe:
-        """A probe of ``node`` in ``world`` (within ``timeout`` seconds; ``None``: :attr:`probe_timeout`),
-        noted as pending until :meth:`probed` answers it."""
+        """Probe ``node`` of ``world`` within ``timeout`` s (``None``: :attr:`probe_timeout`); pending until probed."""
         self._probing[node.node_id] = world.generation
         return Probe(node, reason, world.generation, timeout, confirming)
 
@@ -188,10 +187,9 @@ class Coordinator:
 
     def probed(self, probe: Probe, alive: bool, reason: str, now: float, epoch: int = 0,
                coordinator: tuple[str, int] = ("", 0)) -> list[CoordinatorAction]:
-        """The answer to a :class:`Probe`: an agent that answered in this epoch is alive (its beats are
-        only late); one that knows a newer epoch fences this coordinator out; one that did not answer
-        is lost, unless the coordinator holds or the probe only confirmed the lease (``lease``; such a node
-        is probed again if it stays silent once the hold ends). An older world's answer counts for nothing.
+        """The answer to a :class:`Probe`: an agent that answered in this epoch is alive (its beats are only late); one
+        that knows a newer epoch fences this coordinator out; one that did not answer is lost, unless the coordinator
+        holds or the probe only confirmed its lease (``lease``). An older world's answer counts for nothing.
 
         Args:
             probe: the probe answered.

@@ -241,22 +241,26 @@ class HeartbeatState:
             return Beat(None, self._generation, ages=True)
         return Beat(world.nodes[up], self._generation, ages=True)
 
-    def answered(self, beat: Beat, world: Optional[World], now: float, upstream: float = 0.0) -> BeatEffects:
-        """The beat was answered (with a newer ``world``, or ``None``), by a tree parent whose own
-        news last reached the coordinator ``upstream`` seconds before (0 from the coordinator).
+    def answered(self, beat: Beat, world: Optional[World], now: float,
+                 upstream: Optional[float] = None) -> BeatEffects:
+        """The beat was answered (with a newer ``world``, or ``None``): by the coordinator, or by a tree
+        parent whose own news last reached the coordinator ``upstream`` seconds before (``None``: the
+        parent did not say, not being in this node's world; nothing is learnt of the coordinator then).
 
         A parent's answer past the TTL means the coordinator lost above it: reported once, as a
         direct reporter's failed beats are (:meth:`failed`); its return, once.
         """
         events: list[Event] = []
-        self._reached = max(self._reached, now - max(0.0, upstream))
-        silent = now - self._reached
         via = beat.parent.node_id if beat.parent is not None else None
-        if silent > self.timing.ttl and via is not None and self._toward is not None:
+        known = via is None or upstream is not None
+        if known:
+            self._reached = max(self._reached, now - (upstream or 0.0))
+        silent = now - self._reached
+        if via is not None and upstream is not None and silent > self.timing.ttl and self._toward is not None:
             if self._lost_sent != self._toward:
                 self._lost_sent = self._toward
                 events.append(CoordinatorLost(self._toward, silent, via=via))
-        elif self._failures or self._lost_sent is not None:
+        elif known and (self._failures or self._lost_sent is not None):
             events.append(CoordinatorBack(self._failures))
             self._lost_sent = None
         self._failures, self._direct = 0, False

@@ -123,9 +123,9 @@ class Heartbeats:
             self._deliver(event)
 
 
-def _seconds(value: object) -> float:
-    """A parent's ``upstream_s``: a finite number of seconds >= 0, else 0 (absent from the coordinator's
-    answers; a malformed one is not news of a lost coordinator)."""
+def _seconds(value: object) -> Optional[float]:
+    """A parent's ``upstream_s``: a finite number of seconds >= 0, else ``None`` (absent: the coordinator's
+    answers, or a parent not in this node's world; a malformed one says nothing either)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
         return float(value)
-    return 0.0
+    return None

@@ -162,3 +162,17 @@ def test_a_node_waiting_for_its_world_tells_its_children_nothing_of_the_coordina
     w = world()
     s.next(w, True, False, 10.0)
     assert s.upstream_age(11.0) == pytest.approx(1.0), "a new world is the coordinator's news"
+
+
+def test_a_parent_that_does_not_say_its_age_tells_nothing_of_the_coordinator():
+    """A parent not in this node's world answers without ``upstream_s``: the child neither counts the
+    coordinator heard (a dead one would never be lost) nor lost; a later answer with an age decides."""
+    s, w = state(node_id=2), world()
+    s.next(w, True, False, 0.0)
+    beat = s.next(w, True, False, 0.5)
+    assert beat is not None and beat.parent is not None
+    assert s.answered(beat, None, 2.0, upstream=1.0).events == ()
+    assert s.answered(beat, None, 6.0).events == ()
+    assert s.upstream_age(6.0) == pytest.approx(5.0), "still counted from the last age the parent gave"
+    assert s.answered(beat, None, 6.5, upstream=0.1).events == ()
+    assert s.upstream_age(6.5) == pytest.approx(0.1)
