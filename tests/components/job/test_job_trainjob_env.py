@@ -19,6 +19,8 @@ from components.addons.trainer_runtime import cluster_training_runtime
 from runtime.agent import contract
 from runtime.agent.errors import ConfigError
 from runtime.agent.spec.agent_settings import AgentSettings
+from runtime.agent.spec.job import default
+from runtime.agent.spec.ports import reserved_ports
 from runtime.local.launch_plan import free_port
 from tests.components.componenttest import TOKEN
 from tests.components.job.jobrender import kind_of, render
@@ -132,7 +134,8 @@ def test_a_two_node_trainjob_forms_its_world_and_no_pet_reaches_the_ranks(tmp_pa
     script.write_text("import json, os, sys\n"
                       "open(os.path.join(sys.argv[1], 'env-' + os.environ['RANK'] + '.json'), 'w')"
                       ".write(json.dumps(dict(os.environ)))\n")
-    port = free_port(NODE_ADDRESSES[0])
+    master_port = default("master_port")  # the agent's port may not fall in the ports the job counts up from it
+    port = free_port(NODE_ADDRESSES[0], range(master_port, master_port + reserved_ports(64)))
     trainjob = the_trainjob(script=str(script), args=[str(tmp_path)], agent_port=port, quorum_timeout=60)
     envs = pod_envs(trainjob, RUNTIME, 2)
     resolve = json.dumps({f"demo-node-0-{i}.demo": NODE_ADDRESSES[i] for i in range(2)})
