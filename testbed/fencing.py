@@ -26,7 +26,14 @@ from runtime.agent.rendezvous.events import (
     VotesCounted,
     WorldArrived,
 )
-from runtime.agent.rendezvous.heartbeat import Beat, BeatEffects, HeartbeatState, HeartbeatTiming, Liveness
+from runtime.agent.rendezvous.heartbeat import (
+    Beat,
+    BeatEffects,
+    HeartbeatState,
+    HeartbeatTiming,
+    Liveness,
+    parent_answer,
+)
 from runtime.agent.rendezvous.member import Member
 from runtime.agent.world import Failure, Node, World
 from testbed.settings import agent_settings
@@ -157,14 +164,15 @@ class SimJob:
         if not self._reach(me, parent.node.node_id) or parent.exit_code is not None:
             return n.beats.failed(beat, world, f"node {parent.node.node_id}", "no answer", self.now)
         mine = parent.member.view.world
-        if mine is not None and mine.generation >= world.generation and not mine.has(me):
+        answer = parent_answer(mine, me, world.generation, n.member.view.epoch, parent.member.view.epoch)
+        if answer.refused:
             return n.beats.refused(beat, f"node {me} is not in this node's world; register again")
-        if n.member.view.epoch <= parent.member.view.epoch:  # a child that voted elsewhere: no news kept
+        if answer.keeps:
             parent.children.beat(me, self.now)
             parent.children.merge(n.children.ages(self.now), self.now)
         newer = mine if mine is not None and mine.order > world.order else None
-        same = mine is not None and mine.generation == world.generation
-        return n.beats.answered(beat, newer, self.now, upstream=parent.beats.upstream_age(self.now) if same else None)
+        upstream = parent.beats.upstream_age(self.now) if answer.tells_age else None
+        return n.beats.answered(beat, newer, self.now, upstream=upstream)
 
     def _event(self, n: SimNode, event: Event) -> None:
         self._member(n, n.member.handle(event, self.now))

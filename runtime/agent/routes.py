@@ -19,7 +19,7 @@ from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.coordinator_lock import Coordination
 from runtime.agent.rendezvous.election import Ballot
 from runtime.agent.rendezvous.events import Event, WorldArrived
-from runtime.agent.rendezvous.heartbeat import TO_COORDINATOR, UPSTREAM, Liveness
+from runtime.agent.rendezvous.heartbeat import TO_COORDINATOR, UPSTREAM, Liveness, parent_answer
 from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.push import RELAY, WorldPusher
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
@@ -166,9 +166,8 @@ class AgentRoutes:
         by the coordinator (their activity, ``stragglers``) or kept by the parent to forward. A beat
         sent ``to_coordinator`` that reaches a node not coordinating (one that stepped down) is
         refused with 404, so its sender counts the coordinator lost after a TTL as if it were silent
-        (answering it would hide the loss from the fencing rule's voters). A parent keeps no news of a
-        child whose ``epoch`` is past its own (it voted for another candidate: ``lease``), and tells a
-        child how long ago the coordinator heard it only when both are in the same world.
+        (answering it would hide the loss from the fencing rule's voters). A parent decides the rest by
+        ``heartbeat.parent_answer``.
 
         Raises:
             HttpError: 404 for a beat to the coordinator at a node that does not coordinate; 409 (and
@@ -192,15 +191,15 @@ class AgentRoutes:
                 raise HttpError(404, f"node {self._settings.node.node_id} does not coordinate; a heartbeat to the "
                                      f"coordinator goes to the node coordinating this node's world")
             world = self._world()
-            behind = world is None or world.generation < generation
-            if not behind and world is not None and not world.has(node_id):
+            answer = parent_answer(world, node_id, generation, epoch, self._view().epoch)
+            if answer.refused:
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
-            if epoch <= self._view().epoch:  # a child that voted elsewhere is no news for this coordinator
+            if answer.keeps:
                 self._children.beat(node_id, now)
                 self._children.merge(ages, now)
                 for nid, entries in ranks.items():
                     self._subtree.note(nid, entries, now)
-            if world is not None and world.generation == generation:  # the child's world, so its coordinator
+            if answer.tells_age:
                 upstream = round(self._upstream(now), 3)
         fields: dict[str, Any] = {"generation": world.generation if world else 0}
         if upstream is not None:  # a parent says how long ago the coordinator last heard it

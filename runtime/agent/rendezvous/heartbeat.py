@@ -158,6 +158,31 @@ class BeatEffects:
     lines: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ParentAnswer:
+    """What a tree parent does with a child's beat (``routes.AgentRoutes._beat``).
+
+    Attributes:
+        refused: the child is not in the parent's world, which is the child's or newer (409: register again).
+        keeps: the parent keeps the child's news for its own next beat upward; not a child that voted for a
+            rival (its epoch past the parent's): forwarded, it would count as heard at the old coordinator.
+        tells_age: the parent answers with its age toward the coordinator (:data:`UPSTREAM`): only in the
+            child's own world, so about the child's own coordinator.
+    """
+
+    refused: bool
+    keeps: bool
+    tells_age: bool
+
+
+def parent_answer(world: Optional[World], child: int, generation: int, epoch: int, own_epoch: int) -> ParentAnswer:
+    """The parent's decision for a beat of node ``child`` in its world of ``generation`` at ``epoch``, the parent
+    holding ``world`` (``None``: none yet) at ``own_epoch``."""
+    behind = world is None or world.generation < generation
+    return ParentAnswer(refused=not behind and world is not None and not world.has(child), keeps=epoch <= own_epoch,
+                        tells_age=world is not None and world.generation == generation)
+
+
 class HeartbeatState:
     """The heartbeat loop's decisions, apart from its sending: when the next beat is due, where it goes
     (the node's parent in the tree, or the coordinator), and what each outcome means. Pure: the
