@@ -32,7 +32,7 @@ from runtime.agent.spec.signals import DEFAULT_SIGNALS, STOP_SIGNALS, exit_statu
 from runtime.agent.spec.signals import handled as handled_signals
 from runtime.agent.spec.status import RUNNING
 from runtime.local import logdirs
-from runtime.local.json_http import request_json
+from runtime.local.exits import ExitWatch
 from runtime.local.launch_plan import LaunchPlan, free_port, plan, port_is_free
 from runtime.local.outcome import Outcome
 from runtime.local.ray_defaults import ray_defaults
@@ -40,6 +40,9 @@ from runtime.local.ray_defaults import ray_defaults
 AGENT_EXIT_GRACE = 10.0
 """Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
 (an elastic job's go on: the lowest survivor takes over as coordinator)."""
+SUPERVISE_LOOK = 1.0
+"""Seconds at most between the supervisor's looks at its agents while none exits (it then watches the
+agents a resize added); an exit wakes it at once."""
 CONSOLE_STATE = "console"
 """The file in the run root through which a job's agents share the launcher's console."""
 CONNECTION_FILE = "connection.json"
@@ -113,6 +116,8 @@ class LocalJob:
         Raises:
             RendezvousError: an agent exited first, or ``timeout`` seconds passed; names which.
         """
+        from runtime.local.json_http import request_json  # http.client: a batch job's launcher never asks
+
         deadline = time.monotonic() + timeout
         host, port = self.plan.addresses[0], self.plan.ports[0]
         while True:
@@ -237,14 +242,20 @@ class LocalJob:
             signal.signal(sig, forward)
         coordinator = self.agents[0]
         deadline: Optional[float] = None
-        while self.running():
+        exits = ExitWatch()
+        while True:
+            for agent in self.agents:
+                exits.watch(agent)
+            if not self.running():
+                break
             if deadline is None and not self.elastic and coordinator.poll() is not None:
                 deadline = time.monotonic() + AGENT_EXIT_GRACE
             if deadline is not None and time.monotonic() > deadline:
                 for agent in self.agents:
                     if agent.poll() is None:
                         agent.kill()
-            time.sleep(0.05)
+            look = SUPERVISE_LOOK if deadline is None else min(SUPERVISE_LOOK, deadline - time.monotonic())
+            exits.wait(max(0.0, look))
         self._over()
         try:
             with open(verdict_path(self.log_dir)) as f:
