@@ -8,6 +8,8 @@ callers catch are re-exported here, e.g. ``except runtime.WorkerMembershipChange
 edits and re-formed for each new world; torch is imported only when it is called).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from runtime.agent.errors import (
     CallCancelled,
     CallError,
@@ -22,7 +24,9 @@ from runtime.agent.errors import (
     WorkerMembershipChanged,
 )
 from runtime.agent.execution import delivery as membership
-from runtime.agent.execution import torchgroup as distributed
+
+if TYPE_CHECKING:
+    from runtime.agent.execution import torchgroup as distributed
 
 __all__ = [
     "CallCancelled",
@@ -39,3 +43,17 @@ __all__ = [
     "distributed",
     "membership",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``runtime.distributed`` is imported on first use: the launcher and the agents never need it.
+
+    Raises:
+        AttributeError: ``name`` is not an attribute of this package.
+    """
+    if name == "distributed":
+        from runtime.agent.execution import torchgroup as distributed
+
+        globals()["distributed"] = distributed
+        return distributed
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")

@@ -20,6 +20,7 @@ from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.service.calls import remote_error
 from runtime.agent.service.dispatch import ServiceNode
 from runtime.agent.service.executor import LocalCall, RankDone, RankEvent, RankFailed
+from runtime.agent.service.modes import LONG_RUNNING
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.wire import JSON, pack_result
 from runtime.agent.world import World
@@ -113,7 +114,7 @@ class LightweightAgent:
         routes = {("GET", contract.ROUTE_INFO): self._route_info, **self.service.routes()}
         self.server = AgentServer((host, port), settings.token, routes, max_body=contract.MAX_BODY_BYTES,
                                   job=settings.job, on_loop={("GET", contract.ROUTE_INFO)},
-                                  long_running=ServiceNode.long_running(),
+                                  long_running=LONG_RUNNING,
                                   deferred=self.service.deferred())
         self.service.use_loop(self.server.loop)
 

@@ -26,9 +26,9 @@ from typing import Any, Callable, Iterable, Optional, TextIO, Union
 from runtime.agent import contract
 from runtime.agent.errors import TransportError
 from runtime.agent.execution import console, verdict
-from runtime.agent.execution.bootstrap import die_with_parent, parent_pid
 from runtime.agent.execution.delivery import DELIVERY_SIGNAL
 from runtime.agent.execution.generation import NodeProcesses
+from runtime.agent.execution.lifeline import die_with_parent, parent_pid
 from runtime.agent.execution.procs import LocalProcesses, Spawner
 from runtime.agent.net.peer import Exchange, PeerTransport, ServerFactory
 from runtime.agent.net.resolver import Resolver
@@ -57,7 +57,7 @@ from runtime.agent.rendezvous.push import Prober, WorldPusher
 from runtime.agent.rendezvous.registration import Registration
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.routes import AgentRoutes, Counters
-from runtime.agent.service.dispatch import ServiceNode, batch_mode_routes
+from runtime.agent.service.modes import LONG_RUNNING, batch_mode_routes, service_node
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.signals import STOP_SIGNALS, handled
 from runtime.agent.spec.status import FAILED, STOPPED
@@ -116,7 +116,7 @@ class Agent:
                              coordinator_port=node.coordinator_port)
         self._coordination = Coordination(Coordinator(settings, clock()) if node.is_coordinator else None)
         self._children, self._subtree = Liveness(), SubtreeRanks()
-        self._service = ServiceNode(
+        self._service = service_node(
             settings, world=lambda: self.member.view.world, say=self.say, clock=clock, transport=transport,
             on_unreachable=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a call"),
         ) if spec.mode == "service" else None
@@ -154,7 +154,7 @@ class Agent:
         self._server = server((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
             max_body=contract.MAX_BODY_BYTES, job=settings.job, on_loop=AgentRoutes.on_loop(),
-            long_running=ServiceNode.long_running(), deferred=self._service.deferred() if self._service else None)
+            long_running=LONG_RUNNING, deferred=self._service.deferred() if self._service else None)
         if self._service is not None and isinstance(self._server, AgentServer):
             self._service.use_loop(self._server.loop)
 

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import HttpError, ParseError, TransportError
@@ -34,7 +34,9 @@ from runtime.agent.spec.address import HOST_PORT_FIX, bind_family, split_host_po
 from runtime.agent.spec.agent_settings import NodeIdentity, node_rank_in
 from runtime.agent.spec.setting import tcp_port
 from runtime.local import jobs, launch_plan, logdirs
-from runtime.local.json_http import JsonServer, Request, Response, request_json
+
+if TYPE_CHECKING:
+    from runtime.local.json_http import JsonServer, Request, Response
 
 ROUTE_JOIN = "/join"
 JOIN_INTERVAL = 0.2
@@ -78,6 +80,8 @@ class JoinService:
     def bind(self, endpoint: tuple[str, int]) -> bool:
         """Bind the endpoint; whether this launcher is the one that serves it (``False``: it is not
         an address of this host, or another launcher here serves it already)."""
+        from runtime.local.json_http import JsonServer  # http.server: imported by the launcher that serves
+
         try:
             self._server = JsonServer(endpoint, self._token, {("POST", ROUTE_JOIN): self._route},
                                       max_body=MAX_JOIN_BODY, job=self._job)
@@ -130,6 +134,8 @@ class JoinService:
         return free[0]
 
     def _route(self, request: Request) -> Response:
+        from runtime.local.json_http import Response
+
         body = request.body
         node_rank, nodes, port = body.get("node_rank"), body.get("nodes"), body.get("port")
         if (not isinstance(body.get("key"), str) or not isinstance(body.get("addr"), str)
@@ -159,6 +165,8 @@ def join(endpoint: tuple[str, int], token: str, job: str, node_rank: Optional[in
     Raises:
         RuntimeError: refused (the reason), or not joined within ``timeout`` (what was last seen).
     """
+    from runtime.local.json_http import request_json  # http.client: only a multi-host launch needs it
+
     body = {"key": key, "node_rank": node_rank, "nodes": nodes, "addr": addr, "port": port}
     deadline = time.monotonic() + timeout
     last = "no answer yet"

@@ -27,54 +27,21 @@ import gc
 import io
 import os
 import runpy
-import signal
 import socket
 import sys
 import time
 import types
-from typing import NoReturn, Optional, Sequence
+from typing import NoReturn, Sequence
 
 from runtime.agent import contract
 from runtime.agent.execution import delivery, jaxcluster, raynodes, torchhooks
+from runtime.agent.execution.lifeline import die_with_parent, parent_pid
+from runtime.agent.execution.starter import EXEC_FLAG, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
-_PR_SET_PDEATHSIG = 1
-EXEC_FLAG = "--exec"
-"""First bootstrap argument meaning "the rest is a command to run as is"."""
-EXIT_NOT_FOUND = 127
-EXIT_NOT_EXECUTABLE = 126
-"""The shell's exit codes for a command that does not exist, or exists but cannot be run."""
 WAIT_TIMEOUT = 600.0
 """Seconds to wait for ``TRAINPLANE_WAIT_FOR``; a head that fails to start fails the job well before."""
 WAIT_INTERVAL = 0.2
 """Seconds between connection attempts while waiting."""
-
-
-def die_with_parent(sig: int = signal.SIGKILL, parent: Optional[int] = None) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent exits (Linux only).
-
-    ``parent`` is the pid the parent had when it started this process (``None``: the parent now). If the
-    process's parent is no longer that pid (the parent died before the signal was armed and the process was
-    adopted by init or a subreaper), exit now with ``128 + sig``. A parent that is itself pid 1 (the agent as a
-    container's entrypoint, in its own pid namespace) is a live parent, not a sign of adoption.
-    On other systems this does nothing.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    expected = os.getppid() if parent is None else parent
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    if os.getppid() != expected:
-        os._exit(128 + sig)
-
-
-def parent_pid() -> Optional[int]:
-    """Take the parent's pid out of this process's environment (``TRAINPLANE_PARENT_PID``: the agent's pid
-    for a rank, the local launcher's for an agent; the user's code does not see it), for :func:`die_with_parent`;
-    ``None`` when it is unset or not a pid."""
-    value = os.environ.pop(contract.PARENT_PID, "")
-    return int(value) if value.isdigit() else None
 
 
 def wait_for(endpoint: str, timeout: float, what: str = "the job's head") -> None:
@@ -174,13 +141,6 @@ def exec_command(argv: Sequence[str]) -> NoReturn:
         sys.stderr.write(f"trainplane: cannot run command {argv[0]!r}: {exc.strerror}\n")
         sys.stderr.flush()
         raise SystemExit(EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE) from None
-
-
-def starter(root: str) -> str:
-    """The ``python -c`` program that runs :func:`main` with the ``runtime`` package of ``root``
-    (the directory holding it) importable: ``root`` appended to ``sys.path`` unless it is on it."""
-    return (f"import sys; root = {root!r}; root in sys.path or sys.path.append(root); "
-            "from runtime.agent.execution.bootstrap import main; main()")
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from runtime.agent.execution import delivery
-from runtime.agent.execution.bootstrap import EXIT_NOT_FOUND
+from runtime.agent.execution.starter import EXIT_NOT_FOUND
 
 
 def resolve(command: str, python: str = sys.executable, path: Optional[str] = None) -> Optional[str]:

@@ -15,17 +15,18 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from runtime.agent import contract
 from runtime.agent.errors import WorkerMembershipChanged
 from runtime.agent.execution import controller, delivery, errorfile, torchrun
 from runtime.agent.execution.environment import process_env
 from runtime.agent.execution.procs import LocalProcesses, ProcExit, Spawner, Supervisor, inherited_env, rank_dir
-from runtime.agent.service.dispatch import ServiceNode
-from runtime.agent.service.pool import WorkerPool
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.world import Failure, World
+
+if TYPE_CHECKING:
+    from runtime.agent.service.dispatch import ServiceNode
 
 DAEMON_MODULE = "runtime.agent.execution.daemon"
 """What a framework daemon's process runs under the bootstrap, before it becomes the daemon."""
@@ -190,6 +191,8 @@ class NodeProcesses:
     def _spawn(self, world: World, node_rank: int, envs: list[dict[str, str]], log_dir: Optional[str]) -> Supervisor:
         spec, first = self._settings.spec, world.first_rank(node_rank)
         if self._service is not None:
+            from runtime.agent.service.pool import WorkerPool  # service mode's: imported with its dispatch
+
             pool = WorkerPool(generation=world.generation, node_rank=node_rank, first_rank=first, envs=envs,
                               say=self._say, grace=spec.grace_period, log_dir=log_dir)
             self._service.use_executor(pool)

@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Mapping, Optional, Protocol, Sequence
 
 from runtime.agent import contract
 from runtime.agent.execution import console
-from runtime.agent.execution.bootstrap import EXEC_FLAG, starter
+from runtime.agent.execution.starter import EXEC_FLAG, starter
 from runtime.agent.execution.tee import Output
 from runtime.agent.spec import streams
 from runtime.agent.spec.job import SETTINGS

@@ -106,12 +106,6 @@ class ServiceNode:
                 ("POST", contract.ROUTE_OUTPUT): self.route_output,
                 ("POST", contract.ROUTE_CODE): self.route_code}
 
-    @staticmethod
-    def long_running() -> frozenset[tuple[str, str]]:
-        """The routes whose handlers hold their thread while a call runs (``/call``, ``/exec``): the
-        server gives them a pool of their own, so they never hold up an output read or a vote."""
-        return frozenset({("POST", contract.ROUTE_CALL), ("POST", contract.ROUTE_EXEC)})
-
     def deferred(self) -> dict[RouteKey, Deferred]:
         """The routes the server tries on its loop first (``server.Deferred``): ``/exec``."""
         return {("POST", contract.ROUTE_EXEC): self.defer_exec}
@@ -388,12 +382,3 @@ class ServiceNode:
         if on_hang_up is not None:
             on_hang_up(lambda: driver.post(lambda: hop.feed(Abort(CALLER_GONE))))
         hop.start()
-
-
-def batch_mode_routes() -> Routes:
-    """``/call`` and ``/exec`` for a batch-mode agent: 409, naming the setting that enables them."""
-
-    def refuse(_request: Request) -> Response:
-        raise HttpError(409, f"this job runs in batch mode; start it with {contract.MODE}=service to take calls")
-
-    return {("POST", contract.ROUTE_CALL): refuse, ("POST", contract.ROUTE_EXEC): refuse}
