@@ -131,7 +131,7 @@ class AskVotes:
 
 @dataclass(frozen=True)
 class AnswerVote:
-    """Answer a candidate: ``reply(verdict)``."""
+    """Answer a candidate, or a coordinator's probe (``events.Probed``): ``reply(verdict)``."""
 
     reply: Callable[[Verdict], None]
     verdict: Verdict

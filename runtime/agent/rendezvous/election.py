@@ -16,6 +16,14 @@ The fencing rule (the node's half; the coordinator's half is ``lease``):
   seen one.
 * Worlds of two nodes never fail over (one vote is not a majority of two): the survivor waits,
   orphaned, for the coordinator to answer again.
+* A node that answers its coordinator's probe (``lease``) in that coordinator's epoch or an older one
+  is heard by it, as by an answered heartbeat: the coordinator counts it for up to a TTL after the
+  answer (``ttl - margin`` after it arrives, within a probe timeout of ``margin``). So for a TTL from
+  its answer (:meth:`Election.confirm`) the node grants no ballot against that coordinator, does not
+  stand against it, and does not count its own ballot's votes, whatever its heartbeats say; its loss
+  is counted again after that, if its heartbeats still fail. The answer is decided in the node's
+  loop, in order with the ballots it answers: it knows a vote given before it (its epoch is past the
+  coordinator's, which deposes it), and a ballot after it is refused.
 """
 
 from __future__ import annotations
@@ -96,6 +104,9 @@ class Election:
         self.voted_for: Optional[int] = None
         self._seen = 0
         self._asked_at = float("-inf")
+        self._won = 0
+        self._heard: dict[int, float] = {}
+        """Coordinator node id -> monotonic time until which this node counts itself heard by it (:meth:`confirm`)."""
 
     def lose(self, coordinator: int, now: float) -> None:
         """This node's heartbeats to ``coordinator`` failed for more than a TTL."""
@@ -109,9 +120,27 @@ class Election:
 
     def epoch(self, world: Optional[World]) -> int:
         """The epoch a heartbeat of this node carries: its world's, or a later one it gave another
-        candidate its vote in (its beats then no longer count for the old coordinator's lease)."""
-        voted = self.promised if self.voted_for not in (None, self.node_id) else 0
+        candidate its vote in (its beats then no longer count for the old coordinator's lease), or won
+        (before its own world arrives)."""
+        voted = self.promised if self.voted_for not in (None, self.node_id) or self._won == self.promised else 0
         return max(world.epoch if world is not None else 0, voted)
+
+    def heard(self, coordinator: int, now: float) -> bool:
+        """Whether this node answered a probe of coordinator node ``coordinator`` less than a TTL before
+        ``now`` (:meth:`confirm`): that coordinator may count it heard still."""
+        return self._heard.get(coordinator, float("-inf")) > now
+
+    def confirm(self, coordinator: int, epoch: int, world: Optional[World], now: float) -> Verdict:
+        """Answer a probe of coordinator node ``coordinator``, of ``epoch`` (module docstring): granted
+        with this node's epoch, unless that is past ``epoch`` (this node voted for another candidate,
+        or won), which deposes the coordinator. Granted, the answer counts at the coordinator as this
+        node heard: :meth:`heard` until a TTL after ``now``."""
+        known = self.epoch(world)
+        if known > epoch:
+            return Verdict(False, f"node {self.node_id} knows epoch {known}, past coordinator node {coordinator}'s "
+                                  f"{epoch}", known)
+        self._heard[coordinator] = now + self.ttl
+        return Verdict(True, "", known)
 
     def due(self, world: Optional[World], now: float) -> Optional[Ballot]:
         """The ballot to send now, or ``None``: this node has lost its world's coordinator, stands in
@@ -121,6 +150,7 @@ class Election:
         lost, since = self.lost
         if world.coordinator[0] != lost or not world.has(self.node_id):
             return None
+        since = max(since, self._heard.get(lost, since))  # heard by it since: lost a TTL after that at the soonest
         line = [n.node_id for n in world.nodes if n.node_id != lost]
         if now < since + line.index(self.node_id) * self.ttl or now - self._asked_at < self.ttl / 2:
             return None
@@ -131,14 +161,17 @@ class Election:
         self.promised, self.voted_for = epoch, self.node_id
         return Ballot(epoch, self.node_id, lost, world.order)
 
-    def vote(self, ballot: Ballot, world: Optional[World]) -> Verdict:
-        """Answer a candidate's ``ballot`` (module docstring's rule)."""
+    def vote(self, ballot: Ballot, world: Optional[World], now: float) -> Verdict:
+        """Answer a candidate's ``ballot`` at ``now`` (module docstring's rule)."""
         known = self.epoch(world)
         if world is None:
             return Verdict(False, f"node {self.node_id} has no world", known)
         if world.order > ballot.order:
             return Verdict(False, f"node {self.node_id} has a newer world (generation {world.generation}, epoch "
                                   f"{world.epoch})", known, world)
+        if self.heard(ballot.lost, now):
+            return Verdict(False, f"node {self.node_id} answered coordinator node {ballot.lost}'s probe less than a "
+                                  f"TTL ago", known)
         if world.coordinator[0] == ballot.lost and (self.lost is None or self.lost[0] != ballot.lost):
             return Verdict(False, f"node {self.node_id} still hears coordinator node {ballot.lost}", known)
         if self.promised > ballot.epoch or (self.promised == ballot.epoch and self.voted_for != ballot.candidate):
@@ -147,11 +180,14 @@ class Election:
         self.promised, self.voted_for = ballot.epoch, ballot.candidate
         return Verdict(True, "", ballot.epoch)
 
-    def counted(self, ballot: Ballot, granted: int, seen: int, world: Optional[World]) -> bool:
-        """Whether ``granted`` votes (this node's own included) elect this node for ``ballot``:
-        a majority of ``world``'s nodes, while ``world`` is still the one the ballot was for and
-        this node has not promised a later epoch since. ``seen`` is the highest epoch a voter knew."""
+    def counted(self, ballot: Ballot, granted: int, seen: int, world: Optional[World], now: float) -> bool:
+        """Whether ``granted`` votes (this node's own included) elect this node for ``ballot`` at
+        ``now``: a majority of ``world``'s nodes, while ``world`` is still the one the ballot was for,
+        this node has not promised a later epoch since, and the lost coordinator has not heard it
+        since (:meth:`heard`). ``seen`` is the highest epoch a voter knew."""
         self._seen = max(self._seen, seen)
-        if world is None or world.order != ballot.order or self.promised != ballot.epoch:
+        if world is None or world.order != ballot.order or self.promised != ballot.epoch or \
+                self.heard(ballot.lost, now) or granted < majority(len(world.nodes)):
             return False
-        return granted >= majority(len(world.nodes))
+        self._won = ballot.epoch
+        return True

@@ -102,6 +102,16 @@ class VoteRequested:
 
 
 @dataclass(frozen=True)
+class Probed:
+    """Coordinator node ``prober``, of ``epoch``, asks whether this node still counts it (``POST /probe``,
+    ``lease``); ``reply`` takes the answer (``election.Election.confirm``), decided in order with the ballots."""
+
+    prober: int
+    epoch: int
+    reply: Callable[[Verdict], None]
+
+
+@dataclass(frozen=True)
 class VotesCounted:
     """The answers to this node's ``ballot``: ``granted`` votes (its own included), the highest epoch a
     voter knew (``seen``), the newest world a voter had when newer than this node's, and how many of
@@ -129,7 +139,7 @@ class Tick:
 
 
 Event = Union[WorldArrived, ProcessExited, DaemonExited, CoordinatorLost, CoordinatorBack, SignalReceived, Removed,
-              Fatal, CoordinatorFound, Registered, VoteRequested, VotesCounted, Deposed, Tick]
+              Fatal, CoordinatorFound, Registered, VoteRequested, Probed, VotesCounted, Deposed, Tick]
 
 
 T = TypeVar("T")

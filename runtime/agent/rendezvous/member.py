@@ -168,12 +168,12 @@ class Member:
             ev.WorldArrived: lambda e: self._on_world(e.world, now),
             ev.ProcessExited: lambda e: self._on_exit(e.exit, now),
             ev.DaemonExited: self._on_daemon_exit, ev.SignalReceived: lambda e: self._on_signal(e.signum),
-            ev.Removed: lambda e: (StopProcesses(), *self._rejoin(e.reason, now)),
+            ev.Removed: lambda e: (StopProcesses(), *self._rejoin(e.reason, now)), ev.Registered: self._on_registered,
             ev.CoordinatorLost: lambda e: self._on_coordinator_lost(e, now), ev.CoordinatorBack: self._on_back,
-            ev.VoteRequested: lambda e: (AnswerVote(e.reply, self._election.vote(e.ballot, self.world)),),
+            ev.VoteRequested: lambda e: (AnswerVote(e.reply, self._election.vote(e.ballot, self.world, now)),),
+            ev.Probed: lambda e: (AnswerVote(e.reply, self._election.confirm(e.prober, e.epoch, self.world, now)),),
             ev.VotesCounted: lambda e: self._on_votes(e, now), ev.Deposed: lambda e: self._on_deposed(e, now),
             ev.Fatal: lambda e: (Say(e.message), Exit(e.exit_code)), ev.CoordinatorFound: self._on_found,
-            ev.Registered: self._on_registered,
         }
         return decide.get(type(event), lambda _e: self._on_tick(now))(event)
 
@@ -370,7 +370,7 @@ class Member:
         if event.answered == 0 and ended is not None and self.orphaned and not self.coordinating:
             return Say("every process of this node has ended and no other node of its world answers (the job "
                        "ended without it); stopping this node"), Exit(ended)
-        if self.coordinating or not self._election.counted(ballot, len(event.granted), event.seen, world) \
+        if self.coordinating or not self._election.counted(ballot, len(event.granted), event.seen, world, now) \
                 or world is None:
             return ()
         self.coordinating, self.orphaned = True, False

@@ -192,14 +192,14 @@ def a_world(epoch: int = 1, generation: int = 3, nodes: int = 3) -> World:
 def test_a_voter_grants_one_candidate_per_epoch_and_only_once_it_lost_the_coordinator_itself():
     voter, world = Election(2, TTL), a_world()
     ballot = Ballot(2, 1, 0, world.order)
-    still = voter.vote(ballot, world)
+    still = voter.vote(ballot, world, 10.0)
     assert not still.granted and "still hears coordinator node 0" in still.reason
     voter.lose(0, 10.0)
-    assert voter.vote(ballot, world).granted
-    assert voter.vote(ballot, world).granted, "the same candidate may ask again"
-    rival = voter.vote(Ballot(2, 3, 0, world.order), world)
+    assert voter.vote(ballot, world, 10.0).granted
+    assert voter.vote(ballot, world, 10.0).granted, "the same candidate may ask again"
+    rival = voter.vote(Ballot(2, 3, 0, world.order), world, 10.0)
     assert not rival.granted and "voted for node 1 in epoch 2" in rival.reason
-    newer = voter.vote(Ballot(3, 1, 0, (1, 2)), world)
+    newer = voter.vote(Ballot(3, 1, 0, (1, 2)), world, 10.0)
     assert not newer.granted and newer.world == world, "an older world's candidate gets the newer world"
 
 
