@@ -19,6 +19,7 @@ from runtime.agent.rendezvous.election import Verdict
 from runtime.agent.rendezvous.events import (
     Deposed,
     Event,
+    Probed,
     ProcessExited,
     Registered,
     Tick,
@@ -67,6 +68,8 @@ class SimJob:
         now: the fake monotonic time, seconds.
         cut: node ids cut off from every other node.
         stopped: node ids whose agent is stopped.
+        beats_lost: node ids whose heartbeats to the coordinator are lost on the way (a half-broken link, an
+            overloaded coordinator), while everything else between them gets through (probes, pushes, ballots).
     """
 
     def __init__(self, nodes: int = 3, *, min_workers: int = 2, ttl: float = 3.0, elastic: bool = True,
@@ -74,6 +77,7 @@ class SimJob:
         self.now = 0.0
         self.cut: set[int] = set()
         self.stopped: set[int] = set()
+        self.beats_lost: set[int] = set()
         bounds = {"min_workers": min_workers, "max_workers": nodes} if elastic else {}
         self.settings = [agent_settings(job_name="j", node_id=i, workers=nodes, heartbeat_ttl=ttl,
                                         heartbeat_interval=ttl / 12, advertise_address=f"10.0.0.{i}",
@@ -147,7 +151,7 @@ class SimJob:
         me = n.node.node_id
         target = world.coordinator[0]
         holder = self.nodes[target].coordinator
-        if not self._reach(me, target) or holder is None:  # a node not coordinating refuses it (404)
+        if not self._reach(me, target) or holder is None or me in self.beats_lost:  # lost, or 404 (not coordinating)
             return n.beats.failed(beat, world, f"node {target}", "no answer", self.now)
         ages = {k: v for k, v in n.children.ages(self.now).items() if world.has(k)} if beat.ages else {}
         try:
@@ -285,15 +289,19 @@ class SimJob:
             self._event(t, WorldArrived(world))
 
     def _probe(self, n: SimNode, probe: act.Probe) -> None:
+        """``n``'s probe of a node, answered as ``routes.AgentRoutes.probe`` answers it: its ``Member`` decides."""
         target = probe.node.node_id
         coordinator = n.coordinator
         if coordinator is None:
             return
         if self._reach(n.node.node_id, target) and self.nodes[target].exit_code is None:
-            view = self.nodes[target].member.view
-            world = view.world
+            t = self.nodes[target]
+            verdicts: list[Verdict] = []
+            self._event(t, Probed(probe.prober, probe.epoch, verdicts.append))
+            [verdict] = verdicts
+            world = t.member.view.world
             address = (world.coordinator[1], world.coordinator[2]) if world is not None else ("", 0)
-            self._coord(n, coordinator.probed(probe, True, probe.reason, self.now, view.epoch, address))
+            self._coord(n, coordinator.probed(probe, True, probe.reason, self.now, verdict.epoch, address))
         else:
             self._coord(n, coordinator.probed(probe, False, f"{probe.reason}: no answer", self.now))
 

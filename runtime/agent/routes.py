@@ -1,7 +1,7 @@
-"""The agent's own HTTP routes: ``GET /info``, ``GET``/``PUT /members``, ``POST /world``, ``POST /vote`` (service mode's
-``/call`` and ``/exec`` are ``service.dispatch``'s). Handler threads only validate, decide through
-the coordinator (``rendezvous.coordinator_lock``) and hand what follows to the agent's loop; this is where
-a membership refusal becomes an HTTP status. Standard library only.
+"""The agent's own HTTP routes: ``GET /info``, ``GET``/``PUT /members``, ``POST /world``, ``POST /vote``,
+``POST /probe`` (service mode's ``/call`` and ``/exec`` are ``service.dispatch``'s). Handler threads only
+validate, decide through the coordinator (``rendezvous.coordinator_lock``) and hand what follows to the
+agent's loop; this is where a membership refusal becomes an HTTP status. Standard library only.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from runtime.agent.rendezvous.election import Ballot
 from runtime.agent.rendezvous.events import Event, WorldArrived
 from runtime.agent.rendezvous.heartbeat import TO_COORDINATOR, UPSTREAM, Liveness, parent_answer
 from runtime.agent.rendezvous.nodestate import MemberView
-from runtime.agent.rendezvous.push import RELAY, WorldPusher
+from runtime.agent.rendezvous.push import DECIDE_SHARE, DECIDED, RELAY, WITHIN, WorldPusher
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.status import TERMINAL
@@ -87,12 +87,13 @@ class AgentRoutes:
             ("PUT", contract.ROUTE_MEMBERS): self.member,
             ("POST", contract.ROUTE_WORLD): self.world,
             ("POST", contract.ROUTE_VOTE): self.vote,
+            ("POST", contract.ROUTE_PROBE): self.probe,
         }
 
     @staticmethod
     def on_loop() -> frozenset[tuple[str, str]]:
         """The routes whose handlers never block (a lock held briefly, a queue put), so the server runs
-        them on its loop: every route but ``POST /vote``, which waits for the agent's verdict."""
+        them on its loop: every route but ``POST /vote`` and ``POST /probe``, which wait for the agent's verdict."""
         return frozenset({("GET", contract.ROUTE_INFO), ("GET", contract.ROUTE_MEMBERS),
                           ("PUT", contract.ROUTE_MEMBERS), ("POST", contract.ROUTE_WORLD)})
 
@@ -240,3 +241,25 @@ class AgentRoutes:
         if verdict is None:
             raise HttpError(503, "this node did not decide on the vote in time")
         return Response(200, voting.verdict_json(verdict))
+
+    def probe(self, request: Request) -> Response:
+        """``POST /probe``: coordinator node ``prober`` of ``epoch`` asks whether this node still counts it
+        (``push.Prober``). ``Member`` decides (``election.Election.confirm``), in order with the ballots this node
+        answers, within :data:`~runtime.agent.rendezvous.push.DECIDE_SHARE` of the probe's ``within`` seconds (at most
+        a TTL): the answer has the epoch this node knows, its world's coordinator and whether it was decided (an
+        answer not decided in time counts for nothing at the coordinator).
+
+        Raises:
+            HttpError: 400 for a bad probe.
+        """
+        try:
+            prober, epoch, within = int(request.body["prober"]), int(request.body["epoch"]), float(request.body[WITHIN])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HttpError(400, f"bad probe: {exc!r}") from None
+        if not 0 <= within < float("inf"):
+            raise HttpError(400, f"bad probe: within {within!r} s")
+        wait = min(within, self._settings.spec.heartbeat_ttl) * DECIDE_SHARE
+        verdict = voting.confirm(prober, epoch, self._arrived, wait)
+        view = self._view()
+        return Response(200, {"epoch": view.epoch if verdict is None else verdict.epoch, DECIDED: verdict is not None,
+                              "world_coordinator": list(view.world.coordinator) if view.world else None})

@@ -31,16 +31,19 @@ class Say:
 
 @dataclass(frozen=True)
 class Probe:
-    """Ask ``node`` directly whether its agent is up and which epoch it knows (``GET /info`` within
-    ``timeout`` seconds, :attr:`Coordinator.probe_timeout` when ``None``); answer with
-    :meth:`Coordinator.probed`. A ``confirming`` probe asks only for the lease (``lease``): sent while
-    a majority is unheard, when the whole fleet may be stalled, its failure loses no node."""
+    """Ask ``node`` directly whether its agent is up and which epoch it knows (``POST /probe`` within
+    ``timeout`` seconds, :attr:`Coordinator.probe_timeout` when ``None``), for coordinator node
+    ``prober`` of ``epoch``; answer with :meth:`Coordinator.probed`. A ``confirming`` probe asks only
+    for the lease (``lease``): sent while a majority is unheard, when the whole fleet may be stalled,
+    its failure loses no node."""
 
     node: Node
     reason: str
     generation: int
     timeout: Optional[float] = None
     confirming: bool = False
+    prober: int = 0
+    epoch: int = 1
 
 
 @dataclass(frozen=True)

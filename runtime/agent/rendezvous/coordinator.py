@@ -171,7 +171,7 @@ class Coordinator:
                confirming: bool = False) -> Probe:
         """Probe ``node`` of ``world`` within ``timeout`` s (``None``: :attr:`probe_timeout`); pending until probed."""
         self._probing[node.node_id] = world.generation
-        return Probe(node, reason, world.generation, timeout, confirming)
+        return Probe(node, reason, world.generation, timeout, confirming, self._s.node.node_id, self.lease.epoch)
 
     def suspect(self, node_id: int, reason: str) -> list[CoordinatorAction]:
         """Something other than silence suggests a node is gone (a refused connection or push, its agent

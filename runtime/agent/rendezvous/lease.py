@@ -9,8 +9,13 @@ the last world, each voter having heard nothing from the coordinator for over a 
   push, a probe answered in its epoch; never the grace it gives everyone after a stall of its own)
   for ``ttl - margin`` seconds could form such a majority, a rival may be elected, or already be:
   the coordinator holds its decisions (it loses no node, fails nothing, gives no verdict; reports
-  wait), and probes those nodes (``GET /info``). Worlds of fewer than three nodes, and fixed-size
+  wait), and probes those nodes (``POST /probe``). Worlds of fewer than three nodes, and fixed-size
   jobs, never fail over, so their coordinator never holds.
+* **A probe answered is a beat.** A node's agent decides its answer in its loop, in order with the
+  ballots it answers, and, answering in this coordinator's epoch, votes against it for no rival for
+  a TTL (``election.Election.confirm``): longer than the ``ttl - margin`` the answer counts here, as
+  the answer arrives within a probe timeout (``margin``). An answer its loop did not decide in time
+  counts as none, and loses no node either (``push.Prober``).
 * **Fenced out.** A node that answers a probe with a newer epoch deposes the coordinator (a push it
   refuses as older is probed at once): it steps down (``StepDown``); its node stops its ranks and
   registers with the new coordinator. A heartbeat carrying a later epoch (its node voted for another

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from runtime.agent import contract
@@ -27,6 +28,12 @@ PROBE_CONCURRENCY = 32
 """Probes in flight at once from the coordinator, so that many silent nodes make no thundering herd."""
 PROBE_IDLE = 5.0
 """Seconds a probe worker waits for another probe before it ends."""
+DECIDED = "decided"
+"""Key of a probe's answer (``POST /probe``): ``true`` when the node's loop decided it (``voting.confirm``)."""
+WITHIN = "within"
+"""Key of a probe's body: seconds the coordinator waits for the answer."""
+DECIDE_SHARE = 0.5
+"""Share of a probe's :data:`WITHIN` the probed node waits for its loop's answer (the rest is the way back)."""
 
 
 class WorldPusher:
@@ -135,9 +142,15 @@ class WorldPusher:
 
 
 class Prober:
-    """Asks a silent or refusing node's agent whether it is up and which epoch it knows (``GET /info``),
-    from at most :data:`PROBE_CONCURRENCY` worker threads: probes queue for them, so hundreds of silent
-    nodes start no thread each (a worker idle for :data:`PROBE_IDLE` seconds ends).
+    """Asks a silent or refusing node's agent whether it is up and which epoch it knows (``POST /probe``,
+    naming the coordinator and its epoch), from at most :data:`PROBE_CONCURRENCY` worker threads: probes
+    queue for them, so hundreds of silent nodes start no thread each (a worker idle for :data:`PROBE_IDLE`
+    seconds ends).
+
+    The node's loop decides its answer in order with the ballots it answers (``election.Election.confirm``).
+    An answer it did not decide in time (:data:`DECIDED` false: its loop was busy) tells the node's epoch but
+    is no proof that the coordinator was heard: it goes to ``answered`` as a confirming probe's failure,
+    which loses no node and counts none as heard (the node, still silent, is probed again).
 
     Args:
         transport: the peer transport.
@@ -197,9 +210,10 @@ class Prober:
             return None
 
     def _probe(self, probe: Probe) -> None:
-        node = probe.node
-        exchange = Exchange(node.addr, node.port, "GET", contract.ROUTE_INFO)
-        answer = self._transport.exchange(exchange, probe.timeout or self._timeout)
+        node, timeout = probe.node, probe.timeout or self._timeout
+        body = json.dumps({"prober": probe.prober, "epoch": probe.epoch, WITHIN: timeout}).encode()
+        exchange = Exchange(node.addr, node.port, "POST", contract.ROUTE_PROBE, body)
+        answer = self._transport.exchange(exchange, timeout)
         try:
             info = answer.result(exchange)
         except TransportError as exc:
@@ -208,4 +222,9 @@ class Prober:
         coordinator = info.get("world_coordinator")
         address = (str(coordinator[1]), int(coordinator[2])) if isinstance(coordinator, list) and \
             len(coordinator) == 3 else ("", 0)
-        self._answered(probe, True, probe.reason, int(info.get("epoch") or 1), address)
+        epoch = int(info.get("epoch") or 1)
+        if info.get(DECIDED) is not True:
+            self._answered(replace(probe, confirming=True), False, f"{probe.reason}; its agent answered a direct "
+                           f"probe without deciding it in time", epoch, address)
+            return
+        self._answered(probe, True, probe.reason, epoch, address)

@@ -1,10 +1,12 @@
-"""Asking for votes and answering a candidate: the I/O for ``election``'s decisions, over the peer
-transport. Standard library only.
+"""Asking for votes and answering a candidate or a coordinator's probe: the I/O for ``election``'s
+decisions, over the peer transport. Standard library only.
 
 A candidate sends its ``Ballot`` to the other nodes of its last world (``POST /vote``) from a
 background thread and hands the answers to the agent's loop as one ``VotesCounted`` event; a node
 asked hands the ballot to its loop (``VoteRequested``), where ``Member`` decides, and waits for the
-verdict (at most :data:`VOTE_WAIT` seconds) to answer with.
+verdict (at most :data:`VOTE_WAIT` seconds) to answer with. A node probed by a coordinator
+(``POST /probe``) hands the probe to its loop the same way (``Probed``), so its answer is decided in
+order with the ballots (``election.Election.confirm``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from runtime.agent import contract
 from runtime.agent.net.peer import Answer, Exchange, PeerTransport
 from runtime.agent.rendezvous.actions import AskVotes
 from runtime.agent.rendezvous.election import Ballot, Verdict
-from runtime.agent.rendezvous.events import Event, VoteRequested, VotesCounted
+from runtime.agent.rendezvous.events import Event, Probed, VoteRequested, VotesCounted
 from runtime.agent.world import World
 
 VOTE_WAIT = 1.0
@@ -67,6 +69,18 @@ def _newest(known: Optional[World], data: Any) -> Optional[World]:
 def answer(ballot: Ballot, events: Callable[[Event], None]) -> Optional[Verdict]:
     """A node asked for its vote: the verdict its loop decides, or ``None`` if it did not within
     :data:`VOTE_WAIT` seconds (the candidate counts no vote)."""
+    return _decided(lambda reply: VoteRequested(ballot, reply), events, VOTE_WAIT)
+
+
+def confirm(prober: int, epoch: int, events: Callable[[Event], None], wait: float) -> Optional[Verdict]:
+    """A node probed by coordinator node ``prober`` of ``epoch``: the answer its loop decides, or ``None`` if it did
+    not within ``wait`` seconds (the answer then counts for nothing at the coordinator: ``push.Prober``)."""
+    return _decided(lambda reply: Probed(prober, epoch, reply), events, wait)
+
+
+def _decided(event: Callable[[Callable[[Verdict], None]], Event], events: Callable[[Event], None],
+             wait: float) -> Optional[Verdict]:
+    """Hand ``event`` (made with its reply) to the agent's loop; its verdict, or ``None`` after ``wait`` seconds."""
     decided: list[Verdict] = []
     done = threading.Event()
 
@@ -74,6 +88,6 @@ def answer(ballot: Ballot, events: Callable[[Event], None]) -> Optional[Verdict]
         decided.append(verdict)
         done.set()
 
-    events(VoteRequested(ballot, reply))
-    done.wait(VOTE_WAIT)
+    events(event(reply))
+    done.wait(wait)
     return decided[0] if decided else None

@@ -7,7 +7,7 @@ and a new one is refused. :class:`Watch` holds one idle TCP connection to the ag
 node :meth:`Coordinator.watched` names (those whose heartbeats come to the coordinator directly) and
 watches them all from one thread with ``selectors``; a connection that ends, is reset or is refused
 reports the node to ``gone``, which has the coordinator probe it now (``Coordinator.suspect``). The
-probe confirms the loss (``GET /info`` refused: the agent is gone; answered: it is alive, only its
+probe confirms the loss (``POST /probe`` refused: the agent is gone; answered: it is alive, only its
 connection ended), so no node is lost on this signal alone and the fencing rules (``lease``) hold.
 
 Nothing is ever sent on a watch connection: it costs the watched agent's server one idle

@@ -130,7 +130,8 @@ def test_a_coordinator_with_200_kept_alive_peers_has_no_more_threads_than_with_2
 def test_requests_without_the_job_token_are_refused(waiting_agent: int, token):
     conn = http.client.HTTPConnection("127.0.0.1", waiting_agent, timeout=5)
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    for method, path in (("GET", "/info"), ("GET", "/members"), ("PUT", "/members"), ("POST", "/world")):
+    for method, path in (("GET", "/info"), ("GET", "/members"), ("PUT", "/members"), ("POST", "/world"),
+                         ("POST", "/probe")):
         conn.request(method, path, body=b"{}" if method != "GET" else None, headers=headers)
         response = conn.getresponse()
         response.read()
@@ -144,6 +145,17 @@ def test_the_job_token_is_accepted(waiting_agent: int):
     assert info["job"] == "isolated" and info["node_id"] == 0 and info["status"] == "forming"
     members = request_json("127.0.0.1", waiting_agent, "GET", "/members", TOKEN, job=JOB)
     assert members["registered"] == [0] and members["workers"] == 2
+
+
+def test_a_probe_is_decided_by_the_agents_loop(waiting_agent: int):
+    """``POST /probe`` goes through the agent's loop, where ``Member`` decides it in order with the
+    ballots (``election.Election.confirm``), and comes back decided, with the epoch this node knows."""
+    probe = {"prober": 1, "epoch": 1, "within": 5.0}
+    answer = request_json("127.0.0.1", waiting_agent, "POST", contract.ROUTE_PROBE, TOKEN, probe, job=JOB)
+    assert answer == {"epoch": 0, "decided": True, "world_coordinator": None}, "no world yet: epoch 0"
+    with pytest.raises(TransportError, match="bad probe") as info:
+        request_json("127.0.0.1", waiting_agent, "POST", contract.ROUTE_PROBE, TOKEN, {"prober": 1}, job=JOB)
+    assert info.value.status == 400
 
 
 @pytest.mark.parametrize(("body", "status"), [(b"{not json", 400), (b"[1, 2]", 400)])

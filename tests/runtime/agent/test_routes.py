@@ -4,6 +4,8 @@ nowhere else; a parent keeps its children's beats; worlds are checked and relaye
 from __future__ import annotations
 
 import json
+import time
+from typing import Callable
 
 import pytest
 
@@ -12,6 +14,8 @@ from runtime.agent.errors import HttpError
 from runtime.agent.net.server import Request
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.coordinator_lock import Coordination
+from runtime.agent.rendezvous.election import Verdict
+from runtime.agent.rendezvous.events import Event, Probed
 from runtime.agent.rendezvous.forming import LAST_CALL
 from runtime.agent.rendezvous.heartbeat import Liveness
 from runtime.agent.rendezvous.nodestate import MemberView
@@ -30,7 +34,7 @@ def node_body(node_id: int, state: str = "joining", **extra: object) -> dict:
 
 
 def routes(coordinating: bool, world: World | None = None, node_id: int = 0, elastic: bool = True,
-           subtree: SubtreeRanks | None = None, upstream: float = 0.0):
+           subtree: SubtreeRanks | None = None, upstream: float = 0.0, loop: Callable[[Event], None] | None = None):
     bounds = {"min_workers": 1, "max_workers": 2, "quorum_workers": 1} if elastic else {}
     settings = agent_settings(job_name="j", node_id=node_id, workers=2, **bounds)
     coordination = Coordination(Coordinator(settings, 0.0) if coordinating else None)
@@ -40,7 +44,8 @@ def routes(coordinating: bool, world: World | None = None, node_id: int = 0, ela
     decided, arrived, children = [], [], Liveness()
     view = MemberView(world, ("", 32300), registered=True, coordinating=coordinating, epoch=world.epoch if world else 1)
     agent = AgentRoutes(settings=settings, view=lambda: view, coordination=coordination, children=children,
-                        upstream=lambda _now: upstream, pusher=pusher, actions=decided.extend, arrived=arrived.append,
+                        upstream=lambda _now: upstream, pusher=pusher, actions=decided.extend,
+                        arrived=loop or arrived.append,
                         counters=Counters(lambda: 7, lambda: pusher.sent, lambda: None), clock=lambda: 1.0,
                         subtree=subtree)
     return agent, coordination, decided, arrived, children
@@ -193,3 +198,36 @@ def test_a_tree_parent_forwards_its_subtrees_ranks_and_the_coordinator_names_a_h
                         subtree_ranks={"0": [[0, None, 50.0]]}))
     said = coordination.use(lambda c: c.stragglers.check(grown, 1.0 + c.stragglers.hang_report_after))
     assert said is not None and any("rank 0 on node 0" in line for line in said[0]), said
+
+
+def test_a_probe_is_answered_with_what_the_nodes_loop_decided_and_one_it_did_not_decide_in_time_says_so():
+    """``POST /probe`` waits for the node's loop (``Member``, in order with its ballots: ``voting.confirm``),
+    so it runs off the server's loop; a loop too busy to decide within half the probe's time gets the node's
+    epoch answered as undecided (it counts for nothing at the coordinator: ``push.Prober``)."""
+    world = World(job="j", generation=3, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, "10.0.0.0", 32300, 1), Node(1, "10.0.0.1", 32300, 1)),
+                  coordinator=(0, "10.0.0.0", 32300))
+    verdicts = iter([Verdict(True, "", 1), Verdict(False, "node 1 knows epoch 2", 2)])
+    seen: list[Event] = []
+
+    def loop(event: Event) -> None:
+        seen.append(event)
+        assert isinstance(event, Probed)
+        event.reply(next(verdicts))
+
+    agent, _, _, _, _ = routes(coordinating=False, world=world, node_id=1, loop=loop)
+    probe = {"prober": 0, "epoch": 1, "within": 1.0}
+    assert agent.probe(Request("POST", contract.ROUTE_PROBE, probe, "peer")).body == {
+        "epoch": 1, "decided": True, "world_coordinator": [0, "10.0.0.0", 32300]}
+    assert [(e.prober, e.epoch) for e in seen if isinstance(e, Probed)] == [(0, 1)]
+    assert agent.probe(Request("POST", contract.ROUTE_PROBE, probe, "peer")).body["epoch"] == 2
+    assert ("POST", contract.ROUTE_PROBE) in agent.routes() and ("POST", contract.ROUTE_PROBE) not in agent.on_loop()
+    busy, _, _, arrived, _ = routes(coordinating=False, world=world, node_id=1)
+    started = time.monotonic()
+    undecided = busy.probe(Request("POST", contract.ROUTE_PROBE, {**probe, "within": 0.2}, "peer")).body
+    assert undecided == {"epoch": 1, "decided": False, "world_coordinator": [0, "10.0.0.0", 32300]}
+    assert 0.09 <= time.monotonic() - started < 1.0 and len(arrived) == 1, "half of within, waiting for the loop"
+    for bad in ({"epoch": 1, "within": 1.0}, {**probe, "within": "soon"}, {**probe, "within": -1.0}):
+        with pytest.raises(HttpError) as info:
+            busy.probe(Request("POST", contract.ROUTE_PROBE, bad, "peer"))
+        assert info.value.status == 400 and "bad probe" in str(info.value)

@@ -1,7 +1,8 @@
 """A node that answers its coordinator's probe is heard by it (``lease``): for a TTL after its answer it
 votes for no rival, stands against it nowhere and counts no votes of its own against it
 (``election.Election.confirm``), so the coordinator that counts the answer and a rival that counts the
-node's vote never both hold a majority."""
+node's vote never both hold a majority; a coordinator lost for good after its probe is still voted out.
+On a fake clock (``testbed.fencing``), then the rule's parts."""
 
 from __future__ import annotations
 
@@ -12,10 +13,78 @@ from runtime.agent.rendezvous.election import Ballot, Election, Verdict
 from runtime.agent.rendezvous.events import CoordinatorLost, Probed, VoteRequested, WorldArrived
 from runtime.agent.rendezvous.member import Member
 from runtime.agent.world import Node, World
+from testbed.fencing import STEP, SimJob
 
 pytestmark = pytest.mark.unit
 
 TTL = 3.0
+
+
+def said(job: SimJob) -> list[list[str]]:
+    return [n.said[-4:] for n in job.nodes]
+
+
+def never_two_coordinators(job: SimJob, seconds: float) -> None:
+    for _ in range(round(seconds / STEP)):
+        job.run(STEP)
+        assert len(job.coordinators()) == 1, (job.now, job.coordinators(), said(job))
+
+
+@pytest.mark.parametrize("late", [0, 1])
+def test_a_node_that_answered_the_resumed_coordinators_probe_grants_no_ballot_before_its_next_beat(late: int):
+    """Node 0 of five stalls (SIGSTOP) past the TTL. Nodes 1 to 4 beat in step and count it lost in
+    the same step; node 1 stands at once, refused (the others, later in that step, have not lost it
+    yet), and asks again half a TTL later. Node 0 resumes in that step (or the one before), first:
+    after its stall it trusts no beat and probes every node, each answers in epoch 1, and node 0
+    counts all four heard. Node 1's ballot then reaches nodes 2 to 4 before their next beat does:
+    had they granted it, node 1 would take over in epoch 2 with four votes while node 0, counting a
+    majority heard, still coordinated epoch 1 (for two thirds of a TTL, until it probed again)."""
+    job = SimJob(5)
+    job.stopped.add(0)
+    while not job.nodes[1].member.orphaned:
+        job.run(STEP)
+    job.run(TTL / 2 - 2 * STEP + late * STEP)
+    job.stopped.clear()  # node 0 takes each step before node 1
+    never_two_coordinators(job, 2 * TTL)
+    assert job.coordinators() == [0] and all(not n.member.orphaned for n in job.nodes), said(job)
+
+
+def test_nodes_whose_beats_are_lost_but_who_answer_probes_vote_in_no_second_coordinator():
+    """The beats of nodes 1 to 4 stop reaching node 0 (its probes, and their ballots, still get
+    through): node 0, with a majority unheard, holds and probes them, and each answer in epoch 1
+    counts as a beat; a TTL on, their failed beats tell them node 0 is lost. Answering its probes
+    (again before each answer's TTL has passed), they neither stand nor grant a ballot against it, so
+    node 0's world goes on alone, its nodes orphaned (before, node 1 took over with their votes while
+    node 0 still counted them heard)."""
+    job = SimJob(5)
+    job.beats_lost.update({1, 2, 3, 4})
+    never_two_coordinators(job, 5 * TTL)
+    assert job.coordinators() == [0] and job.nodes[1].member.orphaned, said(job)
+    world = job.nodes[0].coordinator.world  # type: ignore[union-attr]
+    assert world is not None and world.epoch == 1 and len(world.nodes) == 5
+    assert job.running_worlds() == {world.order}
+
+
+def test_a_coordinator_lost_for_good_after_its_probes_is_still_voted_out_a_ttl_after_the_last_one():
+    """As above, then node 0 stops for good. Its last probe keeps nodes 1 to 4 from voting for a TTL
+    after their answer, no longer: their beats had already told them it was lost (and say so only
+    once), so node 1 stands once that TTL is over and takes over in epoch 2 with every survivor's vote."""
+    job = SimJob(5)
+    job.beats_lost.update({1, 2, 3, 4})
+    job.run(3 * TTL)
+    job.beats_lost.clear()
+    job.stopped.add(0)
+    stopped_at = job.now
+    while job.coordinators() != [1] and job.now < stopped_at + 3 * TTL:
+        job.run(STEP)
+    assert job.coordinators() == [1], said(job)
+    assert any("nodes 1, 2, 3, 4 confirmed it (4 of 5)" in line for line in job.nodes[1].said), said(job)
+    assert job.now <= stopped_at + 2 * TTL, "node 0's last probe keeps its nodes from voting for a TTL, no longer"
+    world = job.nodes[1].coordinator.world  # type: ignore[union-attr]
+    assert world is not None and world.epoch == 2 and [n.node_id for n in world.nodes] == [1, 2, 3, 4]
+
+
+# --- the rule's parts --------------------------------------------------------------------------
 
 
 def a_world(epoch: int = 1, nodes: int = 5) -> World:

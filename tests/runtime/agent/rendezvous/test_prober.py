@@ -3,10 +3,12 @@ threads, every probe is answered once, and a probe made once the others are done
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 
+from runtime.agent import contract
 from runtime.agent.net.peer import Answer, Exchange
 from runtime.agent.rendezvous.actions import Probe
 from runtime.agent.rendezvous.push import PROBE_CONCURRENCY, Prober
@@ -16,22 +18,26 @@ pytestmark = pytest.mark.unit
 
 
 class HeldTransport:
-    """Answers every ``GET /info`` with epoch 1 once :attr:`release` is set; counts exchanges in flight."""
+    """Answers every probe (``POST /probe``) with epoch 1, decided, once :attr:`release` is set; counts
+    exchanges in flight and keeps them."""
 
-    def __init__(self) -> None:
+    def __init__(self, decided: bool = True) -> None:
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.in_flight = 0
         self.most_in_flight = 0
+        self.decided = decided
+        self.sent: list[tuple[Exchange, float]] = []
 
     def exchange(self, exchange: Exchange, timeout: float) -> Answer:
         with self.lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.sent.append((exchange, timeout))
         self.release.wait(timeout)
         with self.lock:
             self.in_flight -= 1
-        return Answer(0, 200, {"epoch": 1, "world_coordinator": [0, "10.0.0.0", 32300]})
+        return Answer(0, 200, {"epoch": 1, "world_coordinator": [0, "10.0.0.0", 32300], "decided": self.decided})
 
 
 def probe_threads() -> int:
@@ -70,3 +76,34 @@ def test_a_probe_made_after_the_others_were_answered_is_answered_too():
     assert answered.acquire(timeout=10)
     prober.probe(Probe(Node(2, "10.0.0.2", 32300, 1), "refused a push", 1))
     assert answered.acquire(timeout=10), "a worker (the idle one, or a new one) took the second probe"
+
+
+@pytest.mark.parametrize("decided", [True, False])
+def test_a_probe_names_its_coordinator_and_an_answer_not_decided_in_time_counts_as_no_answer_but_loses_nobody(
+        decided: bool):
+    """The node decides its answer in its loop, in order with its ballots (``election.Election.confirm``), so
+    the probe names the coordinator, its epoch and how long it waits. An answer the node's loop did not decide
+    in time tells its epoch (a newer one still deposes) but proves nothing for the lease: it is answered as a
+    confirming probe's failure, which loses no node (``Coordinator.probed``)."""
+    transport = HeldTransport(decided)
+    transport.release.set()
+    answers: list[tuple[Probe, bool, str, int]] = []
+    done = threading.Event()
+
+    def answer(probe: Probe, alive: bool, reason: str, epoch: int, _address: tuple[str, int]) -> None:
+        answers.append((probe, alive, reason, epoch))
+        done.set()
+
+    prober = Prober(transport, 30.0, answer)  # type: ignore[arg-type]
+    probe = Probe(Node(1, "10.0.0.1", 32300, 1), "silent", 3, timeout=0.75, prober=4, epoch=2)
+    prober.probe(probe)
+    assert done.wait(10)
+    [(exchange, timeout)] = transport.sent
+    assert (exchange.method, exchange.path, timeout) == ("POST", contract.ROUTE_PROBE, 0.75)
+    assert json.loads(exchange.body or b"{}") == {"prober": 4, "epoch": 2, "within": 0.75}
+    [(answered, alive, reason, epoch)] = answers
+    assert epoch == 1 and alive is decided
+    if decided:
+        assert answered == probe
+    else:
+        assert answered.confirming and answered.generation == 3 and "without deciding it in time" in reason
