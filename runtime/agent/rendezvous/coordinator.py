@@ -187,19 +187,19 @@ class Coordinator:
 
     def probed(self, probe: Probe, alive: bool, reason: str, now: float, epoch: int = 0,
                coordinator: tuple[str, int] = ("", 0)) -> list[CoordinatorAction]:
-        """The answer to a :class:`Probe`: an agent that answered in this epoch is alive (its beats are only late); one
-        that knows a newer epoch fences this coordinator out; one that did not answer is lost, unless the coordinator
-        holds or the probe only confirmed its lease (``lease``). An older world's answer counts for nothing.
+        """The answer to a :class:`Probe`: an agent answering in this epoch is alive; one knowing a newer epoch fences
+        this coordinator out; one that did not answer is lost, unless the coordinator holds (a stall of its own since
+        the last tick counts) or the probe only confirmed its lease (``lease``). An older world's answer is ignored.
 
         Args:
             probe: the probe answered.
-            alive: whether its agent answered ``/info``.
+            alive: whether its agent answered (``POST /probe``).
             reason: why it was probed, and how the probe failed; for the log and the new world.
             now: the current monotonic time, seconds.
-            epoch: the epoch the node knows (0 when it did not answer).
-            coordinator: the ``(address, port)`` of the node's coordinator, when it answered.
+            epoch: the epoch the node knows (0 when it did not answer); coordinator: its coordinator's (address, port).
         """
         node_id = probe.node.node_id
+        self._awake(now)
         if self._probing.get(node_id) != probe.generation:
             return []
         del self._probing[node_id]

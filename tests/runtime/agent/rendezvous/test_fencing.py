@@ -276,6 +276,26 @@ def test_after_its_own_stall_a_coordinator_counts_only_fresh_probe_answers_not_t
         assert c.lease.deposed is not None and c.world is not None and c.world.status != SUCCEEDED, answers
 
 
+def test_after_its_own_stall_a_refused_probe_sent_before_its_first_tick_loses_nobody():
+    """Resumed after a SIGSTOP, a coordinator reads the beats that waited in its socket and its watch reports
+    a node's connection closed, both before its first tick: the probe that follows is refused (the node's
+    agent is gone, as is the job, finished by a successor). The stall counts before that answer does: the
+    coordinator holds (it loses nobody, announces no failure) and asks again. Found in CI: a fenced-out node
+    0 announced "job failed" for a job its successor had finished."""
+    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
+                              heartbeat_interval=TTL / 12)
+    c = Coordinator(settings, 0.0, world=a_world())
+    c.tick(0.5)
+    resumed = 0.5 + 3 * TTL
+    for late in (1, 2):
+        c.heartbeat(late, {}, resumed)
+    [probe] = c.suspect(2, "its agent closed the coordinator's connection to its agent port")
+    assert c.probed(probe, False, "connection refused", resumed + 0.01) == []
+    assert c.world is not None and c.world.generation == 3 and len(c.world.nodes) == 3
+    probes = c.tick(resumed + 0.02)
+    assert sorted(p.node.node_id for p in probes if isinstance(p, Probe) and p.confirming) == [1, 2], probes
+
+
 def test_a_probe_that_only_confirmed_the_lease_loses_nobody_and_a_node_still_silent_is_probed_again():
     """The whole fleet stalls (1,024 nodes on two cores did): the coordinator holds and probes every
     unheard node to confirm its lease. Three answer; node 4's confirming probe times out after the hold
