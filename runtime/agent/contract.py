@@ -58,7 +58,6 @@ MONARCH_WORKER_ADDRESSES = "MONARCH_WORKER_ADDRESSES"  # comma-separated tcp://a
 TRAINPLANE_GENERATION = "TRAINPLANE_GENERATION"
 TRAINPLANE_WORLD_FILE = "TRAINPLANE_WORLD_FILE"
 JOIN_TIMEOUT = "TRAINPLANE_JOIN_TIMEOUT"
-STORE_LISTEN = "TRAINPLANE_STORE_LISTEN"  # "1": rank 0 listens on MASTER_PORT before its code runs (storelisten)
 """Seconds the ranks of a new world wait for each other at its ``env://`` rendezvous, beyond the timeout the
 user gives ``init_process_group``: set by the agent on the ranks of an elastic torch batch job (its quorum
 timeout), whose joining node's ranks start cold while the survivors re-initialise at once

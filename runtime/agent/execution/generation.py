@@ -115,7 +115,7 @@ class NodeProcesses:
                                       spec.virtual_local_rank),
                 contract.TRAINPLANE_WORLD_FILE: self._world_file(i),
                 contract.MONITOR_MEMBERS: "true" if spec.monitor_members else "false",
-                **self._join_env(), **self._store_env(world.first_rank(node_rank) + i),
+                **self._join_env(),
             })
         if torchrun.omp_num_threads(base, self._num_proc) is not None and not self._omp_said:
             self._omp_said = True
@@ -222,14 +222,6 @@ class NodeProcesses:
         if not spec.elastic or self._service is not None or spec.no_python or spec.distribution not in TORCH:
             return {}
         return {contract.JOIN_TIMEOUT: f"{spec.quorum_timeout:g}"}
-
-    def _store_env(self, rank: int) -> dict[str, str]:
-        """``TRAINPLANE_STORE_LISTEN`` for global rank 0 of a fixed-size torch batch job, whose bootstrap then
-        listens on ``MASTER_PORT`` before the user's code runs (``execution.storelisten``); nothing otherwise."""
-        spec = self._settings.spec
-        if rank != 0 or spec.elastic or self._service is not None or spec.no_python or spec.distribution not in TORCH:
-            return {}
-        return {contract.STORE_LISTEN: "1"}
 
     def _world_file(self, local_rank: int) -> str:
         return os.path.join(self._run_dir, f"world-{local_rank}.json")

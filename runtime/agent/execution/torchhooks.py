@@ -132,15 +132,6 @@ def install_on_import(destroy: bool = True) -> None:
             sys.meta_path.insert(0, _Finder(name, lambda module: _after_import(module, destroy)))
 
 
-def after_import(name: str, then: Callable[[types.ModuleType], None]) -> None:
-    """Run ``then`` on module ``name`` as soon as it is imported (now, if it is). Never imports it."""
-    module = sys.modules.get(name)
-    if module is not None:
-        then(module)
-    else:
-        sys.meta_path.insert(0, _Finder(name, then))
-
-
 def _after_import(module: types.ModuleType, destroy: bool) -> None:
     if module.__name__ == C10D_MODULE:
         _patch_c10d(module, destroy)
