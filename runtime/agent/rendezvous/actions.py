@@ -44,6 +44,10 @@ class Probe:
     confirming: bool = False
     prober: int = 0
     epoch: int = 1
+    asked: float = 0.0
+    """The coordinator's monotonic time when it decided to send the probe (before it is sent). An answer in its epoch
+    counts as the node heard at this time, not when the answer is read: the node's ``Election.confirm`` window opens
+    when it answers, later, so the coordinator's ``ttl - margin`` never outlasts it, however late the answer is read."""
 
 
 @dataclass(frozen=True)

@@ -159,8 +159,7 @@ class Coordinator:
         self._last_tick = now
 
     def _confirm(self, world: World, now: float) -> list[CoordinatorAction]:
-        """Holding: probe every silent node not being probed, to learn whether it still counts this
-        coordinator (an answer in its epoch) or knows a newer one."""
+        """Holding: probe every silent node not being probed (does it count this coordinator, or know a newer one?)."""
         silent = self.lease.silent(world, lambda i: self.liveness.age(i, now))
         return [self._probe(world, world.nodes[world.node_rank_of(i)], f"confirming coordinator node "
                             f"{self._s.node.node_id}'s lease: node {i} unheard for {self.liveness.age(i, now):.1f} s "
@@ -171,7 +170,8 @@ class Coordinator:
                confirming: bool = False) -> Probe:
         """Probe ``node`` of ``world`` within ``timeout`` s (``None``: :attr:`probe_timeout`); pending until probed."""
         self._probing[node.node_id] = world.generation
-        return Probe(node, reason, world.generation, timeout, confirming, self._s.node.node_id, self.lease.epoch)
+        return Probe(node, reason, world.generation, timeout, confirming, self._s.node.node_id, self.lease.epoch,
+                     self._last_tick)
 
     def suspect(self, node_id: int, reason: str) -> list[CoordinatorAction]:
         """Something other than silence suggests a node is gone (a refused connection or push, its agent
@@ -210,7 +210,7 @@ class Coordinator:
         if world is None or world.generation != probe.generation or world.status != RUNNING:
             return []
         if alive:
-            self.liveness.beat(node_id, now)
+            self.liveness.beat(node_id, now, now - probe.asked)  # heard as of the asking (Probe.asked)
             self.lease.confirmed(node_id)
             return []
         if probe.confirming or self.lease.holding(world, lambda i: self.liveness.age(i, now), now):

@@ -296,6 +296,32 @@ def test_after_its_own_stall_a_refused_probe_sent_before_its_first_tick_loses_no
     assert sorted(p.node.node_id for p in probes if isinstance(p, Probe) and p.confirming) == [1, 2], probes
 
 
+@pytest.mark.parametrize("late", [0.0, 1.2])
+def test_a_probe_answer_counts_as_heard_from_when_it_was_asked_however_late_it_is_read(late: float):
+    """A node that answers a probe votes for no rival for a TTL from its answer (``Election.confirm``); the
+    coordinator may count it heard for ``ttl - margin``. Counted from when the answer is read, a coordinator
+    whose loop read it late (GIL starvation, a pause shorter than a stall) could still count the node heard
+    after its vote was free again: two coordinators (found in review, in a SimJob of five). Counted from
+    when the probe was asked, the coordinator's window ends first, whenever the answer is read."""
+    settings = agent_settings(job_name="j", node_id=0, workers=5, min_workers=2, max_workers=5, heartbeat_ttl=TTL,
+                              heartbeat_interval=TTL / 12)
+    c = Coordinator(settings, 0.0, world=a_world(nodes=5))
+    probes: list = []
+    asked = 0.0
+    while not probes:
+        asked += TTL / 6
+        probes = [p for p in c.tick(asked) if isinstance(p, Probe)]
+    assert sorted(p.node.node_id for p in probes) == [1, 2, 3, 4] and all(p.asked == asked for p in probes)
+    for probe in probes:
+        c.probed(probe, True, "", asked + late, epoch=1)
+    world = c.world
+    assert world is not None
+    still = asked + TTL - c.probe_timeout - 0.05
+    assert not c.lease.holding(world, lambda i: c.liveness.age(i, still), still)
+    after = asked + TTL - c.probe_timeout + 0.05
+    assert c.lease.holding(world, lambda i: c.liveness.age(i, after), after), "heard no longer than ttl - margin"
+
+
 def test_a_probe_that_only_confirmed_the_lease_loses_nobody_and_a_node_still_silent_is_probed_again():
     """The whole fleet stalls (1,024 nodes on two cores did): the coordinator holds and probes every
     unheard node to confirm its lease. Three answer; node 4's confirming probe times out after the hold
