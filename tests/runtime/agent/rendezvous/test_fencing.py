@@ -189,6 +189,21 @@ def a_world(epoch: int = 1, generation: int = 3, nodes: int = 3) -> World:
                  coordinator=(0, "10.0.0.0", 32300), epoch=epoch)
 
 
+def elastic_coordinator(nodes: int = 3) -> Coordinator:
+    """Node 0's coordinator of an elastic job (min 2) running :func:`a_world` of ``nodes`` nodes, from time 0."""
+    settings = agent_settings(job_name="j", node_id=0, workers=nodes, min_workers=2, max_workers=nodes,
+                              heartbeat_ttl=TTL, heartbeat_interval=TTL / 12)
+    return Coordinator(settings, 0.0, world=a_world(nodes=nodes))
+
+
+def resume_after_a_stall(c: Coordinator, last_tick: float, resumed: float) -> None:
+    """``c`` ticks at ``last_tick``, stalls (SIGSTOP) and, at ``resumed``, reads the beats nodes 1 and 2 sent
+    meanwhile, before its next tick."""
+    c.tick(last_tick)
+    for late in (1, 2):
+        c.heartbeat(late, {}, resumed)
+
+
 def test_a_voter_grants_one_candidate_per_epoch_and_only_once_it_lost_the_coordinator_itself():
     voter, world = Election(2, TTL), a_world()
     ballot = Ballot(2, 1, 0, world.order)
@@ -215,9 +230,7 @@ def test_candidates_stand_in_node_order_one_ttl_apart():
 
 
 def test_a_coordinator_without_its_lease_holds_reports_and_replays_them_once_heard_again():
-    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
-                              heartbeat_interval=TTL / 12)
-    c = Coordinator(settings, 0.0, world=a_world())
+    c = elastic_coordinator()
     for tick in range(1, 6):
         c.tick(tick * TTL / 6)  # awake all along: its nodes are silent, not its clock
     assert c.report(1, 3, SUCCEEDED, now=TTL) == [], "nodes 1 and 2 unheard: a rival may be elected"
@@ -231,9 +244,7 @@ def test_a_coordinator_without_its_lease_holds_reports_and_replays_them_once_hea
 
 
 def test_a_probe_answered_in_a_newer_epoch_fences_the_coordinator_out_and_a_vote_elsewhere_is_no_beat():
-    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
-                              heartbeat_interval=TTL / 12)
-    c = Coordinator(settings, 0.0, world=a_world())
+    c = elastic_coordinator()
     c.heartbeat(1, {}, TTL, epoch=2)
     c.heartbeat(2, {}, TTL, epoch=2)
     probes = c.tick(TTL)
@@ -256,13 +267,9 @@ def test_after_its_own_stall_a_coordinator_counts_only_fresh_probe_answers_not_t
     resumes, though their nodes may have voted for a rival since: they are held until each node
     answers a probe sent after the stall. Answered in its epoch, they are taken; in a newer one, the
     coordinator steps down and its stale verdict is never decided."""
-    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
-                              heartbeat_interval=TTL / 12)
-    c = Coordinator(settings, 0.0, world=a_world())
-    c.tick(0.5)
-    resumed = 0.5 + 3 * TTL
+    c, resumed = elastic_coordinator(), 0.5 + 3 * TTL
+    resume_after_a_stall(c, 0.5, resumed)
     for late in (1, 2):
-        c.heartbeat(late, {}, resumed)
         assert c.report(late, 3, SUCCEEDED, now=resumed) == [], "read late: held"
     c.report(0, 3, SUCCEEDED, now=resumed)
     probes = c.tick(resumed + 0.01)
@@ -282,13 +289,8 @@ def test_after_its_own_stall_a_refused_probe_sent_before_its_first_tick_loses_no
     agent is gone, as is the job, finished by a successor). The stall counts before that answer does: the
     coordinator holds (it loses nobody, announces no failure) and asks again. Found in CI: a fenced-out node
     0 announced "job failed" for a job its successor had finished."""
-    settings = agent_settings(job_name="j", node_id=0, workers=3, min_workers=2, max_workers=3, heartbeat_ttl=TTL,
-                              heartbeat_interval=TTL / 12)
-    c = Coordinator(settings, 0.0, world=a_world())
-    c.tick(0.5)
-    resumed = 0.5 + 3 * TTL
-    for late in (1, 2):
-        c.heartbeat(late, {}, resumed)
+    c, resumed = elastic_coordinator(), 0.5 + 3 * TTL
+    resume_after_a_stall(c, 0.5, resumed)
     [probe] = c.suspect(2, "its agent closed the coordinator's connection to its agent port")
     assert c.probed(probe, False, "connection refused", resumed + 0.01) == []
     assert c.world is not None and c.world.generation == 3 and len(c.world.nodes) == 3
@@ -303,9 +305,7 @@ def test_a_probe_answer_counts_as_heard_from_when_it_was_asked_however_late_it_i
     whose loop read it late (GIL starvation, a pause shorter than a stall) could still count the node heard
     after its vote was free again: two coordinators (found in review, in a SimJob of five). Counted from
     when the probe was asked, the coordinator's window ends first, whenever the answer is read."""
-    settings = agent_settings(job_name="j", node_id=0, workers=5, min_workers=2, max_workers=5, heartbeat_ttl=TTL,
-                              heartbeat_interval=TTL / 12)
-    c = Coordinator(settings, 0.0, world=a_world(nodes=5))
+    c = elastic_coordinator(5)
     probes: list = []
     asked = 0.0
     while not probes:
@@ -327,9 +327,7 @@ def test_a_probe_that_only_confirmed_the_lease_loses_nobody_and_a_node_still_sil
     unheard node to confirm its lease. Three answer; node 4's confirming probe times out after the hold
     has ended: that loses nothing, as the fleet may have been stalled, but node 4, still silent, is
     probed again by the silence rule, and that probe's failure loses it."""
-    settings = agent_settings(job_name="j", node_id=0, workers=5, min_workers=2, max_workers=5, heartbeat_ttl=TTL,
-                              heartbeat_interval=TTL / 12)
-    c = Coordinator(settings, 0.0, world=a_world(nodes=5))
+    c = elastic_coordinator(5)
     probes = []
     for tick in range(1, 7):
         probes += c.tick(tick * TTL / 6)
