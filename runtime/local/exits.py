@@ -22,13 +22,13 @@ class ExitWatch:
 
     def __init__(self) -> None:
         self._exited = threading.Event()
-        self._watched: set[int] = set()
+        self._watched: set[subprocess.Popen[Any]] = set()
 
     def watch(self, proc: subprocess.Popen[Any]) -> None:
         """Watch ``proc`` (again: no effect)."""
-        if proc.pid in self._watched:
+        if proc in self._watched:
             return
-        self._watched.add(proc.pid)
+        self._watched.add(proc)
         threading.Thread(target=self._reap, args=(proc,), name=f"exit-watch-{proc.pid}", daemon=True).start()
 
     def wait(self, timeout: float) -> bool:

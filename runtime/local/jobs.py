@@ -40,6 +40,9 @@ from runtime.local.ray_defaults import ray_defaults
 AGENT_EXIT_GRACE = 10.0
 """Seconds a fixed-size job's other agents get once node 0's agent has exited, before they are killed
 (an elastic job's go on: the lowest survivor takes over as coordinator)."""
+KILLED_LOOK = 0.05
+"""Seconds at least between the supervisor's looks once the grace is over and it kills what is left (an
+agent that does not die at once is not spun on)."""
 SUPERVISE_LOOK = 1.0
 """Seconds at most between the supervisor's looks at its agents while none exits (it then watches the
 agents a resize added); an exit wakes it at once."""
@@ -255,7 +258,7 @@ class LocalJob:
                     if agent.poll() is None:
                         agent.kill()
             look = SUPERVISE_LOOK if deadline is None else min(SUPERVISE_LOOK, deadline - time.monotonic())
-            exits.wait(max(0.0, look))
+            exits.wait(max(KILLED_LOOK, look))
         self._over()
         try:
             with open(verdict_path(self.log_dir)) as f:
