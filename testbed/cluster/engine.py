@@ -32,6 +32,12 @@ PASSPHRASE = "trainplane-test-passphrase"  # noqa: S105 (test stacks' throwaway 
 """The secrets passphrase of every test stack (the state is thrown away with the test)."""
 
 
+LOGS_MB = 32
+"""The cap on the CLI's own debug logs in a test home, in MB (the engine keeps every command's log under
+``PULUMI_HOME/logs`` and rotates at 500 MB by default, ``PULUMI_LOG_ROTATION_MAX_TOTAL_MB``: github.com/pulumi/pulumi
+pkg/v3 v3.260.0 ``logging/rotation.go``; one test run writes about 470 MB)."""
+
+
 RANDOM_PROVIDER = Path(__file__).resolve().parents[1] / "randomprovider.py"
 """The stand-in for pulumi-random's plugin (its docstring says why and what it leaves out)."""
 
@@ -53,20 +59,45 @@ def _random_plugin(into: Path) -> Path:
     return into
 
 
+HOME_PREFIX = "pulumi-home-"
+"""How every test ``PULUMI_HOME`` under the cache root is named."""
+
+INTERPRETER_LINE = "interpreter "
+"""The line of a home's ``.installed`` stamp naming the interpreter its random plugin runs with."""
+
+
+def prune_homes(root: Path) -> list[Path]:
+    """Remove the test ``PULUMI_HOME`` directories under ``root`` whose stamp names an interpreter that no longer
+    exists (a deleted clone's venv: its plugin could never run again, and each home holds some hundreds of MB);
+    the removed directories. A home without a stamp, or naming a live interpreter, is kept (another run may be
+    installing or using it)."""
+    removed = []
+    for home in sorted(root.glob(f"{HOME_PREFIX}*")):
+        stamp = home / ".installed"
+        lines = stamp.read_text().splitlines() if stamp.is_file() else []
+        named = [line.removeprefix(INTERPRETER_LINE) for line in lines if line.startswith(INTERPRETER_LINE)]
+        if named and not Path(named[0]).exists():
+            shutil.rmtree(home, ignore_errors=True)
+            removed.append(home)
+    return removed
+
+
 def pulumi_home() -> Path:
     """A ``PULUMI_HOME`` for tests only, with the built kubernetes plugin and the stand-in random plugin
-    installed (once per version of each and of the stand-in's source).
+    installed (once per version of each, of the stand-in's source and of the interpreter running it); making one
+    prunes the homes of interpreters that are gone (``prune_homes``).
 
     Raises:
         BuildError: a binary is not built.
         subprocess.CalledProcessError: ``pulumi plugin install`` failed.
     """
     stand_in = hashlib.sha256(RANDOM_PROVIDER.read_bytes() + sys.executable.encode()).hexdigest()[:12]
-    home = cache_root() / (f"pulumi-home-{versions.PULUMI}-{versions.PULUMI_KUBERNETES_MODULE}"
+    home = cache_root() / (f"{HOME_PREFIX}{versions.PULUMI}-{versions.PULUMI_KUBERNETES_MODULE}"
                            f"-random-{random_plugin_version()}-{stand_in}")
     stamp = home / ".installed"
     if stamp.exists():
         return home
+    prune_homes(cache_root())
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     env = {**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"}
@@ -76,7 +107,8 @@ def pulumi_home() -> Path:
         subprocess.run([str(binary("pulumi")), "plugin", "install", "resource", name, version, "--file", str(source)],
                        env=env, check=True, capture_output=True, text=True)
     shutil.rmtree(home / "random-stand-in")
-    stamp.write_text("".join(f"{name} {version}\n" for name, version, _ in plugins))
+    stamp.write_text("".join(f"{name} {version}\n" for name, version, _ in plugins)
+                     + f"{INTERPRETER_LINE}{sys.executable}\n")
     return home
 
 
@@ -106,7 +138,8 @@ class Engine:
         env = {**os.environ, "PATH": path, "PULUMI_HOME": str(pulumi_home()),
                "PULUMI_BACKEND_URL": f"file://{self.backend}", "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
                "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-               "PULUMI_SKIP_CONFIRMATIONS": "true", "KUBECONFIG": str(self.kubeconfig), "NO_COLOR": "1"}
+               "PULUMI_SKIP_CONFIRMATIONS": "true", "KUBECONFIG": str(self.kubeconfig), "NO_COLOR": "1",
+               "PULUMI_LOG_ROTATION_MAX_TOTAL_MB": str(LOGS_MB)}
         env.update(extra or {})
         return env
 

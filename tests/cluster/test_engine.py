@@ -8,6 +8,7 @@ says what that leaves out and why). Objects are listed with the ``kubernetes`` c
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from kubernetes import client
 
 from components.job.bundle import build_bundle
 from components.job.render import RenderedJob, render_job
-from testbed.cluster.engine import Engine
+from testbed.cluster.engine import LOGS_MB, Engine
 from testbed.cluster.lifecycle import Cluster
 from testbed.cluster.programs import job_resources, write_program
 from tests.cluster.kube import live
@@ -100,3 +101,20 @@ def test_a_label_edit_patches_a_service_job_in_place(tmp_path: Path, cluster: Cl
     stored = live(api, next(m.body for m in relabelled.manifests if m.role == "statefulset"))
     assert stored is not None and stored["metadata"]["labels"]["team"] == "b"
     engine.run("destroy", "--yes")
+
+
+def test_the_engines_own_logs_stay_under_the_cap(tmp_path: Path, cluster: Cluster) -> None:
+    """Every CLI command starts a debug log under ``PULUMI_HOME/logs`` and first rotates the directory down to
+    ``PULUMI_LOG_ROTATION_MAX_TOTAL_MB`` (github.com/pulumi/pulumi pkg/v3 v3.260.0 ``logging/rotation.go``); the
+    tests' cap (``LOGS_MB``) is what keeps a test run's home from growing by hundreds of MB."""
+    engine = Engine(tmp_path / "program", tmp_path / "state", cluster.kubeconfig)
+    logs = Path(engine.env()["PULUMI_HOME"]) / "logs"
+    logs.mkdir(exist_ok=True)
+    stamp = (datetime.now() - timedelta(hours=1)).strftime("%Y%m%dT%H%M%S")
+    big = logs / f"pulumi-{stamp}-1-preview.log"
+    with big.open("wb") as out:
+        out.truncate((LOGS_MB + 1) * 1024 * 1024)
+    engine.project.mkdir(parents=True)
+    engine.run("version")
+    assert not big.exists()
+    assert sum(f.stat().st_size for f in logs.glob("*.log")) <= LOGS_MB * 1024 * 1024
