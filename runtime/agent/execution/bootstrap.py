@@ -34,7 +34,7 @@ import types
 from typing import NoReturn, Sequence
 
 from runtime.agent import contract
-from runtime.agent.execution import delivery, jaxcluster, raynodes, torchhooks
+from runtime.agent.execution import delivery, jaxcluster, raynodes, storewait, torchhooks
 from runtime.agent.execution.lifeline import die_with_parent, parent_pid
 from runtime.agent.execution.starter import EXEC_FLAG, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
@@ -154,6 +154,7 @@ def main() -> None:
         delivery.install()
     delivery.catch_up()  # a change that arrived while this process was starting: take it silently
     jaxcluster.install()  # jax.distributed.initialize() with no arguments finds this job
+    storewait.install()  # a rank but 0 connects to rank 0's store as soon as it listens
     if os.environ.get(contract.JOIN_TIMEOUT):
         torchhooks.install_on_import(destroy=False)  # a new world's ranks meet, the late ones included
     waits = {k: os.environ.pop(k) for k in (contract.WAIT_FOR, contract.WAIT_RAY_NODES, contract.WAIT_TIMEOUT)

@@ -19,14 +19,13 @@ membership change. ``jax.distributed.initialize(cluster_detection_method="trainp
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import types
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 from runtime.agent import contract
+from runtime.agent.execution import onimport
 
 CLUSTERS_MODULE = "jax._src.clusters"
 """The module that defines ``ClusterEnv`` and JAX's own cluster types."""
@@ -86,40 +85,6 @@ def define(clusters: types.ModuleType) -> type:
     return TrainplaneCluster
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader of ``jax._src.clusters``, then :func:`define`."""
-
-    def __init__(self, real: importlib.abc.Loader) -> None:
-        self._real = real
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[types.ModuleType]:
-        return self._real.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self._real.exec_module(module)
-        define(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
-        return getattr(self._real, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds ``jax._src.clusters`` with the other finders and wraps its loader; then steps aside."""
-
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Optional[types.ModuleType] = None,
-                  ) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != CLUSTERS_MODULE:
-            return None
-        sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None and spec.loader is not None:
-                spec.loader = _Loader(spec.loader)
-                return spec
-        return None
-
-
 def install() -> None:
     """Make ``TrainplaneCluster`` appear when JAX's clusters are imported (now, if they already are).
     Does nothing outside a job with JAX's variables."""
@@ -130,5 +95,4 @@ def install() -> None:
         if not hasattr(loaded, "TrainplaneCluster"):
             define(loaded)
         return
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    onimport.on_import(CLUSTERS_MODULE, __name__, define)

@@ -47,8 +47,6 @@ code imports torch's modules (:func:`install_on_import`).
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import socket
 import sys
@@ -56,10 +54,11 @@ import time
 import types
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional
 from urllib.parse import parse_qsl, urlparse
 
 from runtime.agent import contract
+from runtime.agent.execution import onimport, storewait
 
 RENDEZVOUS_MODULE = "torch.distributed.rendezvous"
 """torch's module of rendezvous handlers (``_rendezvous_handlers``, by URL scheme)."""
@@ -128,8 +127,7 @@ def install_on_import(destroy: bool = True) -> None:
     of an elastic batch job's rank with ``destroy=False``: it never calls :func:`collect`)."""
     install(destroy)
     for name in (RENDEZVOUS_MODULE, C10D_MODULE):
-        if name not in sys.modules and not any(isinstance(f, _Finder) and f.name == name for f in sys.meta_path):
-            sys.meta_path.insert(0, _Finder(name, lambda module: _after_import(module, destroy)))
+        onimport.on_import(name, __name__, lambda module: _after_import(module, destroy))
 
 
 def _after_import(module: types.ModuleType, destroy: bool) -> None:
@@ -219,6 +217,9 @@ def _kept_store(endpoint: tuple[str, int], rank: int, world_size: int, timeout: 
     if join:
         store = _meet(endpoint, rank, world_size, timeout, use_libuv, float(join))
     else:
+        from torch.distributed.constants import default_pg_timeout
+
+        storewait.reach_store(endpoint[0], endpoint[1], rank, timeout or default_pg_timeout)
         options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         store = TCPStore(host_name=endpoint[0], port=endpoint[1], world_size=world_size, is_master=rank == 0,
                          multi_tenant=True, use_libuv=use_libuv, **options)
@@ -280,42 +281,3 @@ def _required(name: str) -> str:
         raise ValueError(f"Error initializing torch.distributed using env:// rendezvous: environment variable "
                          f"{name} expected, but not set")
     return value
-
-
-class _Loader(importlib.abc.Loader):
-    """Runs a module's real loader, then a function on the module."""
-
-    def __init__(self, real: importlib.abc.Loader, then: Callable[[types.ModuleType], None]) -> None:
-        self._real = real
-        self._then = then
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[types.ModuleType]:
-        return self._real.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self._real.exec_module(module)
-        self._then(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
-        return getattr(self._real, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds one module with the other finders and wraps its loader; then steps aside."""
-
-    def __init__(self, name: str, then: Callable[[types.ModuleType], None]) -> None:
-        self.name = name
-        self._then = then
-
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Optional[types.ModuleType] = None,
-                  ) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None and spec.loader is not None:
-                spec.loader = _Loader(spec.loader, self._then)
-                return spec
-        return None
