@@ -256,7 +256,7 @@ class JobSpec:
                  "name a script or -m module"),
             Rule("no_python", not self.no_python or self.mode == "batch",
                  "runs a command, and service mode runs none",
-                 "unset it in service mode, whose processes run the call loop"),
+                 "unset it in service mode, whose processes run the call loop", shows_value=False),
             Rule("num_proc", not single or self.num_proc == 1,
                  f"a {dist} job runs one driver process, on node 0, and {dist}'s own workers on every node",
                  "set {num_proc} to 1"),

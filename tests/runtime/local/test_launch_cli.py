@@ -40,7 +40,7 @@ pytestmark = pytest.mark.process
         (["--mode", "rpc"], "--mode"),
         (["--mode", "service", "--pythonpath", "no/such/dir"], "--pythonpath"),
         (["--no-python", "-m", "pkg.train"], "--no-python"),
-        (["--mode", "service", "--no-python"], "--no-python"),
+        (["--mode", "service", "--no-python"], "--no-python: runs a command, and service mode runs none; unset it"),
         (["--nnodes", "1:x", "x.py"], "--nnodes: must be a whole number, or MIN:MAX (got '1:x'); write it in digits, "
                                       "e.g. 4, or MIN:MAX, e.g. 2:4"),
         (["--nnodes", "3:2", "x.py"], "--nnodes: MIN:MAX needs 1 <= MIN <= MAX (got '3:2'); use a MIN from 1 to MAX"),
