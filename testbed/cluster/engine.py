@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Optional
 
 from testbed.cluster import versions
 from testbed.cluster.build import binary
@@ -66,17 +68,33 @@ INTERPRETER_LINE = "interpreter "
 """The line of a home's ``.installed`` stamp naming the interpreter its random plugin runs with."""
 
 
+def home_interpreter(home: Path) -> Optional[Path]:
+    """The interpreter a test ``PULUMI_HOME``'s random plugin runs with: its stamp's ``interpreter`` line, else (a
+    home stamped before that line) the ``exec`` line of the plugin's launcher; ``None`` while it is being installed
+    or removed."""
+    try:
+        for line in (home / ".installed").read_text().splitlines():
+            if line.startswith(INTERPRETER_LINE):
+                return Path(line.removeprefix(INTERPRETER_LINE))
+        for launcher in home.glob("plugins/resource-random-*/pulumi-resource-random"):
+            named = re.search(r'^exec "([^"]+)"', launcher.read_text(), re.MULTILINE)
+            if named:
+                return Path(named.group(1))
+    except OSError:  # not stamped yet, or another run's prune removed it meanwhile
+        return None
+    return None
+
+
 def prune_homes(root: Path) -> list[Path]:
-    """Remove the test ``PULUMI_HOME`` directories under ``root`` whose stamp names an interpreter that no longer
-    exists (a deleted clone's venv: its plugin could never run again, and each home holds some hundreds of MB);
-    the removed directories. A home without a stamp, or naming a live interpreter, is kept (another run may be
-    installing or using it)."""
+    """Remove the test ``PULUMI_HOME`` directories under ``root`` whose interpreter (:func:`home_interpreter`) no
+    longer exists (a deleted clone's venv: its plugin could never run again, and each home holds some hundreds of
+    MB); the removed directories. A home being installed, or naming a live interpreter, is kept. A cache shared by
+    machines or containers that see different file systems would lose homes the other side uses: keep
+    ``XDG_CACHE_HOME`` to one of them."""
     removed = []
     for home in sorted(root.glob(f"{HOME_PREFIX}*")):
-        stamp = home / ".installed"
-        lines = stamp.read_text().splitlines() if stamp.is_file() else []
-        named = [line.removeprefix(INTERPRETER_LINE) for line in lines if line.startswith(INTERPRETER_LINE)]
-        if named and not Path(named[0]).exists():
+        interpreter = home_interpreter(home)
+        if interpreter is not None and not interpreter.exists():
             shutil.rmtree(home, ignore_errors=True)
             removed.append(home)
     return removed

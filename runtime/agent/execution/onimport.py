@@ -67,7 +67,7 @@ def on_import(name: str, tag: str, then: Then) -> None:
     Args:
         name: the module's full dotted name.
         tag: names the hook: a second call with the same ``name`` and ``tag`` while the first waits does nothing
-            (hooks with other tags on the same module all run, the last added first).
+            (hooks with other tags on the same module all run, the first added first).
         then: called with the module; what it raises, the import raises.
 
     Nothing happens when the module is loaded already: the caller acts on ``sys.modules[name]`` itself.

@@ -219,7 +219,7 @@ def _kept_store(endpoint: tuple[str, int], rank: int, world_size: int, timeout: 
     else:
         from torch.distributed.constants import default_pg_timeout
 
-        storewait.reach_store(endpoint[0], endpoint[1], rank, timeout or default_pg_timeout)
+        storewait.reach_store(endpoint[0], endpoint[1], rank, world_size, timeout or default_pg_timeout)
         options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         store = TCPStore(host_name=endpoint[0], port=endpoint[1], world_size=world_size, is_master=rank == 0,
                          multi_tenant=True, use_libuv=use_libuv, **options)

@@ -1,12 +1,14 @@
 """Ranks other than 0 reach a late rank 0's store by polling its port in Python (``execution.storewait``), in real
 processes with real torch and gloo: a group forms although rank 0 makes its store last; a store that never comes
-fails with torch's ``DistStoreError`` naming the rank, the address and the variables; and a batch job's ranks, as
+fails with torch's ``DistNetworkError`` (as torch's own client fails) naming the rank, the address and what to check;
+a poll that met itself leaves the port free for rank 0; and a batch job's ranks, as
 the launcher starts them, carry the hook while a rank 0's own ``TCPStore(MASTER_PORT, is_master=True)`` (torch's
 documented way to bring a store) still binds the port."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.agent.execution import storewait
 from runtime.local.launch_plan import free_port
 from tests.conftest import ROOT, project_env
 
@@ -42,7 +45,7 @@ RANK = """
         time.sleep(float(sys.argv[1]))  # rank 0 makes its store last
     try:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(sys.argv[2])))
-    except dist.DistStoreError as exc:
+    except dist.DistNetworkError as exc:
         print(json.dumps({"error": str(exc), "refused": refused}))
         raise SystemExit(0)
     x = torch.ones(1)
@@ -81,14 +84,32 @@ def test_a_store_that_never_comes_fails_naming_the_rank_the_address_and_the_vari
     seen = run_ranks([1], late=0, timeout=1)
     error = str(seen[1]["error"])
     assert error.startswith("rank 1 could not reach rank 0's store at 127.0.0.1:"), error
-    assert "(MASTER_ADDR, MASTER_PORT) within 0:00:01" in error and "Connection refused" in error, error
+    assert "within 0:00:01: " in error and "Connection refused" in error, error
+    assert "check that rank 0 runs and has reached init_process_group" in error and "MASTER_PORT" in error, error
+
+
+def test_a_poll_that_met_itself_is_refused_and_leaves_the_port_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local port nothing listens on can be connected to from itself (TCP's simultaneous open); the poll counts
+    that as refused and resets it, so no TIME_WAIT keeps rank 0 from binding the port."""
+    itself = socket.socket()
+    itself.bind(("127.0.0.1", 0))
+    port = itself.getsockname()[1]
+    itself.connect(("127.0.0.1", port))
+    monkeypatch.setattr(storewait.socket, "create_connection", lambda address, timeout: itself)
+    with pytest.raises(ConnectionRefusedError, match="reached only itself"):
+        storewait._connect(("127.0.0.1", port), 1.0)
+    assert itself.fileno() == -1
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))  # EADDRINUSE while a TIME_WAIT held it
+        listener.listen()
 
 
 JOB = """
     import os, sys, torch.distributed as dist
     from torch.distributed import TCPStore
 
-    assert getattr(sys.modules["torch.distributed.rendezvous"]._create_c10d_store, "_trainplane", False), "no store wait on this rank"
+    hooked = sys.modules["torch.distributed.rendezvous"]._create_c10d_store
+    assert getattr(hooked, "_trainplane", False), "no store wait on this rank"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
