@@ -48,7 +48,7 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``prog: error: ...``) and exit code 2, and no abbreviated
     flags (``--nproc`` would be ambiguous between two spellings of one flag). An error about a flag
-    with several spellings names the one typed; an unknown torchrun flag gets a hint."""
+    with several spellings names the one typed; an unrecognized flag gets the nearest known one as a hint."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
@@ -61,9 +61,26 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Exit 2 with ``prog: error: message (see --help)``; argparse's refusal of a flag's value
-        (``argument --a/--b: ...``) names the flag as typed, as :func:`validate`'s refusals do (``--b: ...``)."""
+        (``argument --a/--b: ...``) names the flag as typed, as :func:`validate`'s refusals do (``--b: ...``), and
+        an unrecognized flag gets the nearest known one (``--nnode``: did you mean ``--nnodes``?)."""
         message = re.sub(r"^argument ((?:-[\w-]+/)*-[\w-]+): ", lambda m: f"{self._as_typed(m[1])}: ", message)
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            message += "".join(f"; {flag}: did you mean {known}?" for flag, known in self._nearest(unknown[1].split()))
         self.exit(contract.EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+    def _nearest(self, args: list[str]) -> list[tuple[str, str]]:
+        """``(flag as typed, the known flag it is a prefix of or nearest to)`` for each of ``args`` that has one."""
+        import difflib  # only on this error's path: the launcher's start imports what every launch needs
+
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        found = []
+        for arg in args:
+            flag = arg.partition("=")[0]
+            if flag.startswith("--"):
+                near = [o for o in known if o.startswith(flag)] or difflib.get_close_matches(flag, known, 1, 0.8)
+                found += [(flag, near[0])] if near else []
+        return found
 
     def _flags_before_script(self, args: list[str]) -> set[str]:
         """The flags typed for this launcher: up to SCRIPT (the first argument that is neither a flag
