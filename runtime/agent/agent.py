@@ -153,7 +153,7 @@ class Agent:
             subtree=self._subtree)
         self._server = server((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
-            max_body=contract.MAX_BODY_BYTES, job=settings.job, on_loop=AgentRoutes.on_loop(),
+            max_body=contract.MAX_BODY_BYTES, job=settings.job, on_loop=routes.on_loop(), urgent=routes.urgent(),
             long_running=LONG_RUNNING, deferred=self._service.deferred() if self._service else None)
         if self._service is not None and isinstance(self._server, AgentServer):
             self._service.use_loop(self._server.loop)

@@ -91,6 +91,12 @@ class AgentRoutes:
         }
 
     @staticmethod
+    def urgent() -> frozenset[tuple[str, str]]:
+        """The routes another node waits on to decide membership, ``POST /vote`` and ``POST /probe``: the server
+        runs them in a pool of their own (``AgentServer``'s ``urgent``)."""
+        return frozenset({("POST", contract.ROUTE_VOTE), ("POST", contract.ROUTE_PROBE)})
+
+    @staticmethod
     def on_loop() -> frozenset[tuple[str, str]]:
         """The routes whose handlers never block (a lock held briefly, a queue put), so the server runs
         them on its loop: every route but ``POST /vote`` and ``POST /probe``, which wait for the agent's verdict."""

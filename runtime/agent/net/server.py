@@ -35,7 +35,10 @@ LONG_WORKERS = 32
 """Most threads running long handlers (calls and execs, which hold their thread while the call runs;
 one call runs at a time per job, the rest wait for it there)."""
 SHORT_WORKERS = 8
-"""Most threads running the other handlers that may block (votes, output reads, code trees)."""
+"""Most threads running the other handlers that may block (output reads, code trees)."""
+URGENT_WORKERS = 4
+"""Most threads running the handlers whose answer another node is waiting on to decide membership (votes,
+probes): a pool of their own, so that a run of long-polled output reads never holds one past its timeout."""
 RECV_BYTES = 1 << 16
 """Bytes read from a connection per readiness event."""
 ACCEPTS_PER_WAKE = 256
@@ -63,8 +66,9 @@ class AgentServer:
 
     Handlers named in ``on_loop`` run on the loop (they must not block: a lock held briefly, a queue
     put); the others run in a bounded pool (``handlers.HandlerPool``), those in ``long_running`` in
-    one of :data:`LONG_WORKERS` threads, the rest in one of :data:`SHORT_WORKERS`, so a blocking
-    handler never stalls the loop, and a run of long calls never starves a vote or an output read.
+    one of :data:`LONG_WORKERS` threads, those in ``urgent`` in one of :data:`URGENT_WORKERS`, the rest in one of
+    :data:`SHORT_WORKERS`, so a blocking handler never stalls the loop, a run of long calls never starves a vote
+    or an output read, and a run of output reads never starves a vote or a probe.
     Handlers in ``deferred`` run on the loop and answer when their work is done (:data:`Deferred`):
     a call's hop through this node, whose children's requests run on the same loop (:attr:`loop`).
 
@@ -78,6 +82,7 @@ class AgentServer:
         job: the job id this server serves; a request naming another is refused (403).
         on_loop: routes whose handlers never block, run on the loop.
         long_running: routes whose handlers hold their thread for long (a call), run in the long pool.
+        urgent: routes whose answer decides membership (a vote, a probe), run in a pool of their own.
         deferred: routes tried on the loop first (:data:`Deferred`); the route's handler in ``routes``
             serves what they decline.
 
@@ -87,7 +92,7 @@ class AgentServer:
 
     def __init__(self, address: tuple[str, int], token: str, routes: Routes, *, max_body: int, job: str,
                  on_loop: Collection[RouteKey] = (), long_running: Collection[RouteKey] = (),
-                 deferred: Optional[Mapping[RouteKey, Deferred]] = None) -> None:
+                 urgent: Collection[RouteKey] = (), deferred: Optional[Mapping[RouteKey, Deferred]] = None) -> None:
         self.token = token
         self.job = job
         self.routes = routes
@@ -98,9 +103,11 @@ class AgentServer:
         """Connections accepted so far."""
         self._on_loop = frozenset(on_loop)
         self._long_running = frozenset(long_running)
+        self._urgent = frozenset(urgent)
         self._deferred = dict(deferred or {})
         self._long = HandlerPool(LONG_WORKERS, "agent-call")
         self._short = HandlerPool(SHORT_WORKERS, "agent-handler")
+        self._membership = HandlerPool(URGENT_WORKERS, "agent-membership")
         self.address_family, host = bind_family(address[0])
         self.socket = socket.socket(self.address_family, socket.SOCK_STREAM)
         try:
@@ -321,7 +328,7 @@ class AgentServer:
             self._answer(conn, response, keep_alive)
             return
         conn.busy = True
-        pool = self._long if key in self._long_running else self._short
+        pool = self._long if key in self._long_running else self._membership if key in self._urgent else self._short
         pool.submit(lambda: self._finished(conn, *messages.run_handler(then.handler, request, pending.keep_alive)))
 
     def _deferring(self, conn: Connection, handler: Deferred, request: Request, keep_alive: bool) -> bool:

@@ -168,6 +168,31 @@ def test_a_blocking_handler_runs_off_the_loop_in_a_bounded_pool(server: AgentSer
     transport.close()
 
 
+def test_a_vote_is_answered_while_every_other_handler_thread_blocks(blocking: Blocking):
+    """Long-polled output reads (``SHORT_WORKERS`` of them and more) hold every thread of the ordinary pool; a vote or
+    a probe, in the ``urgent`` pool, is still answered (before the urgent pool it waited for one of them to end)."""
+    votes = Blocking()
+    votes.release.set()  # a vote's verdict comes at once
+    served = AgentServer(("127.0.0.1", 0), TOKEN, {("POST", "/block"): blocking, ("POST", "/vote"): votes},
+                         max_body=contract.MAX_BODY_BYTES, job=JOB, urgent={("POST", "/vote")})
+    served.start()
+    port = served.server_address[1]
+    waiting = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(SHORT_WORKERS + 1)]
+    try:
+        for n, sock in enumerate(waiting):
+            sock.sendall(head("POST", "/block", b'{"n": %d}' % n))
+        assert wait_until(lambda: blocking.running == SHORT_WORKERS, timeout=30)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as vote:
+            vote.sendall(head("POST", "/vote", b'{"n": 7}'))
+            assert read_answer(vote) == {"n": 7}
+        assert blocking.running == SHORT_WORKERS  # none of the blocked reads was let go for it
+    finally:
+        blocking.release.set()
+        for sock in waiting:
+            sock.close()
+        served.stop()
+
+
 def test_a_pool_needs_a_thread():
     with pytest.raises(ValueError, match="size=0 is invalid"):
         HandlerPool(0, "none")
