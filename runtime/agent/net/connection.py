@@ -8,6 +8,7 @@ import threading
 import traceback
 from typing import Callable, NamedTuple, Optional, Union
 
+from runtime.agent.net.loop import EventLoop, Timer
 from runtime.agent.net.messages import Handler, Response
 from runtime.agent.net.requesthead import HeadReader
 
@@ -30,6 +31,11 @@ class Pending(NamedTuple):
     keep_alive: bool
 
 
+REQUEST_STALL = 30.0
+"""Seconds a client may send nothing in the middle of a request (its head or body begun, not whole) before the
+server answers 408 and closes the connection; an idle kept-alive connection between requests is kept."""
+
+
 class Connection:
     """One client connection's state, owned by the loop (``gone`` is read by handler threads)."""
 
@@ -47,12 +53,33 @@ class Connection:
         self.eof = False
         self.closed = False
         self.events = 0
+        self.read_at = 0.0
+        """When the loop last read bytes from the client (its clock)."""
+        self._stall: Optional[Timer] = None
         self.watcher: Callable[[int], None] = lambda _mask: None
         """What the loop calls when the socket is ready (the server's event handler for it)."""
         self.gone = threading.Event()
         """Set when the client hangs up (end of stream, a reset) or the connection closes: ``Request.hung_up``."""
         self._watchers: list[Callable[[], None]] = []
         self._watch_lock = threading.Lock()
+
+    def mid_request(self) -> bool:
+        """Whether the client is in the middle of sending a request: begun, not whole, nothing running for it."""
+        return not (self.busy or self.out or self.eof or self.closed) and (self.pending is not None or bool(self.inbuf))
+
+    def time_stall(self, loop: EventLoop, stalled: Callable[[], None], fired: bool = False) -> None:
+        """Keep a timer on ``loop`` due :data:`REQUEST_STALL` s after the last byte read (:attr:`read_at`) while
+        :meth:`mid_request`; ``stalled`` runs when it comes due with nothing read since (loop thread only)."""
+        if fired:
+            self._stall = None
+        if not self.mid_request():
+            if self._stall is not None:
+                self._stall.cancel()
+                self._stall = None
+        elif fired and loop.now() >= self.read_at + REQUEST_STALL:
+            stalled()
+        elif self._stall is None:
+            self._stall = loop.call_at(self.read_at + REQUEST_STALL, lambda: self.time_stall(loop, stalled, True))
 
     def watch_hang_up(self, watcher: Callable[[], None]) -> None:
         """``Request.on_hang_up`` (any thread)."""

@@ -58,6 +58,10 @@ class EventLoop:
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
 
+    def now(self) -> float:
+        """The loop's clock (monotonic seconds): what :meth:`call_at` times are on."""
+        return self._clock()
+
     def in_loop(self) -> bool:
         """Whether the calling thread is the loop's."""
         return self._thread is threading.current_thread()

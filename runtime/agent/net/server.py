@@ -23,7 +23,7 @@ from typing import Any, Callable, Collection, Mapping, Optional, Union
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.agent.net import messages
-from runtime.agent.net.connection import Call, Connection, Pending
+from runtime.agent.net.connection import REQUEST_STALL, Call, Connection, Pending
 from runtime.agent.net.handlers import HandlerPool
 from runtime.agent.net.loop import EventLoop
 from runtime.agent.net.messages import Request, Response, RouteKey, Routes
@@ -62,7 +62,8 @@ class AgentServer:
     parses heads with the ``email`` package; ``Expect: 100-continue`` is answered. A connection is
     served one request at a time and is read only while the server wants its next bytes (or, while
     its request runs, to see it hang up), and written only when the socket takes bytes: a client that
-    sends its head byte by byte, or never reads its answer, holds its own connection and nothing else.
+    sends its head byte by byte, or never reads its answer, holds its own connection and nothing else; one silent
+    for ``REQUEST_STALL`` s in the middle of a request is answered 408 and closed (``Connection.time_stall``).
 
     Handlers named in ``on_loop`` run on the loop (they must not block: a lock held briefly, a queue
     put); the others run in a bounded pool (``handlers.HandlerPool``), those in ``long_running`` in
@@ -203,6 +204,7 @@ class AgentServer:
                 conn.hang_up()
             elif chunk:
                 conn.inbuf += chunk
+                conn.read_at = self.loop.now()
         if not conn.closed:
             self._advance(conn)
 
@@ -238,7 +240,14 @@ class AgentServer:
             conn.pending = None
             self._dispatch(conn, pending, body)
         if not conn.closed:
+            conn.time_stall(self.loop, lambda: self._stalled(conn))
             self._watch(conn)
+
+    def _stalled(self, conn: Connection) -> None:
+        """The client sent nothing for ``REQUEST_STALL`` s in the middle of a request: 408, then close."""
+        self._answer(conn, messages.error(408, f"no byte of the request came for {REQUEST_STALL:g} s; send the "
+                                               "whole request, or open a new connection"), keep_alive=False)
+        self._advance(conn)
 
     def _watch(self, conn: Connection) -> None:
         """Register the connection for what it waits for: to write its answer, to read its request
@@ -372,6 +381,7 @@ class AgentServer:
         if conn.closed:
             return
         conn.closed = True
+        conn.time_stall(self.loop, lambda: None)
         conn.hang_up()
         if conn.events:
             self.loop.unregister(conn.sock)
