@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from runtime.agent import contract
 from runtime.agent.errors import ParseError, RendezvousError, SpecError
@@ -28,6 +27,7 @@ from runtime.agent.spec.job import DISTRIBUTIONS, ELASTIC_BOUNDS, MODES, SETTING
 from runtime.agent.spec.ports import port_block
 from runtime.agent.spec.setting import INT, SECONDS, Codec, one_of
 from runtime.local import hosts, jobs
+from runtime.local.cli_parser import Nodes, Parser, Spelled, SpelledAppend, SpelledFlag
 from runtime.local.torchrun_options import (
     IGNORED,
     NUMA_MODES,
@@ -43,103 +43,6 @@ SERVICE_READY_TIMEOUT_MARGIN = 30.0
 """Seconds beyond the quorum timeout a service job may take to report ready."""
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 """torchrun's default for ``--shutdown-timeout`` (torch 2.13.0 ``torch/distributed/launcher/api.py``)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``prog: error: ...``) and exit code 2, and no abbreviated
-    flags (``--nproc`` would be ambiguous between two spellings of one flag). An error about a flag
-    with several spellings names the one typed; an unrecognized flag gets the nearest known one as a hint."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
-        self._flags: set[str] = set()
-
-    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's three overloads
-            self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> tuple[Any, list[str]]:
-        self._flags = self._flags_before_script(list(sys.argv[1:] if args is None else args))
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message: str) -> NoReturn:
-        """Exit 2 with ``prog: error: message (see --help)``; argparse's refusal of a flag's value
-        (``argument --a/--b: ...``) names the flag as typed, as :func:`validate`'s refusals do (``--b: ...``), and
-        an unrecognized flag gets the nearest known one (``--nnode``: did you mean ``--nnodes``?)."""
-        message = re.sub(r"^argument ((?:-[\w-]+/)*-[\w-]+): ", lambda m: f"{self._as_typed(m[1])}: ", message)
-        unknown = re.match(r"unrecognized arguments: (.*)", message)
-        if unknown:
-            message += "".join(f"; {flag}: did you mean {known}?" for flag, known in self._nearest(unknown[1].split()))
-        self.exit(contract.EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-    def _nearest(self, args: list[str]) -> list[tuple[str, str]]:
-        """``(flag as typed, the known flag it is a prefix of or nearest to)`` for each of ``args`` that has one."""
-        import difflib  # only on this error's path: the launcher's start imports what every launch needs
-
-        known = [o for o in self._option_string_actions if o.startswith("--")]
-        found = []
-        for arg in args:
-            flag = arg.partition("=")[0]
-            if flag.startswith("--"):
-                near = [o for o in known if o.startswith(flag)] or difflib.get_close_matches(flag, known, 1, 0.8)
-                found += [(flag, near[0])] if near else []
-        return found
-
-    def _flags_before_script(self, args: list[str]) -> set[str]:
-        """The flags typed for this launcher: up to SCRIPT (the first argument that is neither a flag
-        nor a flag's value), as ``--flag`` without ``=value``; what follows SCRIPT is the script's."""
-        flags: set[str] = set()
-        remaining = iter(args)
-        for arg in remaining:
-            if arg == "--" or not arg.startswith("-"):
-                break
-            name, has_value, _ = arg.partition("=")
-            flags.add(name)
-            action = self._option_string_actions.get(name)
-            if action is not None and action.nargs is None and not has_value:
-                next(remaining, None)  # the flag's value
-        return flags
-
-    def _as_typed(self, spellings: str) -> str:
-        """The spelling of ``--a/--b/--c`` that the command line used, else the first."""
-        flags = spellings.split("/")
-        return next((f for f in flags if f in self._flags), flags[0])
-
-
-class _Spelled(argparse.Action):
-    """Store the value and remember the spelling typed (``ns.spelled[dest]``), for error messages."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: Optional[str] = None) -> None:
-        setattr(namespace, self.dest, values)
-        namespace.spelled = {**namespace.spelled, self.dest: option_string or self.option_strings[0]}
-
-
-class _Nodes(_Spelled):
-    """``--workers``/``--nnodes``: store N as ``workers`` and an elastic MIN (``MIN:MAX``) as ``nnodes_min``."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: Optional[str] = None) -> None:
-        pair: Any = values  # node_count's (count, MIN)
-        count, namespace.nnodes_min = pair
-        super().__call__(parser, namespace, count, option_string)
-
-
-class _SpelledFlag(argparse.Action):
-    """A flag (``nargs=0``) that stores ``const`` and remembers the spelling typed."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **{**kwargs, "nargs": 0})
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: Optional[str] = None) -> None:
-        setattr(namespace, self.dest, self.const)
-        namespace.spelled = {**namespace.spelled, self.dest: option_string or self.option_strings[0]}
-
-
-class _SpelledAppend(_Spelled):
-    """Append the value (a repeatable flag) and remember the spelling typed."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: Optional[str] = None) -> None:
-        super().__call__(parser, namespace, [*getattr(namespace, self.dest), values], option_string)
 
 
 def _parsed_by(read: Callable[[str], Any]) -> Any:
@@ -171,7 +74,7 @@ def _choice_form(choices: Sequence[str]) -> dict[str, Any]:
 
 
 FLAG_FORMS: dict[str, dict[str, Any]] = {
-    "workers": {"type": _parsed_by(node_count), "action": _Nodes, "metavar": "N|MIN:MAX",
+    "workers": {"type": _parsed_by(node_count), "action": Nodes, "metavar": "N|MIN:MAX",
                 "help": "nodes (agents); MIN:MAX, as torchrun takes it, starts MAX nodes and keeps going while "
                         "MIN remain (the same as --min-workers MIN --max-workers MAX)"},
     "num_proc": {"type": _parsed_by(nproc), "metavar": "N|auto|cpu|gpu|xpu",
@@ -189,15 +92,15 @@ FLAG_FORMS: dict[str, dict[str, Any]] = {
     "log_dir": {"help": "base directory for logs, as torchrun takes it: each job writes to its own "
                         "<job id>_<random> directory in it; unset, <tmp>/trainplane-<uid>/<job id>, private to "
                         "this user, where only the newest 20 job directories are kept (runtime/local/logdirs.py)"},
-    "daemon_args": {"action": _SpelledAppend, "default": [], "metavar": "ARG",
+    "daemon_args": {"action": SpelledAppend, "default": [], "metavar": "ARG",
                     "help": "ray: append ARG to every node's `ray start` (repeatable; write "
                             "--daemon-arg=--num-cpus=2); unset, each node gets its share of this machine's CPUs and "
                             "object store memory"},
-    "monitor_members": {"action": _SpelledFlag, "const": False,
+    "monitor_members": {"action": SpelledFlag, "const": False,
                         "help": "do not raise WorkerMembershipChanged in user processes on a membership change "
                                 "(it is raised unless this is given; runtime.membership.poll and wait work either "
                                 "way)"},
-    **{name: {"action": _SpelledFlag, "const": True} for name in ("no_python", "allow_pickle", "virtual_local_rank")},
+    **{name: {"action": SpelledFlag, "const": True} for name in ("no_python", "allow_pickle", "virtual_local_rank")},
 }
 """How the launcher's command line takes a job setting's value where the spec's declaration does not say it:
 every other flag that takes a value reads it with the setting's codec, as the agent reads the setting from its
@@ -226,18 +129,18 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     for name, declared in SETTINGS.items():
         if not declared.flags:
             continue
-        form = {"action": _Spelled, "default": default(name), "help": declared.doc, **FLAG_FORMS.get(name, {})}
-        if form["action"] is _Spelled:
+        form = {"action": Spelled, "default": default(name), "help": declared.doc, **FLAG_FORMS.get(name, {})}
+        if form["action"] is Spelled:
             form.setdefault("type", _parsed_by(declared.codec.parse))
         shown = "" if form["default"] is None else declared.codec.encode(form["default"])
-        if form["action"] is not _SpelledFlag and shown:
+        if form["action"] is not SpelledFlag and shown:
             form["help"] += f"; default {shown}"
         p.add_argument(*declared.flags, dest=name, **form)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``launch`` command line."""
-    p = _Parser(prog="python -m runtime launch", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m runtime launch", description=__doc__.split("\n\n")[0])
     p.set_defaults(spelled={}, nnodes_min=None)
     _add_settings(p)
     p.add_argument("--run-path", "--run_path", dest="run_path", action="store_true",
@@ -261,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         form = (_choice_form(kind) if isinstance(kind, tuple) else
                 {"type": _parsed_by(kind.parse) if isinstance(kind, Codec) else kind})
-        ignored.add_argument(*flags, dest=dest, default=None, action=_Spelled,
+        ignored.add_argument(*flags, dest=dest, default=None, action=Spelled,
                              help=PER_NODE_HELP.get(dest, IGNORED[dest]), **form)
-    ignored.add_argument("--standalone", dest="standalone", action=_SpelledFlag, const=True, default=False,
+    ignored.add_argument("--standalone", dest="standalone", action=SpelledFlag, const=True, default=False,
                          help=IGNORED["standalone"])
     p.add_argument("--pythonpath", action="append", default=[], metavar="DIR",
                    help="put DIR on the processes' PYTHONPATH (repeatable); in service mode, where the "
