@@ -23,7 +23,6 @@ Standard library only at import: torch is never imported here (:func:`install` a
 
 from __future__ import annotations
 
-import random
 import socket
 import struct
 import sys
@@ -76,7 +75,7 @@ def pause(elapsed: float, world_size: int, jitter: float = 1.0) -> float:
 
 def wait_for_store(host: str, port: int, timeout: float, world_size: int = 2, clock: Clock = time.monotonic,
                    sleep: Sleep = time.sleep, connect: Connect = _connect,
-                   jitter: Callable[[], float] = lambda: random.uniform(0.5, 1.5)) -> Optional[OSError]:
+                   jitter: Optional[Callable[[], float]] = None) -> Optional[OSError]:
     """Wait until ``host:port`` accepts a TCP connection, for at most ``timeout`` seconds.
 
     Args:
@@ -85,11 +84,13 @@ def wait_for_store(host: str, port: int, timeout: float, world_size: int = 2, cl
         timeout: seconds.
         world_size: ranks in the world (:func:`pause`).
         clock, sleep, connect, jitter: seams for tests (``time.monotonic``, ``time.sleep``, a connection opened and
-            closed, a factor from 0.5 to 1.5).
+            closed, a factor from 0.5 to 1.5; ``None``: a uniform random one).
 
     Returns:
         ``None`` once a connection was accepted; the last error when ``timeout`` ran out first.
     """
+    import random  # on the first wait only: every rank's start-up imports this module
+
     start = clock()
     while True:
         elapsed = clock() - start
@@ -99,7 +100,7 @@ def wait_for_store(host: str, port: int, timeout: float, world_size: int = 2, cl
         except OSError as exc:
             if elapsed >= timeout:
                 return exc
-            sleep(pause(elapsed, world_size, jitter()))
+            sleep(pause(elapsed, world_size, jitter() if jitter is not None else random.uniform(0.5, 1.5)))
 
 
 def reach_store(hostname: str, port: int, rank: int, world_size: int, timeout: timedelta) -> None:
@@ -114,9 +115,7 @@ def reach_store(hostname: str, port: int, rank: int, world_size: int, timeout: t
         return
     failed = wait_for_store(hostname, port, timeout.total_seconds(), world_size)
     if failed is not None:
-        from torch.distributed import DistNetworkError
-
-        raise DistNetworkError(
+        raise sys.modules["torch.distributed"].DistNetworkError(  # torch is loaded: its rendezvous called this
             f"rank {rank} could not reach rank 0's store at {hostname}:{port} within {timeout}: {failed}; check "
             f"that rank 0 runs and has reached init_process_group, and that this address (init_method's, or "
             f"{contract.MASTER_ADDR} and {contract.MASTER_PORT}) reaches rank 0's node from this one")

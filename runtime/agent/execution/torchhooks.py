@@ -48,7 +48,6 @@ code imports torch's modules (:func:`install_on_import`).
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 import types
@@ -230,8 +229,9 @@ def _kept_store(endpoint: tuple[str, int], rank: int, world_size: int, timeout: 
 def _meet(endpoint: tuple[str, int], rank: int, world_size: int, timeout: Optional[timedelta], use_libuv: bool,
           join: float) -> Any:
     """This generation's store once all ``world_size`` ranks have reached it (see the module), waiting up to
-    ``join`` seconds (or the user's ``timeout``, if longer) in Python, polling every :data:`STEP` s at most, so a
-    membership change can be raised meanwhile; the store's timeout is the user's (torch's default without one).
+    ``join`` seconds (or the user's ``timeout``, if longer) in Python, polling rank 0's port as ``storewait`` does,
+    then the arrivals every :data:`STEP` s at most, so a membership change can be raised meanwhile; the store's
+    timeout is the user's (torch's default without one).
 
     Raises:
         torch.distributed.DistStoreError: the store did not answer, or the others did not all arrive in time
@@ -243,16 +243,11 @@ def _meet(endpoint: tuple[str, int], rank: int, world_size: int, timeout: Option
     user = timeout if timeout is not None else default_pg_timeout
     deadline = time.monotonic() + max(join, user.total_seconds())
     where = f"{endpoint[0]}:{endpoint[1]} (generation {generation()})"
-    pause = _pauses()
-    while rank != 0:  # rank 0 may be the late one: connect once its store listens
-        try:
-            socket.create_connection((endpoint[0].strip("[]"), endpoint[1]), timeout=STEP).close()
-            break
-        except OSError as exc:
-            if time.monotonic() >= deadline:
-                raise DistStoreError(f"rank {rank} could not reach the store of its world at {where} within "
-                                     f"{contract.JOIN_TIMEOUT}={join:g} s: {exc}") from None
-            time.sleep(next(pause))
+    if rank != 0:  # rank 0 may be the late one: connect once its store listens
+        failed = storewait.wait_for_store(endpoint[0], endpoint[1], deadline - time.monotonic(), world_size)
+        if failed is not None:
+            raise DistStoreError(f"rank {rank} could not reach the store of its world at {where} within "
+                                 f"{contract.JOIN_TIMEOUT}={join:g} s: {failed}") from None
     store = TCPStore(host_name=endpoint[0], port=endpoint[1], world_size=world_size, is_master=rank == 0,
                      multi_tenant=True, use_libuv=use_libuv, timeout=user, wait_for_workers=False)
     arrived, met = f"{PREFIX}/arrived", f"{PREFIX}/met"
