@@ -140,8 +140,7 @@ class Agent:
         beats = HeartbeatState(timing, node.node_id, width=spec.tree_fanout, threshold=spec.tree_threshold,
                                now=clock())
         self._heartbeats = Heartbeats(
-            state=beats,
-            member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
+            state=beats, member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
             children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
             wake=self._wake, activity=self._processes.activity, subtree=self._subtree, wait=wait)
         routes = AgentRoutes(
@@ -155,8 +154,11 @@ class Agent:
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
             max_body=contract.MAX_BODY_BYTES, job=settings.job, on_loop=routes.on_loop(), urgent=routes.urgent(),
             long_running=LONG_RUNNING, deferred=self._service.deferred() if self._service else None)
-        if self._service is not None and isinstance(self._server, AgentServer):
-            self._service.use_loop(self._server.loop)
+        if isinstance(self._server, AgentServer):  # the peer client's I/O runs on the server's loop
+            if isinstance(self._transport, HttpTransport):
+                self._transport.use_loop(self._server.loop)
+            if self._service is not None:
+                self._service.use_loop(self._server.loop)
 
     @property
     def world(self) -> Optional[World]:
@@ -223,9 +225,8 @@ class Agent:
             self._apply(self.member.handle(CoordinatorFound(found, running=True), self._clock()))
 
     def _serve_why(self) -> None:
-        """A service job's coordinator whose job failed keeps answering for ``ENDED_LINGER`` seconds
-        (or until a stop signal), so its clients learn why it ended (``JobEnded``, ``/info``)
-        instead of finding nobody there."""
+        """A failed service job's coordinator keeps answering for ``ENDED_LINGER`` seconds (or until a stop
+        signal), so its clients learn why it ended (``JobEnded``, ``/info``) instead of finding nobody there."""
         world = self.member.world
         if self.settings.spec.mode != "service" or not self._coordination.active or world is None \
                 or world.status != FAILED:

@@ -1,9 +1,11 @@
 """One agent's event loop: sockets watched with ``selectors``, work posted from other threads, timers.
 Standard library only.
 
-The agent's server (``server.AgentServer``) and its peer client (``multiplex.MultiplexBatch.start``)
-both run on it, so a call's hop through a node (its request, its children's requests and answers,
-the merge, its answer) is served by one thread, whatever the number of connections. Nothing on the
+The agent's server (``server.AgentServer``) and its peer client (``multiplex.MultiplexBatch``: a
+call's hops, and every exchange other threads ask of ``transport.HttpTransport``) both run on it, so
+a call's hop through a node (its request, its children's requests and answers, the merge, its
+answer) is served by one thread, whatever the number of connections, and a thread that sends a
+heartbeat or a push only waits while the loop does its I/O. Nothing on the
 loop may block: user work runs in the node's worker processes (or an executor's threads), which
 hand results back with :meth:`EventLoop.call_soon`.
 """
@@ -56,11 +58,20 @@ class EventLoop:
         self._timers: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()
         self._stopping = False
+        self._serving = False
         self._thread: Optional[threading.Thread] = None
 
     def now(self) -> float:
         """The loop's clock (monotonic seconds): what :meth:`call_at` times are on."""
         return self._clock()
+
+    def serving(self) -> bool:
+        """Whether :meth:`run` is under way and not asked to stop (what is posted now will run)."""
+        return self._serving and not self._stopping
+
+    def watching(self) -> int:
+        """How many sockets the loop watches now, its own wake-up socket not counted (diagnostics)."""
+        return max(0, len(self._selector.get_map()) - 1) if self._serving else 0
 
     def in_loop(self) -> bool:
         """Whether the calling thread is the loop's."""
@@ -104,6 +115,7 @@ class EventLoop:
     def run(self, on_stop: Callable[[], None]) -> None:
         """Serve until :meth:`stop`, then call ``on_stop`` (still on the loop) and close the loop."""
         self._thread = threading.current_thread()
+        self._serving = True
         try:
             while not self._stopping:
                 for key, mask in self._selector.select(self._timeout()):
@@ -114,6 +126,7 @@ class EventLoop:
                 self._run_posted()
                 self._run_due()
         finally:
+            self._serving = False
             on_stop()
             self._selector.close()
             self._wake_r.close()

@@ -7,50 +7,42 @@ batch with ``selectors`` (non-blocking connect, send, receive), as an event loop
 are kept alive between calls (HTTP/1.1, which the agent's server speaks), so a call costs no TCP
 handshake, and ``TCP_NODELAY`` is set so small requests are not held back by Nagle's algorithm. An
 idle connection is checked before reuse (readable while idle means its server closed it), as urllib3
-does. Nothing is ever sent twice: a failed exchange is reported, not retried. A batch runs either in
-a thread of its own (:meth:`MultiplexBatch.run`) or on the agent's event loop
-(:meth:`MultiplexBatch.start`, ``loop.EventLoop``), beside the server's connections.
+does. Nothing is ever sent twice: a failed exchange is reported, not retried (a single exchange, made
+with ``retry_stale``, is sent once more on a new connection when a kept-alive one turns out to have
+been closed by the peer while idle: nothing of it was processed). A batch runs on the agent's event
+loop (``loop.EventLoop``), beside the server's connections: started there (:meth:`MultiplexBatch.start`,
+from the loop's thread), or from another thread that waits for its answers while the loop does the
+I/O (:meth:`MultiplexBatch.run` on a batch with a ``home`` loop). Without a loop, :meth:`run` drives
+it in the calling thread.
 
-The responses parsed are those of ``server.AgentServer``: a status line, headers with
-``Content-Length``, and a JSON body. ``transport.HttpTransport`` runs its batches with this.
+Each exchange is a ``flight.Flight`` taken a step at a time by a ``flight.Stepper``.
+``transport.HttpTransport`` runs its batches and its single exchanges with this.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
-import json
-import os
+import queue
 import selectors
 import socket
 import time
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from runtime.agent.net.http11 import parse_head, request_bytes
+from runtime.agent.net.flight import Flight, Stepper, numeric
 from runtime.agent.net.keepalive import ConnectionPool
 from runtime.agent.net.loop import EventLoop, Timer
 from runtime.agent.net.peer import Answer, Exchange
-from runtime.agent.spec.address import host_port
 
-
-class _Watch(Protocol):
-    """The part of a selector a batch uses: ``selectors.BaseSelector``, or :class:`_OnLoop`."""
-
-    def register(self, fileobj: Any, events: int, data: Any = None) -> Any:
-        """Watch ``fileobj``."""
-
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> Any:
-        """Change what ``fileobj`` is watched for."""
-
-    def unregister(self, fileobj: Any) -> Any:
-        """Stop watching ``fileobj``."""
+LOOP_CHECK = 1.0
+"""Seconds between a waiting thread's looks at whether its batch's loop still serves."""
+LOOP_GRACE = 5.0
+"""Seconds past its deadline a thread waits for a loop that has not answered (a stalled loop)."""
 
 
 class _OnLoop:
     """A batch's flights watched by an ``EventLoop``: each ready socket steps its flight."""
 
-    def __init__(self, loop: EventLoop, step: Callable[[_Flight, int], None]) -> None:
+    def __init__(self, loop: EventLoop, step: Callable[[Flight, int], None]) -> None:
         self._loop = loop
         self._step = step
 
@@ -64,19 +56,6 @@ class _OnLoop:
         self._loop.unregister(fileobj)
 
 
-class _Flight:
-    """One exchange in progress."""
-
-    def __init__(self, index: int, exchange: Exchange, request: bytes) -> None:
-        self.index = index
-        self.exchange = exchange
-        self.out = memoryview(request)
-        self.inbuf = bytearray()
-        self.sock: Optional[socket.socket] = None
-        self.connecting = False
-        self.counted = False
-
-
 class MultiplexBatch:
     """A set of exchanges run concurrently by :meth:`run` in one thread; :meth:`abort` from any thread
     (a ``peer.Batch``).
@@ -84,8 +63,14 @@ class MultiplexBatch:
     Args:
         pool: connections to reuse and return.
         exchanges: the requests.
-        deadline: monotonic time by which answers must have arrived, or ``None`` for no limit.
+        deadline: monotonic time (of ``clock``) by which answers must have arrived, or ``None`` for no limit.
         clock: monotonic clock, seconds.
+        home: the agent's event loop: :meth:`run` from another thread has the loop do the I/O (while the
+            loop serves; otherwise, and for host names, which the loop does not look up, the calling
+            thread drives the batch itself).
+        retry_stale: send an exchange once more, on a new connection, when the kept-alive connection it
+            was sent on turns out to have been closed by the peer while idle (ended or reset before any
+            byte of the answer): for single exchanges, as ``HttpTransport.exchange`` promises.
     """
 
     def __init__(
@@ -94,16 +79,23 @@ class MultiplexBatch:
         exchanges: Sequence[Exchange],
         deadline: Optional[float] = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        home: Optional[EventLoop] = None,
+        retry_stale: bool = False,
     ) -> None:
         self._pool = pool
         self._exchanges = list(exchanges)
         self._deadline = deadline
         self._clock = clock
+        self._home = home
+        self._retry_stale = retry_stale
+        self._stepper = Stepper(pool, retry_stale=retry_stale)
+        self._waiting: Optional[queue.SimpleQueue[Optional[Answer]]] = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._aborted = False
         self._loop: Optional[EventLoop] = None
         self._on_loop: Optional[_OnLoop] = None
-        self._flights: dict[int, _Flight] = {}
+        self._flights: dict[int, Flight] = {}
         self._timer: Optional[Timer] = None
         self._on_answer: Callable[[Answer], None] = lambda _answer: None
 
@@ -111,6 +103,8 @@ class MultiplexBatch:
         """Stop :meth:`run` at once; exchanges in flight are dropped (their connections closed). A batch
         :meth:`start` ed on a loop is aborted on the loop (at once when called there)."""
         self._aborted = True
+        if self._waiting is not None:
+            self._waiting.put(None)
         if self._loop is not None:
             if self._loop.in_loop():
                 self._drop_all()
@@ -131,11 +125,12 @@ class MultiplexBatch:
         self._wake_r.close()
         self._wake_w.close()
         self._loop, self._on_answer = loop, on_answer
+        self._stepper = Stepper(self._pool, numeric_only=True, retry_stale=self._retry_stale)
         self._on_loop = watch = _OnLoop(loop, self._loop_step)
         early = []
         for index, exchange in enumerate(self._exchanges):
-            flight = _Flight(index, exchange, self._request(exchange))
-            answer = self._start(flight, watch, socket.AI_NUMERICHOST)
+            flight = Flight(index, exchange, self._stepper.request(exchange))
+            answer = self._stepper.start(flight, watch)
             if answer is None:
                 self._flights[index] = flight
             else:
@@ -149,10 +144,10 @@ class MultiplexBatch:
         if not self._aborted:
             self._on_answer(answer)
 
-    def _loop_step(self, flight: _Flight, mask: int) -> None:
+    def _loop_step(self, flight: Flight, mask: int) -> None:
         if self._on_loop is None or flight.index not in self._flights:
             return
-        answer = self._step(flight, mask, self._on_loop)
+        answer = self._stepper.step(flight, mask, self._on_loop)
         if answer is not None:
             del self._flights[flight.index]
             if not self._flights and self._timer is not None:
@@ -163,7 +158,7 @@ class MultiplexBatch:
         flights, self._flights = self._flights, {}
         for flight in flights.values():
             if self._on_loop is not None:
-                self._drop(flight, self._on_loop)
+                self._stepper.drop(flight, self._on_loop)
         for flight in flights.values():
             if not self._aborted:
                 self._on_answer(Answer(flight.index, None, error="no answer before the deadline", timed_out=True))
@@ -174,21 +169,31 @@ class MultiplexBatch:
             self._timer.cancel()
         for flight in flights.values():
             if self._on_loop is not None:
-                self._drop(flight, self._on_loop)
+                self._stepper.drop(flight, self._on_loop)
 
     def run(self, on_answer: Callable[[Answer], None]) -> None:
-        """Send every request and call ``on_answer`` once per exchange as answers complete.
+        """Send every request and call ``on_answer`` (in this thread) once per exchange as answers complete.
 
         Returns when every exchange is answered, or at the deadline (each unanswered exchange is
-        answered with ``status=None``), or on :meth:`abort` (nothing more is answered).
+        answered with ``status=None``), or on :meth:`abort` (nothing more is answered). With a ``home``
+        loop that serves, the loop does the I/O and this thread only waits (every host an IP address).
         """
+        home = self._home
+        if home is not None and home.serving() and not home.in_loop() and all(
+                numeric(e.host) for e in self._exchanges):
+            self._run_on(home, on_answer)
+        else:
+            self._run_here(on_answer)
+
+    def _run_here(self, on_answer: Callable[[Answer], None]) -> None:
+        """:meth:`run` with the I/O in this thread."""
         selector = selectors.DefaultSelector()
-        flights: dict[int, _Flight] = {}
+        flights: dict[int, Flight] = {}
         try:
             selector.register(self._wake_r, selectors.EVENT_READ, None)
             for index, exchange in enumerate(self._exchanges):
-                flight = _Flight(index, exchange, self._request(exchange))
-                answer = self._start(flight, selector)
+                flight = Flight(index, exchange, self._stepper.request(exchange))
+                answer = self._stepper.start(flight, selector)
                 if answer is None:
                     flights[index] = flight
                 else:
@@ -201,147 +206,57 @@ class MultiplexBatch:
                     if key.data is None:
                         return
                     flight = key.data
-                    answer = self._step(flight, mask, selector)
+                    answer = self._stepper.step(flight, mask, selector)
                     if answer is not None:
                         del flights[flight.index]
                         on_answer(answer)
             if not self._aborted:
                 for flight in list(flights.values()):
-                    self._drop(flight, selector)
+                    self._stepper.drop(flight, selector)
                     on_answer(Answer(flight.index, None, error="no answer before the deadline", timed_out=True))
                 flights.clear()
         finally:
             for flight in flights.values():
-                self._drop(flight, selector)
+                self._stepper.drop(flight, selector)
             selector.close()
             self._wake_r.close()
             self._wake_w.close()
 
-    # --- one exchange ----------------------------------------------------------------------------
+    def _run_on(self, loop: EventLoop, on_answer: Callable[[Answer], None]) -> None:
+        """:meth:`run` with the I/O on ``loop``: the answers come back to this thread through a queue.
+        Should the loop stop (or stall past the deadline by :data:`LOOP_GRACE`), the exchanges not yet
+        answered are answered with an error."""
+        waiting: queue.SimpleQueue[Optional[Answer]] = queue.SimpleQueue()
+        self._waiting = waiting
+        left = None if self._deadline is None else self._deadline - self._clock()
+        if left is not None:
+            self._deadline = loop.now() + left  # from here on, a time of the loop's clock
+        loop.call_soon(lambda: self._start_on(loop, waiting))
+        until = None if left is None else time.monotonic() + left + LOOP_GRACE
+        pending = set(range(len(self._exchanges)))
+        while pending and not self._aborted:
+            slice_ = LOOP_CHECK if until is None else min(LOOP_CHECK, until - time.monotonic())
+            try:
+                answer = waiting.get(timeout=max(0.0, slice_))
+            except queue.Empty:
+                if loop.serving() and (until is None or time.monotonic() < until):
+                    continue
+                break
+            if answer is None:
+                continue  # an abort's wake-up: the loop's condition ends it
+            pending.discard(answer.index)
+            on_answer(answer)
+        if pending and not self._aborted:
+            self.abort()
+            why = "the agent's event loop stopped" if not loop.serving() else "no answer before the deadline"
+            for index in sorted(pending):
+                on_answer(Answer(index, None, error=why, timed_out=loop.serving()))
 
-    def _request(self, exchange: Exchange) -> bytes:
-        return request_bytes(exchange.method, exchange.path, exchange.host, exchange.port, self._pool.token,
-                             self._pool.job, exchange.body)
-
-    def _start(self, flight: _Flight, selector: _Watch, flags: int = 0) -> Optional[Answer]:
-        exchange = flight.exchange
-        sock = self._pool.checkout(exchange.host, exchange.port)
-        if sock is not None:
-            sock.setblocking(False)  # it may have carried a blocking exchange last
-            flight.sock = sock
-            selector.register(sock, selectors.EVENT_WRITE, flight)
-            return None
-        try:
-            family, kind, proto, _, address = socket.getaddrinfo(exchange.host, exchange.port,
-                                                                 type=socket.SOCK_STREAM, flags=flags)[0]
-            sock = socket.socket(family, kind, proto)
-        except OSError as exc:
-            return Answer(flight.index, None, error=f"cannot reach {host_port(exchange.host, exchange.port)}: {exc}")
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        code = sock.connect_ex(address)
-        if code not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
-            sock.close()
-            return self._connect_failed(flight, code)
-        flight.sock, flight.connecting = sock, True
-        selector.register(sock, selectors.EVENT_WRITE, flight)
-        return None
-
-    def _step(self, flight: _Flight, mask: int, selector: _Watch) -> Optional[Answer]:
-        sock = flight.sock
-        if sock is None:
-            return Answer(flight.index, None, error="internal: no socket")
-        if flight.connecting:
-            code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if code:
-                self._drop(flight, selector)
-                return self._connect_failed(flight, code)
-            flight.connecting = False
-        if mask & selectors.EVENT_WRITE and flight.out:
-            return self._send(flight, selector)
-        if mask & selectors.EVENT_READ:
-            return self._receive(flight, selector)
-        return None
-
-    def _send(self, flight: _Flight, selector: _Watch) -> Optional[Answer]:
-        sock = flight.sock
-        if sock is None:
-            return None
-        if not flight.counted:
-            flight.counted = True
-            self._pool.count_sent()
-        try:
-            sent = sock.send(flight.out)
-        except (BlockingIOError, InterruptedError):
-            return None
-        except OSError as exc:
-            self._drop(flight, selector)
-            return Answer(flight.index, None, error=f"sending to {self._peer(flight)} failed: {exc}")
-        flight.out = flight.out[sent:]
-        if not flight.out:
-            selector.modify(sock, selectors.EVENT_READ, flight)
-        return None
-
-    def _receive(self, flight: _Flight, selector: _Watch) -> Optional[Answer]:
-        sock = flight.sock
-        if sock is None:
-            return None
-        try:
-            chunk = sock.recv(1 << 16)
-        except (BlockingIOError, InterruptedError):
-            return None
-        except OSError as exc:
-            self._drop(flight, selector)
-            return Answer(flight.index, None, error=f"receiving from {self._peer(flight)} failed: {exc}")
-        if not chunk:
-            self._drop(flight, selector)
-            return Answer(flight.index, None, error=f"{self._peer(flight)} closed the connection before answering")
-        flight.inbuf += chunk
-        return self._complete(flight, selector)
-
-    def _complete(self, flight: _Flight, selector: _Watch) -> Optional[Answer]:
-        data = flight.inbuf
-        try:
-            head = parse_head(data)
-        except ValueError as exc:
-            self._drop(flight, selector)
-            return Answer(flight.index, None, error=f"{self._peer(flight)} sent {exc}")
-        if head is None or len(data) < head.body_start + head.length:
-            return None
-        raw = bytes(data[head.body_start:head.body_start + head.length])
-        status = head.status
-        sock, flight.sock = flight.sock, None
-        if sock is not None:
-            selector.unregister(sock)
-            if head.keep_alive:
-                self._pool.checkin(flight.exchange.host, flight.exchange.port, sock)
-            else:
-                sock.close()
-        return decoded(flight.index, status, raw)
-
-    def _connect_failed(self, flight: _Flight, code: int) -> Answer:
-        return Answer(flight.index, None, error=f"cannot connect to {self._peer(flight)}: {os.strerror(code)}",
-                      refused=code == errno.ECONNREFUSED)
-
-    def _drop(self, flight: _Flight, selector: _Watch) -> None:
-        sock, flight.sock = flight.sock, None
-        if sock is None:
+    def _start_on(self, loop: EventLoop, waiting: queue.SimpleQueue[Optional[Answer]]) -> None:
+        """On the loop: start, unless aborted meanwhile (an abort that came before the loop was set
+        could not reach the flights, so they are dropped here)."""
+        if self._aborted:
             return
-        with contextlib.suppress(KeyError, ValueError):
-            selector.unregister(sock)
-        sock.close()
-
-    @staticmethod
-    def _peer(flight: _Flight) -> str:
-        return host_port(flight.exchange.host, flight.exchange.port)
-
-
-def decoded(index: int, status: int, raw: bytes) -> Answer:
-    """The answer of a complete response: its status and its body, which must be a JSON object."""
-    try:
-        body = json.loads(raw) if raw else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return Answer(index, status, error="response is not JSON")
-    if not isinstance(body, dict):
-        return Answer(index, status, error="response is not a JSON object")
-    return Answer(index, status, body)
+        self.start(loop, waiting.put)
+        if self._aborted:
+            self._drop_all()

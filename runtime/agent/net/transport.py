@@ -1,12 +1,14 @@
 """``HttpTransport``: the peer transport over HTTP/1.1 and sockets. Standard library only.
 
 One connection pool per transport (idle kept-alive connections per peer): a single exchange
-(:meth:`HttpTransport.exchange`) borrows a connection and blocks on it, a batch
-(``multiplex.MultiplexBatch``) drives many from one thread, and both return what they borrowed, so a
-heartbeat every fraction of a second to the same parent costs no TCP handshake and no server thread
-start. ``TCP_NODELAY`` is set on every connection. A request is never sent twice, except once on a
-new connection when a kept-alive one turns out to have been closed by the peer while idle (nothing
-of it was processed).
+(:meth:`HttpTransport.exchange`) borrows a connection, a batch (``multiplex.MultiplexBatch``) many, and
+both return what they borrowed, so a heartbeat every fraction of a second to the same parent costs no
+TCP handshake and no server thread start. Given the agent's event loop (:meth:`HttpTransport.use_loop`),
+the loop does every exchange's I/O beside the server's connections, and the thread that asked waits
+for the answer; without one (or for a host name, which the loop does not look up), that thread does it.
+``TCP_NODELAY`` is set on every connection. A request is never sent twice, except once on a new
+connection when a kept-alive one turns out to have been closed by the peer while idle (nothing of it
+was processed).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from runtime.agent.errors import StaleConnection
+from runtime.agent.net.flight import decoded, numeric
 from runtime.agent.net.http11 import ResponseHead, parse_head, request_bytes
 from runtime.agent.net.keepalive import ConnectionPool
-from runtime.agent.net.multiplex import MultiplexBatch, decoded
+from runtime.agent.net.loop import EventLoop
+from runtime.agent.net.multiplex import MultiplexBatch
 from runtime.agent.net.peer import Answer, Exchange
 from runtime.agent.rendezvous.watch import Watch
 from runtime.agent.world import Node
@@ -43,6 +47,11 @@ class HttpTransport:
         self.job = job
         self._clock = clock
         self._pool = ConnectionPool(token, job)
+        self._loop: Optional[EventLoop] = None
+
+    def use_loop(self, loop: EventLoop) -> None:
+        """Do every exchange's and batch's I/O on ``loop``, the agent server's, from now on (while it serves)."""
+        self._loop = loop
 
     @property
     def sent(self) -> int:
@@ -54,8 +63,15 @@ class HttpTransport:
 
         Args:
             exchange: the request.
-            timeout: seconds for connecting and for each send and receive.
+            timeout: seconds for connecting and for each send and receive (on the event loop: for the
+                whole exchange).
         """
+        loop = self._loop
+        if loop is not None and loop.serving() and not loop.in_loop() and numeric(exchange.host):
+            answers: list[Answer] = []
+            MultiplexBatch(self._pool, [exchange], self._clock() + timeout, self._clock, home=loop,
+                           retry_stale=True).run(answers.append)
+            return answers[0]
         sock = self._pool.checkout(exchange.host, exchange.port)
         if sock is not None:
             try:
@@ -73,12 +89,13 @@ class HttpTransport:
             return Answer(0, None, error=str(exc))
 
     def watch(self, gone: Callable[[Node, str], None], retry_after: float) -> Watch:
-        """Idle TCP connections to agent ports, watched from one thread (``rendezvous.watch.Watch``)."""
-        return Watch(gone, retry_after, self._clock)
+        """Idle TCP connections to agent ports (``rendezvous.watch.Watch``), watched on this transport's event
+        loop once it has one (:meth:`use_loop`), else on a loop of their own."""
+        return Watch(gone, retry_after, self._clock, loop=lambda: self._loop)
 
     def batch(self, exchanges: Sequence[Exchange], deadline: Optional[float] = None) -> MultiplexBatch:
         """A batch of ``exchanges`` sharing this transport's connections, not started."""
-        return MultiplexBatch(self._pool, exchanges, deadline, self._clock)
+        return MultiplexBatch(self._pool, exchanges, deadline, self._clock, home=self._loop)
 
     def close(self) -> None:
         """Close every idle connection."""

@@ -111,9 +111,11 @@ class ServiceNode:
         return {("POST", contract.ROUTE_EXEC): self.defer_exec}
 
     def use_loop(self, loop: EventLoop) -> None:
-        """Run hops on ``loop``, the server's (with the default HTTP transport; another one keeps
-        running hops in the waiting thread)."""
+        """Run hops on ``loop``, the server's, and every other exchange's I/O there too (with the default
+        HTTP transport; another one keeps running hops in the waiting thread)."""
         self._loop = loop if isinstance(self._transport, HttpTransport) else None
+        if isinstance(self._transport, HttpTransport):
+            self._transport.use_loop(loop)
 
     def use_executor(self, executor: Optional[LocalExecutor]) -> None:
         """Run this node's share of calls with ``executor`` from now on (``None``: no processes)."""

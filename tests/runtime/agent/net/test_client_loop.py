@@ -1,7 +1,8 @@
 """The agent's peer client on its event loop: a hop's requests to its children, and their answers, are
 sent and read by the server's loop, so an ``/exec`` in flight to 200 children takes no thread more
-than an idle agent has. Real sockets, a real lightweight agent; the children are one test thread
-that reads every request and answers only when told."""
+than an idle agent has; the exchanges other threads make (heartbeats, pushes, probes, votes) are sent
+and read by the loop too, while the thread that asked waits. Real sockets, a real lightweight agent
+or server; the children are one test thread that reads every request and answers only when told."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.agent import contract
+from runtime.agent.net.peer import Answer, Exchange
+from runtime.agent.net.server import AgentServer, Response
+from runtime.agent.net.transport import HttpTransport
 from runtime.agent.world import Node, World
 from testbed.inprocess import LightweightAgent
 from testbed.settings import agent_settings
@@ -148,3 +152,86 @@ def test_an_exec_in_flight_to_two_hundred_children_takes_no_thread(children: Chi
         assert answer_of(caller) == {"ranks": list(range(CHILDREN + 1)), "results": [0] * (CHILDREN + 1)}
     finally:
         agent.stop()
+
+
+@pytest.fixture
+def server() -> Iterator[AgentServer]:
+    served = AgentServer(("127.0.0.1", 0), TOKEN, {("GET", contract.ROUTE_HEALTHZ): lambda _r: Response(200, {})},
+                         max_body=contract.MAX_BODY_BYTES, job=JOB)
+    served.start()
+    yield served
+    served.stop()
+
+
+def on_loop(server: AgentServer) -> HttpTransport:
+    transport = HttpTransport(TOKEN, job=JOB)
+    transport.use_loop(server.loop)
+    return transport
+
+
+def test_a_push_to_two_hundred_peers_from_another_thread_is_sent_and_read_by_the_loop(
+        children: Children, server: AgentServer):
+    """A world push (a batch run from the coordinator's thread) to 200 peers: while the peers hold their
+    requests, the server's loop watches the 200 connections and no thread more than the waiting one
+    runs; every answer then reaches that thread, and the connections go back to the pool."""
+    transport = on_loop(server)
+    exchanges = [Exchange("127.0.0.1", port, "PUT", contract.ROUTE_WORLD, b"{}") for port in children.ports]
+    answers: list[Answer] = []
+    idle, watched = threading.active_count(), server.loop.watching()
+    pusher = threading.Thread(target=lambda: transport.batch(exchanges).run(answers.append))
+    pusher.start()
+    try:
+        assert wait_until(lambda: children.held == CHILDREN, timeout=60), "every peer got its request"
+        assert server.loop.watching() == watched + CHILDREN, "the loop sends and reads the 200 exchanges"
+        assert threading.active_count() == idle + 1, "only the thread that asked, waiting"
+    finally:
+        children.answer()
+        pusher.join(timeout=60)
+    assert sorted(a.body["ranks"][0] for a in answers) == list(range(1, CHILDREN + 1))
+    assert all(a.ok for a in answers)
+    assert wait_until(lambda: server.loop.watching() == watched, timeout=10), "kept alive, off the loop"
+    assert transport.sent == CHILDREN
+    transport.close()
+
+
+def test_an_exchange_waiting_on_a_loop_that_stops_is_answered_with_an_error(children: Children):
+    """The agent stops (its loop ends) while a heartbeat waits for a peer that holds it: the waiting
+    thread gets an answer that says so, not a wait of the whole timeout or forever."""
+    served = AgentServer(("127.0.0.1", 0), TOKEN, {}, max_body=contract.MAX_BODY_BYTES, job=JOB)
+    served.start()
+    transport = on_loop(served)
+    exchange = Exchange("127.0.0.1", children.ports[0], "PUT", contract.ROUTE_MEMBERS, b"{}")
+    answers: list[Answer] = []
+    beat = threading.Thread(target=lambda: answers.append(transport.exchange(exchange, timeout=600)))
+    beat.start()
+    assert wait_until(lambda: children.held == 1, timeout=30)
+    served.stop()
+    beat.join(timeout=30)
+    assert not beat.is_alive()
+    [answer] = answers
+    assert answer.status is None and "event loop stopped" in answer.error and not answer.timed_out
+    transport.close()
+
+
+def test_a_batch_waiting_on_the_loop_ends_at_an_abort_from_another_thread(children: Children, server: AgentServer):
+    transport, watched = on_loop(server), server.loop.watching()
+    batch = transport.batch([Exchange("127.0.0.1", port, "POST", contract.ROUTE_VOTE, b"{}")
+                             for port in children.ports[:3]])
+    answers: list[Answer] = []
+    voter = threading.Thread(target=lambda: batch.run(answers.append))
+    voter.start()
+    assert wait_until(lambda: children.held == 3, timeout=30)
+    assert server.loop.watching() == watched + 3
+    batch.abort()
+    voter.join(timeout=30)
+    assert not voter.is_alive() and answers == []
+    assert wait_until(lambda: server.loop.watching() == watched, timeout=10), "its connections are dropped"
+    transport.close()
+
+
+def test_a_host_name_is_exchanged_by_the_thread_that_asks(server: AgentServer):
+    """The loop does not look names up (that would block it); an exchange with a name still works."""
+    transport = on_loop(server)
+    exchange = Exchange("localhost", server.server_address[1], "GET", contract.ROUTE_HEALTHZ)
+    assert transport.exchange(exchange, timeout=10).status == 200
+    transport.close()

@@ -12,9 +12,11 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
+from runtime.agent.net.loop import EventLoop
 from runtime.agent.net.peer import Exchange
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import HttpTransport, encode, request_json
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -34,15 +36,30 @@ def server() -> Iterator[AgentServer]:
     served.stop()
 
 
+@pytest.fixture(params=["in the thread that asks", "on an event loop"])
+def transport(request: pytest.FixtureRequest) -> Iterator[HttpTransport]:
+    """An ``HttpTransport`` doing its I/O in the calling thread, or on a running event loop (an agent's)."""
+    made = HttpTransport(TOKEN, job=JOB)
+    loop = EventLoop()
+    thread = threading.Thread(target=loop.run, args=(lambda: None,), daemon=True)
+    if request.param == "on an event loop":
+        thread.start()
+        assert wait_until(loop.serving, timeout=10)
+        made.use_loop(loop)
+    yield made
+    made.close()
+    if thread.is_alive():
+        loop.stop()
+        thread.join(timeout=10)
+
+
 def echo(transport: HttpTransport, port: int, n: int) -> int:
     exchange = Exchange("127.0.0.1", port, "PUT", "/echo", encode({"n": n}))
     return transport.exchange(exchange, timeout=5.0).result(exchange)["echo"]
 
 
-def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: AgentServer):
-    transport = HttpTransport(TOKEN, job=JOB)
+def test_exchanges_with_one_peer_share_one_kept_alive_connection(server: AgentServer, transport: HttpTransport):
     answers = [echo(transport, server.server_address[1], n) for n in range(5)]
-    transport.close()
     assert answers == [0, 1, 2, 3, 4]
     assert server.accepted == 1
     assert server.requests_served == 5
@@ -55,21 +72,18 @@ def test_one_shot_requests_open_a_connection_each(server: AgentServer):
     assert server.accepted == 3
 
 
-def test_a_connection_the_peer_closed_while_idle_is_not_reused(server: AgentServer):
-    transport = HttpTransport(TOKEN, job=JOB)
+def test_a_connection_the_peer_closed_while_idle_is_not_reused(server: AgentServer, transport: HttpTransport):
     assert echo(transport, server.server_address[1], 1) == 1
     assert server.open_connections == 1
     server.close_connections()
     assert echo(transport, server.server_address[1], 2) == 2
-    transport.close()
     assert server.accepted == 2
 
 
-def test_an_exchange_to_a_closed_port_fails_without_a_status():
+def test_an_exchange_to_a_closed_port_fails_without_a_status(transport: HttpTransport):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    transport = HttpTransport(TOKEN, job=JOB)
     exchange = Exchange("127.0.0.1", port, "PUT", "/echo", encode({"n": 1}))
     for _ in range(2):
         answer = transport.exchange(exchange, timeout=5.0)
@@ -197,19 +211,19 @@ def test_a_bad_response_is_a_transport_error_with_the_status_if_one_arrived(
     assert info.value.status == status
 
 
-def test_a_peer_that_closes_without_answering_a_fresh_connection_is_not_asked_twice(canned: tuple[int, list[bytes]]):
+def test_a_peer_that_closes_without_answering_a_fresh_connection_is_not_asked_twice(
+        canned: tuple[int, list[bytes]], transport: HttpTransport):
     port, replies = canned
     replies.extend([b"", b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}'])
-    transport = HttpTransport(TOKEN, job=JOB)
     exchange = Exchange("127.0.0.1", port, "GET", "/x")
     with pytest.raises(TransportError, match="closed the connection without answering") as info:
         transport.exchange(exchange, timeout=5.0).result(exchange)
     assert info.value.status is None
     assert transport.exchange(exchange, timeout=5.0).result(exchange) == {}
-    transport.close()
 
 
-def test_a_kept_alive_connection_the_peer_drops_at_the_next_request_is_asked_again_on_a_new_one():
+def test_a_kept_alive_connection_the_peer_drops_at_the_next_request_is_asked_again_on_a_new_one(
+        transport: HttpTransport):
     """The peer answers one request and keeps the connection, then closes it on reading the next one
     without answering (as a server does that times out idle connections just then): the request is
     sent once more, on a new connection, because nothing of it was processed."""
@@ -232,7 +246,6 @@ def test_a_kept_alive_connection_the_peer_drops_at_the_next_request_is_asked_aga
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    transport = HttpTransport(TOKEN, job=JOB)
     exchange = Exchange("127.0.0.1", listener.getsockname()[1], "GET", "/x")
     assert transport.exchange(exchange, timeout=5.0).result(exchange) == {"n": 1}
     assert transport.exchange(exchange, timeout=5.0).result(exchange) == {"n": 1}

@@ -2,16 +2,20 @@
 directly is lost within two beat caps of its last beat; never on a quick probe while a majority is
 quiet (the coordinator may be the one cut off); which nodes the coordinator watches; and the watch
 itself over real loopback sockets (``rendezvous.watch``): a refused, reset or ended connection to an
-agent port reports the node, nothing is ever sent on it."""
+agent port reports the node, nothing is ever sent on it, on the agent's event loop or on one of its own."""
 
 from __future__ import annotations
 
 import queue
 import socket
 import struct
+import threading
+from collections.abc import Iterator
+from typing import Callable, Optional
 
 import pytest
 
+from runtime.agent.net.loop import EventLoop
 from runtime.agent.rendezvous.actions import Probe, Push
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.heartbeat import HeartbeatTiming
@@ -19,6 +23,7 @@ from runtime.agent.rendezvous.watch import Watch
 from runtime.agent.spec.status import SUCCEEDED
 from runtime.agent.world import Node
 from testbed.settings import agent_settings
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -120,9 +125,25 @@ def local(node_id: int, port: int) -> Node:
     return Node(node_id, "127.0.0.1", port, 1)
 
 
-def test_the_watch_reports_a_connection_the_agent_closes_or_resets_and_one_refused():
+@pytest.fixture(params=["its own loop", "the agent's loop"])
+def home(request: pytest.FixtureRequest) -> Iterator[Callable[[], Optional[EventLoop]]]:
+    """Where a watch runs: a loop of its own, or a running loop standing for the agent's server's."""
+    if request.param == "its own loop":
+        yield lambda: None
+        return
+    loop = EventLoop()
+    thread = threading.Thread(target=loop.run, args=(lambda: None,), daemon=True)
+    thread.start()
+    assert wait_until(loop.serving, timeout=10)
+    yield lambda: loop
+    loop.stop()
+    thread.join(timeout=10)
+
+
+def test_the_watch_reports_a_connection_the_agent_closes_or_resets_and_one_refused(
+        home: Callable[[], Optional[EventLoop]]):
     gone: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-    watch = Watch(lambda n, why: gone.put((n.node_id, why)), retry_after=60.0)
+    watch = Watch(lambda n, why: gone.put((n.node_id, why)), retry_after=60.0, loop=home)
     closing, resetting = listener(), listener()
     refusing = listener()
     refused_port = refusing.getsockname()[1]
@@ -149,9 +170,9 @@ def test_the_watch_reports_a_connection_the_agent_closes_or_resets_and_one_refus
         resetting.close()
 
 
-def test_the_watch_closes_the_connections_of_nodes_it_no_longer_follows():
+def test_the_watch_closes_the_connections_of_nodes_it_no_longer_follows(home: Callable[[], Optional[EventLoop]]):
     gone: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-    watch = Watch(lambda n, why: gone.put((n.node_id, why)), retry_after=60.0)
+    watch = Watch(lambda n, why: gone.put((n.node_id, why)), retry_after=60.0, loop=home)
     server = listener()
     try:
         watch.follow([local(1, server.getsockname()[1])])
@@ -164,3 +185,34 @@ def test_the_watch_closes_the_connections_of_nodes_it_no_longer_follows():
     finally:
         watch.close()
         server.close()
+
+
+def test_on_the_agents_loop_the_watch_takes_no_thread_and_tries_a_lost_node_again():
+    """On the agent's loop, 50 watched ports cost no thread (the loop watches the connections); a node
+    whose agent closed its connection is connected again after ``retry_after`` (a loop timer)."""
+    loop = EventLoop()
+    thread = threading.Thread(target=loop.run, args=(lambda: None,), daemon=True)
+    thread.start()
+    assert wait_until(loop.serving, timeout=10)
+    gone: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+    watch = Watch(lambda n, why: gone.put((n.node_id, why)), retry_after=0.2, loop=lambda: loop)
+    servers = [listener() for _ in range(50)]
+    threads = threading.active_count()
+    try:
+        watch.follow([local(i, s.getsockname()[1]) for i, s in enumerate(servers)])
+        accepted = [s.accept()[0] for s in servers]
+        assert wait_until(lambda: loop.watching() == 50, timeout=10)
+        assert threading.active_count() == threads
+        accepted[7].close()
+        assert gone.get(timeout=5.0) == (7, "its agent closed the coordinator's connection to its agent port")
+        again, _ = servers[7].accept()  # within the listener's 5 s timeout: the retry came
+        again.close()
+        for conn in accepted:
+            conn.close()
+    finally:
+        watch.close()
+        for s in servers:
+            s.close()
+        loop.stop()
+        thread.join(timeout=10)
+    assert not [t for t in threading.enumerate() if t.name == "watch"]
