@@ -149,11 +149,18 @@ class Engine:
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment every command runs in: this interpreter's directory first on ``PATH`` (the Python
         language host runs ``python`` from ``PATH``: the venv's, with the program's SDKs), then the built
-        CLI and language hosts."""
+        CLI and language hosts. ``TMPDIR`` is a directory beside the backend's: each time a kubernetes provider
+        with an explicit ``kubeconfig`` is configured, it writes that kubeconfig to a new ``kubeconfig*``
+        temporary file for Helm and never removes it (github.com/pulumi/pulumi-kubernetes/provider/v4, the
+        version ``versions.PULUMI_KUBERNETES_MODULE`` builds: ``pkg/provider/provider.go`` ``Configure`` calls
+        ``writeKubeconfigToFile``, ``pkg/provider/util.go``), hundreds a day in the shared ``/tmp`` before;
+        now they go with the test's directory."""
         tools = [binary(b).parent for b in ("pulumi", "pulumi-language-yaml", "pulumi-language-python")]
         path = os.pathsep.join([str(Path(sys.executable).parent), *map(str, tools), os.environ.get("PATH", "")])
         self.backend.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PATH": path, "PULUMI_HOME": str(pulumi_home()),
+        scratch = self.backend.with_name(self.backend.name + "-tmp")
+        scratch.mkdir(exist_ok=True)
+        env = {**os.environ, "PATH": path, "PULUMI_HOME": str(pulumi_home()), "TMPDIR": str(scratch),
                "PULUMI_BACKEND_URL": f"file://{self.backend}", "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
                "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
                "PULUMI_SKIP_CONFIRMATIONS": "true", "KUBECONFIG": str(self.kubeconfig), "NO_COLOR": "1",

@@ -23,6 +23,7 @@ default weight and no ``reclaimable``.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -124,6 +125,7 @@ def test_the_default_queue_is_annotated_and_awaited_whichever_comes_first(
         assert schedulers_create(api) == 201
         before = queues(api).get(name=BUILTIN_QUEUE).to_dict()["spec"]
     engine = Engine(project, tmp_path / "state", cluster.kubeconfig)
+    shared_tmp = set(Path(tempfile.gettempdir()).glob("kubeconfig*"))
     engine.run("stack", "init", "dev")
     stop = threading.Event()
     opener = threading.Thread(target=open_queues, args=(api, ("research", BUILTIN_QUEUE), stop), daemon=True)
@@ -144,6 +146,8 @@ def test_the_default_queue_is_annotated_and_awaited_whichever_comes_first(
         stand_in = client.CoreV1Api(api).read_namespaced_config_map("volcano-stand-in", namespace)
         assert stand_in.data == {"chart": "local"}, "the release is the local chart's"
         assert engine.run("stack", "output", "queue").stdout.strip() == "research"
+        assert list(Path(engine.env()["TMPDIR"]).glob("kubeconfig*")), "the provider's Helm kubeconfig, kept here"
+        assert set(Path(tempfile.gettempdir()).glob("kubeconfig*")) == shared_tmp, "none left in the shared /tmp"
     finally:
         stop.set()
         engine.run("destroy", "--yes", timeout=1200, check=False)
