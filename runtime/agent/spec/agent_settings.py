@@ -238,8 +238,10 @@ def plumbing_from_env(env: Mapping[str, str]) -> Plumbing:
 def _invalid(name: str, value: object, problem: str, fix: str) -> ConfigError:
     """The agent's one wording of a refused setting (its exit 2): ``NAME=value is invalid: problem; fix``, the
     words of a ``(problem, fix)`` check (``spec.setting.Check``) or a job spec rule as ``errors.SpecError``
-    says them, with the environment variable for the setting."""
-    return ConfigError(f"{name}={value!r} is invalid: {problem}; {fix}")
+    says them, with the environment variable for the setting. A flag's value is spelled as the variable takes
+    it (``true``, not Python's ``True``)."""
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)
+    return ConfigError(f"{name}={shown} is invalid: {problem}; {fix}")
 
 
 def _check(name: str, value: object, check: Check) -> None:

@@ -71,7 +71,7 @@ def test_loopback_pod_ip_binds_only_that_address_and_pod_ip_binds_all():
          "MASTER_PORT=0 is invalid: 0 picks a free port when a job starts on one machine, and every node must know "
          "node 0's port in advance; use a TCP port from 1 to 65535"),
         ({contract.NODE_RANK_SETTING: "0", contract.MODE: "service", contract.NO_PYTHON: "true"},
-         "TRAINPLANE_NO_PYTHON=True is invalid: runs a command, and service mode runs none; unset it in service mode"),
+         "TRAINPLANE_NO_PYTHON=true is invalid: runs a command, and service mode runs none; unset it in service mode"),
         ({contract.NODE_RANK_SETTING: "0", contract.DISTRIBUTION: "ray", contract.NUM_PROC: "2"},
          "TRAINPLANE_NUM_PROC=2 is invalid: a ray job runs one driver process, on node 0, and ray's own workers on "
          "every node; set TRAINPLANE_NUM_PROC to 1"),
