@@ -66,9 +66,10 @@ class Stepper:
         numeric_only: connect to IP addresses only (on the event loop, where a name lookup would block):
             a host name is answered with an error.
         retry_stale: send an exchange once more, on a new connection, when the kept-alive connection it
-            was sent on turns out to have been closed by the peer while idle (ended or reset before any
-            byte of the answer, so nothing of it was processed): for single exchanges, as
-            ``HttpTransport.exchange`` promises.
+            was sent on ends or is reset before any byte of the answer: the mark of a peer that closed it
+            while idle, which processed nothing. (An agent that read the request and then stopped without
+            answering looks the same; it refuses the new connection, unless it was restarted on that
+            port in between.) For single exchanges, as ``HttpTransport.exchange`` promises.
     """
 
     def __init__(self, pool: ConnectionPool, *, numeric_only: bool = False, retry_stale: bool = False) -> None:

@@ -26,7 +26,8 @@ class ConnectionPool:
         self._idle: dict[tuple[str, int], list[socket.socket]] = {}
         self._lock = threading.Lock()
         self.sent = 0
-        """Requests sent so far (each exchange counts once, when its first byte is written)."""
+        """Requests sent so far (counted when a request's first byte is written; a request sent again on a
+        new connection counts again)."""
 
     def checkout(self, host: str, port: int) -> Optional[socket.socket]:
         """An idle connection to ``host:port`` that is still open, or ``None``."""

@@ -59,6 +59,7 @@ class EventLoop:
         self._order = itertools.count()
         self._stopping = False
         self._serving = False
+        self._closed = False
         self._thread: Optional[threading.Thread] = None
 
     def now(self) -> float:
@@ -68,6 +69,11 @@ class EventLoop:
     def serving(self) -> bool:
         """Whether :meth:`run` is under way and not asked to stop (what is posted now will run)."""
         return self._serving and not self._stopping
+
+    def closed(self) -> bool:
+        """Whether :meth:`run` is ending or has ended: what is posted from now on may never run (what was
+        posted before, even while it was stopping, runs); a caller that posts cleanup checks this after."""
+        return self._closed
 
     def watching(self) -> int:
         """How many sockets the loop watches now, its own wake-up socket not counted (diagnostics)."""
@@ -128,6 +134,8 @@ class EventLoop:
         finally:
             self._serving = False
             on_stop()
+            self._closed = True
+            self._run_posted()  # what came while it stopped (a batch's or a watch's drop): run, not lost
             self._selector.close()
             self._wake_r.close()
             self._wake_w.close()

@@ -8,8 +8,8 @@ are kept alive between calls (HTTP/1.1, which the agent's server speaks), so a c
 handshake, and ``TCP_NODELAY`` is set so small requests are not held back by Nagle's algorithm. An
 idle connection is checked before reuse (readable while idle means its server closed it), as urllib3
 does. Nothing is ever sent twice: a failed exchange is reported, not retried (a single exchange, made
-with ``retry_stale``, is sent once more on a new connection when a kept-alive one turns out to have
-been closed by the peer while idle: nothing of it was processed). A batch runs on the agent's event
+with ``retry_stale``, is sent once more on a new connection when a kept-alive one ends before any byte
+of the answer, as one the peer closed while idle does: ``flight.Stepper``). A batch runs on the agent's event
 loop (``loop.EventLoop``), beside the server's connections: started there (:meth:`MultiplexBatch.start`,
 from the loop's thread), or from another thread that waits for its answers while the loop does the
 I/O (:meth:`MultiplexBatch.run` on a batch with a ``home`` loop). Without a loop, :meth:`run` drives
@@ -21,6 +21,7 @@ Each exchange is a ``flight.Flight`` taken a step at a time by a ``flight.Steppe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import selectors
@@ -91,7 +92,7 @@ class MultiplexBatch:
         self._retry_stale = retry_stale
         self._stepper = Stepper(pool, retry_stale=retry_stale)
         self._waiting: Optional[queue.SimpleQueue[Optional[Answer]]] = None
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake: Optional[tuple[socket.socket, socket.socket]] = None  # run in this thread only: its wake-up
         self._aborted = False
         self._loop: Optional[EventLoop] = None
         self._on_loop: Optional[_OnLoop] = None
@@ -111,10 +112,9 @@ class MultiplexBatch:
             else:
                 self._loop.call_soon(self._drop_all)
             return
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            return
+        if self._wake is not None:
+            with contextlib.suppress(OSError):
+                self._wake[1].send(b"x")
 
     def start(self, loop: EventLoop, on_answer: Callable[[Answer], None]) -> None:
         """Run on ``loop`` (call from its thread): send every request without blocking and return; call
@@ -122,8 +122,6 @@ class MultiplexBatch:
         (``status=None, timed_out=True``); nothing more after :meth:`abort`. Hosts must be IP addresses
         (a name lookup would block the loop): a name is answered with an error, not looked up.
         """
-        self._wake_r.close()
-        self._wake_w.close()
         self._loop, self._on_answer = loop, on_answer
         self._stepper = Stepper(self._pool, numeric_only=True, retry_stale=self._retry_stale)
         self._on_loop = watch = _OnLoop(loop, self._loop_step)
@@ -152,7 +150,8 @@ class MultiplexBatch:
             del self._flights[flight.index]
             if not self._flights and self._timer is not None:
                 self._timer.cancel()
-            self._on_answer(answer)
+            if not self._aborted:
+                self._on_answer(answer)
 
     def _expire(self) -> None:
         flights, self._flights = self._flights, {}
@@ -189,8 +188,9 @@ class MultiplexBatch:
         """:meth:`run` with the I/O in this thread."""
         selector = selectors.DefaultSelector()
         flights: dict[int, Flight] = {}
+        self._wake = wake_r, wake_w = socket.socketpair()
         try:
-            selector.register(self._wake_r, selectors.EVENT_READ, None)
+            selector.register(wake_r, selectors.EVENT_READ, None)
             for index, exchange in enumerate(self._exchanges):
                 flight = Flight(index, exchange, self._stepper.request(exchange))
                 answer = self._stepper.start(flight, selector)
@@ -219,8 +219,8 @@ class MultiplexBatch:
             for flight in flights.values():
                 self._stepper.drop(flight, selector)
             selector.close()
-            self._wake_r.close()
-            self._wake_w.close()
+            wake_r.close()
+            wake_w.close()
 
     def _run_on(self, loop: EventLoop, on_answer: Callable[[Answer], None]) -> None:
         """:meth:`run` with the I/O on ``loop``: the answers come back to this thread through a queue.
@@ -247,16 +247,25 @@ class MultiplexBatch:
             pending.discard(answer.index)
             on_answer(answer)
         if pending and not self._aborted:
+            stopped = not loop.serving()
             self.abort()
-            why = "the agent's event loop stopped" if not loop.serving() else "no answer before the deadline"
+            if loop.closed():  # nothing runs there any more: this thread closes the connections
+                self._drop_all()
+            why = "the agent's event loop stopped" if stopped else "no answer before the deadline"
             for index in sorted(pending):
-                on_answer(Answer(index, None, error=why, timed_out=loop.serving()))
+                on_answer(Answer(index, None, error=why, timed_out=not stopped))
 
     def _start_on(self, loop: EventLoop, waiting: queue.SimpleQueue[Optional[Answer]]) -> None:
         """On the loop: start, unless aborted meanwhile (an abort that came before the loop was set
         could not reach the flights, so they are dropped here)."""
-        if self._aborted:
+        if self._aborted or not loop.serving():
             return
-        self.start(loop, waiting.put)
+        try:
+            self.start(loop, waiting.put)
+        except Exception as exc:  # a bug: the waiting thread is told, not left to its deadline
+            self._drop_all()
+            for index in range(len(self._exchanges)):
+                waiting.put(Answer(index, None, error=f"internal: the exchange could not start: {exc!r}"))
+            raise
         if self._aborted:
             self._drop_all()

@@ -7,8 +7,8 @@ TCP handshake and no server thread start. Given the agent's event loop (:meth:`H
 the loop does every exchange's I/O beside the server's connections, and the thread that asked waits
 for the answer; without one (or for a host name, which the loop does not look up), that thread does it.
 ``TCP_NODELAY`` is set on every connection. A request is never sent twice, except once on a new
-connection when a kept-alive one turns out to have been closed by the peer while idle (nothing of it
-was processed).
+connection when a kept-alive one ends before any byte of the answer, the mark of a peer that closed it
+while idle (``flight.Stepper``'s ``retry_stale`` says when that can be otherwise).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class HttpTransport:
 
     @property
     def sent(self) -> int:
-        """Requests sent so far (each exchange counts once, when its first byte is written)."""
+        """Requests sent so far (counted when a request's first byte is written; a request sent again on a
+        new connection counts again)."""
         return self._pool.sent
 
     def exchange(self, exchange: Exchange, timeout: float) -> Answer:

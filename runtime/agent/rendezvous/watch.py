@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from runtime.agent.net.flight import numeric
 from runtime.agent.net.loop import EventLoop, Timer
 from runtime.agent.world import Node
 
@@ -52,9 +53,10 @@ class Watch:
         retry_after: seconds before a node whose connection failed is connected again (while it is still
             watched: its probe found it alive, or is under way).
         clock: monotonic clock, seconds (of a loop of the watch's own).
-        loop: the agent's event loop, looked up at the first :meth:`follow` (``None``, or a loop that does
-            not serve: the watch runs a loop of its own in one thread). On the agent's loop, nodes'
-            addresses must be IP addresses (a name lookup would block it; a name is left to heartbeats).
+        loop: the agent's event loop, looked up at the first :meth:`follow` (``None``, a loop that does not
+            serve, or nodes known by host name: the watch runs a loop of its own in one thread). On the
+            agent's loop, a node added later with a host name is not watched (a lookup would block the
+            loop): its heartbeats and probes find it.
     """
 
     def __init__(self, gone: Callable[[Node, str], None], retry_after: float,
@@ -84,7 +86,7 @@ class Watch:
             if self._loop is None:
                 if not wanted:
                     return
-                self._loop = self._take_loop()
+                self._loop = self._take_loop(wanted)
             loop = self._loop
         loop.call_soon(self._reconcile)
 
@@ -95,17 +97,18 @@ class Watch:
             loop, own = self._loop, self._own
         if loop is None:
             return
-        if not loop.serving():
-            self._drop_all()  # the loop is over: nothing else touches the connections
-            return
         loop.call_soon(self._drop_all)
         if own is not None:
             loop.call_soon(loop.stop)  # after the drop: posted work runs in order
             own.join(timeout=2.0)
+        if loop.closed():
+            self._drop_all()  # the loop may have ended before it took the drop: nothing else runs there now
 
-    def _take_loop(self) -> EventLoop:
+    def _take_loop(self, wanted: tuple[Node, ...]) -> EventLoop:
+        """The agent's loop, or (without one, or for nodes known by host name, which the agent's loop does not
+        look up) a loop of the watch's own in one thread."""
         home = self._home()
-        if home is not None and home.serving():
+        if home is not None and home.serving() and all(numeric(n.addr) for n in wanted):
             self._flags = socket.AI_NUMERICHOST
             return home
         own = EventLoop(self._clock)
@@ -204,9 +207,9 @@ class Watch:
     def _drop_all(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        for entry in self._watched.values():
+        watched, self._watched = self._watched, {}
+        for entry in watched.values():
             self._drop(entry)
-        self._watched.clear()
 
     def _drop(self, entry: _Watched) -> None:
         sock, entry.sock = entry.sock, None

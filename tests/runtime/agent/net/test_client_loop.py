@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.agent import contract
+from runtime.agent.net.flight import Stepper
 from runtime.agent.net.peer import Answer, Exchange
 from runtime.agent.net.server import AgentServer, Response
 from runtime.agent.net.transport import HttpTransport
@@ -234,4 +235,45 @@ def test_a_host_name_is_exchanged_by_the_thread_that_asks(server: AgentServer):
     transport = on_loop(server)
     exchange = Exchange("localhost", server.server_address[1], "GET", contract.ROUTE_HEALTHZ)
     assert transport.exchange(exchange, timeout=10).status == 200
+    transport.close()
+
+
+def test_a_loop_that_stops_closes_the_connections_of_exchanges_still_waiting():
+    """The agent stops while a heartbeat is held by its peer: the peer sees the connection end (it is not left
+    open, nor registered with a loop that is gone)."""
+    served = AgentServer(("127.0.0.1", 0), TOKEN, {}, max_body=contract.MAX_BODY_BYTES, job=JOB)
+    served.start()
+    transport = on_loop(served)
+    with socket.create_server(("127.0.0.1", 0)) as peer:
+        exchange = Exchange("127.0.0.1", peer.getsockname()[1], "PUT", contract.ROUTE_MEMBERS, b"{}")
+        beat = threading.Thread(target=lambda: transport.exchange(exchange, timeout=600))
+        beat.start()
+        peer.settimeout(10)
+        conn, _ = peer.accept()
+        conn.settimeout(10)
+        assert conn.recv(65536).startswith(b"PUT ")
+        served.stop()
+        beat.join(timeout=30)
+        assert conn.recv(1) == b"", "the waiting exchange's connection is closed"
+        conn.close()
+    transport.close()
+
+
+def test_an_exchange_that_cannot_start_on_the_loop_answers_its_thread_at_once(
+        server: AgentServer, monkeypatch: pytest.MonkeyPatch):
+    """A bug that makes a batch's start raise on the loop is printed there; the thread that waits is answered
+    with it instead of waiting out a deadline (none here)."""
+    def broken(*_args: object) -> None:
+        raise RuntimeError("broken start")
+
+    monkeypatch.setattr(Stepper, "start", broken)
+    transport = on_loop(server)
+    answers: list[Answer] = []
+    batch = transport.batch([Exchange("127.0.0.1", server.server_address[1], "GET", contract.ROUTE_HEALTHZ)])
+    waiter = threading.Thread(target=lambda: batch.run(answers.append))
+    waiter.start()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    [answer] = answers
+    assert answer.status is None and "broken start" in answer.error
     transport.close()

@@ -13,6 +13,7 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import TransportError, Unauthorized
 from runtime.agent.net.loop import EventLoop
+from runtime.agent.net.multiplex import MultiplexBatch
 from runtime.agent.net.peer import Exchange
 from runtime.agent.net.server import AgentServer, Request, Response
 from runtime.agent.net.transport import HttpTransport, encode, request_json
@@ -37,8 +38,9 @@ def server() -> Iterator[AgentServer]:
 
 
 @pytest.fixture(params=["in the thread that asks", "on an event loop"])
-def transport(request: pytest.FixtureRequest) -> Iterator[HttpTransport]:
-    """An ``HttpTransport`` doing its I/O in the calling thread, or on a running event loop (an agent's)."""
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpTransport]:
+    """An ``HttpTransport`` doing its I/O in the calling thread, or on a running event loop (an agent's): there
+    the calling thread's own I/O path fails the test if it is taken."""
     made = HttpTransport(TOKEN, job=JOB)
     loop = EventLoop()
     thread = threading.Thread(target=loop.run, args=(lambda: None,), daemon=True)
@@ -46,6 +48,12 @@ def transport(request: pytest.FixtureRequest) -> Iterator[HttpTransport]:
         thread.start()
         assert wait_until(loop.serving, timeout=10)
         made.use_loop(loop)
+
+        def in_this_thread(*_args: Any) -> None:
+            raise AssertionError("the exchange's I/O ran in the calling thread, not on the loop")
+
+        monkeypatch.setattr(HttpTransport, "_over", in_this_thread)
+        monkeypatch.setattr(MultiplexBatch, "_run_here", in_this_thread)
     yield made
     made.close()
     if thread.is_alive():

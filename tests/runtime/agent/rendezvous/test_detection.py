@@ -152,6 +152,8 @@ def test_the_watch_reports_a_connection_the_agent_closes_or_resets_and_one_refus
         watch.follow([local(1, closing.getsockname()[1]), local(2, resetting.getsockname()[1]),
                       local(3, refused_port)])
         assert gone.get(timeout=5.0) == (3, "its agent port refused a connection (Connection refused)")
+        watching = any(t.name == "watch" for t in threading.enumerate())
+        assert watching == (home() is None), "a thread of its own only without the agent's loop"
         first, _ = closing.accept()
         second, _ = resetting.accept()
         first.settimeout(0.3)
