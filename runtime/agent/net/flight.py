@@ -141,10 +141,7 @@ class Stepper:
         except (BlockingIOError, InterruptedError):
             return None
         except OSError as exc:
-            self.drop(flight, selector)
-            if self._stale(flight, exc):
-                return self._again(flight, selector)
-            return Answer(flight.index, None, error=f"sending to {self._peer(flight)} failed: {exc}")
+            return self._broken(flight, selector, exc, f"sending to {self._peer(flight)} failed: {exc}")
         flight.out = flight.out[sent:]
         if not flight.out:
             selector.modify(sock, selectors.EVENT_READ, flight)
@@ -159,15 +156,9 @@ class Stepper:
         except (BlockingIOError, InterruptedError):
             return None
         except OSError as exc:
-            self.drop(flight, selector)
-            if self._stale(flight, exc):
-                return self._again(flight, selector)
-            return Answer(flight.index, None, error=f"receiving from {self._peer(flight)} failed: {exc}")
+            return self._broken(flight, selector, exc, f"receiving from {self._peer(flight)} failed: {exc}")
         if not chunk:
-            self.drop(flight, selector)
-            if self._stale(flight, None):
-                return self._again(flight, selector)
-            return Answer(flight.index, None, error=f"{self._peer(flight)} closed the connection without answering")
+            return self._broken(flight, selector, None, f"{self._peer(flight)} closed the connection without answering")
         flight.inbuf += chunk
         return self._complete(flight, selector)
 
@@ -190,6 +181,14 @@ class Stepper:
             else:
                 sock.close()
         return decoded(flight.index, status, raw)
+
+    def _broken(self, flight: Flight, selector: Selector, exc: Optional[OSError], error: str) -> Optional[Answer]:
+        """``flight``'s connection failed (``exc``, or ``None`` for an end of stream): sent again on a new one
+        when it was stale, else answered with ``error``."""
+        self.drop(flight, selector)
+        if self._stale(flight, exc):
+            return self._again(flight, selector)
+        return Answer(flight.index, None, error=error)
 
     def _stale(self, flight: Flight, exc: Optional[OSError]) -> bool:
         """Whether a failure (``exc``, or ``None`` for an end of stream) is an idle kept-alive connection
