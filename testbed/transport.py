@@ -26,7 +26,7 @@ from runtime.agent.net.server import Request, Response, Routes
 from runtime.agent.spec.agent_http import UNAUTHORIZED, route
 from runtime.agent.world import Node
 
-CLOSED = "its agent closed the coordinator's connection to its agent port"
+CLOSED = "its agent closed the watch's connection to its agent port"
 """Why a :class:`FakeWatch` reports a node whose address stopped being served (``rendezvous.watch``'s words)."""
 REFUSED = "its agent port refused a connection (Connection refused)"
 """Why a :class:`FakeWatch` reports a node whose address is not served when it starts watching it."""

@@ -149,7 +149,7 @@ class Agent:
             actions=lambda decided: self._events.put(_Decided(tuple(decided))), arrived=self._events.put,
             counters=Counters(lambda: self._server.requests_served, lambda: self._pusher.sent,
                               lambda: self._service.stats() if self._service is not None else None), clock=clock,
-            subtree=self._subtree)
+            subtree=self._subtree, suspected=self._heartbeats.suspected)
         self._server = server((node.bind_address, node.agent_port), settings.token, {
             **routes.routes(), **(self._service.routes() if self._service is not None else batch_mode_routes())},
             max_body=contract.MAX_BODY_BYTES, job=settings.job, on_loop=routes.on_loop(), urgent=routes.urgent(),
@@ -212,9 +212,8 @@ class Agent:
     def _discover(self) -> Optional[tuple[str, int]]:
         """The coordinator of the world the other nodes run in, if they do (``discovery``): asked of the
         job's peers, or, when it names none, of the nodes of the last world this node held."""
-        node = self.settings.node
-        peers = peer_addresses(node.peers, self.settings.spec.max_nodes, node.agent_port) or list(
-            self.member.view.known)
+        node, spec = self.settings.node, self.settings.spec
+        peers = peer_addresses(node.peers, spec.max_nodes, node.agent_port) or list(self.member.view.known)
         return running_coordinator(peers, node.node_id, self._transport, self._resolver, self._clock)
 
     def _join_running_world(self) -> None:
@@ -227,9 +226,8 @@ class Agent:
     def _serve_why(self) -> None:
         """A failed service job's coordinator keeps answering for ``ENDED_LINGER`` seconds (or until a stop
         signal), so its clients learn why it ended (``JobEnded``, ``/info``) instead of finding nobody there."""
-        world = self.member.world
-        if self.settings.spec.mode != "service" or not self._coordination.active or world is None \
-                or world.status != FAILED:
+        world, spec = self.member.world, self.settings.spec
+        if spec.mode != "service" or not self._coordination.active or world is None or world.status != FAILED:
             return
         self.say(f"telling clients why the job ended for {ENDED_LINGER:g} s")
         deadline = self._clock() + ENDED_LINGER
@@ -254,7 +252,7 @@ class Agent:
                 if code is not None:
                     return code
             self._perform(self._coordination.decide(self._tick))
-            self._watch.follow(self._coordination.use(Coordinator.watched) or ())
+            self._watch.follow(self._coordination.use(Coordinator.watched) or self._heartbeats.children())
 
     def _tick(self, coordinator: Coordinator) -> list[act.CoordinatorAction]:
         """The coordinator's time-driven decisions, its own node's ranks noted first (``stragglers``)."""
@@ -314,9 +312,11 @@ class Agent:
             self._events.put(_Decided(tuple(decided)))
 
     def _suspect(self, node: Node, reason: str) -> None:
-        """A connection to ``node`` was refused, reset or ended by its side (a push, a call, the
-        coordinator's ``watch``): on the coordinator, probe it now rather than wait out its heartbeat
-        TTL (elsewhere its silence reaches the coordinator the usual way)."""
+        """A connection to ``node`` was refused, reset or ended by its side (a push, a call, the ``watch``): the
+        coordinator probes it now rather than wait out its heartbeat TTL; elsewhere it goes up with a beat sent
+        now (``suspicions``)."""
+        if not self._coordination.active:
+            self._heartbeats.suspected({node.node_id: reason})
         self._decide(lambda c: c.suspect(node.node_id, reason))
 
     def _delivered(self, node: Node, generation: int, now: float) -> None:

@@ -23,6 +23,8 @@ from runtime.agent.rendezvous.heartbeat import TO_COORDINATOR, UPSTREAM, Livenes
 from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.push import DECIDE_SHARE, DECIDED, RELAY, WITHIN, WorldPusher
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
+from runtime.agent.rendezvous.suspicions import SUSPECTS
+from runtime.agent.rendezvous.suspicions import parse as parse_suspects
 from runtime.agent.spec.agent_settings import AgentSettings
 from runtime.agent.spec.status import TERMINAL
 from runtime.agent.world import Failure, Node, World
@@ -60,14 +62,18 @@ class AgentRoutes:
         counters: the numbers ``/info`` reports.
         clock: monotonic clock, seconds.
         subtree: where a tree parent keeps its descendants' ranks for its next beat upward.
+        suspected: takes the suspects a tree child's beat carries (node id to why, ``suspicions``), on a tree
+            parent, to pass up with a beat sent now (the coordinator probes them instead).
     """
 
     def __init__(self, *, settings: AgentSettings, view: Callable[[], MemberView], coordination: Coordination,
                  children: Liveness, upstream: Callable[[float], float], pusher: WorldPusher,
                  actions: Callable[[list[CoordinatorAction]], None],
                  arrived: Callable[[Event], None], counters: Counters, clock: Callable[[], float],
-                 subtree: Optional[SubtreeRanks] = None) -> None:
+                 subtree: Optional[SubtreeRanks] = None,
+                 suspected: Callable[[dict[int, str]], None] = lambda _suspects: None) -> None:
         self._subtree = subtree or SubtreeRanks()
+        self._suspected = suspected
         self._settings = settings
         self._view = view
         self._coordination = coordination
@@ -144,6 +150,7 @@ class AgentRoutes:
             failure = Failure.from_json(body["failure"]) if body.get("failure") else None
             ages = {int(k): float(v) for k, v in (body.get("ages") or {}).items()}
             epoch = int(body.get("epoch", 1))
+            suspects = parse_suspects(body.get(SUSPECTS))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HttpError(400, f"bad membership body: {exc!r}") from None
         if state == "alive":
@@ -151,7 +158,7 @@ class AgentRoutes:
             subtree: dict[Any, Any] = forwarded if isinstance(forwarded, dict) else {}
             return self._beat(node.node_id, generation, ages, {node.node_id: body.get("ranks"), **{
                 int(k): v for k, v in subtree.items() if str(k).isdigit()}}, epoch,
-                to_coordinator=body.get(TO_COORDINATOR) is True)
+                to_coordinator=body.get(TO_COORDINATOR) is True, suspects=suspects)
         if not self._coordination.active:
             raise HttpError(404, "registration goes to the coordinator")
         message = str(body.get("message", ""))
@@ -167,14 +174,14 @@ class AgentRoutes:
         return Response(200, {"generation": world.generation if world else 0})
 
     def _beat(self, node_id: int, generation: int, ages: dict[int, float], ranks: dict[int, Any],
-              epoch: int, *, to_coordinator: bool) -> Response:
+              epoch: int, *, to_coordinator: bool, suspects: dict[int, str]) -> Response:
         """A child's heartbeat: record it (coordinator) or keep it for the next beat upward (parent);
         ``ranks`` (node id to its ranks: the child's own and those its subtree forwarded) are noted
         by the coordinator (their activity, ``stragglers``) or kept by the parent to forward. A beat
         sent ``to_coordinator`` that reaches a node not coordinating (one that stepped down) is
         refused with 404, so its sender counts the coordinator lost after a TTL as if it were silent
         (answering it would hide the loss from the fencing rule's voters). A parent decides the rest by
-        ``heartbeat.parent_answer``.
+        ``heartbeat.parent_answer``. The beat's ``suspects`` are probed now (coordinator) or passed up (parent).
 
         Raises:
             HttpError: 404 for a beat to the coordinator at a node that does not coordinate; 409 (and
@@ -193,6 +200,10 @@ class AgentRoutes:
                 world = self._coordination.use(beat)
             except MembershipRefused as exc:
                 raise HttpError(status_of(exc), str(exc)) from None
+            probes = self._coordination.decide(lambda c: [p for nid, why in suspects.items() for p in c.suspect(
+                nid, f"{why} (seen by node {node_id}, its tree parent or above)")]) if suspects else []
+            if probes:
+                self._actions(probes)
         else:
             if to_coordinator:
                 raise HttpError(404, f"node {self._settings.node.node_id} does not coordinate; a heartbeat to the "
@@ -202,6 +213,8 @@ class AgentRoutes:
             if answer.refused:
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
             if answer.keeps:
+                if suspects:
+                    self._suspected(suspects)
                 self._children.beat(node_id, now)
                 self._children.merge(ages, now)
                 for nid, entries in ranks.items():

@@ -227,6 +227,17 @@ class HeartbeatState:
         that beat to the coordinator). 0 while this node beats to nobody or has no world yet."""
         return max(0.0, now - self._reached) if self._toward is not None else 0.0
 
+    def children(self, world: World) -> tuple[Node, ...]:
+        """The nodes of ``world`` whose beats come to this node as their tree parent (none in a flat world, for
+        the root, or when this node is not in ``world`` or it does not run)."""
+        if world.status != RUNNING or not world.has(self._node_id):
+            return ()
+        tree = layout(len(world.nodes), width=self._width, threshold=self._threshold)
+        position = world.node_rank_of(self._node_id)
+        if tree.parent(position) is None:
+            return ()
+        return tuple(world.nodes[child] for child in tree.children(position))
+
     def delay(self) -> float:
         """Seconds to wait before asking :meth:`next` (a new world wakes the thread sooner)."""
         return self._interval or self.timing.interval

@@ -8,7 +8,7 @@ library only.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from runtime.agent import contract
 from runtime.agent.net.peer import Exchange, PeerTransport
@@ -17,7 +17,8 @@ from runtime.agent.rendezvous.events import Event
 from runtime.agent.rendezvous.heartbeat import TO_COORDINATOR, UPSTREAM, Beat, BeatEffects, HeartbeatState, Liveness
 from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
-from runtime.agent.world import World
+from runtime.agent.rendezvous.suspicions import SUSPECTS, Suspicions
+from runtime.agent.world import Node, World
 
 
 class Heartbeats:
@@ -34,7 +35,7 @@ class Heartbeats:
         say: writes one line to the agent's log.
         clock: monotonic clock, seconds.
         stopping: set when the agent stops.
-        wake: set to beat now (a new world arrived).
+        wake: set to beat now (a new world arrived, a suspect to pass up).
         activity: this node's ranks, ``(rank, exit code or None, seconds silent)`` each, sent with
             every beat (``stragglers``).
         subtree: what this node's tree children said of their subtrees' ranks, forwarded with its beats.
@@ -58,6 +59,7 @@ class Heartbeats:
         self._clock = clock
         self._stopping = stopping
         self._wake = wake
+        self._suspicions = Suspicions()
         self._activity = activity
         self._subtree = subtree or SubtreeRanks()
         self._wait = wait
@@ -67,6 +69,18 @@ class Heartbeats:
         thread = threading.Thread(target=self.run, name="heartbeat", daemon=True)
         thread.start()
         return thread
+
+    def suspected(self, suspects: Mapping[int, str]) -> None:
+        """Pass ``suspects`` (node id to why: ``suspicions``) up with a beat sent now: this node's own, or its tree
+        children's."""
+        self._suspicions.merge(suspects)
+        self._wake.set()
+
+    def children(self) -> tuple[Node, ...]:
+        """The nodes that beat to this node as their tree parent in its running world (none when it beats to
+        nobody's children: not in a tree, or coordinating, whose watch is the coordinator's)."""
+        view = self._view()
+        return () if view.coordinating or view.world is None else self._state.children(view.world)
 
     def run(self) -> None:
         """Beat until the agent stops. Never raises."""
@@ -80,7 +94,7 @@ class Heartbeats:
             if beat is not None:
                 self._handle(self._send(beat, view), view.world)
 
-    def _send(self, beat: Beat, view: MemberView) -> tuple[Beat, Exchange, Any]:
+    def _send(self, beat: Beat, view: MemberView) -> tuple[Beat, Exchange, Any, dict[int, str]]:
         host, port = (beat.parent.addr, beat.parent.port) if beat.parent is not None else view.coordinator
         world = view.world
         now = self._clock()
@@ -92,11 +106,16 @@ class Heartbeats:
         body["ranks"] = [[rank, code, round(silent, 3)] for rank, code, silent in self._activity()]
         if beat.ages and world is not None:
             body["subtree_ranks"] = self._subtree.forward(now, world.has)
+        suspects = self._suspicions.take()
+        if suspects:
+            body[SUSPECTS] = {str(k): v for k, v in suspects.items()}
         exchange = Exchange(host, port, "PUT", contract.ROUTE_MEMBERS, encode(body))
-        return beat, exchange, self._transport.exchange(exchange, self._state.timing.cap)
+        return beat, exchange, self._transport.exchange(exchange, self._state.timing.cap), suspects
 
-    def _handle(self, sent: tuple[Beat, Exchange, Any], world: Optional[World]) -> None:
-        beat, exchange, answer = sent
+    def _handle(self, sent: tuple[Beat, Exchange, Any, dict[int, str]], world: Optional[World]) -> None:
+        beat, exchange, answer, suspects = sent
+        if not answer.ok:
+            self._suspicions.merge(suspects)  # for the next beat, wherever it goes
         if answer.membership_refused:
             effects = self._state.refused(beat, answer.problem)
         elif not answer.ok:

@@ -1,15 +1,18 @@
-"""The coordinator's watch on its direct reporters' agent ports: a killed agent is noticed at once.
+"""A watch on agent ports: the coordinator's on its direct reporters, a tree parent's on its children. A killed
+agent is noticed at once.
 
 A node's heartbeats say it is alive only every beat cap, so silence alone needs about two TTL
 thirds to suspect a node (``coordinator.Coordinator.tick``). A killed agent says more, and at once:
 its kernel closes its sockets, so a connection to its agent port ends (end of stream or a reset),
 and a new one is refused. :class:`Watch` holds one idle TCP connection to the agent port of each
-node :meth:`Coordinator.watched` names (those whose heartbeats come to the coordinator directly) and
-watches them all on the agent's event loop (``net.loop.EventLoop``, beside its server's connections;
-on a loop of its own, one thread, when it has none); a connection that ends, is reset or is refused
-reports the node to ``gone``, which has the coordinator probe it now (``Coordinator.suspect``). The
-probe confirms the loss (``POST /probe`` refused: the agent is gone; answered: it is alive, only its
-connection ended), so no node is lost on this signal alone and the fencing rules (``lease``) hold.
+node it follows (the coordinator: those :meth:`Coordinator.watched` names, whose heartbeats come to it
+directly; a tree parent: its tree children, ``Heartbeats.children``) and watches them all on the
+agent's event loop (``net.loop.EventLoop``, beside its server's connections; on a loop of its own,
+one thread, when it has none); a connection that ends, is reset or is refused reports the node to
+``gone``: the coordinator probes it now (``Coordinator.suspect``), a tree parent passes the suspicion
+up with a beat sent at once (``suspicions``). The probe confirms the loss (``POST /probe`` refused:
+the agent is gone; answered: it is alive, only its connection ended), so no node is lost on this
+signal alone and the fencing rules (``lease``) hold.
 
 Nothing is ever sent on a watch connection: it costs the watched agent's server one idle
 connection and no request (its ``requests_served`` is unchanged). A SIGSTOPped agent's kernel keeps
@@ -189,7 +192,7 @@ class Watch:
             return
         if not data:
             self._drop(entry)
-            self._lost(entry, "its agent closed the coordinator's connection to its agent port")
+            self._lost(entry, "its agent closed the watch's connection to its agent port")
             self._arm()
         # Bytes on a connection nothing was asked on (a server's notice before it closes it): read,
         # and keep watching for the end.

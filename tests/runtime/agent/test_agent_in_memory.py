@@ -83,7 +83,7 @@ def test_a_killed_node_is_found_by_the_watch_and_the_survivors_continue_smaller(
     assert all(s["removed"] == ["10.0.0.2"] and s["world_size"] == 2 for s in told(job, 2))
     assert job.world(0) == job.world(1) == (2, 2, [0, 1])
     [loss] = [line for line in job.log(0).splitlines() if "generation 2: 2 node(s)" in line]
-    assert re.search(r"node 2 \(10\.0\.0\.2\): its agent closed the coordinator's connection to its agent port.*"
+    assert re.search(r"node 2 \(10\.0\.0\.2\): its agent closed the watch's connection to its agent port.*"
                      r", and a direct probe failed", loss), loss
     assert "sent no heartbeat" not in job.log(0)
     assert job.members()["generation"] == 2 and members(job) == [0, 1]

@@ -12,15 +12,18 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.agent.net.server import Request
+from runtime.agent.rendezvous.actions import Probe
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.coordinator_lock import Coordination
 from runtime.agent.rendezvous.election import Verdict
 from runtime.agent.rendezvous.events import Event, Probed
 from runtime.agent.rendezvous.forming import LAST_CALL
-from runtime.agent.rendezvous.heartbeat import Liveness
+from runtime.agent.rendezvous.heartbeat import HeartbeatState, HeartbeatTiming, Liveness
 from runtime.agent.rendezvous.nodestate import MemberView
 from runtime.agent.rendezvous.push import WorldPusher
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
+from runtime.agent.rendezvous.suspicions import MAX_REASON, Suspicions
+from runtime.agent.rendezvous.suspicions import parse as parse_suspects
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.world import Node, World
 from testbed.settings import agent_settings
@@ -34,7 +37,8 @@ def node_body(node_id: int, state: str = "joining", **extra: object) -> dict:
 
 
 def routes(coordinating: bool, world: World | None = None, node_id: int = 0, elastic: bool = True,
-           subtree: SubtreeRanks | None = None, upstream: float = 0.0, loop: Callable[[Event], None] | None = None):
+           subtree: SubtreeRanks | None = None, upstream: float = 0.0, loop: Callable[[Event], None] | None = None,
+           suspected: Callable[[dict[int, str]], None] = lambda _s: None):
     bounds = {"min_workers": 1, "max_workers": 2, "quorum_workers": 1} if elastic else {}
     settings = agent_settings(job_name="j", node_id=node_id, workers=2, **bounds)
     coordination = Coordination(Coordinator(settings, 0.0) if coordinating else None)
@@ -47,7 +51,7 @@ def routes(coordinating: bool, world: World | None = None, node_id: int = 0, ela
                         upstream=lambda _now: upstream, pusher=pusher, actions=decided.extend,
                         arrived=loop or arrived.append,
                         counters=Counters(lambda: 7, lambda: pusher.sent, lambda: None), clock=lambda: 1.0,
-                        subtree=subtree)
+                        subtree=subtree, suspected=suspected)
     return agent, coordination, decided, arrived, children
 
 
@@ -231,3 +235,49 @@ def test_a_probe_is_answered_with_what_the_nodes_loop_decided_and_one_it_did_not
         with pytest.raises(HttpError) as info:
             busy.probe(Request("POST", contract.ROUTE_PROBE, bad, "peer"))
         assert info.value.status == 400 and "bad probe" in str(info.value)
+
+
+def test_suspects_in_a_beat_are_probed_by_the_coordinator_and_passed_up_by_a_parent():
+    """A tree parent's beat names a child whose agent port said its agent is gone: the coordinator probes it at
+    once, naming who saw it (the probe decides); a parent below the coordinator passes the suspicion up
+    instead; a malformed one is refused at the boundary."""
+    coordinator, coordination, decided, _, _ = routes(coordinating=True)
+    put(coordinator, node_body(0))
+    put(coordinator, node_body(1))
+    coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    decided.clear()
+    put(coordinator, node_body(0, state="alive", generation=1, to_coordinator=True,
+                               suspects={"1": "its agent closed the watch's connection to its agent port"}))
+    [probe] = [a for a in decided if isinstance(a, Probe)]
+    assert probe.node.node_id == 1 and "(seen by node 0, its tree parent or above)" in probe.reason
+    world = World(job="j", generation=3, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, "10.0.0.0", 32300, 1), Node(1, "10.0.0.1", 32300, 1)))
+    passed: list[dict[int, str]] = []
+    parent, _, parent_decided, _, _ = routes(coordinating=False, world=world, node_id=0, suspected=passed.append)
+    put(parent, node_body(1, state="alive", generation=3, suspects={"7": "refused"}))
+    assert passed == [{7: "refused"}] and parent_decided == []
+    for bad in ({"x": "why"}, {"7": 5}, ["7"]):
+        with pytest.raises(HttpError) as info:
+            put(parent, node_body(1, state="alive", generation=3, suspects=bad))
+        assert info.value.status == 400 and "suspects must map node ids to reasons" in str(info.value)
+
+
+def test_suspicions_keep_the_first_reason_until_taken():
+    held = Suspicions()
+    held.merge({3: "refused"})
+    held.merge({3: "reset", 4: "x" * (MAX_REASON + 50)})
+    taken = held.take()
+    assert taken[3] == "refused" and len(taken[4]) == MAX_REASON
+    assert held.take() == {}
+    assert parse_suspects(None) == {} and parse_suspects({"2": "why"}) == {2: "why"}
+
+
+def test_a_tree_parent_watches_the_nodes_that_beat_to_it_and_the_root_and_a_flat_world_none():
+    nodes = tuple(Node(i, f"10.0.0.{i}", 32300, 1) for i in range(6))
+    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500, nodes=nodes)
+    timing = HeartbeatTiming(1.0, 4.0)
+    parent = HeartbeatState(timing, 1, width=2, threshold=1, now=0.0)
+    assert [n.node_id for n in parent.children(world)] == [2, 3]
+    assert HeartbeatState(timing, 0, width=2, threshold=1, now=0.0).children(world) == ()
+    assert HeartbeatState(timing, 1, width=2, threshold=100, now=0.0).children(world) == ()
+    assert HeartbeatState(timing, 9, width=2, threshold=1, now=0.0).children(world) == ()

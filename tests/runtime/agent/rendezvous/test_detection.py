@@ -106,7 +106,7 @@ def test_the_coordinator_watches_the_nodes_that_beat_to_it_directly():
 
 def test_a_refused_suspect_is_probed_at_once_with_the_full_probe_timeout():
     c = coordinator(min_workers=2)
-    [probe] = c.suspect(2, "node 2 (10.0.0.2): its agent closed the coordinator's connection to its agent port")
+    [probe] = c.suspect(2, "node 2 (10.0.0.2): its agent closed the watch's connection to its agent port")
     assert probe.timeout is None and "closed" in probe.reason
     [push] = [a for a in c.probed(probe, False, "refused", 0.2) if isinstance(a, Push)]
     assert [n.node_id for n in push.world.nodes] == [0, 1]
@@ -160,7 +160,7 @@ def test_the_watch_reports_a_connection_the_agent_closes_or_resets_and_one_refus
         with pytest.raises(TimeoutError):
             first.recv(1)  # nothing is ever sent on a watch connection
         first.close()
-        assert gone.get(timeout=5.0) == (1, "its agent closed the coordinator's connection to its agent port")
+        assert gone.get(timeout=5.0) == (1, "its agent closed the watch's connection to its agent port")
         second.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         second.close()  # a reset, as from a killed process with unread data
         node_id, why = gone.get(timeout=5.0)
@@ -206,7 +206,7 @@ def test_on_the_agents_loop_the_watch_takes_no_thread_and_tries_a_lost_node_agai
         assert wait_until(lambda: loop.watching() == 50, timeout=10)
         assert threading.active_count() == threads
         accepted[7].close()
-        assert gone.get(timeout=5.0) == (7, "its agent closed the coordinator's connection to its agent port")
+        assert gone.get(timeout=5.0) == (7, "its agent closed the watch's connection to its agent port")
         again, _ = servers[7].accept()  # within the listener's 5 s timeout: the retry came
         again.close()
         for conn in accepted:

@@ -117,7 +117,7 @@ def test_killed_node_is_detected_and_survivors_continue(tmp_path: Path, recorder
         assert all(e["removed"] == ["127.0.0.12"] for e in told)
         lines = job.log(0).splitlines()
         [loss] = [i for i, line in enumerate(lines) if f"generation {after}: 2 node(s)" in line]
-        assert re.search(r"node 2 \(127\.0\.0\.12\): its agent (closed the coordinator's connection to its agent "
+        assert re.search(r"node 2 \(127\.0\.0\.12\): its agent (closed the watch's connection to its agent "
                          r"port|port refused a connection|port's connection was reset).*, and a direct probe failed",
                          lines[loss]), lines[loss]
         assert not any("node 2 (127.0.0.12) sent no heartbeat" in line for line in lines[:loss]), job.log(0)

@@ -291,7 +291,7 @@ def test_after_its_own_stall_a_refused_probe_sent_before_its_first_tick_loses_no
     0 announced "job failed" for a job its successor had finished."""
     c, resumed = elastic_coordinator(), 0.5 + 3 * TTL
     resume_after_a_stall(c, 0.5, resumed)
-    [probe] = c.suspect(2, "its agent closed the coordinator's connection to its agent port")
+    [probe] = c.suspect(2, "its agent closed the watch's connection to its agent port")
     assert c.probed(probe, False, "connection refused", resumed + 0.01) == []
     assert c.world is not None and c.world.generation == 3 and len(c.world.nodes) == 3
     probes = c.tick(resumed + 0.02)

@@ -20,6 +20,7 @@ from runtime.agent.rendezvous.member import MemberView
 from runtime.agent.rendezvous.registration import Registration
 from runtime.agent.world import Node, World
 from testbed.transport import FakeNetwork, FakeTransport
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -155,3 +156,38 @@ def test_a_beat_the_coordinator_refuses_tells_the_node_it_was_removed():
     finally:
         stopping.set()
     assert isinstance(event, Removed) and "register again" in event.reason
+
+
+def test_a_suspect_goes_up_with_the_next_beat_and_again_after_a_failed_one():
+    """A tree child's agent port said its agent is gone: the node beats at once with ``suspects``; a beat that
+    fails (the coordinator answered 503) keeps them for the next one, and one answered carries them no more."""
+    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
+                  coordinator=(0, *COORDINATOR))
+    network = FakeNetwork()
+    answers = iter([HttpError(503, "busy")])
+
+    def answer(_body: object) -> Response:
+        failure = next(answers, None)
+        if failure is not None:
+            raise failure
+        return Response(200, {"generation": 1})
+
+    received = coordinator(network, answer)
+    stopping, wake = threading.Event(), threading.Event()
+    state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, width=50, threshold=100, now=0.0,
+                           jitter=lambda: 0.0)
+    view = MemberView(world, COORDINATOR, registered=True, coordinating=False)
+    beats = Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
+                       transport=FakeTransport(network, TOKEN), view=lambda: view, children=Liveness(),
+                       deliver=lambda _e: None, say=lambda _line: None, clock=lambda: 0.0, stopping=stopping,
+                       wake=wake)
+    beats.suspected({2: "its agent port refused a connection"})
+    beats.start()
+    try:
+        assert wait_until(lambda: len(received) >= 3, timeout=10)
+    finally:
+        stopping.set()
+        wake.set()
+    carried = [json.loads(json.dumps(body)).get("suspects") for body in received[:3]]
+    assert carried == [{"2": "its agent port refused a connection"}] * 2 + [None]
