@@ -178,10 +178,10 @@ class Coordinator:
         port's connection ended: ``watch``): probe it now; the probe decides (:meth:`probed`).
 
         Returns:
-            A :class:`Probe`, or nothing if the node is not in the world or is being probed already.
+            A :class:`Probe`, or nothing for a node not in the world, probed already, or this coordinator's own.
         """
-        world = self.world
-        if world is None or world.status != RUNNING or not world.has(node_id) or node_id in self._probing:
+        world, busy = self.world, {*self._probing, self._s.node.node_id}  # a tree parent may watch the coordinator
+        if world is None or world.status != RUNNING or not world.has(node_id) or node_id in busy:
             return []
         return [self._probe(world, world.nodes[world.node_rank_of(node_id)], reason)]
 

@@ -228,15 +228,16 @@ class HeartbeatState:
         return max(0.0, now - self._reached) if self._toward is not None else 0.0
 
     def children(self, world: World) -> tuple[Node, ...]:
-        """The nodes of ``world`` whose beats come to this node as their tree parent (none in a flat world, for
-        the root, or when this node is not in ``world`` or it does not run)."""
-        if world.status != RUNNING or not world.has(self._node_id):
+        """The nodes of ``world`` whose beats come to this node as their tree parent: none in a flat world, when
+        this node coordinates (its children beat to it as the coordinator), or when it is not in ``world`` or
+        that does not run. The coordinator, which beats to nobody, is never one (it may sit below this node
+        when it is not at the root: an elastic job's node 0 that came back)."""
+        if world.status != RUNNING or not world.has(self._node_id) or world.coordinator[0] == self._node_id:
             return ()
         tree = layout(len(world.nodes), width=self._width, threshold=self._threshold)
         position = world.node_rank_of(self._node_id)
-        if tree.parent(position) is None:
-            return ()
-        return tuple(world.nodes[child] for child in tree.children(position))
+        return tuple(world.nodes[c] for c in tree.children(position)
+                     if world.nodes[c].node_id != world.coordinator[0] and not reports_to_coordinator(world, c, tree))
 
     def delay(self) -> float:
         """Seconds to wait before asking :meth:`next` (a new world wakes the thread sooner)."""

@@ -52,4 +52,10 @@ def parse(value: object) -> dict[int, str]:
     if not isinstance(value, dict) or not all(isinstance(k, str) and k.isdigit() and isinstance(v, str)
                                               for k, v in value.items()):
         raise ValueError(f"{SUSPECTS} must map node ids to reasons")
-    return {int(k): v[:MAX_REASON] for k, v in value.items()}
+    return {int(k): _printable(v) for k, v in value.items()}
+
+
+def _printable(reason: str) -> str:
+    """``reason`` cut to :data:`MAX_REASON` characters, each control character a space (it goes into the
+    coordinator's log and a world's message: one line, forged by nobody)."""
+    return "".join(c if c.isprintable() else " " for c in reason[:MAX_REASON])

@@ -272,12 +272,33 @@ def test_suspicions_keep_the_first_reason_until_taken():
     assert parse_suspects(None) == {} and parse_suspects({"2": "why"}) == {2: "why"}
 
 
-def test_a_tree_parent_watches_the_nodes_that_beat_to_it_and_the_root_and_a_flat_world_none():
+def test_a_tree_parent_watches_the_nodes_that_beat_to_it_and_the_coordinator_and_a_flat_world_none():
     nodes = tuple(Node(i, f"10.0.0.{i}", 32300, 1) for i in range(6))
     world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500, nodes=nodes)
     timing = HeartbeatTiming(1.0, 4.0)
-    parent = HeartbeatState(timing, 1, width=2, threshold=1, now=0.0)
-    assert [n.node_id for n in parent.children(world)] == [2, 3]
-    assert HeartbeatState(timing, 0, width=2, threshold=1, now=0.0).children(world) == ()
-    assert HeartbeatState(timing, 1, width=2, threshold=100, now=0.0).children(world) == ()
-    assert HeartbeatState(timing, 9, width=2, threshold=1, now=0.0).children(world) == ()
+
+    def watched(node_id: int, of: World = world, threshold: int = 1) -> list[int]:
+        return [n.node_id for n in HeartbeatState(timing, node_id, width=2, threshold=threshold,
+                                                  now=0.0).children(of)]
+
+    assert watched(1) == [2, 3] and watched(4) == [5]
+    assert watched(0) == [] and watched(1, threshold=100) == [] and watched(9) == []
+    moved = World.from_json({**world.to_json(), "coordinator": [1, "10.0.0.1", 32300]})
+    assert watched(0, moved) == [4], "node 0 back under node 1: its child 4 beats to it; node 1 coordinates"
+    assert watched(1, moved) == []
+
+
+def test_a_coordinator_never_probes_itself_on_a_suspicion():
+    """With the coordinator below a tree parent (not at the root), the parent watches its port and may suspect it."""
+    coordinator, coordination, decided, _, _ = routes(coordinating=True)
+    put(coordinator, node_body(0))
+    put(coordinator, node_body(1))
+    coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    decided.clear()
+    put(coordinator, node_body(1, state="alive", generation=1, to_coordinator=True, suspects={"0": "reset"}))
+    assert [a for a in decided if isinstance(a, Probe)] == []
+
+
+def test_a_suspects_reason_is_one_printable_line():
+    assert parse_suspects({"3": "closed\n[trainplane node 0] forged\x1b[31m"}) == {
+        3: "closed [trainplane node 0] forged [31m"}
