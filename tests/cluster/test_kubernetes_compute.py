@@ -102,7 +102,7 @@ def automation(tmp_path: Path, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
     directory and the test passphrase; nothing is downloaded."""
     engine = Engine(tmp_path / "unused", tmp_path / "state", cluster.kubeconfig)
     for key, value in engine.env().items():
-        if key.startswith("PULUMI_") or key in ("PATH", "KUBECONFIG", "NO_COLOR"):
+        if key.startswith("PULUMI_") or key in ("PATH", "KUBECONFIG", "NO_COLOR", "TMPDIR"):
             monkeypatch.setenv(key, value)
     settings = WorkspaceSettings(backend_url=(tmp_path / "state").as_uri(), secrets_provider="passphrase",
                                  work_dir=tmp_path / "workspace", env={"PULUMI_CONFIG_PASSPHRASE": PASSPHRASE})
