@@ -13,13 +13,13 @@ library only.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
 from runtime.agent import contract
 from runtime.agent.errors import CallTimeout, NodeFailed, TrainplaneError
+from runtime.agent.net.flight import numeric
 from runtime.agent.net.loop import Timer
 from runtime.agent.net.messages import Response
 from runtime.agent.net.peer import Answer, Batch, Exchange, PeerTransport
@@ -294,9 +294,4 @@ def exec_response(outcome: Outcome) -> Response:
 
 def by_address(world: World, plan: Plan) -> bool:
     """Whether every child of ``plan`` has an IP address (reached without a name lookup)."""
-    try:
-        for subtree in plan.subtrees:
-            ipaddress.ip_address(world.nodes[subtree[0]].addr)
-    except ValueError:
-        return False
-    return True
+    return all(numeric(world.nodes[subtree[0]].addr) for subtree in plan.subtrees)
