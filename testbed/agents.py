@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runtime.agent.errors import TransportError
 from runtime.agent.net.transport import request_json
 from runtime.local.launch_plan import free_port
 
@@ -76,8 +77,24 @@ class AgentCluster:
         return (self.tmp_path / f"agent-{node_id}.log").read_text()
 
     def members(self) -> dict[str, Any]:
-        """The coordinator's membership snapshot."""
-        return request_json("127.0.0.10", self.port, "GET", "/members", self.token, job=self.job)
+        """The coordinator's membership snapshot.
+
+        Raises:
+            TransportError: as ``request_json``; when no response came, the message adds each agent's exit code
+                (``None``: running) and every agent's log, which a test asking in a ``wait_until`` would
+                otherwise lose.
+        """
+        try:
+            return request_json("127.0.0.10", self.port, "GET", "/members", self.token, job=self.job)
+        except TransportError as error:
+            if error.status is not None:
+                raise
+            raise TransportError(f"{error}\n{self.account()}") from error
+
+    def account(self) -> str:
+        """Each agent's exit code (``None``: still running) and log."""
+        codes = {node_id: agent.poll() for node_id, agent in self.agents.items()}
+        return "\n".join(f"--- agent {i} (exit code {code}) ---\n{self.log(i)}" for i, code in codes.items())
 
     def children(self, node_id: int) -> list[int]:
         """Pids of the user processes of a node's agent."""
