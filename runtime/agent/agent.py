@@ -1,16 +1,14 @@
 """The agent: one per node (pod), a thin executor of what ``Member`` and ``Coordinator`` decide.
 
 All state changes happen on the main thread, which consumes one queue: events for this node's
-``rendezvous.member.Member`` (worlds, process exits, signals, heartbeat outcomes, what registration
-and discovery found: ``CoordinatorFound``, ``Registered``) and the actions
-of its coordinator, if it holds the role (decided under ``rendezvous.coordinator_lock``'s lock in HTTP
-handler, probe and push threads). The agent performs the actions: its processes
-(``execution.generation``), registration, heartbeats, world pushes, probes and the coordinator's
-watch on its direct reporters' agent ports (``membership``), and
-reports, which go to the coordinator over the peer transport or, on the coordinator itself, to
-``Coordinator`` directly. ``Member`` is the one writer of the node's state; helper threads
-(registration, heartbeats, reports, routes) read its immutable ``MemberView`` and only send and
-enqueue, so a heartbeat failure can never touch training. Standard library only.
+``rendezvous.member.Member`` (worlds, process exits, signals, heartbeat outcomes, what registration and discovery
+found: ``CoordinatorFound``, ``Registered``) and the actions of its coordinator, if it holds the role (decided under
+``rendezvous.coordinator_lock``'s lock in HTTP handler, probe and push threads). The agent performs the actions: its
+processes (``execution.generation``), registration, heartbeats, world pushes, probes and the watch on agent ports of
+the nodes that beat to it (``rendezvous.watch``), and reports, which go to the coordinator over the peer transport
+or, on the coordinator itself, to ``Coordinator`` directly. ``Member`` is the one writer of the node's state; helper
+threads (registration, heartbeats, reports, routes) read its immutable ``MemberView`` and only send and enqueue, so a
+heartbeat failure can never touch training. Standard library only.
 """
 
 from __future__ import annotations
@@ -118,7 +116,7 @@ class Agent:
         self._children, self._subtree = Liveness(), SubtreeRanks()
         self._service = service_node(
             settings, world=lambda: self.member.view.world, say=self.say, clock=clock, transport=transport,
-            on_unreachable=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a call"),
+            on_unreachable=lambda n: self._suspect({n.node_id: f"node {n.node_id} ({n.addr}) refused a call"}),
         ) if spec.mode == "service" else None
         self._processes = NodeProcesses(
             settings=settings, spawner=spawner, say=self.say, on_exit=lambda e: self._events.put(ProcessExited(e)),
@@ -126,9 +124,9 @@ class Agent:
         self._pusher = WorldPusher(
             node_id=node.node_id, transport=self._transport, width=spec.tree_fanout, threshold=spec.tree_threshold,
             ttl=timing.ttl, clock=clock, say=self.say, delivered=self._delivered,
-            refused=lambda n: self._suspect(n, f"node {n.node_id} ({n.addr}) refused a world push"))
-        self._watch = self._transport.watch(lambda n, why: self._suspect(n, f"node {n.node_id} ({n.addr}): {why}"),
-                                            retry_after=timing.cap)
+            refused=lambda n: self._suspect({n.node_id: f"node {n.node_id} ({n.addr}) refused a world push"}))
+        self._watch = self._transport.watch(
+            lambda n, why: self._suspect({n.node_id: f"node {n.node_id} ({n.addr}): {why}"}), retry_after=timing.cap)
         self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason, epoch, addr: (
             self._decide(lambda c: c.probed(probe, alive, reason, self._clock(), epoch, addr))), wait=wait)
         self._resolver = resolver or Resolver(settings.plumbing.resolve)
@@ -142,7 +140,8 @@ class Agent:
         self._heartbeats = Heartbeats(
             state=beats, member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
             children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
-            wake=self._wake, activity=self._processes.activity, subtree=self._subtree, wait=wait)
+            wake=self._wake, activity=self._processes.activity, subtree=self._subtree, wait=wait,
+            handover=self._suspect)
         routes = AgentRoutes(
             settings=settings, view=lambda: self.member.view, coordination=self._coordination,
             children=self._children, upstream=beats.upstream_age, pusher=self._pusher,
@@ -305,19 +304,19 @@ class Agent:
                 self._prober.probe(action)
 
     def _decide(self, decision: Callable[[Coordinator], list[act.CoordinatorAction]]) -> None:
-        """A coordinator decision from a background thread: taken under the lock (only on the
-        coordinator), its actions for the loop."""
+        """A coordinator decision from a background thread: taken under the lock (only on the coordinator)."""
         decided = self._coordination.decide(decision)
         if decided:
             self._events.put(_Decided(tuple(decided)))
 
-    def _suspect(self, node: Node, reason: str) -> None:
-        """A connection to ``node`` was refused, reset or ended by its side (a push, a call, the ``watch``): the
-        coordinator probes it now rather than wait out its heartbeat TTL; elsewhere it goes up with a beat sent
-        now (``suspicions``)."""
-        if not self._coordination.active:
-            self._heartbeats.suspected({node.node_id: reason})
-        self._decide(lambda c: c.suspect(node.node_id, reason))
+    def _suspect(self, suspects: dict[int, str]) -> None:
+        """Connections to these nodes (node id to why) were refused, reset or ended by their side (a push, a call, the
+        ``watch``): the coordinator probes them now; elsewhere they go up with a beat sent now (``suspicions``)."""
+        decided = self._coordination.attempt(lambda c: [p for i, why in suspects.items() for p in c.suspect(i, why)])
+        if decided is None:
+            self._heartbeats.suspected(suspects)
+        elif decided:
+            self._events.put(_Decided(tuple(decided)))
 
     def _delivered(self, node: Node, generation: int, now: float) -> None:
         """``node`` accepted a world: proof of life, forwarded with this node's next beat (and, on the

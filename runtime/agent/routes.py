@@ -212,9 +212,9 @@ class AgentRoutes:
             answer = parent_answer(world, node_id, generation, epoch, self._view().epoch)
             if answer.refused:
                 raise HttpError(409, f"node {node_id} is not in this node's world; register again")
+            if suspects:  # whatever the beat counts for: the coordinator's probe decides
+                self._suspected(suspects)
             if answer.keeps:
-                if suspects:
-                    self._suspected(suspects)
                 self._children.beat(node_id, now)
                 self._children.merge(ages, now)
                 for nid, entries in ranks.items():

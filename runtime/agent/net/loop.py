@@ -41,7 +41,8 @@ class Timer:
 
 
 class EventLoop:
-    """A ``selectors`` loop run by one thread (:meth:`run`), fed from any thread (:meth:`call_soon`).
+    """A ``selectors`` loop run by one thread (:meth:`run`), fed from any thread (:meth:`call_soon`). What a
+    callback raises (posted, timed, or a watched socket's) is a bug: printed, and the loop serves on.
 
     Args:
         clock: monotonic clock, seconds (timers).
@@ -127,8 +128,11 @@ class EventLoop:
                 for key, mask in self._selector.select(self._timeout()):
                     if key.data is None:
                         self._drain_wake()
-                    else:
+                        continue
+                    try:
                         key.data(mask)
+                    except Exception:  # a watcher's bug, printed: the loop serves on (as _guarded)
+                        traceback.print_exc()
                 self._run_posted()
                 self._run_due()
         finally:

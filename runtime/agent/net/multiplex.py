@@ -133,8 +133,8 @@ class MultiplexBatch:
                 self._flights[index] = flight
             else:
                 early.append(answer)
-        if self._flights and self._deadline is not None:
-            self._timer = loop.call_at(self._deadline, self._expire)
+        if self._flights and self._deadline is not None:  # the batch's clock's time, as the loop's
+            self._timer = loop.call_at(loop.now() + self._deadline - self._clock(), self._expire)
         for answer in early:  # after start returns: the caller is set up to take them
             loop.call_soon(functools.partial(self._early, answer))
 
@@ -186,6 +186,12 @@ class MultiplexBatch:
 
     def _run_here(self, on_answer: Callable[[Answer], None]) -> None:
         """:meth:`run` with the I/O in this thread."""
+        def told(answer: Answer) -> None:
+            if not self._aborted:  # nothing is answered after an abort, from whichever thread it came
+                on_answer(answer)
+
+        if self._aborted:
+            return
         selector = selectors.DefaultSelector()
         flights: dict[int, Flight] = {}
         self._wake = wake_r, wake_w = socket.socketpair()
@@ -197,7 +203,7 @@ class MultiplexBatch:
                 if answer is None:
                     flights[index] = flight
                 else:
-                    on_answer(answer)
+                    told(answer)
             while flights and not self._aborted:
                 timeout = None if self._deadline is None else self._deadline - self._clock()
                 if timeout is not None and timeout <= 0:
@@ -209,12 +215,11 @@ class MultiplexBatch:
                     answer = self._stepper.step(flight, mask, selector)
                     if answer is not None:
                         del flights[flight.index]
-                        on_answer(answer)
-            if not self._aborted:
-                for flight in list(flights.values()):
-                    self._stepper.drop(flight, selector)
-                    on_answer(Answer(flight.index, None, error="no answer before the deadline", timed_out=True))
-                flights.clear()
+                        told(answer)
+            for flight in list(flights.values()):
+                self._stepper.drop(flight, selector)
+                told(Answer(flight.index, None, error="no answer before the deadline", timed_out=True))
+            flights.clear()
         finally:
             for flight in flights.values():
                 self._stepper.drop(flight, selector)
@@ -229,8 +234,6 @@ class MultiplexBatch:
         waiting: queue.SimpleQueue[Optional[Answer]] = queue.SimpleQueue()
         self._waiting = waiting
         left = None if self._deadline is None else self._deadline - self._clock()
-        if left is not None:
-            self._deadline = loop.now() + left  # from here on, a time of the loop's clock
         loop.call_soon(lambda: self._start_on(loop, waiting))
         until = None if left is None else time.monotonic() + left + LOOP_GRACE
         pending = set(range(len(self._exchanges)))
@@ -242,8 +245,8 @@ class MultiplexBatch:
                 if loop.serving() and (until is None or time.monotonic() < until):
                     continue
                 break
-            if answer is None:
-                continue  # an abort's wake-up: the loop's condition ends it
+            if answer is None or self._aborted:
+                continue  # an abort's wake-up, or an answer that came with it: the loop's condition ends it
             pending.discard(answer.index)
             on_answer(answer)
         if pending and not self._aborted:

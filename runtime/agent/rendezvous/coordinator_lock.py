@@ -39,6 +39,16 @@ class Coordination:
         with self._lock:
             return decision(self._coordinator) if self._coordinator is not None else []
 
+    def attempt(self, decision: Callable[[Coordinator], list[CoordinatorAction]]) -> Optional[list[CoordinatorAction]]:
+        """:meth:`decide`, but ``None`` when this node does not coordinate: checked under the same lock, so a role
+        given up meanwhile is not taken for a decision with nothing to do.
+
+        Raises:
+            Whatever ``decision`` raises.
+        """
+        with self._lock:
+            return decision(self._coordinator) if self._coordinator is not None else None
+
     def use(self, step: Callable[[Coordinator], T]) -> Optional[T]:
         """``step`` with the coordinator under the lock (a view, or a decision without actions such as a
         heartbeat); ``None`` when this node does not coordinate.

@@ -41,6 +41,8 @@ class Heartbeats:
         subtree: what this node's tree children said of their subtrees' ranks, forwarded with its beats.
         wait: waits on an event for at most that many seconds of ``clock``; whether it was set
             (``threading.Event.wait``: real seconds; an in-memory test's fake clock passes its own).
+        handover: takes the suspects (node id to why) held when this node coordinates, which it then probes
+            itself: noted just before it took over, or carried back by a beat that failed as it did.
     """
 
     def __init__(self, *, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
@@ -48,7 +50,8 @@ class Heartbeats:
                  say: Callable[[str], None], clock: Callable[[], float], stopping: threading.Event,
                  wake: threading.Event, activity: Callable[[], list[Any]] = list,
                  subtree: Optional[SubtreeRanks] = None,
-                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
+                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait,
+                 handover: Callable[[dict[int, str]], Any] = lambda _held: None) -> None:
         self._state = state
         self._member = member
         self._transport = transport
@@ -63,6 +66,7 @@ class Heartbeats:
         self._activity = activity
         self._subtree = subtree or SubtreeRanks()
         self._wait = wait
+        self._handover = handover
 
     def start(self) -> threading.Thread:
         """Beat from a daemon thread; returns it."""
@@ -90,6 +94,9 @@ class Heartbeats:
             if self._stopping.is_set():
                 return
             view = self._view()
+            held = self._suspicions.take() if view.coordinating else {}
+            if held:
+                self._handover(held)
             beat = self._state.next(view.world, view.registered, view.coordinating, self._clock())
             if beat is not None:
                 self._handle(self._send(beat, view), view.world)

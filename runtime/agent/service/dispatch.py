@@ -32,6 +32,7 @@ from runtime.agent.errors import (
     WorkerMembershipChanged,
 )
 from runtime.agent.net.loop import EventLoop
+from runtime.agent.net.multiplex import LOOP_CHECK
 from runtime.agent.net.peer import PeerTransport
 from runtime.agent.net.server import Deferred, Request, Response, RouteKey, Routes
 from runtime.agent.net.transport import HttpTransport
@@ -346,12 +347,13 @@ class ServiceNode:
         try:
             loop = self._loop
             if loop is not None and by_address(world, plan):
-                loop.call_soon(lambda: self._begin(world, me, request, plan, deadline, on_hang_up, LoopDriver(loop),
-                                                   outcome.put, output, code))
-            else:
-                driver = ThreadDriver(self._clock)
-                self._begin(world, me, request, plan, deadline, on_hang_up, driver, outcome.put, output, code)
-                driver.run_until(lambda: not outcome.empty())
+                stopped = NodeFailed(me, self._settings.node.advertise_address, "this node's agent is stopping")
+                loop.call_soon(lambda: outcome.put(stopped) if not loop.serving() else self._begin(
+                    world, me, request, plan, deadline, on_hang_up, LoopDriver(loop), outcome.put, output, code))
+                return _awaited(outcome, loop, stopped)
+            driver = ThreadDriver(self._clock)
+            self._begin(world, me, request, plan, deadline, on_hang_up, driver, outcome.put, output, code)
+            driver.run_until(lambda: not outcome.empty())
             return outcome.get()
         finally:
             if forwarder is not None:
@@ -384,3 +386,14 @@ class ServiceNode:
         if on_hang_up is not None:
             on_hang_up(lambda: driver.post(lambda: hop.feed(Abort(CALLER_GONE))))
         hop.start()
+
+
+def _awaited(outcome: queue.SimpleQueue[Outcome], loop: EventLoop, stopped: Outcome) -> Outcome:
+    """The outcome of a hop run on ``loop``; ``stopped`` once the loop has ended without one (nothing more runs
+    there: the hop's answers and timers with it)."""
+    while True:
+        try:
+            return outcome.get(timeout=LOOP_CHECK)
+        except queue.Empty:
+            if loop.closed():
+                return outcome.get_nowait() if not outcome.empty() else stopped

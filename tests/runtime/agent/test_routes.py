@@ -240,7 +240,7 @@ def test_a_probe_is_answered_with_what_the_nodes_loop_decided_and_one_it_did_not
 def test_suspects_in_a_beat_are_probed_by_the_coordinator_and_passed_up_by_a_parent():
     """A tree parent's beat names a child whose agent port said its agent is gone: the coordinator probes it at
     once, naming who saw it (the probe decides); a parent below the coordinator passes the suspicion up
-    instead; a malformed one is refused at the boundary."""
+    instead, even for a child whose beat it does not count; a malformed one is refused at the boundary."""
     coordinator, coordination, decided, _, _ = routes(coordinating=True)
     put(coordinator, node_body(0))
     put(coordinator, node_body(1))
@@ -256,6 +256,8 @@ def test_suspects_in_a_beat_are_probed_by_the_coordinator_and_passed_up_by_a_par
     parent, _, parent_decided, _, _ = routes(coordinating=False, world=world, node_id=0, suspected=passed.append)
     put(parent, node_body(1, state="alive", generation=3, suspects={"7": "refused"}))
     assert passed == [{7: "refused"}] and parent_decided == []
+    put(parent, node_body(1, state="alive", generation=3, epoch=world.epoch + 1, suspects={"6": "reset"}))
+    assert passed[-1] == {6: "reset"}, "a child of a newer epoch: its beat does not count here, its suspicion goes up"
     for bad in ({"x": "why"}, {"7": 5}, ["7"]):
         with pytest.raises(HttpError) as info:
             put(parent, node_body(1, state="alive", generation=3, suspects=bad))

@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 import selectors
 import socket
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from types import FrameType
+from typing import Optional
 
 import pytest
 
@@ -114,10 +118,10 @@ def children() -> Iterator[Children]:
     served.close()
 
 
-def exec_request(port: int, nodes: list[int], call_id: str) -> socket.socket:
+def exec_request(port: int, nodes: list[int], call_id: str, **extra: str) -> socket.socket:
     """Send node 0's ``/exec`` of ``builtins:int`` on ``nodes`` (one subtree per child); the open socket."""
     body = json.dumps({"call_id": call_id, "generation": 1, "invocation": {"fn": "builtins:int"}, "timeout": 60,
-                       "nodes": nodes, "fanout": max(1, len(nodes) - 1)}).encode()
+                       "nodes": nodes, "fanout": max(1, len(nodes) - 1), **extra}).encode()
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     sock.sendall((f"POST {contract.ROUTE_EXEC} HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n"
                   f"{contract.JOB_HEADER}: {JOB}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
@@ -277,3 +281,53 @@ def test_an_exchange_that_cannot_start_on_the_loop_answers_its_thread_at_once(
     [answer] = answers
     assert answer.status is None and "broken start" in answer.error
     transport.close()
+
+
+def test_a_batch_deadline_on_the_agents_clock_is_kept_on_the_loops(children: Children, server: AgentServer):
+    """The batch's deadline is a time of its transport's clock (the agent's), which need not be the loop's: a hop's
+    batch started on the loop ends at its deadline, neither never (the agent's clock 1,000 s ahead of the loop's)
+    nor at once (1,000 s behind); so does an exchange from another thread."""
+    def started(skew: float, exchange: Exchange, seconds: float) -> tuple[HttpTransport, list[Answer]]:
+        transport = HttpTransport(TOKEN, lambda: time.monotonic() + skew, job=JOB)
+        transport.use_loop(server.loop)
+        batch = transport.batch([exchange], time.monotonic() + skew + seconds)
+        answers: list[Answer] = []
+        server.loop.call_soon(lambda: batch.start(server.loop, answers.append))
+        return transport, answers
+
+    held = Exchange("127.0.0.1", children.ports[0], "POST", contract.ROUTE_EXEC, b"{}")
+    ahead, answers = started(1000.0, held, 0.5)
+    assert wait_until(lambda: answers, timeout=30) and answers[0].timed_out and children.held == 1
+    answer = ahead.exchange(Exchange("127.0.0.1", children.ports[1], "PUT", contract.ROUTE_MEMBERS, b"{}"), 0.5)
+    assert answer.timed_out and children.held == 2
+    healthz = Exchange("127.0.0.1", server.server_address[1], "GET", contract.ROUTE_HEALTHZ)
+    behind, answers = started(-1000.0, healthz, 60.0)
+    assert wait_until(lambda: answers, timeout=30) and answers[0].ok, answers
+    for transport in (ahead, behind):
+        transport.close()
+
+
+def test_an_exec_waiting_in_the_pool_on_a_loop_that_stops_gets_its_thread_back(children: Children):
+    """An ``/exec`` that needs the pool first (one with output to relay) runs its hop on the loop and waits for it;
+    the agent stops meanwhile: the waiting thread is told, instead of waiting for an answer nothing will send."""
+    settings = agent_settings(job_name=JOB, token=TOKEN, node_id=0, workers=2, mode="service")
+    agent = LightweightAgent(settings)
+    agent.start()
+    agent.join(World(job=JOB, generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                     nodes=(Node(0, "127.0.0.1", agent.port, 1), Node(1, "127.0.0.1", children.ports[0], 1))))
+
+    def waiting() -> bool:
+        """Whether a thread waits in ``ServiceNode._execute``."""
+        return any(f.f_code.co_name == "_execute" for top in sys._current_frames().values() for f in _stack(top))
+
+    caller = exec_request(agent.port, [0, 1], "relayed", output="relay-key")
+    assert wait_until(lambda: children.held == 1, timeout=60) and waiting()
+    agent.stop()
+    assert wait_until(lambda: not waiting(), timeout=30), "the pool thread still waits for the stopped loop"
+    caller.close()
+
+
+def _stack(frame: Optional[FrameType]) -> Iterator[FrameType]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back

@@ -5,6 +5,7 @@ Real sockets, a real ``AgentServer``; every ordering is shown by events, none by
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from runtime.agent import contract
 from runtime.agent.net.handlers import HandlerPool
+from runtime.agent.net.loop import EventLoop
 from runtime.agent.net.peer import Exchange
 from runtime.agent.net.server import SHORT_WORKERS, AgentServer, Request, Response
 from runtime.agent.net.transport import HttpTransport, encode
@@ -196,3 +198,30 @@ def test_a_vote_is_answered_while_every_other_handler_thread_blocks(blocking: Bl
 def test_a_pool_needs_a_thread():
     with pytest.raises(ValueError, match="size=0 is invalid"):
         HandlerPool(0, "none")
+
+
+def test_a_watcher_that_raises_is_printed_and_the_loop_serves_on(capfd: pytest.CaptureFixture[str]):
+    """A bug in one socket's watcher (a hop's answer handler, the watch's) must not end the loop that
+    serves every other connection of the agent."""
+    loop = EventLoop()
+    thread = threading.Thread(target=loop.run, args=(lambda: None,), daemon=True)
+    thread.start()
+    reader, writer = socket.socketpair()
+    served = threading.Event()
+
+    def broken(_mask: int) -> None:
+        loop.unregister(reader)
+        raise RuntimeError("a watcher's bug")
+
+    try:
+        loop.call_soon(lambda: loop.register(reader, selectors.EVENT_READ, broken))
+        loop.call_soon(lambda: writer.send(b"x"))
+        assert wait_until(lambda: "a watcher's bug" in capfd.readouterr().err, timeout=10)
+        loop.call_soon(served.set)
+        assert served.wait(10)
+        assert thread.is_alive()
+    finally:
+        loop.stop()
+        thread.join(10)
+        reader.close()
+        writer.close()

@@ -191,3 +191,30 @@ def test_a_suspect_goes_up_with_the_next_beat_and_again_after_a_failed_one():
         wake.set()
     carried = [json.loads(json.dumps(body)).get("suspects") for body in received[:3]]
     assert carried == [{"2": "its agent port refused a connection"}] * 2 + [None]
+
+
+def test_suspects_held_once_the_node_coordinates_are_handed_to_its_coordinator_not_beaten():
+    """A node that took over (or a suspect noted as it did, or carried back by a beat that failed as the old
+    coordinator died) probes them itself: they are handed over, never left in a heartbeat thread that beats no more."""
+    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
+                  coordinator=(1, "10.0.0.1", 32300))
+    network = FakeNetwork()
+    received = coordinator(network, lambda _body: Response(200, {"generation": 1}))
+    stopping, wake = threading.Event(), threading.Event()
+    handed: queue.SimpleQueue[dict[int, str]] = queue.SimpleQueue()
+    state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, width=50, threshold=100, now=0.0,
+                           jitter=lambda: 0.0)
+    view = MemberView(world, ("10.0.0.1", 32300), registered=True, coordinating=True)
+    beats = Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
+                       transport=FakeTransport(network, TOKEN), view=lambda: view, children=Liveness(),
+                       deliver=lambda _e: None, say=lambda _line: None, clock=lambda: 0.0, stopping=stopping,
+                       wake=wake, handover=handed.put)
+    beats.start()
+    try:
+        beats.suspected({2: "its agent port refused a connection"})
+        assert handed.get(timeout=10) == {2: "its agent port refused a connection"}
+    finally:
+        stopping.set()
+        wake.set()
+    assert received == [] and handed.empty()
