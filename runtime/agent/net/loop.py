@@ -73,7 +73,8 @@ class EventLoop:
 
     def closed(self) -> bool:
         """Whether :meth:`run` is ending or has ended: what is posted from now on may never run (what was
-        posted before, even while it was stopping, runs); a caller that posts cleanup checks this after."""
+        posted before, even while it was stopping, runs); a caller that posts cleanup checks this after, and cleans
+        up itself when it is set (the posted cleanup may run too: cleanups must bear running twice)."""
         return self._closed
 
     def watching(self) -> int:
