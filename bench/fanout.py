@@ -17,7 +17,8 @@ kept-alive connections, from one thread: the least work any fan-out must do here
 with the same client as the bare requests, so the ratio measures fan-out, not client overhead.
 
 The coordinator's own work is read from its process's CPU time (``/proc``), which the shared cores
-do not inflate: per child (flat) and per relayed result (tree). With the cost of one hop, these feed
+do not inflate: per child (flat) and per relayed result (tree). So is the other nodes' (their host processes'),
+per node and round of a call, a bare round and a bare-exec round: what each costs the nodes themselves. With the cost of one hop, these feed
 a small latency model for separate hosts (``bench/README.md``). Last line, for the largest
 ``--nodes`` (1,024 by default; the target is set there)::
 
@@ -36,7 +37,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -68,6 +69,8 @@ class Point:
     p99_ms: float
     coordinator_requests: float = 0.0
     coordinator_cpu_ms: float = 0.0
+    node_cpu_us: float = 0.0
+    """CPU of the other nodes' host processes per node and round, microseconds (``/proc``, in clock ticks)."""
 
 
 @dataclass(frozen=True)
@@ -169,8 +172,11 @@ class Fleet:
 
     def coordinator_cpu(self) -> float:
         """CPU seconds the coordinator's process has used (user + system), from ``/proc``."""
-        fields = Path(f"/proc/{self.procs[0].pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _cpu(self.procs[0].pid)
+
+    def nodes_cpu(self) -> float:
+        """CPU seconds the other nodes' host processes have used (user + system), from ``/proc``."""
+        return sum(_cpu(proc.pid) for proc in self.procs[1:])
 
     def _one(self, exchange: Exchange) -> Answer:
         answers: list[Answer] = []
@@ -184,6 +190,12 @@ class Fleet:
         for proc in self.procs:
             proc.wait(timeout=30)
         self.transport.close()
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` has used (user + system), from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -202,19 +214,31 @@ def measure(fleet: Fleet, mode: str, calls: int, warmup: int) -> Measured:
         fleet.bare()
         fleet.bare_exec()
     calls_s, bare_s, exec_s, cpu_s = [], [], [], 0.0
+    nodes_s = {"call": 0.0, "bare": 0.0, "bare_exec": 0.0}
+
+    def timed(name: str, samples: list[float], run: Callable[[], float]) -> None:
+        before = fleet.nodes_cpu()
+        samples.append(run())
+        nodes_s[name] += fleet.nodes_cpu() - before
+
     sent = fleet.coordinator_requests()
     for _ in range(calls):
         cpu = fleet.coordinator_cpu()
-        calls_s.append(fleet.call())
+        timed("call", calls_s, fleet.call)
         cpu_s += fleet.coordinator_cpu() - cpu
-        bare_s.append(fleet.bare())
-        exec_s.append(fleet.bare_exec())
+        timed("bare", bare_s, fleet.bare)
+        timed("bare_exec", exec_s, fleet.bare_exec)
     requests = (fleet.coordinator_requests() - sent) / calls
 
     def point(name: str, samples: list[float]) -> Point:
-        return Point(fleet.nodes, name, percentile(samples, 50), percentile(samples, 99))
+        return Point(fleet.nodes, name, percentile(samples, 50), percentile(samples, 99),
+                     node_cpu_us=per_node_us(nodes_s[name]))
 
-    call = Point(fleet.nodes, mode, percentile(calls_s, 50), percentile(calls_s, 99), requests, 1000 * cpu_s / calls)
+    def per_node_us(seconds: float) -> float:
+        return 1e6 * seconds / calls / (fleet.nodes - 1)
+
+    call = Point(fleet.nodes, mode, percentile(calls_s, 50), percentile(calls_s, 99), requests, 1000 * cpu_s / calls,
+                 per_node_us(nodes_s["call"]))
     return Measured(call, point("bare", bare_s), point("bare_exec", exec_s))
 
 
@@ -323,7 +347,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"bare_p50_ms={m.bare.p50_ms:.2f} bare_p99_ms={m.bare.p99_ms:.2f} "
                   f"bare_exec_p50_ms={m.bare_exec.p50_ms:.2f} ratio_vs_bare={m.call.p50_ms / m.bare.p50_ms:.2f} "
                   f"coordinator_requests={m.call.coordinator_requests:g} "
-                  f"coordinator_cpu_ms={m.call.coordinator_cpu_ms:.1f} host_processes={hosts}+1 calls={calls[n]}",
+                  f"coordinator_cpu_ms={m.call.coordinator_cpu_ms:.1f} node_cpu_us={m.call.node_cpu_us:.0f} "
+                  f"bare_node_cpu_us={m.bare.node_cpu_us:.0f} bare_exec_node_cpu_us={m.bare_exec.node_cpu_us:.0f} "
+                  f"host_processes={hosts}+1 calls={calls[n]}",
                   flush=True)
     small = Fleet(2, 1, FLAT_THRESHOLD)
     try:
