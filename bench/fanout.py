@@ -16,9 +16,10 @@ coordinator to every node; ``tree`` uses width 50 at every size (threshold 1). I
 kept-alive connections, from one thread: the least work any fan-out must do here. Calls are sent
 with the same client as the bare requests, so the ratio measures fan-out, not client overhead.
 
-The coordinator's own work is read from its process's CPU time (``/proc``), which the shared cores
-do not inflate: per child (flat) and per relayed result (tree). So is the other nodes' (their host processes'),
-per node and round of a call, a bare round and a bare-exec round: what each costs the nodes themselves. With the cost of one hop, these feed
+The other nodes' work is their host processes' CPU time (each reports its own, to the microsecond), per node
+and round of a call, of a bare round and of a bare-exec round: what each costs the nodes themselves. The
+coordinator's own work is read from its process's CPU time (``/proc``), which the shared cores
+do not inflate: per child (flat) and per relayed result (tree). With the cost of one hop, these feed
 a small latency model for separate hosts (``bench/README.md``). Last line, for the largest
 ``--nodes`` (1,024 by default; the target is set there)::
 
@@ -70,7 +71,7 @@ class Point:
     coordinator_requests: float = 0.0
     coordinator_cpu_ms: float = 0.0
     node_cpu_us: float = 0.0
-    """CPU of the other nodes' host processes per node and round, microseconds (``/proc``, in clock ticks)."""
+    """CPU of the other nodes' host processes per node and round, microseconds (as each process reports it)."""
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,11 @@ class Fleet:
         return _cpu(self.procs[0].pid)
 
     def nodes_cpu(self) -> float:
-        """CPU seconds the other nodes' host processes have used (user + system), from ``/proc``."""
-        return sum(_cpu(proc.pid) for proc in self.procs[1:])
+        """CPU seconds the other nodes' host processes have used, as each reports (``time.process_time``)."""
+        for proc in self.procs[1:]:
+            proc.stdin.write("cpu\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+        return sum(float(json.loads(self._line(proc))["cpu"]) for proc in self.procs[1:])
 
     def _one(self, exchange: Exchange) -> Answer:
         answers: list[Answer] = []
@@ -290,7 +294,8 @@ def run_model(fleet_small: Fleet, flat_top: Point, tree_top: Point, calls: int) 
 
 
 def host(config: dict) -> None:
-    """A bench host process: serve ``count`` lightweight agents until stdin closes (exiting closes them)."""
+    """A bench host process: serve ``count`` lightweight agents until stdin closes (exiting closes them); each
+    line read asks for its CPU time, answered with one line."""
     from runtime.agent.world import World
     from testbed.inprocess import LightweightAgent
     from testbed.settings import agent_settings
@@ -308,7 +313,8 @@ def host(config: dict) -> None:
     for agent in agents:
         agent.join(world)
     print(json.dumps({"ready": True}), flush=True)
-    sys.stdin.read()
+    for _ in sys.stdin:  # a line asks for this process's CPU time; the end of stdin stops it
+        print(json.dumps({"cpu": time.process_time()}), flush=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

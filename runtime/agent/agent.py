@@ -141,7 +141,7 @@ class Agent:
             state=beats, member=self._member_body(), transport=self._transport, view=lambda: self.member.view,
             children=self._children, deliver=self._events.put, say=self.say, clock=clock, stopping=self._stopping,
             wake=self._wake, activity=self._processes.activity, subtree=self._subtree, wait=wait,
-            handover=self._suspect)
+            handover=self._probe_now)
         routes = AgentRoutes(
             settings=settings, view=lambda: self.member.view, coordination=self._coordination,
             children=self._children, upstream=beats.upstream_age, pusher=self._pusher,
@@ -165,8 +165,7 @@ class Agent:
         return self.member.view.world
 
     def say(self, message: str) -> None:
-        """Write one agent message, prefixed with the node, to the agent log (through the agent's
-        console when that log is its stderr, so it never joins a rank's unfinished line)."""
+        """Write one message, prefixed with the node, to the agent log (via its console: never inside a rank's line)."""
         prefix = f"[trainplane node {self.settings.node.node_id}] "
         if self._log is sys.stderr:
             console.default().write(self._console_writer, 1, prefix.encode(), f"{message}\n".encode())
@@ -310,17 +309,19 @@ class Agent:
             self._events.put(_Decided(tuple(decided)))
 
     def _suspect(self, suspects: dict[int, str]) -> None:
-        """Connections to these nodes (node id to why) were refused, reset or ended by their side (a push, a call, the
-        ``watch``): the coordinator probes them now; elsewhere they go up with a beat sent now (``suspicions``)."""
-        decided = self._coordination.attempt(lambda c: [p for i, why in suspects.items() for p in c.suspect(i, why)])
-        if decided is None:
+        """Nodes (id to why) whose connection was refused, reset or ended by them: probed now, or sent up at once."""
+        if not self._probe_now(suspects):
             self._heartbeats.suspected(suspects)
-        elif decided:
+
+    def _probe_now(self, suspects: dict[int, str]) -> bool:
+        """Whether this node coordinates (checked under the role's lock), and so probes ``suspects`` now."""
+        decided = self._coordination.attempt(lambda c: [p for i, why in suspects.items() for p in c.suspect(i, why)])
+        if decided:
             self._events.put(_Decided(tuple(decided)))
+        return decided is not None
 
     def _delivered(self, node: Node, generation: int, now: float) -> None:
-        """``node`` accepted a world: proof of life, forwarded with this node's next beat (and, on the
-        coordinator, counted at once)."""
+        """``node`` accepted a world: proof of life, sent up with the next beat (on the coordinator: counted now)."""
         self._children.beat(node.node_id, now)
         self._coordination.use(lambda c: c.delivered(node.node_id, generation, now))
 
@@ -342,8 +343,8 @@ class Agent:
             threading.Thread(target=later, name="register", daemon=True).start()
 
     def _report(self, report: act.Report) -> None:
-        """Tell the coordinator what this node's processes did: ``Coordinator`` directly on the coordinator
-        itself, else ``PUT /members`` (in the background unless the agent is about to exit)."""
+        """Tell the coordinator what this node's processes did: directly on it, else ``PUT /members`` (sent from a
+        thread of its own unless the agent is about to exit)."""
         failure = self._processes.failure(report.exit, report.daemon) if report.exit is not None else None
         if self._coordination.active:
             self._events.put(_Decided(tuple(self._coordination.decide(lambda c: c.report(

@@ -200,10 +200,8 @@ class AgentRoutes:
                 world = self._coordination.use(beat)
             except MembershipRefused as exc:
                 raise HttpError(status_of(exc), str(exc)) from None
-            probes = self._coordination.decide(lambda c: [p for nid, why in suspects.items() for p in c.suspect(
-                nid, f"{why} (seen by node {node_id}, its tree parent or above)")]) if suspects else []
-            if probes:
-                self._actions(probes)
+            if suspects:
+                self._probe(node_id, suspects)
         else:
             if to_coordinator:
                 raise HttpError(404, f"node {self._settings.node.node_id} does not coordinate; a heartbeat to the "
@@ -228,6 +226,16 @@ class AgentRoutes:
             head = json.dumps(fields)[:-1].encode()
             return Response(200, {**fields, "world": world.to_json()}, b'%b, "world": %b}' % (head, world.encoded()))
         return Response(200, fields)
+
+    def _probe(self, node_id: int, suspects: dict[int, str]) -> None:
+        """The suspects of node ``node_id``'s beat, probed now; passed up with this node's next beat instead when it
+        gave up the role since it recorded the beat."""
+        probes = self._coordination.attempt(lambda c: [p for nid, why in suspects.items() for p in c.suspect(
+            nid, f"{why} (seen by node {node_id}, its tree parent or above)")])
+        if probes is None:
+            self._suspected(suspects)
+        elif probes:
+            self._actions(probes)
 
     def world(self, request: Request) -> Response:
         """``POST /world``: a new world; with ``"relay": true``, also sent on to this node's subtree."""

@@ -42,7 +42,8 @@ class Timer:
 
 class EventLoop:
     """A ``selectors`` loop run by one thread (:meth:`run`), fed from any thread (:meth:`call_soon`). What a
-    callback raises (posted, timed, or a watched socket's) is a bug: printed, and the loop serves on.
+    callback raises (posted, timed, or a watched socket's) is a bug: printed, and the loop serves on (a watched
+    socket whose callback raised is closed).
 
     Args:
         clock: monotonic clock, seconds (timers).
@@ -132,14 +133,19 @@ class EventLoop:
                         continue
                     try:
                         key.data(mask)
-                    except Exception:  # a watcher's bug, printed: the loop serves on (as _guarded)
+                    except Exception:  # a watcher's bug: printed, and the loop serves on
                         traceback.print_exc()
+                        with contextlib.suppress(KeyError, ValueError, OSError):  # else it comes back at once
+                            self._selector.unregister(key.fileobj)
+                            key.fileobj.close()  # type: ignore[union-attr]
                 self._run_posted()
                 self._run_due()
         finally:
             self._serving = False
-            on_stop()
-            self._closed = True
+            try:
+                on_stop()
+            finally:
+                self._closed = True  # whatever on_stop raised: a waiter looks at this to stop waiting
             self._run_posted()  # what came while it stopped (a batch's or a watch's drop): run, not lost
             self._selector.close()
             self._wake_r.close()

@@ -42,7 +42,8 @@ class Heartbeats:
         wait: waits on an event for at most that many seconds of ``clock``; whether it was set
             (``threading.Event.wait``: real seconds; an in-memory test's fake clock passes its own).
         handover: takes the suspects (node id to why) held when this node coordinates, which it then probes
-            itself: noted just before it took over, or carried back by a beat that failed as it did.
+            itself (noted just before it took over, or carried back by a beat that failed as it did); whether it
+            took them (not when the role is being given up: they are kept for the next beat).
     """
 
     def __init__(self, *, state: HeartbeatState, member: dict[str, Any], transport: PeerTransport,
@@ -51,7 +52,7 @@ class Heartbeats:
                  wake: threading.Event, activity: Callable[[], list[Any]] = list,
                  subtree: Optional[SubtreeRanks] = None,
                  wait: Callable[[threading.Event, float], bool] = threading.Event.wait,
-                 handover: Callable[[dict[int, str]], Any] = lambda _held: None) -> None:
+                 handover: Callable[[dict[int, str]], bool] = lambda _held: False) -> None:
         self._state = state
         self._member = member
         self._transport = transport
@@ -95,8 +96,8 @@ class Heartbeats:
                 return
             view = self._view()
             held = self._suspicions.take() if view.coordinating else {}
-            if held:
-                self._handover(held)
+            if held and not self._handover(held):
+                self._suspicions.merge(held)  # the role is being given up: for the next beat, without a wake
             beat = self._state.next(view.world, view.registered, view.coordinating, self._clock())
             if beat is not None:
                 self._handle(self._send(beat, view), view.world)

@@ -227,7 +227,7 @@ class ServiceNode:
             return False
         deadline = None if exec_request.timeout is None else self._clock() + exec_request.timeout
         self._count("execs")
-        self._begin(world, me, exec_request, plan, deadline, request.on_hang_up, LoopDriver(loop),
+        self._begin(world, me, exec_request, plan, deadline, request.on_hang_up, LoopDriver(loop, self._clock),
                     lambda outcome: respond(exec_response(outcome)))
         return True
 
@@ -349,7 +349,8 @@ class ServiceNode:
             if loop is not None and by_address(world, plan):
                 stopped = NodeFailed(me, self._settings.node.advertise_address, "this node's agent is stopping")
                 loop.call_soon(lambda: outcome.put(stopped) if not loop.serving() else self._begin(
-                    world, me, request, plan, deadline, on_hang_up, LoopDriver(loop), outcome.put, output, code))
+                    world, me, request, plan, deadline, on_hang_up, LoopDriver(loop, self._clock), outcome.put, output,
+                    code))
                 return _awaited(outcome, loop, stopped)
             driver = ThreadDriver(self._clock)
             self._begin(world, me, request, plan, deadline, on_hang_up, driver, outcome.put, output, code)

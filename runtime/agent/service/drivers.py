@@ -15,6 +15,7 @@ import heapq
 import itertools
 import queue
 import threading
+import time
 from typing import Callable, Protocol
 
 from runtime.agent.net.loop import EventLoop, Timer
@@ -31,7 +32,7 @@ class Driver(Protocol):
         """Run ``step`` soon (any thread)."""
 
     def at(self, when: float, step: Step) -> Timer:
-        """Run ``step`` at monotonic time ``when`` unless the timer is cancelled first (driver's steps only)."""
+        """Run ``step`` at time ``when`` of the hop's clock unless the timer is cancelled first (driver's steps)."""
 
     def start(self, batch: Batch, on_answer: Callable[[Answer], None]) -> None:
         """Send ``batch``'s requests; each answer is a step calling ``on_answer`` (driver's steps only)."""
@@ -42,18 +43,20 @@ class LoopDriver:
 
     Args:
         loop: the loop of the agent's server.
+        clock: the clock the hop's times are on (the agent's), seconds; :meth:`at` converts them to the loop's.
     """
 
-    def __init__(self, loop: EventLoop) -> None:
+    def __init__(self, loop: EventLoop, clock: Callable[[], float] = time.monotonic) -> None:
         self._loop = loop
+        self._clock = clock
 
     def post(self, step: Step) -> None:
         """Run ``step`` on the loop (any thread)."""
         self._loop.call_soon(step)
 
     def at(self, when: float, step: Step) -> Timer:
-        """A loop timer."""
-        return self._loop.call_at(when, step)
+        """A loop timer at ``when`` on the driver's clock."""
+        return self._loop.call_at(self._loop.now() + when - self._clock(), step)
 
     def start(self, batch: Batch, on_answer: Callable[[Answer], None]) -> None:
         """Run ``batch`` on the loop.

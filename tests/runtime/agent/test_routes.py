@@ -264,6 +264,20 @@ def test_suspects_in_a_beat_are_probed_by_the_coordinator_and_passed_up_by_a_par
         assert info.value.status == 400 and "suspects must map node ids to reasons" in str(info.value)
 
 
+def test_suspects_of_a_beat_recorded_as_the_role_is_given_up_go_up_instead(monkeypatch: pytest.MonkeyPatch):
+    """The beat was recorded while this node coordinated; the role is gone when its suspects are decided on
+    (``Coordination.attempt`` says ``None``): they go up with this node's next beat, not nowhere."""
+    passed: list[dict[int, str]] = []
+    coordinator, coordination, decided, _, _ = routes(coordinating=True, suspected=passed.append)
+    put(coordinator, node_body(0))
+    put(coordinator, node_body(1))
+    coordination.decide(lambda c: c.tick(1.0 + LAST_CALL))
+    decided.clear()
+    monkeypatch.setattr(coordination, "attempt", lambda _decision: None)
+    put(coordinator, node_body(1, state="alive", generation=1, to_coordinator=True, suspects={"0": "reset"}))
+    assert passed == [{0: "reset"}] and decided == []
+
+
 def test_suspicions_keep_the_first_reason_until_taken():
     held = Suspicions()
     held.merge({3: "refused"})

@@ -23,6 +23,7 @@ from runtime.agent.net.flight import Stepper
 from runtime.agent.net.peer import Answer, Exchange
 from runtime.agent.net.server import AgentServer, Response
 from runtime.agent.net.transport import HttpTransport
+from runtime.agent.service.drivers import LoopDriver
 from runtime.agent.world import Node, World
 from testbed.inprocess import LightweightAgent
 from testbed.settings import agent_settings
@@ -286,7 +287,7 @@ def test_an_exchange_that_cannot_start_on_the_loop_answers_its_thread_at_once(
 def test_a_batch_deadline_on_the_agents_clock_is_kept_on_the_loops(children: Children, server: AgentServer):
     """The batch's deadline is a time of its transport's clock (the agent's), which need not be the loop's: a hop's
     batch started on the loop ends at its deadline, neither never (the agent's clock 1,000 s ahead of the loop's)
-    nor at once (1,000 s behind); so does an exchange from another thread."""
+    nor at once (1,000 s behind); so does an exchange from another thread, and a hop's timer."""
     def started(skew: float, exchange: Exchange, seconds: float) -> tuple[HttpTransport, list[Answer]]:
         transport = HttpTransport(TOKEN, lambda: time.monotonic() + skew, job=JOB)
         transport.use_loop(server.loop)
@@ -303,6 +304,10 @@ def test_a_batch_deadline_on_the_agents_clock_is_kept_on_the_loops(children: Chi
     healthz = Exchange("127.0.0.1", server.server_address[1], "GET", contract.ROUTE_HEALTHZ)
     behind, answers = started(-1000.0, healthz, 60.0)
     assert wait_until(lambda: answers, timeout=30) and answers[0].ok, answers
+    ticked = threading.Event()
+    driver = LoopDriver(server.loop, lambda: time.monotonic() + 1000.0)
+    server.loop.call_soon(lambda: driver.at(time.monotonic() + 1000.0 + 0.2, ticked.set))
+    assert ticked.wait(30), "a hop's timer (its tick, its deadline) on the agent's clock fires on the loop's"
     for transport in (ahead, behind):
         transport.close()
 

@@ -200,17 +200,17 @@ def test_a_pool_needs_a_thread():
         HandlerPool(0, "none")
 
 
-def test_a_watcher_that_raises_is_printed_and_the_loop_serves_on(capfd: pytest.CaptureFixture[str]):
-    """A bug in one socket's watcher (a hop's answer handler, the watch's) must not end the loop that
-    serves every other connection of the agent."""
+def test_a_watcher_that_raises_is_printed_its_socket_closed_and_the_loop_serves_on(capfd: pytest.CaptureFixture[str]):
+    """A bug in one socket's watcher (a hop's answer handler, the watch's) must not end the loop that serves every
+    other connection of the agent, nor spin it: the socket, still readable, is closed, not selected for ever."""
     loop = EventLoop()
     thread = threading.Thread(target=loop.run, args=(lambda: None,), daemon=True)
     thread.start()
     reader, writer = socket.socketpair()
-    served = threading.Event()
+    served, calls = threading.Event(), []
 
     def broken(_mask: int) -> None:
-        loop.unregister(reader)
+        calls.append(1)
         raise RuntimeError("a watcher's bug")
 
     try:
@@ -219,9 +219,23 @@ def test_a_watcher_that_raises_is_printed_and_the_loop_serves_on(capfd: pytest.C
         assert wait_until(lambda: "a watcher's bug" in capfd.readouterr().err, timeout=10)
         loop.call_soon(served.set)
         assert served.wait(10)
-        assert thread.is_alive()
+        assert thread.is_alive() and reader.fileno() == -1 and calls == [1]
     finally:
         loop.stop()
         thread.join(10)
         reader.close()
         writer.close()
+
+
+def test_a_loop_whose_stop_callback_raises_still_says_it_closed():
+    """A thread waiting on the loop (``_awaited``, a batch's waiter) stops waiting when ``closed()`` says so; a
+    raising ``on_stop`` must not leave it unsaid."""
+    loop = EventLoop()
+
+    def on_stop() -> None:
+        raise RuntimeError("on_stop's bug")
+
+    loop.call_soon(loop.stop)
+    with pytest.raises(RuntimeError, match="on_stop's bug"):
+        loop.run(on_stop)
+    assert loop.closed()

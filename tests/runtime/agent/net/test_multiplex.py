@@ -112,6 +112,24 @@ def test_abort_stops_a_batch_at_once_and_answers_nothing_more(black_hole: int):
     assert not thread.is_alive() and answers == []
 
 
+def test_an_abort_from_an_answer_stops_the_answers_already_in_hand(black_hole: int):
+    """A hop aborts its batch from its first failure's answer: the answers the batch already holds (two more
+    exchanges that failed as they started: no such port) are not handed on, and the batch never started is not."""
+    answers: list[Answer] = []
+    batch = HttpTransport(TOKEN, job=JOB).batch([Exchange("127.0.0.1", -1, "GET", "/info"),
+                                                  Exchange("127.0.0.1", -1, "GET", "/info"),
+                                                  Exchange("127.0.0.1", black_hole, "GET", "/info")])
+
+    def first(answer: Answer) -> None:
+        answers.append(answer)
+        batch.abort()
+
+    batch.run(first)
+    assert [a.index for a in answers] == [0] and "cannot reach" in answers[0].error
+    batch.run(answers.append)
+    assert len(answers) == 1, "an aborted batch sends and answers nothing"
+
+
 def test_an_idle_connection_its_server_closed_is_not_reused(agent: LightweightAgent):
     transport = HttpTransport(TOKEN, job=JOB)
     healthz = Exchange("127.0.0.1", agent.port, "GET", "/healthz")

@@ -218,3 +218,39 @@ def test_suspects_held_once_the_node_coordinates_are_handed_to_its_coordinator_n
         stopping.set()
         wake.set()
     assert received == [] and handed.empty()
+
+
+def test_suspects_the_coordinator_cannot_take_as_it_gives_the_role_up_go_up_with_the_next_beat():
+    """The node's view still says it coordinates while the role is being given up: the handover refuses, and the
+    suspects wait for the next beat, which goes up to the new coordinator (no wake-up of its own: no busy loop)."""
+    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
+                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
+                  coordinator=(0, *COORDINATOR))
+    network = FakeNetwork()
+    received = coordinator(network, lambda _body: Response(200, {"generation": 1}))
+    stopping, wake = threading.Event(), threading.Event()
+    offered: queue.SimpleQueue[dict[int, str]] = queue.SimpleQueue()
+    state = HeartbeatState(HeartbeatTiming(interval=0.5, ttl=2.0), 1, width=50, threshold=100, now=0.0,
+                           jitter=lambda: 0.0)
+    views = [MemberView(world, COORDINATOR, registered=True, coordinating=True)]
+
+    def refuse(held: dict[int, str]) -> bool:
+        offered.put(held)
+        return False
+
+    beats = Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
+                       transport=FakeTransport(network, TOKEN), view=lambda: views[-1], children=Liveness(),
+                       deliver=lambda _e: None, say=lambda _line: None, clock=lambda: 0.0, stopping=stopping,
+                       wake=wake, handover=refuse)
+    beats.start()
+    try:
+        beats.suspected({2: "reset"})
+        assert offered.get(timeout=10) == {2: "reset"}
+        views.append(MemberView(world, COORDINATOR, registered=True, coordinating=False))
+        wake.set()
+        assert wait_until(lambda: received, timeout=10)
+        assert offered.empty(), "offered once: the refusal did not wake the thread again"
+    finally:
+        stopping.set()
+        wake.set()
+    assert json.loads(json.dumps(received[0])).get("suspects") == {"2": "reset"}
