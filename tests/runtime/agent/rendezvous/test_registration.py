@@ -6,6 +6,7 @@ import json
 import queue
 import threading
 from itertools import count
+from typing import Any, Callable
 
 import pytest
 
@@ -110,15 +111,22 @@ def test_a_coordinator_unreachable_for_the_quorum_timeout_ends_the_node():
     assert isinstance(ended, Fatal) and ended.message.startswith("coordinator 10.0.0.0:32300 unreachable for 10 s: ")
 
 
+def heartbeats(network: FakeNetwork, state: HeartbeatState, view: Callable[[], MemberView], stopping: threading.Event,
+               wake: threading.Event, **extra: Any) -> Heartbeats:
+    """Node 1's heartbeats to the fake network's coordinator (``extra``: children, deliver, handover)."""
+    settings: dict[str, Any] = {"children": Liveness(), "deliver": lambda _e: None, **extra}
+    return Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
+                      transport=FakeTransport(network, TOKEN), view=view, say=lambda _line: None, clock=lambda: 0.0,
+                      stopping=stopping, wake=wake, **settings)
+
+
 def beating(network: FakeNetwork, world: World) -> tuple[queue.SimpleQueue[Event], Liveness, threading.Event]:
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     children, stopping, wake = Liveness(), threading.Event(), threading.Event()
     state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, width=50, threshold=100, now=0.0,
                            jitter=lambda: 0.0)
     view = MemberView(world, COORDINATOR, registered=True, coordinating=False)
-    Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
-               transport=FakeTransport(network, TOKEN), view=lambda: view, children=children, deliver=events.put,
-               say=lambda _line: None, clock=lambda: 0.0, stopping=stopping, wake=wake).start()
+    heartbeats(network, state, lambda: view, stopping, wake, children=children, deliver=events.put).start()
     return events, children, stopping
 
 
@@ -178,10 +186,7 @@ def test_a_suspect_goes_up_with_the_next_beat_and_again_after_a_failed_one():
     state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, width=50, threshold=100, now=0.0,
                            jitter=lambda: 0.0)
     view = MemberView(world, COORDINATOR, registered=True, coordinating=False)
-    beats = Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
-                       transport=FakeTransport(network, TOKEN), view=lambda: view, children=Liveness(),
-                       deliver=lambda _e: None, say=lambda _line: None, clock=lambda: 0.0, stopping=stopping,
-                       wake=wake)
+    beats = heartbeats(network, state, lambda: view, stopping, wake)
     beats.suspected({2: "its agent port refused a connection"})
     beats.start()
     try:
@@ -206,10 +211,7 @@ def test_suspects_held_once_the_node_coordinates_are_handed_to_its_coordinator_n
     state = HeartbeatState(HeartbeatTiming(interval=0.01, ttl=0.04), 1, width=50, threshold=100, now=0.0,
                            jitter=lambda: 0.0)
     view = MemberView(world, ("10.0.0.1", 32300), registered=True, coordinating=True)
-    beats = Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
-                       transport=FakeTransport(network, TOKEN), view=lambda: view, children=Liveness(),
-                       deliver=lambda _e: None, say=lambda _line: None, clock=lambda: 0.0, stopping=stopping,
-                       wake=wake, handover=handed.put)
+    beats = heartbeats(network, state, lambda: view, stopping, wake, handover=lambda held: handed.put(held) or True)
     beats.start()
     try:
         beats.suspected({2: "its agent port refused a connection"})
@@ -238,10 +240,7 @@ def test_suspects_the_coordinator_cannot_take_as_it_gives_the_role_up_go_up_with
         offered.put(held)
         return False
 
-    beats = Heartbeats(state=state, member={k: v for k, v in BODY.items() if k != "state"},
-                       transport=FakeTransport(network, TOKEN), view=lambda: views[-1], children=Liveness(),
-                       deliver=lambda _e: None, say=lambda _line: None, clock=lambda: 0.0, stopping=stopping,
-                       wake=wake, handover=refuse)
+    beats = heartbeats(network, state, lambda: views[-1], stopping, wake, handover=refuse)
     beats.start()
     try:
         beats.suspected({2: "reset"})
