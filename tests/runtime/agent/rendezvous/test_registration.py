@@ -111,6 +111,12 @@ def test_a_coordinator_unreachable_for_the_quorum_timeout_ends_the_node():
     assert isinstance(ended, Fatal) and ended.message.startswith("coordinator 10.0.0.0:32300 unreachable for 10 s: ")
 
 
+def three_nodes(coordinator: tuple[int, str, int] = (0, *COORDINATOR)) -> World:
+    """Generation 1 of nodes 0, 1 and 2, coordinated by ``coordinator``."""
+    return World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500, coordinator=coordinator,
+                 nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)))
+
+
 def heartbeats(network: FakeNetwork, state: HeartbeatState, view: Callable[[], MemberView], stopping: threading.Event,
                wake: threading.Event, **extra: Any) -> Heartbeats:
     """Node 1's heartbeats to the fake network's coordinator (``extra``: children, deliver, handover)."""
@@ -131,9 +137,7 @@ def beating(network: FakeNetwork, world: World) -> tuple[queue.SimpleQueue[Event
 
 
 def test_beats_carry_the_subtrees_ages_and_bring_back_a_newer_world():
-    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
-                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
-                  coordinator=(0, *COORDINATOR))
+    world = three_nodes()
     newer = World.from_json({**world.to_json(), "generation": 2})
     network = FakeNetwork()
     received = coordinator(network, lambda _body: Response(200, {"generation": 2, "world": newer.to_json()}))
@@ -169,9 +173,7 @@ def test_a_beat_the_coordinator_refuses_tells_the_node_it_was_removed():
 def test_a_suspect_goes_up_with_the_next_beat_and_again_after_a_failed_one():
     """A tree child's agent port said its agent is gone: the node beats at once with ``suspects``; a beat that
     fails (the coordinator answered 503) keeps them for the next one, and one answered carries them no more."""
-    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
-                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
-                  coordinator=(0, *COORDINATOR))
+    world = three_nodes()
     network = FakeNetwork()
     answers = iter([HttpError(503, "busy")])
 
@@ -201,9 +203,7 @@ def test_a_suspect_goes_up_with_the_next_beat_and_again_after_a_failed_one():
 def test_suspects_held_once_the_node_coordinates_are_handed_to_its_coordinator_not_beaten():
     """A node that took over (or a suspect noted as it did, or carried back by a beat that failed as the old
     coordinator died) probes them itself: they are handed over, never left in a heartbeat thread that beats no more."""
-    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
-                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
-                  coordinator=(1, "10.0.0.1", 32300))
+    world = three_nodes(coordinator=(1, "10.0.0.1", 32300))
     network = FakeNetwork()
     received = coordinator(network, lambda _body: Response(200, {"generation": 1}))
     stopping, wake = threading.Event(), threading.Event()
@@ -225,9 +225,7 @@ def test_suspects_held_once_the_node_coordinates_are_handed_to_its_coordinator_n
 def test_suspects_the_coordinator_cannot_take_as_it_gives_the_role_up_go_up_with_the_next_beat():
     """The node's view still says it coordinates while the role is being given up: the handover refuses, and the
     suspects wait for the next beat, which goes up to the new coordinator (no wake-up of its own: no busy loop)."""
-    world = World(job="j", generation=1, restart_count=0, max_restarts=0, master_port=29500,
-                  nodes=(Node(0, *COORDINATOR, 1), Node(1, "10.0.0.1", 32300, 1), Node(2, "10.0.0.2", 32300, 1)),
-                  coordinator=(0, *COORDINATOR))
+    world = three_nodes()
     network = FakeNetwork()
     received = coordinator(network, lambda _body: Response(200, {"generation": 1}))
     stopping, wake = threading.Event(), threading.Event()
