@@ -34,10 +34,9 @@ from runtime.agent.world import Failure, Node, World, nodes_from
 class Coordinator:
     """Rendezvous, membership and job state on the coordinating node.
 
-    Fencing: its worlds carry its epoch; while the nodes it has not heard for ``ttl - probe_timeout``
-    could form a majority of the world (elastic, 3+ nodes) it holds every decision and probes them;
-    an answer with a newer epoch, or no majority for a TTL, steps it down (``lease``; the nodes'
-    half, a takeover only with a majority's votes: ``election``).
+    Fencing: its worlds carry its epoch; while nodes unheard for ``ttl - probe_timeout`` could form a majority
+    (elastic, 3+ nodes) it holds every decision and probes them; an answer with a newer epoch, or no majority for a
+    TTL, steps it down (``lease``; the nodes' half, a takeover only with a majority's votes: ``election``).
 
     Args:
         settings: the coordinator's agent settings (workers, quorum, elasticity, timeouts, job id).
@@ -141,22 +140,21 @@ class Coordinator:
         return probes
 
     def watched(self) -> tuple[Node, ...]:
-        """The nodes whose agent ports this coordinator watches (``watch``): those that beat to it
-        directly, while its world runs and it coordinates; none otherwise."""
+        """The nodes whose agent ports it watches (``watch``): those beating to it, while its world runs; else none."""
         world = self.world
         if world is None or world.status != RUNNING or self.lease.deposed is not None:
             return ()
         return tuple(self.detection.direct(world)[1].values())
 
     def _awake(self, now: float) -> None:
-        """Note the time; after a stall of this host (e.g. SIGSTOP) the others get a grace for their
-        silence (they are not blamed for it), though not the lease, which must hear them anew (``lease``)."""
+        """This coordinator runs at ``now`` (a tick, or a beat it answers); after a stall of its host (SIGSTOP) the
+        others get a grace for their silence (not blamed for it), though not the lease, which must hear them anew."""
         if now - self._last_tick > self._ttl / 2:
             self._graced_at = now
         if now - self._last_tick > self._ttl and self.world is not None:  # long enough for a rival's election
             self._probing.clear()  # an answer to a probe sent before the stall is as old as the beats read after
             self.lease.stalled(self.world)
-        self._last_tick = now
+        self._last_tick = max(self._last_tick, now)
 
     def _confirm(self, world: World, now: float) -> list[CoordinatorAction]:
         """Holding: probe every silent node not being probed (does it count this coordinator, or know a newer one?)."""
@@ -259,13 +257,15 @@ class Coordinator:
     def heartbeat(self, node_id: int, ages: Mapping[int, float], now: float, epoch: int = 1) -> None:
         """A member (or an aggregating parent, with its subtree's ``node_id -> age``) is alive.
 
-        A registered node still waiting for its first world may beat too (its reply carries the
-        world once formed, so a lost push heals itself). A beat carrying a newer ``epoch`` (its node
-        voted for another candidate) is no proof of life for this coordinator's lease (``lease``).
+        A registered node still waiting for its first world may beat too (its reply carries the world once formed,
+        so a lost push heals itself). A beat carrying a newer ``epoch`` (its node voted for another candidate) is no
+        proof of life for this coordinator's lease (``lease``). Answering beats, this coordinator runs: a main
+        thread busy meanwhile (its ranks slow to stop) is no stall of its host (:meth:`_awake`).
 
         Raises:
             MembershipRefused: ``node_id`` is not in the current world (it should register again).
         """
+        self._awake(now)
         if epoch > self.lease.epoch:
             return
         world = self.world

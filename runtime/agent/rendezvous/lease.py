@@ -20,8 +20,8 @@ the last world, each voter having heard nothing from the coordinator for over a 
   refuses as older is probed at once): it steps down (``StepDown``); its node stops its ranks and
   registers with the new coordinator. A heartbeat carrying a later epoch (its node voted for another
   candidate) is no proof of life for the lease.
-* **After a stall of its own** (ticks more than a TTL apart: SIGSTOP, a frozen VM; a shorter gap
-  cannot have let a rival be elected, its voters needing a TTL without this coordinator) the
+* **After a stall of its own** (neither a tick nor an answered beat for more than a TTL: SIGSTOP, a frozen VM;
+  a shorter gap cannot have let a rival be elected, its voters needing a TTL without this coordinator) the
   coordinator reads requests that waited in its socket meanwhile: heartbeats and reports sent before
   their nodes voted for a rival. Until each node has answered a probe sent after the stall, it
   counts as silent whatever it sent (:meth:`Lease.stalled`), so those late reports are held.

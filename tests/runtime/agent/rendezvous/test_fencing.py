@@ -283,6 +283,21 @@ def test_after_its_own_stall_a_coordinator_counts_only_fresh_probe_answers_not_t
         assert c.lease.deposed is not None and c.world is not None and c.world.status != SUCCEEDED, answers
 
 
+def test_a_coordinator_whose_main_thread_is_busy_past_a_ttl_while_beats_are_answered_has_not_stalled():
+    """Its ranks slow to stop at a restart, the coordinator's main thread ticks no more for a while, but its routes
+    answer every beat: its nodes hear it, so no rival can be elected, and it neither holds its decisions nor probes
+    them all again as after a stall (only a host that answered nothing for a TTL has stalled); a node silent
+    meanwhile is still found at its next tick."""
+    c, t = elastic_coordinator(), 0.5
+    c.tick(t)
+    while t < 0.5 + 3 * TTL:
+        t += 0.25
+        c.heartbeat(1, {}, t)
+    probes = [a for a in c.tick(t + 0.01) if isinstance(a, Probe)]
+    assert [p.node.node_id for p in probes] == [2] and not probes[0].confirming, probes
+    assert not c.lease.holding(c.world, lambda i: c.liveness.age(i, t + 0.01), t + 0.01)
+
+
 def test_after_its_own_stall_a_refused_probe_sent_before_its_first_tick_loses_nobody():
     """Resumed after a SIGSTOP, a coordinator reads the beats that waited in its socket and its watch reports
     a node's connection closed, both before its first tick: the probe that follows is refused (the node's
