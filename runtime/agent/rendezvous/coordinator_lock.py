@@ -36,8 +36,7 @@ class Coordination:
         Raises:
             Whatever ``decision`` raises (``MembershipRefused`` for a refused request).
         """
-        with self._lock:
-            return decision(self._coordinator) if self._coordinator is not None else []
+        return self.attempt(decision) or []
 
     def attempt(self, decision: Callable[[Coordinator], list[CoordinatorAction]]) -> Optional[list[CoordinatorAction]]:
         """:meth:`decide`, but ``None`` when this node does not coordinate: checked under the same lock, so a role
@@ -46,8 +45,7 @@ class Coordination:
         Raises:
             Whatever ``decision`` raises.
         """
-        with self._lock:
-            return decision(self._coordinator) if self._coordinator is not None else None
+        return self.use(decision)
 
     def use(self, step: Callable[[Coordinator], T]) -> Optional[T]:
         """``step`` with the coordinator under the lock (a view, or a decision without actions such as a
