@@ -127,8 +127,8 @@ class Agent:
             refused=lambda n: self._suspect({n.node_id: f"node {n.node_id} ({n.addr}) refused a world push"}))
         self._watch = self._transport.watch(
             lambda n, why: self._suspect({n.node_id: f"node {n.node_id} ({n.addr}): {why}"}), retry_after=timing.cap)
-        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, reason, epoch, addr: (
-            self._decide(lambda c: c.probed(probe, alive, reason, self._clock(), epoch, addr))), wait=wait)
+        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, why, epoch, addr, late: (
+            self._decide(lambda c: c.probed(probe, alive, why, self._clock(), epoch, addr, late))), wait=wait)
         self._resolver = resolver or Resolver(settings.plumbing.resolve)
         self._registration = Registration(
             host=node.coordinator, body={**self._member_body(), "state": "joining"},

@@ -35,7 +35,9 @@ class Probe:
     ``timeout`` seconds, :attr:`Coordinator.probe_timeout` when ``None``), for coordinator node
     ``prober`` of ``epoch``; answer with :meth:`Coordinator.probed`. A ``confirming`` probe asks only
     for the lease (``lease``): sent while a majority is unheard, when the whole fleet may be stalled,
-    its failure loses no node."""
+    its failure loses no node. A ``suspicion`` probe follows a sign other than silence (a refused connection, a
+    watched agent port's connection ended): a refused or reset connection loses the node, a timeout does not
+    (a one-way fault can stop the probe while the node's beats still arrive; its silence decides)."""
 
     node: Node
     reason: str
@@ -48,6 +50,7 @@ class Probe:
     """The coordinator's monotonic time when it decided to send the probe (before it is sent). An answer in its epoch
     counts as the node heard at this time, not when the answer is read: the node's ``Election.confirm`` window opens
     when it answers, later, so the coordinator's ``ttl - margin`` never outlasts it, however late the answer is read."""
+    suspicion: bool = False
 
 
 @dataclass(frozen=True)

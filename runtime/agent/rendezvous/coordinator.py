@@ -165,11 +165,11 @@ class Coordinator:
                 for i in silent if i not in self._probing]
 
     def _probe(self, world: World, node: Node, reason: str, timeout: Optional[float] = None, *,
-               confirming: bool = False) -> Probe:
+               confirming: bool = False, suspicion: bool = False) -> Probe:
         """Probe ``node`` of ``world`` within ``timeout`` s (``None``: :attr:`probe_timeout`); pending until probed."""
         self._probing[node.node_id] = world.generation
         return Probe(node, reason, world.generation, timeout, confirming, self._s.node.node_id, self.lease.epoch,
-                     self._last_tick)
+                     self._last_tick, suspicion)
 
     def suspect(self, node_id: int, reason: str) -> list[CoordinatorAction]:
         """Something other than silence suggests a node is gone (a refused connection or push, its agent
@@ -181,13 +181,14 @@ class Coordinator:
         world, busy = self.world, {*self._probing, self._s.node.node_id}  # a tree parent may watch the coordinator
         if world is None or world.status != RUNNING or not world.has(node_id) or node_id in busy:
             return []
-        return [self._probe(world, world.nodes[world.node_rank_of(node_id)], reason)]
+        return [self._probe(world, world.nodes[world.node_rank_of(node_id)], reason, suspicion=True)]
 
     def probed(self, probe: Probe, alive: bool, reason: str, now: float, epoch: int = 0,
-               coordinator: tuple[str, int] = ("", 0)) -> list[CoordinatorAction]:
+               coordinator: tuple[str, int] = ("", 0), timed_out: bool = False) -> list[CoordinatorAction]:
         """The answer to a :class:`Probe`: an agent answering in this epoch is alive; one knowing a newer epoch fences
         this coordinator out; one that did not answer is lost, unless the coordinator holds (a stall of its own since
-        the last tick counts) or the probe only confirmed its lease (``lease``). An older world's answer is ignored.
+        the last tick counts), the probe only confirmed its lease (``lease``), or a suspicion's probe ``timed_out``
+        (only its silence loses that node: :class:`Probe`). An older world's answer is ignored.
 
         Args:
             probe: the probe answered.
@@ -195,6 +196,7 @@ class Coordinator:
             reason: why it was probed, and how the probe failed; for the log and the new world.
             now: the current monotonic time, seconds.
             epoch: the epoch the node knows (0 when it did not answer); coordinator: its coordinator's (address, port).
+            timed_out: the probe got no answer in time (not refused, reset or answered with an error).
         """
         node_id = probe.node.node_id
         self._awake(now)
@@ -213,6 +215,8 @@ class Coordinator:
             return []
         if probe.confirming or self.lease.holding(world, lambda i: self.liveness.age(i, now), now):
             return []  # a silence seen while a majority was unheard: the silence path decides once it ends
+        if probe.suspicion and timed_out:
+            return [Say(f"{reason}; node {node_id} stays unless its heartbeats stop")]
         if probe.timeout is not None and self.detection.quiet_majority(
                 world, [min(self.liveness.age(n.node_id, now), now - self._graced_at) for n in world.nodes]):
             return []  # a quick probe: with a majority quiet, the silence path decides (tick)
@@ -237,11 +241,9 @@ class Coordinator:
 
     def _world(self, nodes: tuple[Node, ...], restart_count: int) -> World:
         return World(
-            job=self._s.spec.job_name or "",  # AgentSettings requires one
-            generation=self.world.generation + 1 if self.world else 1,
-            restart_count=restart_count, max_restarts=self._s.spec.max_restarts,
-            nodes=nodes, master_port=self._s.spec.master_port,
-            distribution=self._s.spec.distribution,
+            job=self._s.spec.job_name or "", generation=self.world.generation + 1 if self.world else 1,  # job: required
+            restart_count=restart_count, max_restarts=self._s.spec.max_restarts, nodes=nodes,
+            master_port=self._s.spec.master_port, distribution=self._s.spec.distribution,
             coordinator=(self._s.node.node_id, self._s.node.advertise_address, self._s.node.agent_port),
             epoch=self.lease.epoch,
             job_elapsed=round(max(0.0, self._last_tick - self._job_start), 3),
@@ -286,10 +288,9 @@ class Coordinator:
     def delivered(self, node_id: int, generation: int, now: float) -> None:
         """A node accepted the push of world ``generation``: its answer is proof of life.
 
-        Pushing a large world takes a while (every node receives and parses it), and a node's first
-        heartbeat comes only after it has the world, so without this a node that got its push late
-        could be declared dead for the push's delay. A push of an older world counts for nothing.
-        """
+        Pushing a large world takes a while (every node receives and parses it), and a node's first heartbeat comes
+        only after it has the world, so without this a node that got its push late could be declared dead for the
+        push's delay. A push of an older world counts for nothing."""
         world = self.world
         if world is not None and world.generation == generation and world.has(node_id):
             self.liveness.beat(node_id, now)
@@ -371,8 +372,7 @@ class Coordinator:
         return [Say(f"job failed: {message}"), Push(self.world, self._everyone(world))]
 
     def _everyone(self, world: World) -> tuple[Node, ...]:
-        """The world's nodes and every other node still known (e.g. one waiting to rejoin): all are
-        told the verdict."""
+        """The world's nodes and every other node still known (e.g. one waiting to rejoin): all are told the verdict."""
         known = {n.node_id: n for n in self.members.values() if n.node_id not in self._dead}
         known.update({n.node_id: n for n in world.nodes})
         return nodes_from(known.values())

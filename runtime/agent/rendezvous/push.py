@@ -156,14 +156,15 @@ class Prober:
         transport: the peer transport.
         timeout: seconds a probe may take unless it says otherwise (``HeartbeatTiming.probe_timeout``).
         answered: called (from a worker thread) with the probe, whether the agent answered, the reason
-            (with how it failed), the epoch the node knows (0 without an answer) and its
-            coordinator's ``(address, port)``.
+            (with how it failed), the epoch the node knows (0 without an answer), its
+            coordinator's ``(address, port)`` and whether the probe timed out (no answer in time, as opposed to
+            refused, reset or answered with an error).
         wait: waits on an event for at most that many seconds; whether it was set: how an idle worker
             waits for another probe (the agent's ``wait`` seam, so a fake clock drives it in tests).
     """
 
     def __init__(self, transport: PeerTransport, timeout: float,
-                 answered: Callable[[Probe, bool, str, int, tuple[str, int]], None],
+                 answered: Callable[[Probe, bool, str, int, tuple[str, int], bool], None],
                  wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
         self._transport = transport
         self._timeout = timeout
@@ -217,7 +218,8 @@ class Prober:
         try:
             info = answer.result(exchange)
         except TransportError as exc:
-            self._answered(probe, False, f"{probe.reason}, and a direct probe failed: {exc}", 0, ("", 0))
+            self._answered(probe, False, f"{probe.reason}, and a direct probe failed: {exc}", 0, ("", 0),
+                           answer.timed_out)
             return
         coordinator = info.get("world_coordinator")
         address = (str(coordinator[1]), int(coordinator[2])) if isinstance(coordinator, list) and \
@@ -225,6 +227,6 @@ class Prober:
         epoch = int(info.get("epoch") or 1)
         if info.get(DECIDED) is not True:
             self._answered(replace(probe, confirming=True), False, f"{probe.reason}; its agent answered a direct "
-                           f"probe without deciding it in time", epoch, address)
+                           f"probe without deciding it in time", epoch, address, False)
             return
-        self._answered(probe, True, probe.reason, epoch, address)
+        self._answered(probe, True, probe.reason, epoch, address, False)

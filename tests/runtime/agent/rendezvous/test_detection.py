@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import pytest
 
 from runtime.agent.net.loop import EventLoop
-from runtime.agent.rendezvous.actions import Probe, Push
+from runtime.agent.rendezvous.actions import Probe, Push, Say
 from runtime.agent.rendezvous.coordinator import Coordinator
 from runtime.agent.rendezvous.heartbeat import HeartbeatTiming
 from runtime.agent.rendezvous.watch import Watch
@@ -107,8 +107,32 @@ def test_the_coordinator_watches_the_nodes_that_beat_to_it_directly():
 def test_a_refused_suspect_is_probed_at_once_with_the_full_probe_timeout():
     c = coordinator(min_workers=2)
     [probe] = c.suspect(2, "node 2 (10.0.0.2): its agent closed the watch's connection to its agent port")
-    assert probe.timeout is None and "closed" in probe.reason
+    assert probe.timeout is None and "closed" in probe.reason and probe.suspicion
     [push] = [a for a in c.probed(probe, False, "refused", 0.2) if isinstance(a, Push)]
+    assert [n.node_id for n in push.world.nodes] == [0, 1]
+
+
+def test_a_suspect_whose_probe_times_out_stays_until_its_heartbeats_stop():
+    """A suspicion's probe that gets no answer in time proves nothing the beats do not: a one-way fault (the
+    coordinator cannot reach the node, the node's beats still arrive through its parent) stops the probe too.
+    Only a refused or reset probe loses the node at once; a timed-out one leaves it to the silence path."""
+    c = coordinator(min_workers=2)
+    [probe] = c.suspect(2, "node 2 (10.0.0.2): its agent reset the watch's connection")
+    [said] = c.probed(probe, False, "node 2 ..., and a direct probe failed: timed out", 0.8, timed_out=True)
+    assert isinstance(said, Say) and "stays unless its heartbeats stop" in said.message
+    assert c.world is not None and c.world.generation == 1 and c.world.has(2)
+    for t in (1.0, 2.0, 3.0, 3.5):  # its beats still arrive (through its parent): nothing is probed or lost
+        c.heartbeat(1, {2: 0.1}, t)
+        assert probes(c.tick(t)) == [] and c.world.has(2)
+    silent = []
+    t = 3.5
+    while not silent:  # the beats stop: the silence path probes it, and a timeout now loses it
+        t += 0.25
+        c.heartbeat(1, {}, t)
+        silent = probes(c.tick(t))
+    [probe] = silent
+    assert not probe.suspicion
+    [push] = [a for a in c.probed(probe, False, "timed out", t + 0.5, timed_out=True) if isinstance(a, Push)]
     assert [n.node_id for n in push.world.nodes] == [0, 1]
 
 

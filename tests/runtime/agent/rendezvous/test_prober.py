@@ -4,6 +4,7 @@ threads, every probe is answered once, and a probe made once the others are done
 from __future__ import annotations
 
 import json
+import queue
 import threading
 
 import pytest
@@ -50,7 +51,7 @@ def test_hundreds_of_probes_share_a_bounded_pool_of_workers_and_each_is_answered
     done = threading.Event()
     count = 10 * PROBE_CONCURRENCY
 
-    def answer(probe: Probe, alive: bool, _reason: str, epoch: int, address: tuple[str, int]) -> None:
+    def answer(probe: Probe, alive: bool, _reason: str, epoch: int, address: tuple[str, int], _late: bool) -> None:
         assert alive and epoch == 1 and address == ("10.0.0.0", 32300)
         answered.append(probe.node.node_id)
         if len(answered) == count:
@@ -90,7 +91,7 @@ def test_a_probe_names_its_coordinator_and_an_answer_not_decided_in_time_counts_
     answers: list[tuple[Probe, bool, str, int]] = []
     done = threading.Event()
 
-    def answer(probe: Probe, alive: bool, reason: str, epoch: int, _address: tuple[str, int]) -> None:
+    def answer(probe: Probe, alive: bool, reason: str, epoch: int, _address: tuple[str, int], _late: bool) -> None:
         answers.append((probe, alive, reason, epoch))
         done.set()
 
@@ -107,3 +108,23 @@ def test_a_probe_names_its_coordinator_and_an_answer_not_decided_in_time_counts_
         assert answered == probe
     else:
         assert answered.confirming and answered.generation == 3 and "without deciding it in time" in reason
+
+
+@pytest.mark.parametrize(("failed", "timed_out"), [
+    (Answer(0, None, error="connection refused", refused=True), False),
+    (Answer(0, None, error="connection reset by peer"), False),
+    (Answer(0, None, error="no answer before the deadline", timed_out=True), True),
+])
+def test_a_failed_probe_says_whether_it_timed_out(failed: Answer, timed_out: bool):
+    """The coordinator loses a suspect only on a refused or reset probe, not on one that timed out
+    (``Coordinator.probed``): the prober tells it which."""
+    class Failing:
+        def exchange(self, _exchange: Exchange, _timeout: float) -> Answer:
+            return failed
+
+    answers: queue.SimpleQueue[tuple[bool, str, bool]] = queue.SimpleQueue()
+    prober = Prober(Failing(), 30.0,  # type: ignore[arg-type]  # the transport's exchange is all it uses
+                    lambda _p, alive, reason, _e, _a, late: answers.put((alive, reason, late)))
+    prober.probe(Probe(Node(1, "10.0.0.1", 32300, 1), "node 1 reset a watch", 1, suspicion=True))
+    alive, reason, late = answers.get(timeout=10)
+    assert not alive and late is timed_out and failed.error in reason
