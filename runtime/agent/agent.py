@@ -8,7 +8,8 @@ processes (``execution.generation``), registration, heartbeats, world pushes, pr
 the nodes that beat to it (``rendezvous.watch``), and reports, which go to the coordinator over the peer transport
 or, on the coordinator itself, to ``Coordinator`` directly. ``Member`` is the one writer of the node's state; helper
 threads (registration, heartbeats, reports, routes) read its immutable ``MemberView`` and only send and enqueue, so a
-heartbeat failure can never touch training. Standard library only.
+heartbeat failure can never touch training. While its ranks are slow to stop, the main thread goes on performing its
+coordinator's decisions (``NodeProcesses.stop``'s ``meanwhile``); the node's own events wait. Standard library only.
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ from runtime.agent.rendezvous.push import Prober, WorldPusher
 from runtime.agent.rendezvous.registration import Registration
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
 from runtime.agent.routes import AgentRoutes, Counters
+from runtime.agent.service.linger import linger
 from runtime.agent.service.modes import LONG_RUNNING, batch_mode_routes, service_node
 from runtime.agent.spec.agent_settings import AgentSettings
-from runtime.agent.spec.signals import STOP_SIGNALS, handled
+from runtime.agent.spec.signals import handled
 from runtime.agent.spec.status import FAILED, STOPPED
 from runtime.agent.world import Node, World
 
@@ -65,8 +67,6 @@ TICK = 0.1
 """Seconds between the coordinator's time-driven checks (liveness, quorum)."""
 WORKER_TICK = 1.0
 """Seconds between a worker's time-driven checks (only the wait for a first world); events wake it at once."""
-ENDED_LINGER = 10.0
-"""Seconds a failed service job's coordinator keeps telling clients why the job ended."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,9 @@ class Agent:
             self._heartbeats.start()  # beats nowhere while this node coordinates (it may step down)
             code = self._apply(self.member.start(self._clock()))
             code = code if code is not None else self._loop()
-            self._serve_why()
+            world = self.member.world  # a failed service job's coordinator tells its clients why (service.linger)
+            if self._coordination.active and self.settings.spec.mode == "service" and world and world.status == FAILED:
+                linger(self._events.get, self._clock, self.say)
             return code
         finally:
             self._stopping.set()
@@ -221,22 +223,6 @@ class Agent:
         if found is not None:
             self._apply(self.member.handle(CoordinatorFound(found, running=True), self._clock()))
 
-    def _serve_why(self) -> None:
-        """A failed service job's coordinator keeps answering for ``ENDED_LINGER`` seconds (or until a stop
-        signal), so its clients learn why it ended (``JobEnded``, ``/info``) instead of finding nobody there."""
-        world, spec = self.member.world, self.settings.spec
-        if spec.mode != "service" or not self._coordination.active or world is None or world.status != FAILED:
-            return
-        self.say(f"telling clients why the job ended for {ENDED_LINGER:g} s")
-        deadline = self._clock() + ENDED_LINGER
-        while self._clock() < deadline:
-            try:
-                item = self._events.get(timeout=max(0.0, deadline - self._clock()))
-            except queue.Empty:
-                return
-            if isinstance(item, SignalReceived) and item.signum in STOP_SIGNALS:
-                return
-
     def _loop(self) -> int:
         while True:
             try:
@@ -249,8 +235,19 @@ class Agent:
                 code = self._apply(self._handle(item))
                 if code is not None:
                     return code
-            self._perform(self._coordination.decide(self._tick))
-            self._watch.follow(self._coordination.use(Coordinator.watched) or self._heartbeats.children())
+            self._coordinate()
+
+    def _coordinate(self) -> None:
+        """The coordinator's time-driven decisions; the watch follows the nodes this node hears directly."""
+        self._perform(self._coordination.decide(self._tick))
+        self._watch.follow(self._coordination.use(Coordinator.watched) or self._heartbeats.children())
+
+    def _meanwhile(self) -> None:
+        """While this node's ranks are slow to stop, the coordinator's decisions go on: those other threads took
+        (a probe's answer, a suspicion), then a tick. The node's own events wait their turn."""
+        for decided in self._events.take(_Decided):
+            self._perform(decided.actions)
+        self._coordinate()
 
     def _tick(self, coordinator: Coordinator) -> list[act.CoordinatorAction]:
         """The coordinator's time-driven decisions, its own node's ranks noted first (``stragglers``)."""
@@ -272,7 +269,8 @@ class Agent:
     def _apply(self, actions: Iterable[act.MemberAction]) -> Optional[int]:
         """Perform this node's actions, in order; the exit code if one says to exit."""
         perform: dict[type, Callable[[Any], None]] = {
-            act.Say: lambda a: self.say(a.message), act.StopProcesses: lambda a: self._processes.stop(a.sig),
+            act.Say: lambda a: self.say(a.message),
+            act.StopProcesses: lambda a: self._processes.stop(a.sig, self._meanwhile),
             act.StartGeneration: lambda a: self._processes.start(a.world),
             act.DeliverChange: lambda a: self._processes.deliver(a.previous, a.world),
             act.Register: lambda a: self._register(a.delay), act.Report: self._report,

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -32,6 +33,8 @@ DAEMON_MODULE = "runtime.agent.execution.daemon"
 """What a framework daemon's process runs under the bootstrap, before it becomes the daemon."""
 TORCH = ("pytorch", "spmd")
 """Distributions whose ranks may form a torch.distributed group with ``env://``."""
+MEANWHILE = 0.1
+"""Seconds between the calls of :meth:`NodeProcesses.stop`'s ``meanwhile`` while processes take time to stop."""
 KEEP_GENERATIONS = 20
 """Per-generation log directories (``<log dir>/gen-G``) a node keeps: starting a generation removes
 the oldest beyond the newest this many, so restarts and membership changes cannot pile them up."""
@@ -136,15 +139,45 @@ class NodeProcesses:
             self._daemon.start()
         self._procs.start()
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
+    def stop(self, sig: int = signal.SIGTERM, meanwhile: Optional[Callable[[], None]] = None) -> None:
         """Stop the processes and the daemon, if any: ``sig`` (SIGTERM unless a stop signal is being
-        passed on), then SIGKILL after the grace period. Their exits are not failures."""
-        for supervisor in (self._procs, self._daemon):
-            if supervisor is not None:
+        passed on), then SIGKILL after the grace period. Their exits are not failures.
+
+        Args:
+            sig: the first signal sent.
+            meanwhile: called on this thread about every :data:`MEANWHILE` seconds for as long as the processes take
+                to stop (the stop then runs in a thread of its own), so that the caller's work goes on: the
+                coordinator's decisions, while its node's ranks are slow to stop. They count as gone already
+                (:meth:`activity` is empty).
+
+        Raises:
+            OSError: a process could not be signalled or reaped.
+        """
+        supervisors = [s for s in (self._procs, self._daemon) if s is not None]
+        self._procs = self._daemon = None
+        if meanwhile is None or not supervisors:
+            self._stop(supervisors, sig)
+            return
+        failed: list[BaseException] = []
+        stopper = threading.Thread(target=self._stop, args=(supervisors, sig, failed), name="stop", daemon=True)
+        stopper.start()
+        stopper.join(MEANWHILE)
+        while stopper.is_alive():
+            meanwhile()
+            stopper.join(MEANWHILE)
+        if failed:
+            raise failed[0]
+
+    def _stop(self, supervisors: list[Supervisor], sig: int, failed: Optional[list[BaseException]] = None) -> None:
+        try:
+            for supervisor in supervisors:
                 supervisor.stop(self._settings.spec.grace_period, sig)
                 if isinstance(supervisor, LocalProcesses) and supervisor.torn_down:
                     self._say(f"generation {supervisor.generation} torn down: {'; '.join(supervisor.torn_down)}")
-        self._procs = self._daemon = None
+        except BaseException as exc:
+            if failed is None:
+                raise
+            failed.append(exc)
 
     def deliver(self, previous: World, world: World) -> None:
         """Tell the live processes about the new world (world file, then the delivery signal); in service

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Generic, Optional, TypeVar, Union
 
@@ -143,6 +144,7 @@ Event = Union[WorldArrived, ProcessExited, DaemonExited, CoordinatorLost, Coordi
 
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 class Inbox(Generic[T]):
@@ -154,13 +156,15 @@ class Inbox(Generic[T]):
     """
 
     def __init__(self, wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
-        self._items: queue.SimpleQueue[T] = queue.SimpleQueue()
+        self._items: deque[T] = deque()
+        self._lock = threading.Lock()
         self._ready = threading.Event()
         self._wait = wait
 
     def put(self, item: T) -> None:
         """Add ``item`` (any thread)."""
-        self._items.put(item)
+        with self._lock:
+            self._items.append(item)
         self._ready.set()
 
     def get(self, timeout: float) -> T:
@@ -169,12 +173,25 @@ class Inbox(Generic[T]):
         Raises:
             queue.Empty: none came within ``timeout``.
         """
-        if self._items.empty():
+        if not self._items:
             self._ready.clear()
-            if self._items.empty():
+            if not self._items:
                 self._wait(self._ready, timeout)
-        return self._items.get_nowait()
+        with self._lock:
+            if not self._items:
+                raise queue.Empty
+            return self._items.popleft()
+
+    def take(self, kind: type[K]) -> list[K]:
+        """Remove every waiting item of type ``kind`` and return them, oldest first; the others keep their order."""
+        with self._lock:
+            taken = [item for item in self._items if isinstance(item, kind)]
+            if taken:
+                kept = [item for item in self._items if not isinstance(item, kind)]
+                self._items.clear()
+                self._items.extend(kept)
+        return taken
 
     def empty(self) -> bool:
         """Whether no item waits."""
-        return self._items.empty()
+        return not self._items
