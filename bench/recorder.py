@@ -43,8 +43,10 @@ with open(path, "w") as f:
     json.dump(events, f)
 if os.environ["RANK"] == os.environ.get("CRASH_RANK") and os.environ["TRAINPLANE_GENERATION"] == "1":
     time.sleep(float(os.environ.get("CRASH_AFTER", "1")))
-    with open(os.path.join(out, "crash-time"), "w") as f:
-        f.write(repr(time.time()))
+    crashed = time.time()
+    with open(os.path.join(out, f"crash-time.{os.getpid()}"), "w") as f:
+        f.write(repr(crashed))
+    os.replace(f.name, os.path.join(out, "crash-time"))  # whole or absent: a reader never sees it half-written
     sys.exit(5)
 # A change is raised wherever the main thread is, so all the work sits inside the try, and the handler
 # only keeps the change: a second change raised while the first is recorded lands in the same try.
