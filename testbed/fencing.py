@@ -302,6 +302,8 @@ class SimJob:
             world = t.member.view.world
             address = (world.coordinator[1], world.coordinator[2]) if world is not None else ("", 0)
             self._coord(n, coordinator.probed(probe, True, probe.reason, self.now, verdict.epoch, address))
-        else:
-            self._coord(n, coordinator.probed(probe, False, f"{probe.reason}: no answer", self.now))
+        else:  # an exited agent's port refuses at once; a cut or stopped one's probe times out
+            gone = self.nodes[target].exit_code is not None
+            self._coord(n, coordinator.probed(probe, False, f"{probe.reason}: {'refused' if gone else 'no answer'}",
+                                              self.now, timed_out=not gone))
 

@@ -8,8 +8,9 @@ processes (``execution.generation``), registration, heartbeats, world pushes, pr
 the nodes that beat to it (``rendezvous.watch``), and reports, which go to the coordinator over the peer transport
 or, on the coordinator itself, to ``Coordinator`` directly. ``Member`` is the one writer of the node's state; helper
 threads (registration, heartbeats, reports, routes) read its immutable ``MemberView`` and only send and enqueue, so a
-heartbeat failure can never touch training. While its ranks are slow to stop, the main thread goes on performing its
-coordinator's decisions (``NodeProcesses.stop``'s ``meanwhile``); the node's own events wait. Standard library only.
+heartbeat failure can never touch training. While its ranks are slow to stop (a thread stops them), the main thread
+performs its coordinator's decisions (``NodeProcesses.stop``'s ``meanwhile``), then starts the next generation unless
+a world that arrived meanwhile replaces it (``superseded``); the node's own events wait. Standard library only.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from runtime.agent.rendezvous.member import Member
 from runtime.agent.rendezvous.push import Prober, WorldPusher
 from runtime.agent.rendezvous.registration import Registration
 from runtime.agent.rendezvous.stragglers import SubtreeRanks
+from runtime.agent.rendezvous.superseded import superseded
 from runtime.agent.routes import AgentRoutes, Counters
 from runtime.agent.service.linger import linger
 from runtime.agent.service.modes import LONG_RUNNING, batch_mode_routes, service_node
@@ -127,8 +129,8 @@ class Agent:
             refused=lambda n: self._suspect({n.node_id: f"node {n.node_id} ({n.addr}) refused a world push"}))
         self._watch = self._transport.watch(
             lambda n, why: self._suspect({n.node_id: f"node {n.node_id} ({n.addr}): {why}"}), retry_after=timing.cap)
-        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, why, epoch, addr, late: (
-            self._decide(lambda c: c.probed(probe, alive, why, self._clock(), epoch, addr, late))), wait=wait)
+        self._prober = Prober(self._transport, timing.probe_timeout, lambda probe, alive, why, epoch, addr, timeout: (
+            self._decide(lambda c: c.probed(probe, alive, why, self._clock(), epoch, addr, timeout))), wait=wait)
         self._resolver = resolver or Resolver(settings.plumbing.resolve)
         self._registration = Registration(
             host=node.coordinator, body={**self._member_body(), "state": "joining"},
@@ -237,14 +239,18 @@ class Agent:
                     return code
             self._coordinate()
 
+    def _start(self, action: act.StartGeneration) -> None:
+        """Start the processes of ``action.world``, unless a world that replaces it arrived while ranks stopped."""
+        if not superseded(action.world, [e.world for e in self._events.waiting(WorldArrived)], self.node.node_id):
+            self._processes.start(action.world)
+
     def _coordinate(self) -> None:
         """The coordinator's time-driven decisions; the watch follows the nodes this node hears directly."""
         self._perform(self._coordination.decide(self._tick))
         self._watch.follow(self._coordination.use(Coordinator.watched) or self._heartbeats.children())
 
     def _meanwhile(self) -> None:
-        """While this node's ranks are slow to stop, the coordinator's decisions go on: those other threads took
-        (a probe's answer, a suspicion), then a tick. The node's own events wait their turn."""
+        """While ranks are slow to stop: the decisions other threads took, then a tick (the node's events wait)."""
         for decided in self._events.take(_Decided):
             self._perform(decided.actions)
         self._coordinate()
@@ -268,14 +274,17 @@ class Agent:
 
     def _apply(self, actions: Iterable[act.MemberAction]) -> Optional[int]:
         """Perform this node's actions, in order; the exit code if one says to exit."""
+        actions = tuple(actions)
+        exiting = any(isinstance(a, act.Exit) for a in actions)  # a stop before an exit decides nothing meanwhile
         perform: dict[type, Callable[[Any], None]] = {
             act.Say: lambda a: self.say(a.message),
-            act.StopProcesses: lambda a: self._processes.stop(a.sig, self._meanwhile),
-            act.StartGeneration: lambda a: self._processes.start(a.world),
+            act.StopProcesses: lambda a: self._processes.stop(a.sig, None if exiting else self._meanwhile),
+            act.StartGeneration: self._start,
             act.DeliverChange: lambda a: self._processes.deliver(a.previous, a.world),
             act.Register: lambda a: self._register(a.delay), act.Report: self._report,
             act.PassOn: lambda a: self._pass_on(a.signum), act.TakeOver: self._take_over,
-            act.StopJob: self._stop_job, act.Finish: lambda a: self._write_verdict(a.world),
+            act.StopJob: lambda a: self._perform(self._coordination.decide(lambda c: c.stop(a.message, a.exit_code))),
+            act.Finish: lambda a: self._write_verdict(a.world),
             act.Resign: lambda _a: self._coordination.resign(), act.AnswerVote: lambda a: a.reply(a.verdict),
             act.AskVotes: lambda a: voting.ask(a, self._transport, self._clock, self._events.put, self.node.node_id),
         }
@@ -348,11 +357,9 @@ class Agent:
             self._events.put(_Decided(tuple(self._coordination.decide(lambda c: c.report(
                 self.node.node_id, report.generation, report.state, failure, report.message, self._clock())))))
             return
-        body: dict[str, Any] = {**self._member_body(), "generation": report.generation, "state": report.state}
-        if failure is not None:
-            body["failure"] = failure.to_json()
-        if report.message:
-            body["message"] = report.message
+        body: dict[str, Any] = {**self._member_body(), "generation": report.generation, "state": report.state,
+                                **({"failure": failure.to_json()} if failure is not None else {}),
+                                **({"message": report.message} if report.message else {})}
         if report.now:
             self._send_report(body)
         else:
@@ -383,16 +390,11 @@ class Agent:
         self._perform(self._coordination.take_over(
             coordinator, lambda c: c.lose(action.lost, f"coordinator node {action.lost} lost")))
 
-    def _stop_job(self, action: act.StopJob) -> None:
-        """The coordinator is stopping: stop every other node."""
-        self._perform(self._coordination.decide(lambda c: c.stop(action.message, action.exit_code)))
-
     def _write_verdict(self, world: World) -> None:
         path = self.settings.plumbing.verdict_file
         if path and not verdict.record(path, world, self.node.node_id):
-            self.say(f"the job's verdict is a newer world's than generation {world.generation} (epoch "
-                     f"{world.epoch}): {path} keeps it")
+            self.say(f"{path} keeps a newer world's verdict than generation {world.generation} (epoch {world.epoch})")
 
     def _member_body(self) -> dict[str, Any]:
-        return {"node_id": self.node.node_id, "addr": self.node.addr, "port": self.node.port,
-                "num_proc": self.node.num_proc}
+        node = self.node
+        return {"node_id": node.node_id, "addr": node.addr, "port": node.port, "num_proc": node.num_proc}

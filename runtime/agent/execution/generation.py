@@ -145,39 +145,43 @@ class NodeProcesses:
 
         Args:
             sig: the first signal sent.
-            meanwhile: called on this thread about every :data:`MEANWHILE` seconds for as long as the processes take
-                to stop (the stop then runs in a thread of its own), so that the caller's work goes on: the
-                coordinator's decisions, while its node's ranks are slow to stop. They count as gone already
-                (:meth:`activity` is empty).
+            meanwhile: called on this thread about every :data:`MEANWHILE` seconds (real time) for as long as the
+                processes take to stop (the stop then runs in a thread of its own, which also writes the
+                "torn down" line), so that the caller's work goes on: the coordinator's decisions, while its
+                node's ranks are slow to stop. They count as gone already (:meth:`activity` is empty).
 
         Raises:
-            OSError: a process could not be signalled or reaped.
+            OSError: a process could not be signalled or reaped (every supervisor is stopped first);
+                whatever ``meanwhile`` raised, once the stop has finished.
         """
         supervisors = [s for s in (self._procs, self._daemon) if s is not None]
         self._procs = self._daemon = None
-        if meanwhile is None or not supervisors:
-            self._stop(supervisors, sig)
-            return
         failed: list[BaseException] = []
-        stopper = threading.Thread(target=self._stop, args=(supervisors, sig, failed), name="stop", daemon=True)
-        stopper.start()
-        stopper.join(MEANWHILE)
-        while stopper.is_alive():
-            meanwhile()
-            stopper.join(MEANWHILE)
+        if meanwhile is None or not supervisors:
+            self._stop(supervisors, sig, failed)
+        else:
+            stopper = threading.Thread(target=self._stop, args=(supervisors, sig, failed), name="stop", daemon=True)
+            stopper.start()
+            try:
+                stopper.join(MEANWHILE)
+                while stopper.is_alive():
+                    meanwhile()
+                    stopper.join(MEANWHILE)
+            finally:
+                stopper.join()  # nothing is left running behind an error of meanwhile's
         if failed:
             raise failed[0]
 
-    def _stop(self, supervisors: list[Supervisor], sig: int, failed: Optional[list[BaseException]] = None) -> None:
-        try:
-            for supervisor in supervisors:
+    def _stop(self, supervisors: list[Supervisor], sig: int, failed: list[BaseException]) -> None:
+        """Stop each supervisor, whatever the one before raised; what they raised goes to ``failed``."""
+        for supervisor in supervisors:
+            try:
                 supervisor.stop(self._settings.spec.grace_period, sig)
-                if isinstance(supervisor, LocalProcesses) and supervisor.torn_down:
-                    self._say(f"generation {supervisor.generation} torn down: {'; '.join(supervisor.torn_down)}")
-        except BaseException as exc:
-            if failed is None:
-                raise
-            failed.append(exc)
+            except BaseException as exc:  # the next supervisor is stopped all the same; re-raised below
+                failed.append(exc)
+                continue
+            if isinstance(supervisor, LocalProcesses) and supervisor.torn_down:
+                self._say(f"generation {supervisor.generation} torn down: {'; '.join(supervisor.torn_down)}")
 
     def deliver(self, previous: World, world: World) -> None:
         """Tell the live processes about the new world (world file, then the delivery signal); in service
@@ -196,7 +200,8 @@ class NodeProcesses:
     def activity(self) -> list[tuple[int, Optional[int], float]]:
         """This node's ranks as the straggler report takes them (``Supervisor.activity``); none for a
         service job's worker pool, a spawner that runs nothing, or before a generation."""
-        return self._procs.activity() if self._procs is not None else []
+        procs = self._procs  # the main thread may clear it meanwhile
+        return procs.activity() if procs is not None else []
 
     def send(self, sig: int) -> list[int]:
         """Send ``sig`` to every process still running; the local ranks it reached."""

@@ -149,7 +149,8 @@ K = TypeVar("K")
 
 class Inbox(Generic[T]):
     """The agent loop's queue of events, waited on with the agent's ``wait`` seam, so that a fake
-    clock drives the loop's time-driven checks as it drives the heartbeat thread. Thread-safe.
+    clock drives the loop's time-driven checks as it drives the heartbeat thread. Any thread may put; one thread
+    (the agent's main thread) gets and takes.
 
     Args:
         wait: waits on an event for at most that many seconds; whether it was set.
@@ -191,6 +192,11 @@ class Inbox(Generic[T]):
                 self._items.clear()
                 self._items.extend(kept)
         return taken
+
+    def waiting(self, kind: type[K]) -> list[K]:
+        """The waiting items of type ``kind``, oldest first, left in place."""
+        with self._lock:
+            return [item for item in self._items if isinstance(item, kind)]
 
     def empty(self) -> bool:
         """Whether no item waits."""

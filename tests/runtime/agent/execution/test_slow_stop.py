@@ -26,6 +26,7 @@ class Stubborn:
         self.fails = fails
         self.generation = 1
         self.stopped_on: list[threading.Thread] = []
+        self.finished = threading.Event()
 
     def __call__(self, **_: Any) -> Stubborn:
         return self
@@ -37,6 +38,7 @@ class Stubborn:
         """Block until released; then raise ``fails`` if given."""
         self.stopped_on.append(threading.current_thread())
         assert self.release.wait(30)
+        self.finished.set()
         if self.fails is not None:
             raise self.fails
 
@@ -94,3 +96,20 @@ def test_without_meanwhile_the_stop_runs_on_the_callers_thread(tmp_path: Path) -
     finally:
         processes.close()
     assert spawner.stopped_on == [threading.current_thread()] and processes.activity() == []
+
+
+def test_an_error_of_meanwhile_is_raised_only_once_the_ranks_have_stopped(tmp_path: Path) -> None:
+    """Nothing is left running behind it: the processes are no longer the generation's to stop again."""
+    spawner = Stubborn()
+    processes = started(tmp_path, spawner)
+
+    def meanwhile() -> None:
+        threading.Timer(0.2, spawner.release.set).start()
+        raise RuntimeError("a coordinator decision failed")
+
+    try:
+        with pytest.raises(RuntimeError, match="a coordinator decision failed"):
+            processes.stop(meanwhile=meanwhile)
+        assert spawner.finished.is_set()
+    finally:
+        processes.close()

@@ -126,7 +126,7 @@ def test_a_suspect_whose_probe_times_out_stays_until_its_heartbeats_stop():
         assert probes(c.tick(t)) == [] and c.world.has(2)
     silent = []
     t = 3.5
-    while not silent:  # the beats stop: the silence path probes it, and a timeout now loses it
+    while not silent and t < 3.5 + 3.0:  # the beats stop: within a TTL the silence path probes it
         t += 0.25
         c.heartbeat(1, {}, t)
         silent = probes(c.tick(t))

@@ -1,5 +1,6 @@
-"""The agent loop's queue (``events.Inbox``): oldest first, a wait that gives up, and taking out the coordinator's
-decisions while the node's own events keep their order (what the agent does while its ranks are slow to stop)."""
+"""The agent loop's queue (``events.Inbox``): oldest first, a wait that gives up, taking out the coordinator's
+decisions while the node's own events keep their order, and a look at the worlds waiting (what the agent does while
+its ranks are slow to stop, and before it starts the next generation)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def test_take_removes_only_the_items_of_one_type_and_the_rest_keep_their_order()
     taken = inbox.take(Tick)
     assert taken == [first, second] and taken[0] is first
     assert [inbox.get(0.0) for _ in range(3)] == ["a", "b", "c"] and inbox.take(Tick) == []
+
+
+def test_waiting_shows_the_items_of_one_type_and_leaves_them_in_place() -> None:
+    inbox: Inbox[object] = Inbox()
+    tick = Tick()
+    for item in ("a", tick, "b"):
+        inbox.put(item)
+    assert inbox.waiting(Tick) == [tick] and inbox.waiting(int) == []
+    assert [inbox.get(0.0) for _ in range(3)] == ["a", tick, "b"]
 
 
 def test_a_waiting_get_wakes_for_an_item_put_by_another_thread() -> None:
