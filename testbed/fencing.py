@@ -303,7 +303,7 @@ class SimJob:
             address = (world.coordinator[1], world.coordinator[2]) if world is not None else ("", 0)
             self._coord(n, coordinator.probed(probe, True, probe.reason, self.now, verdict.epoch, address))
         else:  # an exited agent's port refuses at once; a cut or stopped one's probe times out
-            gone = self.nodes[target].exit_code is not None
+            gone = self.nodes[target].exit_code is not None and target not in self.cut
             self._coord(n, coordinator.probed(probe, False, f"{probe.reason}: {'refused' if gone else 'no answer'}",
                                               self.now, timed_out=not gone))
 

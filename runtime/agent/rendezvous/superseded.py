@@ -4,21 +4,46 @@ world while its node's ranks were slow to stop (``NodeProcesses.stop``'s ``meanw
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import get_args
 
+from runtime.agent.rendezvous.events import (
+    DaemonExited,
+    Event,
+    Probed,
+    ProcessExited,
+    Registered,
+    Tick,
+    VoteRequested,
+    WorldArrived,
+)
 from runtime.agent.spec.status import RUNNING
 from runtime.agent.world import World
 
+NEUTRAL = (ProcessExited, DaemonExited, Tick, Probed, VoteRequested, Registered)
+"""Events that leave a node's world as it is (an exit of the generation stopped, a vote answered)."""
+MAY_CHANGE = tuple(kind for kind in get_args(Event) if kind not in (*NEUTRAL, WorldArrived))
+"""The other events, which may give ``Member`` another world first (a takeover's, a fencing's, a rejoin)."""
 
-def superseded(world: World, arrived: Iterable[World], node_id: int) -> bool:
-    """Whether a world that arrived and waits to be handled makes starting ``world``'s processes on node ``node_id``
-    pointless: a newer one (``World.order``) that restarts every process (another ``restart_count``) or leaves this
-    node out, or the verdict of ``world``'s generation or a later one (the job ended). A newer world of the same
-    restart (an elastic change this node stays in) does not: it is delivered to the processes ``world`` starts.
+
+def superseded(world: World, waiting: Iterable[object], node_id: int) -> bool:
+    """Whether the events waiting in the agent's queue make starting ``world``'s processes on node ``node_id``
+    pointless. ``Member`` takes the first world that is news to it (``Member.newer``: a later ``World.order``, or
+    the verdict of the same generation); starting is pointless when that world restarts every process (another
+    ``restart_count``), leaves this node out, or ends the job. Not when it is an elastic change of the same
+    restart that this node stays in (it is delivered to the processes started), when nothing waiting is news, or
+    when an event that may change the node's world otherwise comes first (:data:`MAY_CHANGE`).
 
     Args:
-        world: the world whose processes are about to start.
-        arrived: worlds waiting in the agent's queue, oldest first.
+        world: the world whose processes are about to start (running).
+        waiting: the agent queue's items, oldest first (items that are not events are skipped).
         node_id: this node's id.
     """
-    return any((w.status != RUNNING and w.order >= world.order) or (w.order > world.order and (
-        w.restart_count != world.restart_count or not w.has(node_id))) for w in arrived)
+    for event in waiting:
+        if isinstance(event, WorldArrived):
+            news = event.world
+            if (news.order, news.status != RUNNING) <= (world.order, False):
+                continue  # not news: Member ignores it
+            return news.status != RUNNING or news.restart_count != world.restart_count or not news.has(node_id)
+        if isinstance(event, MAY_CHANGE):
+            return False
+    return False
