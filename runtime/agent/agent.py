@@ -241,7 +241,7 @@ class Agent:
 
     def _start(self, action: act.StartGeneration) -> None:
         """Start the processes of ``action.world``, unless a world that replaces it arrived while ranks stopped."""
-        if not superseded(action.world, self._events.waiting(object), self.node.node_id):
+        if not superseded(action.world, self._events.waiting(), self.node.node_id):
             self._processes.start(action.world)
 
     def _coordinate(self) -> None:

@@ -188,6 +188,17 @@ class World:
         generation of an earlier one."""
         return self.epoch, self.generation
 
+    def replaces(self, previous: World) -> bool:
+        """Whether this world is news to a node holding ``previous``: a later :attr:`order`, or the verdict of
+        the same generation (``Member`` takes it rather than ignores it)."""
+        return (self.order, self.status in TERMINAL) > (previous.order, previous.status in TERMINAL)
+
+    def continues(self, previous: World, node_id: int) -> bool:
+        """Whether node ``node_id``'s processes of ``previous`` carry on into this world (an elastic change they are
+        told of), rather than stop: both running, the node in both, the same restart."""
+        return (self.status == RUNNING and previous.status == RUNNING and self.has(node_id)
+                and previous.has(node_id) and self.restart_count == previous.restart_count)
+
     @property
     def world_size(self) -> int:
         """Total processes: the sum of ``num_proc`` over nodes."""

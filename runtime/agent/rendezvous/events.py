@@ -193,10 +193,10 @@ class Inbox(Generic[T]):
                 self._items.extend(kept)
         return taken
 
-    def waiting(self, kind: type[K]) -> list[K]:
-        """The waiting items of type ``kind``, oldest first, left in place."""
+    def waiting(self) -> list[T]:
+        """The waiting items, oldest first, left in place."""
         with self._lock:
-            return [item for item in self._items if isinstance(item, kind)]
+            return list(self._items)
 
     def empty(self) -> bool:
         """Whether no item waits."""

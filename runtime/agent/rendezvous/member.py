@@ -159,9 +159,7 @@ class Member:
     def newer(self, world: World) -> bool:
         """Whether ``world`` is news to this node (newer, or the verdict of its generation): a world
         :meth:`handle` takes rather than ignores."""
-        previous = self.world
-        return previous is None or (world.order, world.status in TERMINAL) > (
-            previous.order, previous.status in TERMINAL)
+        return self.world is None or world.replaces(self.world)
 
     def _decide(self, event: ev.Event, now: float) -> tuple[MemberAction, ...]:
         decide: dict[type, Callable[[Any], tuple[MemberAction, ...]]] = {
@@ -216,8 +214,7 @@ class Member:
         if not world.has(self.node_id):
             return (StopProcesses(), *self._rejoin(f"generation {world.generation} does not include this node", now))
         running = self._running
-        if (running is not None and previous is not None and previous.status == RUNNING
-                and previous.has(self.node_id) and previous.restart_count == world.restart_count):
+        if running is not None and previous is not None and world.continues(previous, self.node_id):
             if self._ended() == 0:  # its report may not have reached this world's coordinator
                 return DeliverChange(previous, world), Report(world.generation, SUCCEEDED)
             return (DeliverChange(previous, world),)

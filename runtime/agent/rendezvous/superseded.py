@@ -16,7 +16,6 @@ from runtime.agent.rendezvous.events import (
     VoteRequested,
     WorldArrived,
 )
-from runtime.agent.spec.status import RUNNING
 from runtime.agent.world import World
 
 NEUTRAL = (ProcessExited, DaemonExited, Tick, Probed, VoteRequested, Registered)
@@ -27,11 +26,10 @@ MAY_CHANGE = tuple(kind for kind in get_args(Event) if kind not in (*NEUTRAL, Wo
 
 def superseded(world: World, waiting: Iterable[object], node_id: int) -> bool:
     """Whether the events waiting in the agent's queue make starting ``world``'s processes on node ``node_id``
-    pointless. ``Member`` takes the first world that is news to it (``Member.newer``: a later ``World.order``, or
-    the verdict of the same generation); starting is pointless when that world restarts every process (another
-    ``restart_count``), leaves this node out, or ends the job. Not when it is an elastic change of the same
-    restart that this node stays in (it is delivered to the processes started), when nothing waiting is news, or
-    when an event that may change the node's world otherwise comes first (:data:`MAY_CHANGE`).
+    pointless. ``Member`` takes the first world that is news to it (``World.replaces``); starting is pointless
+    unless the processes carry on into that world (``World.continues``: an elastic change they are told of). Not
+    pointless either when nothing waiting is news, or when an event that may change the node's world otherwise
+    comes first (:data:`MAY_CHANGE`).
 
     Args:
         world: the world whose processes are about to start (running).
@@ -39,11 +37,8 @@ def superseded(world: World, waiting: Iterable[object], node_id: int) -> bool:
         node_id: this node's id.
     """
     for event in waiting:
-        if isinstance(event, WorldArrived):
-            news = event.world
-            if (news.order, news.status != RUNNING) <= (world.order, False):
-                continue  # not news: Member ignores it
-            return news.status != RUNNING or news.restart_count != world.restart_count or not news.has(node_id)
+        if isinstance(event, WorldArrived) and event.world.replaces(world):
+            return not event.world.continues(world, node_id)
         if isinstance(event, MAY_CHANGE):
             return False
     return False

@@ -26,14 +26,18 @@ RANK = textwrap.dedent('''
     def slow(_signum, _frame):  # slow to stop: only the grace period's SIGKILL ends it
         open(os.path.join(out, f"sigterm-{generation}"), "w").close()
 
+    def wait_for(path):
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     if os.environ["NODE_RANK"] == "0":
         signal.signal(signal.SIGTERM, slow)
+        open(os.path.join(out, f"ignoring-{generation}"), "w").close()
     if os.environ["NODE_RANK"] == "1" and generation == "1":
-        time.sleep(1)
+        wait_for(os.path.join(out, "ignoring-1"))  # node 0's rank is ready to be slow
         sys.exit(5)  # the first restart
-    deadline = time.monotonic() + 120
-    while not os.path.exists(stop) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(stop)
 ''')
 
 
