@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -51,6 +52,25 @@ and node 0 lost its lease to the stall in 4 of 5 runs of ``bench/membership.py -
 blocks on sockets, which gives the GIL up at once, so the longer interval only shortens the waiting between them."""
 
 
+HOST_GC_THRESHOLDS = (700, 10, 1_000_000_000)
+"""CPython's collection thresholds in a process hosting many agents: the young generations as by default, no full
+collection (the third threshold is never reached in a benchmark's life).
+
+A full collection walks every object of the interpreter. A production agent's world of 1,024 nodes is a few thousand
+objects, too few to trigger one beside the modules it imported; here 128 agents each install such a world at once, so
+a host walks 128 agents' worlds each time its long-lived objects grow by a quarter, several times during formation.
+At 1,024 nodes the collector took about a tenth of the fleet's CPU in the seconds after the world formed (``perf``:
+``gc_collect_main``, ``visit_decref``, ``visit_reachable``), when the coordinator's lease needs every node's beats,
+and node 0 was fenced out in 4 of 7 runs of ``bench/membership.py --skip-detection --nodes 1024`` (0 of 6 with
+these thresholds, the same day)."""
+
+
+def tune_host_interpreter() -> None:
+    """Set this interpreter up to host many agents: :data:`HOST_SWITCH_INTERVAL`, :data:`HOST_GC_THRESHOLDS`."""
+    sys.setswitchinterval(HOST_SWITCH_INTERVAL)
+    gc.set_threshold(*HOST_GC_THRESHOLDS)
+
+
 def lightweight_address(node_id: int) -> str:
     """A distinct loopback address for each of up to 65,000 lightweight nodes."""
     return f"127.1.{node_id // 250}.{node_id % 250 + 1}"
@@ -58,7 +78,7 @@ def lightweight_address(node_id: int) -> str:
 
 def host(args: argparse.Namespace) -> None:
     """Run ``count`` lightweight agents, node ids ``first`` + k * ``stride``, in this process until killed."""
-    sys.setswitchinterval(HOST_SWITCH_INTERVAL)
+    tune_host_interpreter()
     settings = json.loads(args.settings)
     agents = []
     for node_id in range(args.first, args.first + args.count * args.stride, args.stride):
