@@ -56,19 +56,22 @@ HOST_GC_THRESHOLDS = (700, 10, 1_000_000_000)
 """CPython's collection thresholds in a process hosting many agents: the young generations as by default, no full
 collection (the third threshold is never reached in a benchmark's life).
 
-A full collection walks every object of the interpreter. A production agent's world of 1,024 nodes is a few thousand
-objects, too few to trigger one beside the modules it imported; here 128 agents each install such a world at once, so
-a host walks 128 agents' worlds each time its long-lived objects grow by a quarter, several times during formation.
-At 1,024 nodes the collector took about a tenth of the fleet's CPU in the seconds after the world formed (``perf``:
-``gc_collect_main``, ``visit_decref``, ``visit_reachable``), when the coordinator's lease needs every node's beats,
-and node 0 was fenced out in 4 of 7 runs of ``bench/membership.py --skip-detection --nodes 1024`` (0 of 6 with
-these thresholds, the same day)."""
+A full collection walks every object of the interpreter, and runs once the objects kept since the last one exceed a
+quarter of those it kept. A production agent's first world of 1,024 nodes (1,000-3,000 objects) is under a quarter of
+what its imports keep (about 17,500), so forming it walks nothing: node 0's host ran no full collection in the first
+10 s of a 1,024-node trial. A host of 128 agents gains 128 such worlds at once against one set of imports: each fleet
+host ran 3 or 4 full collections in those 10 s, each a 50-75 ms pause of all its agents (0.18-0.29 CPU seconds a
+host, against 0.1 for its young collections; ``gc.callbacks``), when the coordinator's lease needs a majority's
+beats. Node 0 was fenced out in 4 of 7 runs of ``bench/membership.py --skip-detection --nodes 1024`` with the default
+thresholds, in 0 of 6 with these (the same day)."""
 
 
-def tune_host_interpreter() -> None:
-    """Set this interpreter up to host many agents: :data:`HOST_SWITCH_INTERVAL`, :data:`HOST_GC_THRESHOLDS`."""
-    sys.setswitchinterval(HOST_SWITCH_INTERVAL)
-    gc.set_threshold(*HOST_GC_THRESHOLDS)
+def tune_host_interpreter(agents: int) -> None:
+    """Set this interpreter up to host ``agents`` agents: with more than one, :data:`HOST_SWITCH_INTERVAL` and
+    :data:`HOST_GC_THRESHOLDS`; a host of one is a production agent's interpreter and keeps CPython's defaults."""
+    if agents > 1:
+        sys.setswitchinterval(HOST_SWITCH_INTERVAL)
+        gc.set_threshold(*HOST_GC_THRESHOLDS)
 
 
 def lightweight_address(node_id: int) -> str:
@@ -78,7 +81,7 @@ def lightweight_address(node_id: int) -> str:
 
 def host(args: argparse.Namespace) -> None:
     """Run ``count`` lightweight agents, node ids ``first`` + k * ``stride``, in this process until killed."""
-    tune_host_interpreter()
+    tune_host_interpreter(args.count)
     settings = json.loads(args.settings)
     agents = []
     for node_id in range(args.first, args.first + args.count * args.stride, args.stride):

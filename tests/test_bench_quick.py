@@ -20,10 +20,13 @@ from tests.conftest import ROOT, project_env
 pytestmark = pytest.mark.process
 
 NUMBER = r"(\d+(\.\d+)?|nan)"
+MEASURED = r"\d+(\.\d+)?"
+"""A figure that must have been measured: membership prints ``nan`` for a load point its lightweight hosts could not
+settle, which at 16 nodes means they are broken."""
 
 BENCHES = {
     "membership": (["--quick", "--nodes", "16"],
-                   rf"membership crash_ms={NUMBER} kill_ms={NUMBER} stop_ms={NUMBER} load_rps_per_node_16={NUMBER}"),
+                   rf"membership crash_ms={NUMBER} kill_ms={NUMBER} stop_ms={NUMBER} load_rps_per_node_16={MEASURED}"),
     "fanout": (["--quick", "--nodes", "8,64"],
                rf"fanout nodes=64 tree_p50_ms={NUMBER} flat_p50_ms={NUMBER} bare_p50_ms={NUMBER} "
                rf"ratio_vs_bare={NUMBER} coordinator_requests=\d+"),
@@ -50,7 +53,7 @@ def test_a_benchmarks_quick_mode_runs_to_its_last_line(name: str):
                           capture_output=True, text=True, timeout=300)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines, f"{done.stdout}\n{done.stderr}"
-    assert re.fullmatch(last, lines[-1]), f"{lines[-1]!r}\n{done.stderr}"
+    assert re.fullmatch(last, lines[-1]), f"{done.stdout}\n{done.stderr}"
     if name == "iterate":
         assert any(re.fullmatch(rf"iterate\[plain\] edit_to_result_ms={NUMBER} cold_start_ms={NUMBER}", line)
                    for line in lines), done.stdout
