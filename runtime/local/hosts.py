@@ -43,6 +43,10 @@ JOIN_INTERVAL = 0.2
 """Seconds between attempts to reach the endpoint (its launcher not up yet) or to learn node 0."""
 MAX_JOIN_BODY = 64 * 1024
 """Body cap of the join service, bytes."""
+MISSING_TOKEN = (f"--rdzv-endpoint: every host's launcher needs the job's token in {contract.TOKEN}, the same secret "
+                 f"on every host (export {contract.TOKEN}=$(python3 -c 'import secrets; "
+                 f"print(secrets.token_urlsafe(32))') before starting them, e.g. before srun)")
+"""Why a per-node command line without the job's token is refused (at parse time, and by :func:`start`)."""
 
 
 @dataclass(frozen=True)
@@ -270,9 +274,7 @@ def start(spec: jobs.LocalJobSpec, endpoint: tuple[str, int], node_rank: Optiona
     """
     token = os.environ.get(contract.TOKEN, "")
     if not token:
-        raise RuntimeError(f"--rdzv-endpoint: every host's launcher needs the job's token in {contract.TOKEN}, the "
-                           f"same secret on every host (export {contract.TOKEN}=$(python3 -c 'import secrets; "
-                           f"print(secrets.token_urlsafe(32))') before starting them, e.g. before srun)")
+        raise RuntimeError(MISSING_TOKEN)
     job = str(spec.job_name)
     addr = local_addr or local_address(endpoint)
     agent_port = free_port(addr)
@@ -340,6 +342,8 @@ def endpoint_of(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Opti
     if ns.mode == "service":
         parser.error(f"{typed}: a service job is started whole by one launcher (python -m runtime launch --mode "
                      f"service --workers N) or as a DistributedJob, not by per-node command lines")
+    if not os.environ.get(contract.TOKEN):
+        parser.error(MISSING_TOKEN)
     if not ns.job_name:
         ns.job_name = default_job(endpoint)
     return endpoint

@@ -18,7 +18,7 @@ import pytest
 from runtime.agent import contract
 from runtime.agent.errors import HttpError
 from runtime.local import launch_plan
-from runtime.local.hosts import JoinService
+from runtime.local.hosts import MISSING_TOKEN, JoinService
 from tests.conftest import ROOT, launch, project_env, wait_until
 from tests.netns import IPV4_ADDRESSES, ipv4_pair
 
@@ -107,14 +107,15 @@ def test_node_ranks_as_given_even_when_node_0_is_not_the_endpoints_host(tmp_path
     assert {(r["RANK"], r["NODE_RANK"]) for r in reports} == {("0", "0"), ("1", "0"), ("2", "1"), ("3", "1")}
 
 
-def test_a_per_node_line_without_the_jobs_token_is_refused_naming_it(script):
+def test_a_per_node_line_without_the_jobs_token_is_refused_naming_it_in_one_line_before_anything_else(script):
     env = {k: v for k, v in os.environ.items() if k != contract.TOKEN}
-    result = subprocess.run([sys.executable, "-m", "runtime", "launch", "--nnodes", "2", "--rdzv-endpoint",
-                             "127.0.0.1:29411", str(script("print('never')\n"))], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "runtime", "launch", "--nnodes", "2", "--rdzv-backend", "c10d",
+                             "--rdzv-endpoint", "127.0.0.1:29411", str(script("print('never')\n"))], cwd=ROOT,
                             env={**project_env(), **env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2
-    assert f"--rdzv-endpoint: every host's launcher needs the job's token in {contract.TOKEN}" in result.stderr
+    assert f"--rdzv-endpoint: every host's launcher needs the job's token in {contract.TOKEN}" in MISSING_TOKEN
+    assert result.stderr.splitlines() == [f"python -m runtime launch: error: {MISSING_TOKEN} (see --help)"]
 
 
 def test_standalone_still_runs_every_node_here(script):
