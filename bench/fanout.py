@@ -19,8 +19,9 @@ with the same client as the bare requests, so the ratio measures fan-out, not cl
 The other nodes' work is their host processes' CPU time (each reports its own, to the microsecond), per node
 and round of a call, of a bare round and of a bare-exec round: what each costs the nodes themselves. The
 coordinator's own work is read from its process's CPU time (``/proc``), which the shared cores
-do not inflate: per child (flat) and per relayed result (tree). With the cost of one hop, these feed
-a small latency model for separate hosts (``bench/README.md``). Last line, for the largest
+do not inflate: per child (flat) and per relayed result (tree); this process's own CPU per bare request is the
+client's. With the cost of one hop, these feed a small latency model for separate hosts (``bench/README.md``),
+which sets the tree against a lower bound of the bare round there. Last line, for the largest
 ``--nodes`` (1,024 by default; the target is set there)::
 
     fanout nodes=1024 tree_p50_ms=... flat_p50_ms=... bare_p50_ms=... ratio_vs_bare=<tree/bare> coordinator_requests=...
@@ -72,6 +73,8 @@ class Point:
     coordinator_cpu_ms: float = 0.0
     node_cpu_us: float = 0.0
     """CPU of the other nodes' host processes per node and round, microseconds (as each process reports it)."""
+    client_cpu_us: float = 0.0
+    """CPU of this process (the client sending the round) per node and round, microseconds."""
 
 
 @dataclass(frozen=True)
@@ -219,10 +222,13 @@ def measure(fleet: Fleet, mode: str, calls: int, warmup: int) -> Measured:
         fleet.bare_exec()
     calls_s, bare_s, exec_s, cpu_s = [], [], [], 0.0
     nodes_s = {"call": 0.0, "bare": 0.0, "bare_exec": 0.0}
+    client_s = dict(nodes_s)
 
     def timed(name: str, samples: list[float], run: Callable[[], float]) -> None:
         before = fleet.nodes_cpu()
+        client = time.process_time()
         samples.append(run())
+        client_s[name] += time.process_time() - client
         nodes_s[name] += fleet.nodes_cpu() - before
 
     sent = fleet.coordinator_requests()
@@ -236,7 +242,7 @@ def measure(fleet: Fleet, mode: str, calls: int, warmup: int) -> Measured:
 
     def point(name: str, samples: list[float]) -> Point:
         return Point(fleet.nodes, name, percentile(samples, 50), percentile(samples, 99),
-                     node_cpu_us=per_node_us(nodes_s[name]))
+                     node_cpu_us=per_node_us(nodes_s[name]), client_cpu_us=per_node_us(client_s[name]))
 
     def per_node_us(seconds: float) -> float:
         return 1e6 * seconds / calls / (fleet.nodes - 1)
@@ -255,12 +261,15 @@ class Model:
         hop_ms: one more hop (coordinator to one child and back), on loopback, idle machine.
         per_child_ms: the coordinator's CPU per child it sends to (flat, 1,024 nodes).
         per_result_ms: the coordinator's CPU per result relayed from a subtree (tree, 1,024 nodes).
+        per_request_ms: this process's CPU per node of a bare round (1,024 nodes): the client's own work for one
+            ``GET /healthz`` sent and its answer read.
     """
 
     base_ms: float
     hop_ms: float
     per_child_ms: float
     per_result_ms: float
+    per_request_ms: float
 
     def predict(self, nodes: int, tree: bool, rtt_ms: float) -> float:
         """Latency of a no-op call to ``nodes`` nodes on separate hosts, milliseconds.
@@ -278,10 +287,15 @@ class Model:
             level, carried = split(biggest[1:], WIDTH), len(biggest) - 1
         return total
 
+    def predict_bare(self, nodes: int, rtt_ms: float) -> float:
+        """A lower bound of the bare round on separate hosts, milliseconds: one round trip plus the client's
+        serial work for ``nodes`` requests (the nodes answer in parallel; their own work is left out)."""
+        return rtt_ms + nodes * self.per_request_ms
 
-def run_model(fleet_small: Fleet, flat_top: Point, tree_top: Point, calls: int) -> Model:
-    """Measure the base and hop costs on a two-node fleet; combine with the coordinator's CPU at the
-    largest point (1,024 nodes by default)."""
+
+def run_model(fleet_small: Fleet, flat_top: Point, tree_top: Point, bare_top: Point, calls: int) -> Model:
+    """Measure the base and hop costs on a two-node fleet; combine with the coordinator's and the client's CPU
+    at the largest point (1,024 nodes by default)."""
     for _ in range(5):
         fleet_small.call([0])
         fleet_small.call([1])
@@ -290,7 +304,7 @@ def run_model(fleet_small: Fleet, flat_top: Point, tree_top: Point, calls: int) 
     per_child = flat_top.coordinator_cpu_ms / (flat_top.nodes - 1)
     children = min(WIDTH, tree_top.nodes - 1)
     per_result = max(0.0, (tree_top.coordinator_cpu_ms - children * per_child) / (tree_top.nodes - 1))
-    return Model(base, max(0.0, one_hop - base), per_child, per_result)
+    return Model(base, max(0.0, one_hop - base), per_child, per_result, bare_top.client_cpu_us / 1000)
 
 
 def host(config: dict) -> None:
@@ -359,14 +373,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   flush=True)
     small = Fleet(2, 1, FLAT_THRESHOLD)
     try:
-        model = run_model(small, points[top, "flat"].call, points[top, "tree"].call, 20 if args.quick else 200)
+        model = run_model(small, points[top, "flat"].call, points[top, "tree"].call, points[top, "tree"].bare,
+                          20 if args.quick else 200)
     finally:
         small.stop()
     print(f"model base_ms={model.base_ms:.3f} hop_ms={model.hop_ms:.3f} per_child_us={1000 * model.per_child_ms:.1f} "
-          f"per_result_us={1000 * model.per_result_ms:.2f} rtt_ms={args.rtt_ms:g} (assumed)", flush=True)
+          f"per_result_us={1000 * model.per_result_ms:.2f} per_request_us={1000 * model.per_request_ms:.1f} "
+          f"rtt_ms={args.rtt_ms:g} (assumed)", flush=True)
     for n in (1000, 10_000):
+        tree_ms, bare_ms = model.predict(n, True, args.rtt_ms), model.predict_bare(n, args.rtt_ms)
         print(f"model separate_hosts nodes={n} flat_ms={model.predict(n, False, args.rtt_ms):.1f} "
-              f"tree_ms={model.predict(n, True, args.rtt_ms):.1f}", flush=True)
+              f"tree_ms={tree_ms:.1f} bare_ms>={bare_ms:.1f} ratio_vs_bare<={tree_ms / bare_ms:.2f}", flush=True)
     tree, flat, bare = points[top, "tree"].call, points[top, "flat"].call, points[top, "tree"].bare
     ratio = tree.p50_ms / bare.p50_ms
     print(f"target ratio_vs_bare<={TARGET_RATIO:g}: {'met' if ratio <= TARGET_RATIO else 'MISSED'} ({ratio:.2f}); "

@@ -54,6 +54,9 @@ def test_a_benchmarks_quick_mode_runs_to_its_last_line(name: str):
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines, f"{done.stdout}\n{done.stderr}"
     assert re.fullmatch(last, lines[-1]), f"{done.stdout}\n{done.stderr}"
+    if name == "fanout":
+        assert any(re.fullmatch(rf"model separate_hosts nodes=1000 flat_ms={NUMBER} tree_ms={NUMBER} "
+                                rf"bare_ms>={NUMBER} ratio_vs_bare<={NUMBER}", line) for line in lines), done.stdout
     if name == "iterate":
         assert any(re.fullmatch(rf"iterate\[plain\] edit_to_result_ms={NUMBER} cold_start_ms={NUMBER}", line)
                    for line in lines), done.stdout
