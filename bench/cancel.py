@@ -115,6 +115,7 @@ def main() -> None:
     spec = LocalJobSpec(workers=2, num_proc=1, mode="service", master_port=0, grace_period=1.0)
     paths = {"timeout": by_timeout, "cut": by_cut, "killed": by_kill}
     times: dict[str, list[float]] = {name: [] for name in paths}
+    load = os.getloadavg()[0]
     with serving(spec, ready_timeout=120) as job, tempfile.TemporaryDirectory() as tmp:
         next_call(job, time.monotonic())
         for i in range(args.rounds):
@@ -123,6 +124,7 @@ def main() -> None:
     p50 = {name: statistics.median(values) for name, values in times.items()}
     for name, values in times.items():
         print(f"{name}: p50 {p50[name]:.3f} s, max {max(values):.3f} s over {len(values)} rounds")
+    print(f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(f"cancel timeout_p50_s={p50['timeout']:.3f} cut_p50_s={p50['cut']:.3f} killed_p50_s={p50['killed']:.3f} "
           f"cut_ratio={p50['cut'] / p50['timeout']:.2f} killed_ratio={p50['killed'] / p50['timeout']:.2f}")
 

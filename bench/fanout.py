@@ -388,8 +388,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ratio = tree.p50_ms / bare.p50_ms
     print(f"target ratio_vs_bare<={TARGET_RATIO:g}: {'met' if ratio <= TARGET_RATIO else 'MISSED'} ({ratio:.2f}); "
           f"coordinator_requests<={WIDTH}: {'met' if tree.coordinator_requests <= WIDTH else 'MISSED'} "
-          f"({tree.coordinator_requests:g}); rank order: checked on every timed call",
-          flush=True)
+          f"({tree.coordinator_requests:g}); rank order: checked on every timed call; load average "
+          f"{os.getloadavg()[0]:.1f} at the end", flush=True)
     print(f"fanout nodes={top} tree_p50_ms={tree.p50_ms:.2f} flat_p50_ms={flat.p50_ms:.2f} "
           f"bare_p50_ms={bare.p50_ms:.2f} ratio_vs_bare={ratio:.2f} coordinator_requests={tree.coordinator_requests:g}",
           flush=True)

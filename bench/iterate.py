@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import statistics
 import sys
 import tempfile
@@ -148,10 +149,12 @@ def main() -> None:
     if args.edits < 1 or args.cold_starts < 1:
         parser.error(f"--edits {args.edits} --cold-starts {args.cold_starts}: use 1 or more of each")
     for case in ("plain", "ddp") if args.case == "both" else (args.case,):
+        load = os.getloadavg()[0]
         measured = measure(case, args.edits, args.cold_starts, resize_too=not args.quick)
         edit, start = statistics.median(measured.edits), statistics.median(measured.cold)
         print(f"[{case}] edits ms: {' '.join(f'{t:.0f}' for t in measured.edits)}")
         print(f"[{case}] cold starts ms: {' '.join(f'{t:.0f}' for t in measured.cold)}")
+        print(f"[{case}] load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
         print(f"iterate[{case}] ratio={edit / start:.3f} resize_2_to_3_ms={measured.resize:.0f}")
         print(f"iterate[{case}] edit_to_result_ms={edit:.0f} cold_start_ms={start:.0f}", flush=True)
 

@@ -98,7 +98,8 @@ def main() -> None:
         for i in range(args.runs):
             for name, fn in runners.items():
                 times[name].append(timed(fn, script))
-            print(f"run {i + 1}/{args.runs}: " + " ".join(f"{k}={v[-1]:.2f}s" for k, v in times.items()), flush=True)
+            print(f"run {i + 1}/{args.runs}: " + " ".join(f"{k}={v[-1]:.2f}s" for k, v in times.items())
+                  + f" (load average {os.getloadavg()[0]:.2f})", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     for k, v in times.items():
         print(f"{k:>10}: min {min(v):.2f} s  median {med[k]:.2f} s")

@@ -22,6 +22,7 @@ portforward_ratio=...`` (ratios against ``direct``).
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import statistics
 import tempfile
@@ -57,6 +58,7 @@ def main() -> None:
         clients = {"direct": JobClient(job.url, job.token), "relay": JobClient(relay.url, job.token),
                    "portforward": JobClient(forward.url, job.token)}
         times: dict[str, list[float]] = {name: [] for name in clients}
+        load = os.getloadavg()[0]
         try:
             for client in clients.values():
                 for _ in range(10):
@@ -78,6 +80,7 @@ def main() -> None:
     for name, values in times.items():
         p99 = sorted(values)[int(0.99 * (len(values) - 1))] * 1000
         print(f"{name}: p50 {p50[name]:.2f} ms, p99 {p99:.2f} ms over {len(values)} calls")
+    print(f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(f"relay direct_p50_ms={p50['direct']:.2f} relay_p50_ms={p50['relay']:.2f} "
           f"portforward_p50_ms={p50['portforward']:.2f} relay_ratio={p50['relay'] / p50['direct']:.2f} "
           f"portforward_ratio={p50['portforward'] / p50['direct']:.2f}")

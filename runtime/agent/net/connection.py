@@ -23,12 +23,14 @@ class Call(NamedTuple):
 
 
 class Pending(NamedTuple):
-    """A parsed head's next step: ``length`` body bytes to read, then ``then`` (a fixed answer, or a
-    handler to call), then the connection stays open if ``keep_alive``."""
+    """A parsed head's next step: ``length`` body bytes to read (dropped as they come if ``discard``: a body
+    the answer does not need is never held), then ``then`` (a fixed answer, or a handler to call), then the
+    connection stays open if ``keep_alive``."""
 
     length: int
     then: Union[Response, Call]
     keep_alive: bool
+    discard: bool = False
 
 
 REQUEST_STALL = 30.0
@@ -62,6 +64,15 @@ class Connection:
         """Set when the client hangs up (end of stream, a reset) or the connection closes: ``Request.hung_up``."""
         self._watchers: list[Callable[[], None]] = []
         self._watch_lock = threading.Lock()
+
+    def drop_unneeded(self, pending: Pending) -> Pending:
+        """Drop what has come of a body ``pending``, this connection's pending step, does not need
+        (``Pending.discard``); the pending step after that, with what is left to come (loop thread only)."""
+        if pending.discard and pending.length:
+            dropped = min(len(self.inbuf), pending.length)
+            del self.inbuf[:dropped]
+            pending = self.pending = pending._replace(length=pending.length - dropped)
+        return pending
 
     def mid_request(self) -> bool:
         """Whether the client is in the middle of sending a request: begun, not whole, nothing running for it."""

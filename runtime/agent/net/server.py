@@ -28,6 +28,7 @@ from runtime.agent.net.handlers import HandlerPool
 from runtime.agent.net.loop import EventLoop
 from runtime.agent.net.messages import Request, Response, RouteKey, Routes
 from runtime.agent.net.requesthead import MAX_LINE, Headers, RequestHead
+from runtime.agent.spec import agent_http
 from runtime.agent.spec.address import bind_family
 from runtime.agent.spec.agent_http import UNAUTHORIZED, authorized, body_length, json_object, other_job, route
 
@@ -142,8 +143,7 @@ class AgentServer:
         return self._thread
 
     def stop(self) -> None:
-        """Stop serving now: close the listening socket and every connection (a request still running
-        in the pool finishes unanswered)."""
+        """Stop serving now: close the listening socket and every connection (a running request goes unanswered)."""
         self.loop.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
@@ -151,8 +151,7 @@ class AgentServer:
             self._close_all()
 
     def close_connections(self) -> None:
-        """Shut down every open connection now (from any thread), as a node that died would; the
-        server keeps accepting new ones."""
+        """Shut down every open connection now (any thread), as a dead node's would; new ones are still accepted."""
         with self._lock:
             socks = [conn.sock for conn in self._conns]
         for sock in socks:
@@ -229,7 +228,7 @@ class AgentServer:
                 self.requests_served += 1
                 conn.pending = self._plan(conn, head)
                 continue
-            pending = conn.pending
+            pending = conn.drop_unneeded(conn.pending)
             if len(conn.inbuf) < pending.length:
                 if conn.eof:
                     self._close(conn)
@@ -298,19 +297,21 @@ class AgentServer:
         return Pending(length, Call(method, path, handler, True), keep_alive)
 
     def _drained(self, conn: Connection, headers: Headers, keep_alive: bool, then: Union[Response, Call]) -> Pending:
-        """Read and drop a body the answer does not need (one past the cap, or unreadable: close after)."""
+        """Drop a body the answer does not need as it comes, then answer (past the cap, unreadable, or a fixed
+        answer to a client waiting for ``100 Continue``: answer at once and close; that body is never asked for)."""
         try:
             length = int(headers.get("Content-Length") or 0)
         except ValueError:
             return Pending(0, then, False)
-        if 0 < length <= self.max_body:
+        waits = agent_http.expects_continue(headers.get("Expect"))
+        if 0 < length <= self.max_body and not (waits and isinstance(then, Response)):
             self._continue(conn, headers)
-            return Pending(length, then, keep_alive)
+            return Pending(length, then, keep_alive, discard=True)
         return Pending(0, then, keep_alive and not length)
 
     def _continue(self, conn: Connection, headers: Headers) -> None:
         """Answer ``Expect: 100-continue`` (curl sends it for bodies over 1 KiB) before the body is read."""
-        if (headers.get("Expect") or "").lower() == "100-continue":
+        if agent_http.expects_continue(headers.get("Expect")):
             conn.out += b"HTTP/1.1 100 Continue\r\n\r\n"
             self._flush(conn)
 

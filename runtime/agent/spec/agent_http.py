@@ -48,6 +48,12 @@ def route(routes: Mapping[tuple[str, str], H], method: str, path: str) -> H:
     return handler
 
 
+def expects_continue(expect: Optional[str]) -> bool:
+    """Whether a request whose ``Expect`` header is ``expect`` (``None``: none) waits for ``100 Continue`` before
+    its client sends the body."""
+    return (expect or "").lower() == "100-continue"
+
+
 def body_length(text: Optional[str], cap: int) -> int:
     """The length of a ``PUT`` or ``POST`` body from its ``Content-Length`` header (``None``: there is none).
 
